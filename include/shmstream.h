@@ -1,0 +1,240 @@
+/* shmstream public C API and on-memory ABI (layout version 1).
+ *
+ * This header is the ABI: docs/ABI.md describes every field below, and the
+ * static_asserts at the end pin the documented offsets. A C or C++ process
+ * that includes this header and links the core can create, open, write and
+ * read streams that Python processes use at the same time.
+ *
+ * Every shared word is a fixed-width integer accessed with C11 atomics;
+ * "SYNC POINT" comments in src/core/ mark each ordering decision.
+ */
+#ifndef SHMSTREAM_H
+#define SHMSTREAM_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#include <atomic>
+#define SS_ATOMIC(t) std::atomic<t>
+extern "C" {
+#else
+#include <stdatomic.h>
+#define SS_ATOMIC(t) _Atomic(t)
+#endif
+
+#if defined(__GNUC__)
+#define SS_API __attribute__((visibility("default")))
+#else
+#define SS_API
+#endif
+
+/* ---- constants --------------------------------------------------------- */
+
+#define SS_MAGIC 0x314D5254534D4853ULL /* "SHMSTRM1" little-endian */
+#define SS_LAYOUT_VERSION 1u
+#define SS_HEADER_BYTES 4096u
+#define SS_IDENTITY_BYTES 2048u /* checksummed, immutable after create */
+#define SS_PAYLOAD_ALIGN 4096u
+#define SS_MAX_NDIM 8u
+#define SS_MAX_NAME_BYTES 255u  /* user-visible name, UTF-8, no NUL */
+#define SS_MAX_DTYPE_BYTES 1023u /* NumPy dtype description text */
+#define SS_SEGMENT_PREFIX "/shmstream-"
+#define SS_SEGMENT_NAME_MAX 64u /* incl. the leading '/' and the NUL */
+
+enum ss_kind { SS_KIND_STREAM = 1, SS_KIND_CHANNEL = 2, SS_KIND_ARRAY = 3 };
+
+enum ss_flags {
+  SS_FLAG_NOTIFY = 1u << 0,    /* pyshmem's notify intent, kept for stat() */
+  SS_FLAG_GPU = 1u << 1,       /* payload lives on a CUDA device */
+  SS_FLAG_CPU_MIRROR = 1u << 2 /* GPU stream keeps a CPU copy in the slot */
+};
+
+/* Frame state, published inside the seqlock window with the payload. */
+enum ss_state {
+  SS_STATE_VALID = 0,     /* empty (count 0) or last write completed */
+  SS_STATE_ABORTED = 1,   /* a write_view block raised: payload undefined */
+  SS_STATE_ABANDONED = 2  /* the writer died mid-write: payload undefined */
+};
+
+/* Status codes returned by the core (0 is success, errno values are > 0). */
+enum ss_status {
+  SS_OK = 0,
+  SS_ETIMEDOUT = -1,    /* the deadline passed */
+  SS_ECANCELLED = -2,   /* ss_stream_cancel() was called on this handle */
+  SS_EINCONSISTENT = -3,/* the published frame is aborted or abandoned */
+  SS_ECORRUPT = -4,     /* header magic/checksum/size check failed */
+  SS_EVERSION = -5,     /* a layout version this build does not read */
+  SS_EKIND = -6,        /* segment is of another kind (channel vs stream) */
+  SS_EOWNERDEAD = -7,   /* lock taken over from a dead owner (lock: success) */
+  SS_EDEADLK = -8,      /* this thread already holds the lock */
+  SS_ENOTOWNER = -9,    /* unlock by a thread that does not hold the lock */
+  SS_EBUSY = -10,       /* the segment is still being initialised */
+  SS_ENAME = -11        /* name empty, too long or containing NUL */
+};
+
+/* ---- the on-memory header (4096 bytes at offset 0 of every segment) ---- */
+
+typedef struct ss_identity {
+  SS_ATOMIC(uint64_t) magic;     /* 0    stored last at create (release) */
+  uint32_t layout_version;       /* 8 */
+  uint32_t kind;                 /* 12   enum ss_kind */
+  uint32_t header_bytes;         /* 16   SS_HEADER_BYTES */
+  uint32_t flags;                /* 20   enum ss_flags */
+  uint64_t payload_offset;       /* 24   first slot, from segment start */
+  uint64_t payload_bytes;        /* 32   bytes of one slot's payload */
+  uint64_t slot_stride;          /* 40   distance between slots */
+  uint32_t slot_count;           /* 48   1 in layout version 1 */
+  uint32_t ndim;                 /* 52 */
+  uint64_t shape[SS_MAX_NDIM];   /* 56 */
+  uint64_t itemsize;             /* 120 */
+  int32_t creator_pid;           /* 128 */
+  uint32_t mode;                 /* 132  permission bits it was made with */
+  uint64_t creator_start_ticks;  /* 136  /proc/<pid>/stat starttime, or 0 */
+  uint8_t instance_id[16];       /* 144  random per create: the generation */
+  uint64_t created_ns;           /* 160  CLOCK_REALTIME at create */
+  uint32_t name_len;             /* 168 */
+  uint32_t dtype_len;            /* 172 */
+  char name[SS_MAX_NAME_BYTES + 1];   /* 176  user name, NUL-terminated */
+  char dtype[SS_MAX_DTYPE_BYTES + 1]; /* 432  dtype text, NUL-terminated */
+  uint8_t gpu[512];              /* 1456 GPU area (IPC handles), zero on CPU */
+  uint8_t reserved[72];          /* 1968 */
+  uint64_t checksum;             /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
+} ss_identity;
+
+typedef struct ss_lock_line {      /* 2048: touched by lock holders */
+  union {                          /* 2048 robust, process-shared, error-checking */
+    pthread_mutex_t mutex;         /* 40 bytes on x86-64 glibc, 48 on arm64 */
+    uint8_t raw[48];
+  } m;
+  SS_ATOMIC(int32_t) owner_pid;    /* 2096 0 when free; informational */
+  SS_ATOMIC(int32_t) owner_tid;    /* 2100 */
+  SS_ATOMIC(uint64_t) acquisitions;/* 2104 lock takeovers count too */
+} ss_lock_line;
+
+typedef struct ss_publish_line {   /* 2112: written by the writer only */
+  SS_ATOMIC(uint64_t) seq;         /* 2112 odd while a write is in progress */
+  SS_ATOMIC(uint64_t) count;       /* 2120 completed writes */
+  SS_ATOMIC(uint64_t) frame_id;    /* 2128 of the published frame */
+  SS_ATOMIC(uint64_t) write_time_ns; /* 2136 CLOCK_REALTIME of the publish */
+  SS_ATOMIC(uint32_t) state;       /* 2144 enum ss_state */
+  SS_ATOMIC(int32_t) writer_pid;   /* 2148 pid of the last/current writer */
+  SS_ATOMIC(uint64_t) aborted;     /* 2152 writes aborted or abandoned */
+  uint8_t pad_[16];
+} ss_publish_line;
+
+typedef struct ss_notify_line {    /* 2176: the futex readers sleep on */
+  SS_ATOMIC(uint32_t) wake_seq;    /* 2176 bumped after every publish */
+  SS_ATOMIC(uint32_t) waiters;     /* 2180 readers asleep or about to be */
+  uint8_t pad_[56];
+} ss_notify_line;
+
+typedef struct ss_header {
+  ss_identity id;                  /* 0 */
+  ss_lock_line lock;               /* 2048 */
+  ss_publish_line pub;             /* 2112 */
+  ss_notify_line notify;           /* 2176 */
+  uint8_t reserved[SS_HEADER_BYTES - 2240]; /* 2240: kind-specific use */
+} ss_header;
+
+/* ---- handles ----------------------------------------------------------- */
+
+/* A mapped segment. Local to one process; never placed in shared memory. */
+typedef struct ss_segment {
+  ss_header *hdr;
+  uint8_t *base;
+  size_t map_bytes;
+  int readonly;
+  SS_ATOMIC(int) cancelled; /* set by ss_stream_cancel: waiters give up */
+  char segname[SS_SEGMENT_NAME_MAX];
+} ss_segment;
+
+typedef struct ss_create_args {
+  const char *name;       /* user name, UTF-8 */
+  uint32_t kind;
+  uint32_t flags;
+  uint32_t ndim;
+  const uint64_t *shape;
+  uint64_t itemsize;
+  const char *dtype;      /* NumPy dtype text, e.g. "<f4" */
+  uint64_t payload_bytes; /* 0: product(shape) * itemsize */
+  uint32_t mode;          /* 0: 0600 */
+} ss_create_args;
+
+/* Snapshot of a publication's metadata, read in the same seqlock window as
+ * the payload. */
+typedef struct ss_pubinfo {
+  uint64_t count;
+  uint64_t frame_id;
+  uint64_t write_time_ns;
+  uint32_t state;
+} ss_pubinfo;
+
+/* ---- names ------------------------------------------------------------- */
+
+/* Map a user name to its segment name ("/shmstream-<readable>-<hash>").
+ * Deterministic, never contains '/' after the first character. */
+SS_API int ss_segment_name(const char *name, size_t len, char out[SS_SEGMENT_NAME_MAX]);
+
+/* ---- segments (src/core/segment.c) ------------------------------------- */
+
+/* Returns 0 or a positive errno (EEXIST, ENOSPC, ...) or a negative ss_status. */
+SS_API int ss_segment_create(ss_segment *seg, const ss_create_args *args);
+/* expected_kind 0 accepts any kind. */
+SS_API int ss_segment_open(ss_segment *seg, const char *name, size_t len,
+                           uint32_t expected_kind, int readonly);
+/* Map the header only (for stat/list): payload bytes are not mapped. */
+SS_API int ss_segment_peek(ss_segment *seg, const char *segname);
+SS_API void ss_segment_close(ss_segment *seg);
+SS_API int ss_segment_unlink(const char *name, size_t len);
+SS_API int ss_segment_unlink_segname(const char *segname);
+SS_API uint64_t ss_identity_checksum(const ss_identity *id);
+/* Validate a mapped header against the bytes actually mapped. */
+SS_API int ss_header_validate(const ss_header *hdr, size_t file_bytes);
+SS_API uint8_t *ss_slot(const ss_segment *seg, uint32_t slot);
+
+/* ---- the robust cross-process lock (src/core/lock.c) ------------------- */
+
+/* timeout_ns < 0 waits forever. Returns SS_OK, SS_EOWNERDEAD (acquired;
+ * the dead owner's half-written frame has been marked abandoned),
+ * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. */
+SS_API int ss_lock(ss_segment *seg, int64_t timeout_ns);
+SS_API int ss_unlock(ss_segment *seg);
+
+/* ---- streams (src/core/stream.c) --------------------------------------- */
+
+/* All write calls require the caller to hold the lock. frame_id < 0 keeps
+ * the previous frame id (sticky). */
+SS_API void ss_write_begin(ss_segment *seg);
+SS_API void ss_write_end(ss_segment *seg, int64_t frame_id);
+SS_API void ss_write_abort(ss_segment *seg);
+SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n, int64_t frame_id);
+SS_API void ss_clear_locked(ss_segment *seg);
+
+/* Consistent snapshot copy of the payload into dst (n bytes). Retries a
+ * torn copy a bounded number of times, then takes the lock (unless the
+ * caller already holds it: pass holds_lock=1). */
+SS_API int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns,
+                   int holds_lock, ss_pubinfo *info);
+
+/* ---- waiting (src/core/wait.c) ----------------------------------------- */
+
+/* Wait until count > after. Spins for spin_ns, then sleeps on the futex.
+ * Returns SS_OK (and *count_out), SS_ETIMEDOUT or SS_ECANCELLED. The
+ * caller bounds timeout_ns (e.g. 100 ms) to check for signals. */
+SS_API int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns,
+                         int64_t spin_ns, uint64_t *count_out);
+SS_API void ss_wake_all(ss_segment *seg);
+SS_API void ss_cancel(ss_segment *seg);
+SS_API int64_t ss_default_spin_ns(void);
+
+/* ---- clocks ------------------------------------------------------------ */
+SS_API int64_t ss_monotonic_ns(void);
+SS_API uint64_t ss_realtime_ns(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SHMSTREAM_H */

@@ -1,0 +1,60 @@
+/* The robust cross-process lock: a process-shared, robust, error-checking
+ * pthread mutex in the segment. If its owner dies, the kernel's robust-futex
+ * list hands it to the next acquirer at once with EOWNERDEAD. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include "internal.h"
+
+static int32_t gettid_(void) { return (int32_t)syscall(SYS_gettid); }
+
+int ss_lock(ss_segment *seg, int64_t timeout_ns) {
+  pthread_mutex_t *m = &seg->hdr->lock.m.mutex;
+  int rc;
+  if (timeout_ns < 0) {
+    rc = pthread_mutex_lock(m);
+  } else if (timeout_ns == 0) {
+    rc = pthread_mutex_trylock(m);
+    if (rc == EBUSY) rc = ETIMEDOUT;
+  } else {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = ts.tv_nsec + timeout_ns % SS_NS_PER_S;
+    ts.tv_sec += (time_t)(timeout_ns / SS_NS_PER_S + ns / SS_NS_PER_S);
+    ts.tv_nsec = (long)(ns % SS_NS_PER_S);
+    rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+  }
+  int status = SS_OK;
+  switch (rc) {
+    case 0: break;
+    case ETIMEDOUT: return SS_ETIMEDOUT;
+    case EDEADLK: return SS_EDEADLK;
+    case EOWNERDEAD:
+      /* The previous owner died holding the lock. If it died mid-write the
+       * frame is half-copied: mark it abandoned before anyone reads it. */
+      ss_mark_abandoned(seg);
+      pthread_mutex_consistent(m);
+      status = SS_EOWNERDEAD;
+      break;
+    default: return rc;
+  }
+  ss_lock_line *l = &seg->hdr->lock;
+  atomic_store_explicit(&l->owner_pid, (int32_t)getpid(), memory_order_relaxed);
+  atomic_store_explicit(&l->owner_tid, gettid_(), memory_order_relaxed);
+  atomic_fetch_add_explicit(&l->acquisitions, 1, memory_order_relaxed);
+  return status;
+}
+
+int ss_unlock(ss_segment *seg) {
+  ss_lock_line *l = &seg->hdr->lock;
+  if (atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != gettid_() ||
+      atomic_load_explicit(&l->owner_pid, memory_order_relaxed) != (int32_t)getpid())
+    return SS_ENOTOWNER;
+  atomic_store_explicit(&l->owner_tid, 0, memory_order_relaxed);
+  atomic_store_explicit(&l->owner_pid, 0, memory_order_relaxed);
+  int rc = pthread_mutex_unlock(&l->m.mutex);
+  return rc == 0 ? SS_OK : (rc == EPERM ? SS_ENOTOWNER : rc);
+}

@@ -1,0 +1,276 @@
+/* Segments: create, open, validate, close, unlink. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* How long open() waits for a creator that has made the file but not yet
+ * stored the magic. Creation takes microseconds; this is generous. */
+#define SS_INIT_WAIT_NS (2 * SS_NS_PER_S)
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+uint64_t ss_identity_checksum(const ss_identity *id) {
+  /* magic is hashed as zero: the creator stores it last. */
+  uint64_t h = ss_fnv1a64((const uint8_t *)id + 8, offsetof(ss_identity, checksum) - 8,
+                          SS_FNV_OFFSET);
+  return h;
+}
+
+static uint64_t proc_start_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  /* comm may contain spaces and ')': fields resume after the last ')'. */
+  char *p = strrchr(buf, ')');
+  if (!p) return 0;
+  /* field 3 (state) follows; starttime is field 22. */
+  int field = 2;
+  for (p++; *p && field < 22; p++)
+    if (*p == ' ') field++;
+  return strtoull(p, NULL, 10);
+}
+
+int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
+  const ss_identity *id = &hdr->id;
+  uint64_t magic = atomic_load_explicit(&id->magic, memory_order_acquire);
+  if (magic == 0) return SS_EBUSY;
+  if (magic != SS_MAGIC) return SS_ECORRUPT;
+  if (id->layout_version != SS_LAYOUT_VERSION) return SS_EVERSION;
+  if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
+  if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
+    return SS_ECORRUPT;
+  if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 ||
+      id->name_len == 0 || id->name_len > SS_MAX_NAME_BYTES ||
+      id->name[id->name_len] != '\0' || id->dtype_len > SS_MAX_DTYPE_BYTES ||
+      id->dtype[id->dtype_len] != '\0')
+    return SS_ECORRUPT;
+  if (id->slot_stride < id->payload_bytes) return SS_ECORRUPT;
+  if (id->slot_count > (UINT64_MAX - SS_HEADER_BYTES) / (id->slot_stride ? id->slot_stride : 1))
+    return SS_ECORRUPT;
+  uint64_t need = SS_HEADER_BYTES + id->slot_stride * id->slot_count;
+  if (file_bytes < need) return SS_ECORRUPT;
+  if (id->kind == SS_KIND_STREAM || id->kind == SS_KIND_ARRAY) {
+    /* product(shape) * itemsize must equal payload_bytes, without overflow */
+    uint64_t n = id->itemsize;
+    for (uint32_t i = 0; i < id->ndim; i++) {
+      if (id->shape[i] && n > UINT64_MAX / id->shape[i]) return SS_ECORRUPT;
+      n *= id->shape[i];
+    }
+    if (n != id->payload_bytes) return SS_ECORRUPT;
+  }
+  return SS_OK;
+}
+
+static void init_mutex(pthread_mutex_t *m) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
+static void fill_random(uint8_t *out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = getrandom(out + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      /* no entropy syscall: time and pid still make a fresh generation */
+      uint64_t t = ss_realtime_ns() ^ ((uint64_t)getpid() << 32);
+      for (; got < n; got++) out[got] = (uint8_t)(t >> (8 * (got % 8)));
+      return;
+    }
+    got += (size_t)r;
+  }
+}
+
+int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
+  memset(seg, 0, sizeof *seg);
+  size_t name_len = strlen(a->name);
+  int rc = ss_segment_name(a->name, name_len, seg->segname);
+  if (rc) return rc;
+  size_t dtype_len = strlen(a->dtype);
+  if (dtype_len > SS_MAX_DTYPE_BYTES || a->ndim > SS_MAX_NDIM) return EINVAL;
+  uint64_t payload = a->payload_bytes;
+  if (payload == 0 && a->kind != SS_KIND_CHANNEL) {
+    payload = a->itemsize;
+    for (uint32_t i = 0; i < a->ndim; i++) payload *= a->shape[i];
+  }
+  size_t stride = round_up(payload, SS_PAYLOAD_ALIGN);
+  size_t total = SS_HEADER_BYTES + stride;
+
+  int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
+                    a->mode ? a->mode : 0600);
+  if (fd < 0) return errno;
+  /* shm_open applies the umask; the caller's mode is what they asked for. */
+  fchmod(fd, a->mode ? a->mode : 0600);
+  /* Reserve every page now: a full /dev/shm is ENOSPC here, not a SIGBUS
+   * on some later write. */
+  if (ftruncate(fd, (off_t)total) != 0 || (rc = posix_fallocate(fd, 0, (off_t)total)) != 0) {
+    int err = rc ? rc : errno;
+    close(fd);
+    shm_unlink(seg->segname);
+    return err;
+  }
+  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  int err = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(seg->segname);
+    return err;
+  }
+  ss_header *h = (ss_header *)base;
+  ss_identity *id = &h->id;
+  id->layout_version = SS_LAYOUT_VERSION;
+  id->kind = a->kind;
+  id->header_bytes = SS_HEADER_BYTES;
+  id->flags = a->flags;
+  id->payload_offset = SS_HEADER_BYTES;
+  id->payload_bytes = payload;
+  id->slot_stride = stride;
+  id->slot_count = 1;
+  id->ndim = a->ndim;
+  for (uint32_t i = 0; i < a->ndim; i++) id->shape[i] = a->shape[i];
+  id->itemsize = a->itemsize;
+  id->creator_pid = (int32_t)getpid();
+  id->mode = a->mode ? a->mode : 0600;
+  id->creator_start_ticks = proc_start_ticks(getpid());
+  fill_random(id->instance_id, sizeof id->instance_id);
+  id->created_ns = ss_realtime_ns();
+  id->name_len = (uint32_t)name_len;
+  memcpy(id->name, a->name, name_len);
+  id->dtype_len = (uint32_t)dtype_len;
+  memcpy(id->dtype, a->dtype, dtype_len);
+  init_mutex(&h->lock.m.mutex);
+  id->checksum = ss_identity_checksum(id);
+  /* SYNC POINT: the magic is stored last with release order, so an opener
+   * that acquire-loads a valid magic sees the whole initialised header. */
+  atomic_store_explicit(&id->magic, SS_MAGIC, memory_order_release);
+
+  seg->hdr = h;
+  seg->base = (uint8_t *)base;
+  seg->map_bytes = total;
+  return SS_OK;
+}
+
+static int map_validated(ss_segment *seg, int fd, int writable, size_t limit) {
+  int64_t deadline = ss_monotonic_ns() + SS_INIT_WAIT_NS;
+  for (;;) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return errno;
+    size_t size = (size_t)st.st_size;
+    if (size >= SS_HEADER_BYTES) {
+      size_t len = limit && limit < size ? limit : size;
+      int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+      void *base = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) return errno;
+      int rc = ss_header_validate((ss_header *)base, size);
+      if (rc == SS_OK) {
+        seg->base = (uint8_t *)base;
+        seg->hdr = (ss_header *)base;
+        seg->map_bytes = len;
+        return SS_OK;
+      }
+      munmap(base, len);
+      if (rc != SS_EBUSY) return rc;
+    }
+    /* The creator has the name but has not published the header yet. */
+    if (ss_monotonic_ns() > deadline) return size < SS_HEADER_BYTES ? SS_ECORRUPT : SS_EBUSY;
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
+                    int readonly) {
+  memset(seg, 0, sizeof *seg);
+  int rc = ss_segment_name(name, len, seg->segname);
+  if (rc) return rc;
+  int writable = 1;
+  int fd = shm_open(seg->segname, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0 && errno == EACCES && readonly) {
+    /* Someone else's segment shared read-only with us: read without the
+     * lock fallback (seg->readonly == 2). */
+    writable = 0;
+    fd = shm_open(seg->segname, O_RDONLY | O_CLOEXEC, 0);
+  }
+  if (fd < 0) return errno;
+  rc = map_validated(seg, fd, writable, 0);
+  close(fd);
+  if (rc) return rc;
+  const ss_identity *id = &seg->hdr->id;
+  if (id->name_len != len || memcmp(id->name, name, len) != 0) {
+    /* Two names hashed alike: refuse rather than hand over another stream. */
+    ss_segment_close(seg);
+    return SS_ECORRUPT;
+  }
+  if (expected_kind && id->kind != expected_kind) {
+    ss_segment_close(seg);
+    return SS_EKIND;
+  }
+  seg->readonly = writable ? (readonly ? 1 : 0) : 2;
+  return SS_OK;
+}
+
+int ss_segment_peek(ss_segment *seg, const char *segname) {
+  memset(seg, 0, sizeof *seg);
+  if (strlen(segname) >= SS_SEGMENT_NAME_MAX) return SS_ENAME;
+  strcpy(seg->segname, segname);
+  int fd = shm_open(segname, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES);
+  close(fd);
+  seg->readonly = 2;
+  return rc;
+}
+
+void ss_segment_close(ss_segment *seg) {
+  if (seg->base) munmap(seg->base, seg->map_bytes);
+  seg->base = NULL;
+  seg->hdr = NULL;
+  seg->map_bytes = 0;
+}
+
+int ss_segment_unlink_segname(const char *segname) {
+  return shm_unlink(segname) == 0 ? SS_OK : errno;
+}
+
+int ss_segment_unlink(const char *name, size_t len) {
+  char segname[SS_SEGMENT_NAME_MAX];
+  int rc = ss_segment_name(name, len, segname);
+  if (rc) return rc;
+  return ss_segment_unlink_segname(segname);
+}
+
+uint8_t *ss_slot(const ss_segment *seg, uint32_t slot) {
+  return seg->base + seg->hdr->id.payload_offset + (size_t)slot * seg->hdr->id.slot_stride;
+}
+
+int64_t ss_monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * SS_NS_PER_S + ts.tv_nsec;
+}
+
+uint64_t ss_realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * SS_NS_PER_S + (uint64_t)ts.tv_nsec;
+}

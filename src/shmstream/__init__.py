@@ -1,0 +1,5 @@
+"""shmstream: NumPy arrays between processes through named shared memory."""
+from . import _native
+from .errors import CorruptStreamError, InconsistentStreamError, StaleStreamError
+
+_native.set_error_types(InconsistentStreamError, CorruptStreamError)

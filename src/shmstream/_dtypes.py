@@ -1,0 +1,62 @@
+"""dtype <-> the text stored in a segment header.
+
+Simple dtypes are stored as ``dtype.str`` (``'<f4'``); structured ones as the
+``repr`` of NumPy's array-protocol description, which round-trips nested
+records, sub-arrays, titles and datetime fields exactly.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import numpy as np
+
+from . import _native
+
+
+def normalize(dtype: Any) -> np.dtype:
+    """The np.dtype for ``dtype``, refusing what cannot live in shared memory."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"dtype {dtype!r} is not understood by NumPy: {exc}") from None
+    if dt.hasobject:
+        raise TypeError(
+            f"dtype {dt} holds Python object references, which are pointers into one "
+            "process's heap and mean nothing in another process; store fixed-size data "
+            "instead (e.g. fixed-width strings 'U16'/'S16', or numeric codes)"
+        )
+    if dt.itemsize == 0 and dt.names is None and dt.kind in "USV":
+        raise TypeError(
+            f"dtype {dt} has no size; give strings a width, e.g. 'U16' or 'S16'"
+        )
+    return dt
+
+
+def encode(dt: np.dtype) -> str:
+    """Header text for a normalized dtype."""
+    if dt.names is None and dt.subdtype is None and not dt.metadata:
+        text = dt.str
+    else:
+        text = repr(np.lib.format.dtype_to_descr(dt))
+    if len(text.encode()) > _native.MAX_DTYPE_BYTES:
+        raise ValueError(
+            f"dtype {dt} is too complex to describe in a stream header "
+            f"(more than {_native.MAX_DTYPE_BYTES} bytes of description)"
+        )
+    return text
+
+
+def decode(text: str) -> np.dtype:
+    """np.dtype from header text written by ``encode``."""
+    if text.startswith("[") or text.startswith("("):
+        return np.lib.format.descr_to_dtype(ast.literal_eval(text))
+    return np.dtype(text)
+
+
+def plain_name(dt: np.dtype) -> str:
+    """pyshmem-style dtype string for humans and configs: 'float32', or the
+    description text for structured dtypes."""
+    if dt.names is None and dt.subdtype is None:
+        return dt.name if dt.kind not in "USMm" else dt.str
+    return encode(dt)

@@ -1,0 +1,474 @@
+// Thin binding over the C core: converts arguments, releases the GIL around
+// blocking and bulk-copy calls, and turns status codes into exceptions.
+// No protocol logic lives here; it is all in src/core/.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "shmstream.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// Exception types defined in shmstream.errors, handed over at import.
+PyObject *g_inconsistent = PyExc_RuntimeError;
+PyObject *g_corrupt = PyExc_ValueError;
+
+// Copies at least this large release the GIL; smaller ones finish faster
+// than the release/re-acquire round trip would.
+constexpr size_t kGilFreeCopyBytes = 32 * 1024;
+// Blocking calls come back to Python this often to honour Ctrl-C.
+constexpr int64_t kSignalCheckNs = 100'000'000;
+
+[[noreturn]] void raise(PyObject *type, const std::string &msg) {
+  PyErr_SetString(type, msg.c_str());
+  throw nb::python_error();
+}
+
+[[noreturn]] void raise_os(int err, const std::string &what) {
+  // OSError(errno, ...) picks the subclass: FileExistsError, ... .
+  PyObject *args = Py_BuildValue("(is)", err, (what + ": " + std::strerror(err)).c_str());
+  PyErr_SetObject(PyExc_OSError, args);
+  Py_XDECREF(args);
+  throw nb::python_error();
+}
+
+int64_t to_ns(std::optional<double> timeout) {
+  if (!timeout) return -1;
+  if (std::isnan(*timeout) || *timeout < 0) raise(PyExc_ValueError, "timeout must be >= 0 or None");
+  double ns = *timeout * 1e9;
+  return ns > 9.2e18 ? INT64_MAX : (int64_t)ns;
+}
+
+struct Buffer {
+  Py_buffer view{};
+  Buffer(nb::handle obj, bool writable) {
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) throw nb::python_error();
+  }
+  ~Buffer() { PyBuffer_Release(&view); }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+};
+
+class Segment {
+ public:
+  ss_segment seg{};
+
+  ~Segment() { ss_segment_close(&seg); }
+
+  std::string name() const { return std::string(hdr()->id.name, hdr()->id.name_len); }
+  const ss_header *hdr() const { return seg.hdr; }
+  ss_header *hdr() { return seg.hdr; }
+  size_t payload_bytes() const { return (size_t)hdr()->id.payload_bytes; }
+
+  [[noreturn]] void raise_status(int rc, const char *op) {
+    std::string n = "'" + name() + "'";
+    switch (rc) {
+      case SS_ETIMEDOUT:
+        raise(PyExc_TimeoutError, std::string(op) + " on " + n + " timed out");
+      case SS_ECANCELLED:
+        raise(PyExc_RuntimeError, "stream " + n +
+              " was closed while a read was waiting; open it again with shmstream.open(" + n + ")");
+      case SS_EINCONSISTENT:
+        if (hdr()->pub.state.load(std::memory_order_relaxed) == SS_STATE_ABANDONED)
+          raise(g_inconsistent, "the writer of " + n +
+                " exited (process died) in the middle of a write, so no consistent payload is "
+                "published; the next successful write recovers the stream");
+        raise(g_inconsistent, "the last write to " + n +
+              " was aborted (an exception inside write_view), so no consistent payload is "
+              "published; the next successful write recovers the stream");
+      case SS_EDEADLK:
+        raise(PyExc_RuntimeError, "this thread already holds the lock of " + n +
+              " through another handle; release it there first");
+      case SS_ENOTOWNER:
+        raise(PyExc_RuntimeError, "release of " + n + " by a thread that does not hold its lock");
+      default:
+        if (rc > 0) raise_os(rc, std::string(op) + " " + n);
+        raise(PyExc_RuntimeError, std::string(op) + " " + n + " failed (status " + std::to_string(rc) + ")");
+    }
+  }
+
+  // Runs fn(chunk_ns) with the GIL released, in chunks of at most 100 ms,
+  // checking for signals between chunks, until it returns something other
+  // than SS_ETIMEDOUT or the whole timeout has passed.
+  template <class F>
+  int chunked(int64_t timeout_ns, F &&fn) {
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
+    for (;;) {
+      int64_t left = deadline == INT64_MAX ? kSignalCheckNs : deadline - ss_monotonic_ns();
+      if (left < 0) left = 0;
+      int64_t chunk = left < kSignalCheckNs ? left : kSignalCheckNs;
+      int rc;
+      {
+        nb::gil_scoped_release nogil;
+        rc = fn(chunk);
+      }
+      if (rc != SS_ETIMEDOUT) return rc;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+      if (deadline != INT64_MAX && ss_monotonic_ns() >= deadline) return SS_ETIMEDOUT;
+    }
+  }
+
+  // Returns true if the lock was taken over from a dead owner.
+  bool lock(int64_t timeout_ns) {
+    int rc = ss_lock(&seg, 0);
+    if (rc == SS_ETIMEDOUT && timeout_ns != 0)
+      rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_lock(&seg, chunk); });
+    if (rc == SS_OK) return false;
+    if (rc == SS_EOWNERDEAD) return true;
+    if (rc == SS_ETIMEDOUT)
+      raise(PyExc_TimeoutError, "timed out waiting for the lock of '" + name() +
+            "' (held by pid " + std::to_string(hdr()->lock.owner_pid.load()) + ")");
+    raise_status(rc, "lock");
+  }
+
+  void unlock() {
+    int rc = ss_unlock(&seg);
+    if (rc) raise_status(rc, "unlock");
+  }
+
+  void check_len(const Buffer &b, const char *what) {
+    if ((size_t)b.view.len != payload_bytes())
+      raise(PyExc_ValueError, std::string(what) + " buffer of " + std::to_string(b.view.len) +
+            " bytes does not match the payload of '" + name() + "' (" +
+            std::to_string(payload_bytes()) + " bytes)");
+  }
+
+  uint64_t write(nb::handle src, int64_t frame_id, bool locked, int64_t timeout_ns) {
+    Buffer b(src, false);
+    check_len(b, "source");
+    if (!locked) lock(timeout_ns);
+    if (payload_bytes() >= kGilFreeCopyBytes) {
+      nb::gil_scoped_release nogil;
+      ss_write_locked(&seg, b.view.buf, payload_bytes(), frame_id);
+    } else {
+      ss_write_locked(&seg, b.view.buf, payload_bytes(), frame_id);
+    }
+    uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
+    if (!locked) unlock();
+    return c;
+  }
+
+  uint64_t clear(bool locked, int64_t timeout_ns) {
+    if (!locked) lock(timeout_ns);
+    {
+      nb::gil_scoped_release nogil;
+      ss_clear_locked(&seg);
+    }
+    uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
+    if (!locked) unlock();
+    return c;
+  }
+
+  std::tuple<uint64_t, uint64_t, uint64_t> read(nb::handle dst, int64_t timeout_ns, bool holds_lock) {
+    Buffer b(dst, true);
+    check_len(b, "destination");
+    ss_pubinfo info{};
+    int rc;
+    if (holds_lock || payload_bytes() < kGilFreeCopyBytes) {
+      // Fast path with the GIL held: a small copy, retried a few times.
+      rc = ss_read(&seg, b.view.buf, payload_bytes(), 0, holds_lock, &info);
+      if (rc == SS_ETIMEDOUT && timeout_ns != 0)
+        rc = chunked(timeout_ns, [&](int64_t chunk) {
+          return ss_read(&seg, b.view.buf, payload_bytes(), chunk, 0, &info);
+        });
+    } else {
+      rc = chunked(timeout_ns, [&](int64_t chunk) {
+        return ss_read(&seg, b.view.buf, payload_bytes(), chunk, 0, &info);
+      });
+    }
+    if (rc == SS_ETIMEDOUT)
+      raise(PyExc_TimeoutError, "no stable write of '" + name() +
+            "' could be read in time: a writer holds the lock (write in progress)");
+    if (rc) raise_status(rc, "read");
+    return {info.count, info.frame_id, info.write_time_ns};
+  }
+
+  uint64_t wait_count(uint64_t after, int64_t timeout_ns, int64_t spin_ns) {
+    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+    uint64_t c = 0;
+    bool first = true;
+    int rc = chunked(timeout_ns, [&](int64_t chunk) {
+      // Spin only on the first chunk; later chunks go straight to the futex.
+      int r = ss_wait_count(&seg, after, chunk, first ? spin_ns : 0, &c);
+      first = false;
+      return r;
+    });
+    if (rc == SS_ETIMEDOUT)
+      raise(PyExc_TimeoutError, "no new write to '" + name() + "' arrived in time");
+    if (rc) raise_status(rc, "wait");
+    return c;
+  }
+
+  // Waits for count > after, then reads; repeats if the snapshot it got is
+  // not newer (a writer can race between the wait and the copy).
+  std::tuple<uint64_t, uint64_t, uint64_t> read_new(nb::handle dst, uint64_t after,
+                                                    int64_t timeout_ns, int64_t spin_ns) {
+    Buffer b(dst, true);
+    check_len(b, "destination");
+    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
+    ss_pubinfo info{};
+    bool first = true;
+    int rc = chunked(timeout_ns, [&](int64_t chunk) {
+      uint64_t c;
+      int r = ss_wait_count(&seg, after, chunk, first ? spin_ns : 0, &c);
+      first = false;
+      if (r) return r;
+      int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
+      r = ss_read(&seg, b.view.buf, payload_bytes(), left < 0 && deadline != INT64_MAX ? 0 : left, 0, &info);
+      if (r == SS_OK && info.count <= after) return (int)SS_ETIMEDOUT;  // wait again
+      return r;
+    });
+    if (rc == SS_ETIMEDOUT)
+      raise(PyExc_TimeoutError, "no new write to '" + name() + "' arrived in time");
+    if (rc) raise_status(rc, "read_new");
+    return {info.count, info.frame_id, info.write_time_ns};
+  }
+};
+
+Segment *make_segment() { return new Segment(); }
+
+void check_open_rc(Segment *s, int rc, const std::string &name) {
+  if (rc == SS_OK) return;
+  delete s;
+  std::string n = "'" + name + "'";
+  switch (rc) {
+    case SS_ENAME:
+      raise(PyExc_ValueError, "invalid stream name " + n + ": it must be 1 to " +
+            std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
+    case SS_ECORRUPT:
+      raise(g_corrupt, "segment of " + n + " is corrupt or not a shmstream segment "
+            "(bad magic, checksum or size); remove it with shmstream.unlink(" + n + ")");
+    case SS_EVERSION:
+      raise(g_corrupt, "segment of " + n + " has an unknown layout version; it was made by "
+            "another shmstream version; upgrade, or remove it with shmstream.unlink(" + n + ")");
+    case SS_EBUSY:
+      raise(g_corrupt, "segment of " + n + " was never finished by its creator; remove it "
+            "with shmstream.unlink(" + n + ")");
+    case SS_EKIND:
+      raise(PyExc_ValueError, n + " is a shared-memory object of another kind (not a stream)");
+    default:
+      if (rc > 0) raise_os(rc, n);
+      raise(PyExc_RuntimeError, "cannot open " + n + " (status " + std::to_string(rc) + ")");
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "shmstream C core binding (internal; use the shmstream package)";
+  m.attr("LAYOUT_VERSION") = SS_LAYOUT_VERSION;
+  m.attr("HEADER_BYTES") = SS_HEADER_BYTES;
+  m.attr("MAX_NAME_BYTES") = SS_MAX_NAME_BYTES;
+  m.attr("MAX_DTYPE_BYTES") = SS_MAX_DTYPE_BYTES;
+  m.attr("MAX_NDIM") = SS_MAX_NDIM;
+  m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
+  m.attr("KIND_STREAM") = (int)SS_KIND_STREAM;
+  m.attr("KIND_CHANNEL") = (int)SS_KIND_CHANNEL;
+  m.attr("KIND_ARRAY") = (int)SS_KIND_ARRAY;
+  m.attr("FLAG_NOTIFY") = (int)SS_FLAG_NOTIFY;
+  m.attr("FLAG_GPU") = (int)SS_FLAG_GPU;
+  m.attr("FLAG_CPU_MIRROR") = (int)SS_FLAG_CPU_MIRROR;
+  m.attr("STATE_VALID") = (int)SS_STATE_VALID;
+  m.attr("STATE_ABORTED") = (int)SS_STATE_ABORTED;
+  m.attr("STATE_ABANDONED") = (int)SS_STATE_ABANDONED;
+
+  m.def("set_error_types", [](nb::handle inconsistent, nb::handle corrupt) {
+    Py_INCREF(inconsistent.ptr());
+    Py_INCREF(corrupt.ptr());
+    g_inconsistent = inconsistent.ptr();
+    g_corrupt = corrupt.ptr();
+  }, "inconsistent"_a, "corrupt"_a);
+
+  m.def("segment_name", [](const std::string &name) {
+    char out[SS_SEGMENT_NAME_MAX];
+    if (ss_segment_name(name.data(), name.size(), out) != SS_OK)
+      raise(PyExc_ValueError, "invalid stream name '" + name + "': it must be 1 to " +
+            std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
+    return std::string(out);
+  }, "name"_a);
+
+  // True if something was removed, False if the name did not exist.
+  m.def("unlink_segname", [](const std::string &segname) {
+    int rc = ss_segment_unlink_segname(segname.c_str());
+    if (rc == ENOENT) return false;
+    if (rc) raise_os(rc, "unlink " + segname);
+    return true;
+  }, "segname"_a);
+
+  m.def("default_spin_ns", &ss_default_spin_ns);
+  m.def("monotonic_ns", &ss_monotonic_ns);
+
+  // Offsets of every documented header field, for the ABI test.
+  m.def("layout", []() {
+    nb::dict d;
+#define F(path, field) d[#field] = nb::make_tuple(offsetof(ss_header, path), sizeof(((ss_header *)0)->path))
+    F(id.magic, magic); F(id.layout_version, layout_version); F(id.kind, kind);
+    F(id.header_bytes, header_bytes); F(id.flags, flags); F(id.payload_offset, payload_offset);
+    F(id.payload_bytes, payload_bytes); F(id.slot_stride, slot_stride); F(id.slot_count, slot_count);
+    F(id.ndim, ndim); F(id.shape, shape); F(id.itemsize, itemsize); F(id.creator_pid, creator_pid);
+    F(id.mode, mode); F(id.creator_start_ticks, creator_start_ticks); F(id.instance_id, instance_id);
+    F(id.created_ns, created_ns); F(id.name_len, name_len); F(id.dtype_len, dtype_len);
+    F(id.name, name); F(id.dtype, dtype); F(id.gpu, gpu); F(id.reserved, identity_reserved);
+    F(id.checksum, checksum);
+    F(lock.m, mutex); F(lock.owner_pid, owner_pid); F(lock.owner_tid, owner_tid);
+    F(lock.acquisitions, acquisitions);
+    F(pub.seq, seq); F(pub.count, count); F(pub.frame_id, frame_id);
+    F(pub.write_time_ns, write_time_ns); F(pub.state, state); F(pub.writer_pid, writer_pid);
+    F(pub.aborted, aborted);
+    F(notify.wake_seq, wake_seq); F(notify.waiters, waiters);
+#undef F
+    return d;
+  });
+
+  nb::class_<Segment>(m, "Segment")
+      .def_static("create", [](const std::string &name, int kind, std::vector<uint64_t> shape,
+                               uint64_t itemsize, const std::string &dtype, int flags, int mode,
+                               uint64_t payload_bytes) {
+        if (shape.size() > SS_MAX_NDIM)
+          raise(PyExc_ValueError, "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
+        if (dtype.size() > SS_MAX_DTYPE_BYTES)
+          raise(PyExc_ValueError, "dtype description is longer than " + std::to_string(SS_MAX_DTYPE_BYTES) + " bytes");
+        if (name.find('\0') != std::string::npos || name.empty() || name.size() > SS_MAX_NAME_BYTES)
+          raise(PyExc_ValueError, "invalid stream name '" + name + "': it must be 1 to " +
+                std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
+        Segment *s = make_segment();
+        ss_create_args a{};
+        a.name = name.c_str();
+        a.kind = (uint32_t)kind;
+        a.flags = (uint32_t)flags;
+        a.ndim = (uint32_t)shape.size();
+        a.shape = shape.data();
+        a.itemsize = itemsize;
+        a.dtype = dtype.c_str();
+        a.payload_bytes = payload_bytes;
+        a.mode = (uint32_t)mode;
+        int rc;
+        {
+          nb::gil_scoped_release nogil;
+          rc = ss_segment_create(&s->seg, &a);
+        }
+        check_open_rc(s, rc, name);
+        return s;
+      }, "name"_a, "kind"_a, "shape"_a, "itemsize"_a, "dtype"_a, "flags"_a = 0, "mode"_a = 0600,
+         "payload_bytes"_a = 0, nb::rv_policy::take_ownership)
+      .def_static("open", [](const std::string &name, int kind, bool readonly) {
+        Segment *s = make_segment();
+        int rc;
+        {
+          nb::gil_scoped_release nogil;
+          rc = ss_segment_open(&s->seg, name.data(), name.size(), (uint32_t)kind, readonly);
+        }
+        check_open_rc(s, rc, name);
+        return s;
+      }, "name"_a, "kind"_a = 0, "readonly"_a = false, nb::rv_policy::take_ownership)
+      .def_static("peek", [](const std::string &segname) {
+        Segment *s = make_segment();
+        int rc = ss_segment_peek(&s->seg, segname.c_str());
+        check_open_rc(s, rc, segname);
+        return s;
+      }, "segname"_a, nb::rv_policy::take_ownership,
+         "Map only the header of a segment, by segment name (for list and stat).")
+      .def_prop_ro("name", &Segment::name)
+      .def_prop_ro("segname", [](Segment &s) { return std::string(s.seg.segname); })
+      .def_prop_ro("kind", [](Segment &s) { return s.hdr()->id.kind; })
+      .def_prop_ro("flags", [](Segment &s) { return s.hdr()->id.flags; })
+      .def_prop_ro("shape", [](Segment &s) {
+        nb::list l;
+        for (uint32_t i = 0; i < s.hdr()->id.ndim; i++) l.append(s.hdr()->id.shape[i]);
+        return nb::tuple(l);
+      })
+      .def_prop_ro("itemsize", [](Segment &s) { return s.hdr()->id.itemsize; })
+      .def_prop_ro("dtype", [](Segment &s) { return std::string(s.hdr()->id.dtype, s.hdr()->id.dtype_len); })
+      .def_prop_ro("payload_bytes", [](Segment &s) { return s.hdr()->id.payload_bytes; })
+      .def_prop_ro("creator_pid", [](Segment &s) { return s.hdr()->id.creator_pid; })
+      .def_prop_ro("creator_start_ticks", [](Segment &s) { return s.hdr()->id.creator_start_ticks; })
+      .def_prop_ro("created_ns", [](Segment &s) { return s.hdr()->id.created_ns; })
+      .def_prop_ro("mode", [](Segment &s) { return s.hdr()->id.mode; })
+      .def_prop_ro("instance_id", [](Segment &s) {
+        static const char hex[] = "0123456789abcdef";
+        std::string out;
+        for (uint8_t b : s.hdr()->id.instance_id) { out += hex[b >> 4]; out += hex[b & 15]; }
+        return out;
+      })
+      .def_prop_ro("gpu_area", [](Segment &s) {
+        return nb::bytes((const char *)s.hdr()->id.gpu, sizeof s.hdr()->id.gpu);
+      })
+      .def_prop_ro("readonly", [](Segment &s) { return s.seg.readonly; })
+      .def_prop_ro("count", [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
+      .def_prop_ro("seq", [](Segment &s) { return s.hdr()->pub.seq.load(std::memory_order_acquire); })
+      .def_prop_ro("frame_id", [](Segment &s) { return s.hdr()->pub.frame_id.load(std::memory_order_relaxed); })
+      .def_prop_ro("write_time_ns", [](Segment &s) { return s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed); })
+      .def_prop_ro("state", [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })
+      .def_prop_ro("writer_pid", [](Segment &s) { return s.hdr()->pub.writer_pid.load(std::memory_order_relaxed); })
+      .def_prop_ro("aborted", [](Segment &s) { return s.hdr()->pub.aborted.load(std::memory_order_relaxed); })
+      .def_prop_ro("owner_pid", [](Segment &s) { return s.hdr()->lock.owner_pid.load(std::memory_order_relaxed); })
+      .def_prop_ro("owner_tid", [](Segment &s) { return s.hdr()->lock.owner_tid.load(std::memory_order_relaxed); })
+      .def_prop_ro("acquisitions", [](Segment &s) { return s.hdr()->lock.acquisitions.load(std::memory_order_relaxed); })
+      .def_prop_ro("waiters", [](Segment &s) { return s.hdr()->notify.waiters.load(std::memory_order_relaxed); })
+      .def("publication", [](Segment &s) {
+        // Metadata of the published frame, consistent with each other.
+        for (;;) {
+          uint64_t s1 = s.hdr()->pub.seq.load(std::memory_order_acquire);
+          uint64_t c = s.hdr()->pub.count.load(std::memory_order_relaxed);
+          uint64_t f = s.hdr()->pub.frame_id.load(std::memory_order_relaxed);
+          uint64_t t = s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed);
+          std::atomic_thread_fence(std::memory_order_acquire);
+          if (!(s1 & 1) && s.hdr()->pub.seq.load(std::memory_order_relaxed) == s1)
+            return std::make_tuple(c, f, t);
+          if (s1 & 1) return std::make_tuple(c, f, t);  // mid-write: last published values
+        }
+      })
+      .def("lock", [](Segment &s, std::optional<double> timeout) { return s.lock(to_ns(timeout)); },
+           "timeout"_a = nb::none(),
+           "Take the cross-process lock. Returns True if it was taken over from a dead owner.")
+      .def("unlock", &Segment::unlock)
+      .def("write", [](Segment &s, nb::handle src, int64_t frame_id, bool locked, std::optional<double> timeout) {
+        return s.write(src, frame_id, locked, to_ns(timeout));
+      }, "src"_a, "frame_id"_a = -1, "locked"_a = false, "timeout"_a = nb::none())
+      .def("write_begin", [](Segment &s) { ss_write_begin(&s.seg); })
+      .def("write_end", [](Segment &s, int64_t frame_id) {
+        ss_write_end(&s.seg, frame_id);
+        return s.hdr()->pub.count.load(std::memory_order_relaxed);
+      }, "frame_id"_a = -1)
+      .def("write_abort", [](Segment &s) { ss_write_abort(&s.seg); })
+      .def("clear", [](Segment &s, bool locked, std::optional<double> timeout) {
+        return s.clear(locked, to_ns(timeout));
+      }, "locked"_a = false, "timeout"_a = nb::none())
+      .def("read", [](Segment &s, nb::handle dst, std::optional<double> timeout, bool holds_lock) {
+        return s.read(dst, to_ns(timeout), holds_lock);
+      }, "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false)
+      .def("read_new", [](Segment &s, nb::handle dst, uint64_t after, std::optional<double> timeout,
+                          int64_t spin_ns) {
+        return s.read_new(dst, after, to_ns(timeout), spin_ns);
+      }, "dst"_a, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
+      .def("wait_count", [](Segment &s, uint64_t after, std::optional<double> timeout, int64_t spin_ns) {
+        return s.wait_count(after, to_ns(timeout), spin_ns);
+      }, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
+      .def("payload", [](Segment &s) {
+        // A writable byte view of the slot; it keeps this Segment (and so
+        // the mapping) alive for as long as the view exists.
+        nb::handle owner = nb::find(&s);
+        size_t shape[1] = {s.payload_bytes()};
+        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, 0), 1, shape, owner);
+      }, nb::rv_policy::reference_internal)
+      .def("cancel", [](Segment &s) { ss_cancel(&s.seg); },
+           "Make this handle's waiters give up (RuntimeError) and wake them.")
+      .def("wake", [](Segment &s) { ss_wake_all(&s.seg); });
+}
