@@ -138,6 +138,55 @@ typedef struct ss_header {
   uint8_t reserved[SS_HEADER_BYTES - 2240]; /* 2240: kind-specific use */
 } ss_header;
 
+
+/* ---- the documented offsets (docs/ABI.md), pinned --------------------- */
+#ifdef __cplusplus
+#define SS_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define SS_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+#define SS_PIN(field, off) SS_STATIC_ASSERT(offsetof(ss_header, field) == (off), "ABI offset of " #field)
+SS_PIN(id.magic, 0);
+SS_PIN(id.layout_version, 8);
+SS_PIN(id.kind, 12);
+SS_PIN(id.header_bytes, 16);
+SS_PIN(id.flags, 20);
+SS_PIN(id.payload_offset, 24);
+SS_PIN(id.payload_bytes, 32);
+SS_PIN(id.slot_stride, 40);
+SS_PIN(id.slot_count, 48);
+SS_PIN(id.ndim, 52);
+SS_PIN(id.shape, 56);
+SS_PIN(id.itemsize, 120);
+SS_PIN(id.creator_pid, 128);
+SS_PIN(id.mode, 132);
+SS_PIN(id.creator_start_ticks, 136);
+SS_PIN(id.instance_id, 144);
+SS_PIN(id.created_ns, 160);
+SS_PIN(id.name_len, 168);
+SS_PIN(id.dtype_len, 172);
+SS_PIN(id.name, 176);
+SS_PIN(id.dtype, 432);
+SS_PIN(id.gpu, 1456);
+SS_PIN(id.reserved, 1968);
+SS_PIN(id.checksum, 2040);
+SS_PIN(lock.m, 2048);
+SS_PIN(lock.owner_pid, 2096);
+SS_PIN(lock.owner_tid, 2100);
+SS_PIN(lock.acquisitions, 2104);
+SS_PIN(pub.seq, 2112);
+SS_PIN(pub.count, 2120);
+SS_PIN(pub.frame_id, 2128);
+SS_PIN(pub.write_time_ns, 2136);
+SS_PIN(pub.state, 2144);
+SS_PIN(pub.writer_pid, 2148);
+SS_PIN(pub.aborted, 2152);
+SS_PIN(notify.wake_seq, 2176);
+SS_PIN(notify.waiters, 2180);
+SS_STATIC_ASSERT(sizeof(ss_header) == SS_HEADER_BYTES, "header is 4096 bytes");
+SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes");
+#undef SS_PIN
+
 /* ---- handles ----------------------------------------------------------- */
 
 /* A mapped segment. Local to one process; never placed in shared memory. */
