@@ -253,12 +253,13 @@ SS_API int ss_unlock(ss_segment *seg);
 
 /* ---- streams (src/core/stream.c) --------------------------------------- */
 
-/* All write calls require the caller to hold the lock. frame_id < 0 keeps
- * the previous frame id (sticky). */
+/* All write calls require the caller to hold the lock. frame_id points at
+ * the frame id to publish (any uint64); NULL keeps the previous one (sticky). */
 SS_API void ss_write_begin(ss_segment *seg);
-SS_API void ss_write_end(ss_segment *seg, int64_t frame_id);
+SS_API void ss_write_end(ss_segment *seg, const uint64_t *frame_id);
 SS_API void ss_write_abort(ss_segment *seg);
-SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n, int64_t frame_id);
+SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n,
+                            const uint64_t *frame_id);
 SS_API void ss_clear_locked(ss_segment *seg);
 
 /* Consistent snapshot copy of the payload into dst (n bytes). Retries a

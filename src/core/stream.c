@@ -36,11 +36,11 @@ static void publish_and_wake(ss_segment *seg, uint64_t s) {
   if (atomic_load_explicit(&nl->waiters, memory_order_relaxed) > 0) ss_wake_all(seg);
 }
 
-void ss_write_end(ss_segment *seg, int64_t frame_id) {
+void ss_write_end(ss_segment *seg, const uint64_t *frame_id) {
   ss_publish_line *p = &seg->hdr->pub;
   uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
-  if (frame_id >= 0)
-    atomic_store_explicit(&p->frame_id, (uint64_t)frame_id, memory_order_relaxed);
+  if (frame_id)
+    atomic_store_explicit(&p->frame_id, *frame_id, memory_order_relaxed);
   atomic_store_explicit(&p->write_time_ns, ss_realtime_ns(), memory_order_relaxed);
   atomic_store_explicit(&p->state, SS_STATE_VALID, memory_order_relaxed);
   uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
@@ -65,7 +65,7 @@ void ss_mark_abandoned(ss_segment *seg) {
   atomic_store_explicit(&p->seq, s + 1, memory_order_release);
 }
 
-void ss_write_locked(ss_segment *seg, const void *src, size_t n, int64_t frame_id) {
+void ss_write_locked(ss_segment *seg, const void *src, size_t n, const uint64_t *frame_id) {
   ss_write_begin(seg);
   memcpy(ss_slot(seg, 0), src, n);
   ss_write_end(seg, frame_id);
@@ -74,7 +74,7 @@ void ss_write_locked(ss_segment *seg, const void *src, size_t n, int64_t frame_i
 void ss_clear_locked(ss_segment *seg) {
   ss_write_begin(seg);
   memset(ss_slot(seg, 0), 0, seg->hdr->id.payload_bytes);
-  ss_write_end(seg, -1);
+  ss_write_end(seg, NULL);
 }
 
 static void load_info(const ss_publish_line *p, ss_pubinfo *info) {

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -14,6 +15,8 @@
  * sees a write in < 1 us; 50 us of spinning covers a producer that answers
  * promptly without burning a core for a slow one. See BENCHMARKS.md. */
 #define SS_DEFAULT_SPIN_NS 50000
+/* Of the spin budget, this much is spent pausing before yielding begins. */
+#define SS_PAUSE_SPIN_NS 5000
 
 int64_t ss_default_spin_ns(void) {
   static int64_t cached = -1;
@@ -53,13 +56,17 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   int64_t now = ss_monotonic_ns();
   int64_t deadline = timeout_ns < 0 ? INT64_MAX : now + timeout_ns;
   int64_t spin_end = now + (spin_ns < timeout_ns || timeout_ns < 0 ? spin_ns : timeout_ns);
-  for (unsigned i = 1;; i++) {
-    ss_cpu_relax();
+  /* Pure pause-spinning for the first SS_PAUSE_SPIN_NS, then yield while
+   * spinning: if the producer shares our core (2-core machines, busy
+   * hosts), sched_yield lets it run instead of burning its time slice. */
+  int64_t pause_end = now + SS_PAUSE_SPIN_NS;
+  for (unsigned i = 1; now < spin_end; i++) {
+    if (now < pause_end) ss_cpu_relax(); else sched_yield();
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) { *count_out = c; return SS_OK; }
-    if ((i & 63) == 0) {
+    if ((i & 15) == 0) {
       if (cancelled(seg)) return SS_ECANCELLED;
-      if (ss_monotonic_ns() >= spin_end) break;
+      now = ss_monotonic_ns();
     }
   }
   for (;;) {

@@ -1,5 +1,55 @@
-"""shmstream: NumPy arrays between processes through named shared memory."""
+"""shmstream: NumPy arrays between processes through named shared memory.
+
+The stream API is a superset of pyshmem 1.4.0's: ``shmstream.create`` /
+``shmstream.open`` give a :class:`SharedMemory` handle with consistent
+snapshot reads, blocking ``read_new``, a robust cross-process write lock and
+publication counters. Importing shmstream never imports torch.
+"""
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+
 from . import _native
 from .errors import CorruptStreamError, InconsistentStreamError, StaleStreamError
 
 _native.set_error_types(InconsistentStreamError, CorruptStreamError)
+
+from .stream import (  # noqa: E402  (the error types must be set first)
+    GPU_SUPPORTED_DTYPES,
+    Publication,
+    SharedMemory,
+    create,
+    gpu_available,
+    list_streams,
+    locked_many,
+    open,
+    purge,
+    stat,
+    stream,
+    unlink,
+    unlink_quiet,
+)
+
+try:
+    __version__ = _version("shmstream")
+except _PackageNotFoundError:  # source tree imported without installation
+    __version__ = "0+unknown"
+
+__all__ = [
+    "CorruptStreamError",
+    "GPU_SUPPORTED_DTYPES",
+    "InconsistentStreamError",
+    "Publication",
+    "SharedMemory",
+    "StaleStreamError",
+    "__version__",
+    "create",
+    "gpu_available",
+    "list_streams",
+    "locked_many",
+    "open",
+    "purge",
+    "stat",
+    "stream",
+    "unlink",
+    "unlink_quiet",
+]

@@ -132,7 +132,7 @@ class Segment {
     if (rc == SS_OK) return false;
     if (rc == SS_EOWNERDEAD) return true;
     if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "timed out waiting for the lock of '" + name() +
+      raise(PyExc_TimeoutError, "timed out waiting for shared memory lock of '" + name() +
             "' (held by pid " + std::to_string(hdr()->lock.owner_pid.load()) + ")");
     raise_status(rc, "lock");
   }
@@ -149,15 +149,16 @@ class Segment {
             std::to_string(payload_bytes()) + " bytes)");
   }
 
-  uint64_t write(nb::handle src, int64_t frame_id, bool locked, int64_t timeout_ns) {
+  uint64_t write(nb::handle src, std::optional<uint64_t> frame_id, bool locked, int64_t timeout_ns) {
     Buffer b(src, false);
     check_len(b, "source");
     if (!locked) lock(timeout_ns);
+    const uint64_t *fid = frame_id ? &*frame_id : nullptr;
     if (payload_bytes() >= kGilFreeCopyBytes) {
       nb::gil_scoped_release nogil;
-      ss_write_locked(&seg, b.view.buf, payload_bytes(), frame_id);
+      ss_write_locked(&seg, b.view.buf, payload_bytes(), fid);
     } else {
-      ss_write_locked(&seg, b.view.buf, payload_bytes(), frame_id);
+      ss_write_locked(&seg, b.view.buf, payload_bytes(), fid);
     }
     uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
@@ -193,8 +194,8 @@ class Segment {
       });
     }
     if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "no stable write of '" + name() +
-            "' could be read in time: a writer holds the lock (write in progress)");
+      raise(PyExc_TimeoutError, "timed out waiting for a stable write on '" + name() +
+            "': a writer holds the lock (write in progress)");
     if (rc) raise_status(rc, "read");
     return {info.count, info.frame_id, info.write_time_ns};
   }
@@ -210,7 +211,8 @@ class Segment {
       return r;
     });
     if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "no new write to '" + name() + "' arrived in time");
+      raise(PyExc_TimeoutError, "timed out waiting for stream '" + name() + "' to pass count " +
+            std::to_string(after));
     if (rc) raise_status(rc, "wait");
     return c;
   }
@@ -236,7 +238,7 @@ class Segment {
       return r;
     });
     if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "no new write to '" + name() + "' arrived in time");
+      raise(PyExc_TimeoutError, "timed out waiting for a new write on '" + name() + "'");
     if (rc) raise_status(rc, "read_new");
     return {info.count, info.frame_id, info.write_time_ns};
   }
@@ -439,14 +441,16 @@ NB_MODULE(_native, m) {
            "timeout"_a = nb::none(),
            "Take the cross-process lock. Returns True if it was taken over from a dead owner.")
       .def("unlock", &Segment::unlock)
-      .def("write", [](Segment &s, nb::handle src, int64_t frame_id, bool locked, std::optional<double> timeout) {
+      .def("write", [](Segment &s, nb::handle src, std::optional<uint64_t> frame_id, bool locked,
+                       std::optional<double> timeout) {
         return s.write(src, frame_id, locked, to_ns(timeout));
-      }, "src"_a, "frame_id"_a = -1, "locked"_a = false, "timeout"_a = nb::none())
+      }, "src"_a, "frame_id"_a = nb::none(), "locked"_a = false, "timeout"_a = nb::none(),
+         "Publish src (frame_id None keeps the previous frame id). Returns the new count.")
       .def("write_begin", [](Segment &s) { ss_write_begin(&s.seg); })
-      .def("write_end", [](Segment &s, int64_t frame_id) {
-        ss_write_end(&s.seg, frame_id);
+      .def("write_end", [](Segment &s, std::optional<uint64_t> frame_id) {
+        ss_write_end(&s.seg, frame_id ? &*frame_id : nullptr);
         return s.hdr()->pub.count.load(std::memory_order_relaxed);
-      }, "frame_id"_a = -1)
+      }, "frame_id"_a = nb::none())
       .def("write_abort", [](Segment &s) { ss_write_abort(&s.seg); })
       .def("clear", [](Segment &s, bool locked, std::optional<double> timeout) {
         return s.clear(locked, to_ns(timeout));

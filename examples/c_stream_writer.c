@@ -1,0 +1,66 @@
+/* A native producer: opens (or creates) a float32 stream and publishes
+ * frames that any Python process reads with shmstream.open(name).
+ *
+ * Build from the repository root (the core is plain C11, no Python):
+ *   cc -O2 -Iinclude examples/c_stream_writer.c src/core/[a-z]*.c -lpthread -o c_stream_writer
+ *   ./c_stream_writer cam/left 1000        # name, frames
+ *
+ * Frame k is filled with the value k and carries frame_id k, so a reader
+ * can check that what it got is whole.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmstream.h"
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s NAME FRAMES [ROWS COLS]\n", argv[0]);
+    return 2;
+  }
+  const char *name = argv[1];
+  long frames = atol(argv[2]);
+  uint64_t shape[2] = {argc > 4 ? strtoull(argv[3], NULL, 10) : 4,
+                       argc > 4 ? strtoull(argv[4], NULL, 10) : 4};
+
+  ss_segment seg;
+  int rc = ss_segment_open(&seg, name, strlen(name), SS_KIND_STREAM, 0);
+  if (rc == ENOENT) {
+    ss_create_args a = {0};
+    a.name = name;
+    a.kind = SS_KIND_STREAM;
+    a.ndim = 2;
+    a.shape = shape;
+    a.itemsize = sizeof(float);
+    a.dtype = "<f4";
+    rc = ss_segment_create(&seg, &a);
+  }
+  if (rc != SS_OK) {
+    fprintf(stderr, "cannot open or create '%s': status %d\n", name, rc);
+    return 1;
+  }
+  if (strcmp(seg.hdr->id.dtype, "<f4") != 0) {
+    fprintf(stderr, "'%s' holds %s, not float32\n", name, seg.hdr->id.dtype);
+    ss_segment_close(&seg);
+    return 1;
+  }
+  size_t n = seg.hdr->id.payload_bytes / sizeof(float);
+  float *frame = malloc(n * sizeof(float));
+  for (uint64_t k = 1; k <= (uint64_t)frames; k++) {
+    for (size_t i = 0; i < n; i++) frame[i] = (float)k;
+    rc = ss_lock(&seg, -1);
+    if (rc != SS_OK && rc != SS_EOWNERDEAD) {
+      fprintf(stderr, "lock failed: status %d\n", rc);
+      break;
+    }
+    ss_write_locked(&seg, frame, n * sizeof(float), &k);
+    ss_unlock(&seg);
+  }
+  printf("wrote %ld frames to '%s' (count %llu)\n", frames, name,
+         (unsigned long long)seg.hdr->pub.count);
+  free(frame);
+  ss_segment_close(&seg);
+  return 0;
+}
