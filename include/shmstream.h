@@ -271,11 +271,16 @@ SS_API int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns,
 /* ---- waiting (src/core/wait.c) ----------------------------------------- */
 
 /* Wait until count > after. Spins for spin_ns, then sleeps on the futex.
- * Returns SS_OK (and *count_out), SS_ETIMEDOUT or SS_ECANCELLED. The
+ * Returns SS_OK (and *count_out), SS_ETIMEDOUT, SS_ECANCELLED, or
+ * SS_EINCONSISTENT when the last write was aborted or abandoned. The
  * caller bounds timeout_ns (e.g. 100 ms) to check for signals. */
 SS_API int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns,
                          int64_t spin_ns, uint64_t *count_out);
 SS_API void ss_wake_all(ss_segment *seg);
+/* Between waits: SS_EINCONSISTENT if the last write was aborted, or its
+ * writer died mid-write (detected by a trylock that takes the dead owner's
+ * lock over and marks the frame abandoned); SS_OK otherwise. */
+SS_API int ss_check_writer(ss_segment *seg);
 SS_API void ss_cancel(ss_segment *seg);
 SS_API int64_t ss_default_spin_ns(void);
 

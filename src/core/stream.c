@@ -25,15 +25,20 @@ void ss_write_begin(ss_segment *seg) {
   atomic_thread_fence(memory_order_release);
 }
 
-static void publish_and_wake(ss_segment *seg, uint64_t s) {
-  ss_publish_line *p = &seg->hdr->pub;
+/* SYNC POINT: pairs with the waiter's fence in ss_wait_count: wake_seq is
+ * bumped (release) after the words a waiter checks, then a seq_cst fence
+ * orders it before the read of waiters. */
+static void wake_waiters(ss_segment *seg) {
   ss_notify_line *nl = &seg->hdr->notify;
-  /* SYNC POINT: even seq with release publishes payload and metadata. */
-  atomic_store_explicit(&p->seq, (s | 1) + 1, memory_order_release);
   atomic_fetch_add_explicit(&nl->wake_seq, 1, memory_order_release);
-  /* SYNC POINT: pairs with the waiter's fence in ss_wait_count. */
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(&nl->waiters, memory_order_relaxed) > 0) ss_wake_all(seg);
+}
+
+static void publish_and_wake(ss_segment *seg, uint64_t s) {
+  /* SYNC POINT: even seq with release publishes payload and metadata. */
+  atomic_store_explicit(&seg->hdr->pub.seq, (s | 1) + 1, memory_order_release);
+  wake_waiters(seg);
 }
 
 void ss_write_end(ss_segment *seg, const uint64_t *frame_id) {
@@ -53,7 +58,7 @@ void ss_write_abort(ss_segment *seg) {
   uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
   atomic_store_explicit(&p->state, SS_STATE_ABORTED, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->aborted, 1, memory_order_relaxed);
-  atomic_store_explicit(&p->seq, (s | 1) + 1, memory_order_release);
+  publish_and_wake(seg, s); /* waiters learn the stream is inconsistent */
 }
 
 void ss_mark_abandoned(ss_segment *seg) {
@@ -62,7 +67,7 @@ void ss_mark_abandoned(ss_segment *seg) {
   if (!(s & 1)) return; /* died holding the lock but not mid-write */
   atomic_store_explicit(&p->state, SS_STATE_ABANDONED, memory_order_relaxed);
   atomic_fetch_add_explicit(&p->aborted, 1, memory_order_relaxed);
-  atomic_store_explicit(&p->seq, s + 1, memory_order_release);
+  publish_and_wake(seg, s);
 }
 
 void ss_write_locked(ss_segment *seg, const void *src, size_t n, const uint64_t *frame_id) {

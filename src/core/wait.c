@@ -47,6 +47,27 @@ static int cancelled(ss_segment *seg) {
   return atomic_load_explicit(&seg->cancelled, memory_order_acquire);
 }
 
+/* A waiter gives up with SS_EINCONSISTENT when the stream's last write was
+ * aborted or abandoned: no newer consistent frame is coming until a good
+ * write, and the caller must hear why rather than time out. */
+static int inconsistent(const ss_publish_line *p) {
+  return atomic_load_explicit(&p->state, memory_order_relaxed) != SS_STATE_VALID &&
+         !(atomic_load_explicit(&p->seq, memory_order_acquire) & 1);
+}
+
+int ss_check_writer(ss_segment *seg) {
+  ss_publish_line *p = &seg->hdr->pub;
+  if (inconsistent(p)) return SS_EINCONSISTENT;
+  if (!(atomic_load_explicit(&p->seq, memory_order_acquire) & 1) || seg->readonly == 2)
+    return SS_OK;
+  /* A write is in flight. If its writer died, the lock is owner-dead: a
+   * trylock takes it over and marks the frame abandoned. A live writer
+   * keeps the lock and we leave at once. */
+  int rc = ss_lock(seg, 0);
+  if (rc == SS_OK || rc == SS_EOWNERDEAD) ss_unlock(seg);
+  return inconsistent(p) ? SS_EINCONSISTENT : SS_OK;
+}
+
 int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   uint64_t *count_out) {
   ss_publish_line *p = &seg->hdr->pub;
@@ -66,6 +87,7 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     if (c > after) { *count_out = c; return SS_OK; }
     if ((i & 15) == 0) {
       if (cancelled(seg)) return SS_ECANCELLED;
+      if (inconsistent(p)) return SS_EINCONSISTENT;
       now = ss_monotonic_ns();
     }
   }
@@ -93,5 +115,6 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) { *count_out = c; return SS_OK; }
+    if (inconsistent(p)) return SS_EINCONSISTENT;
   }
 }

@@ -200,13 +200,21 @@ class Segment {
     return {info.count, info.frame_id, info.write_time_ns};
   }
 
+  // One chunk of waiting; between chunks, look for a writer that died
+  // mid-write (its frame is then marked abandoned and we stop waiting).
+  int wait_chunk(uint64_t after, int64_t chunk, int64_t spin_ns, uint64_t *c) {
+    int r = ss_wait_count(&seg, after, chunk, spin_ns, c);
+    if (r == SS_ETIMEDOUT && ss_check_writer(&seg) == SS_EINCONSISTENT) return SS_EINCONSISTENT;
+    return r;
+  }
+
   uint64_t wait_count(uint64_t after, int64_t timeout_ns, int64_t spin_ns) {
     if (spin_ns < 0) spin_ns = ss_default_spin_ns();
     uint64_t c = 0;
     bool first = true;
     int rc = chunked(timeout_ns, [&](int64_t chunk) {
       // Spin only on the first chunk; later chunks go straight to the futex.
-      int r = ss_wait_count(&seg, after, chunk, first ? spin_ns : 0, &c);
+      int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
       first = false;
       return r;
     });
@@ -229,7 +237,7 @@ class Segment {
     bool first = true;
     int rc = chunked(timeout_ns, [&](int64_t chunk) {
       uint64_t c;
-      int r = ss_wait_count(&seg, after, chunk, first ? spin_ns : 0, &c);
+      int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
       first = false;
       if (r) return r;
       int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
