@@ -53,3 +53,4 @@ __all__ = [
     "unlink",
     "unlink_quiet",
 ]
+from .shared_array import SharedArray, SharedRecArray, share  # noqa: E402
