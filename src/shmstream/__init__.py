@@ -3,3 +3,4 @@ from . import _native
 from .errors import CorruptStreamError, InconsistentStreamError, StaleStreamError
 
 _native.set_error_types(InconsistentStreamError, CorruptStreamError)
+from .direct import DirectArray, direct_mmap
