@@ -66,7 +66,9 @@ def _consumes(item: Any) -> tuple[Any, int]:
     arr = item if isinstance(item, np.ndarray) else np.asarray(item)
     if arr.dtype == np.bool_:
         return arr, arr.ndim
-    if arr.dtype.kind not in "iu" and arr.size > 0:
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return arr.astype(np.intp), 1  # [] selects nothing, as in NumPy
         raise IndexError(
             "only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and "
             "integer or boolean arrays are valid indices"
