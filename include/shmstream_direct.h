@@ -1,9 +1,10 @@
 /* shmstream direct reader: random row reads from a huge read-only array file.
  *
  * Cold data is read with O_DIRECT into aligned buffers (no read-ahead, no
- * page-cache pollution); data already in the page cache is copied from a
- * read-only mapping of the file instead, because an O_DIRECT read of cached
- * data goes to the disk anyway. docs/direct.md explains the scheme.
+ * page-cache pollution) and kept in the reader's bounded block cache; data
+ * already in the page cache is copied from a read-only mapping of the file
+ * instead, because an O_DIRECT read of cached data goes to the disk anyway.
+ * docs/direct.md explains the scheme.
  *
  * A reader owns exactly one file descriptor. Reads from many threads at once
  * are safe; each thread submits its cold reads through its own io_uring (one
@@ -48,11 +49,28 @@ typedef struct ss_direct_info {
   uint64_t file_bytes;  /* file size at open */
 } ss_direct_info;
 
+/* Counters of one reader since open, in bytes of whole blocks. */
+typedef struct ss_direct_stats {
+  uint64_t direct_bytes;      /* read from the file with O_DIRECT */
+  uint64_t cache_hit_bytes;   /* served from the reader's block cache */
+  uint64_t page_cache_bytes;  /* served from the kernel's page cache */
+  uint64_t cache_used_bytes;  /* block-cache memory holding blocks now */
+  uint64_t cache_limit_bytes; /* its bound (0: no block cache) */
+} ss_direct_stats;
+
+/* The default cache_bytes of the Python binding: 256 MiB. */
+#define SS_DIRECT_DEFAULT_CACHE_BYTES ((uint64_t)256 << 20)
+
 /* Opens path read-only for an array of nbytes starting at offset.
- * use_page_cache = 0 never consults the page cache (every read is O_DIRECT). */
+ * use_page_cache = 0 never consults the page cache (every read is O_DIRECT).
+ * cache_bytes bounds the reader's block cache: blocks read with O_DIRECT are
+ * kept (least recently used dropped first) and served from memory when read
+ * again; 0 turns it off. Its memory is taken as it fills and freed by close.
+ * The block cache assumes the file does not change while the reader is open. */
 SS_API int ss_direct_open(ss_direct **out, const char *path, uint64_t offset,
-                          uint64_t nbytes, int use_page_cache);
+                          uint64_t nbytes, int use_page_cache, uint64_t cache_bytes);
 SS_API void ss_direct_info_get(const ss_direct *d, ss_direct_info *info);
+SS_API void ss_direct_stats_get(ss_direct *d, ss_direct_stats *stats);
 /* Idempotent; waits for reads in flight on other threads, then frees. The
  * handle itself stays valid (reads return SS_DIRECT_ECLOSED) until free. */
 SS_API void ss_direct_close(ss_direct *d);

@@ -6,8 +6,10 @@
  * consecutive units coalesced; extents are sorted by file offset and grown
  * to block boundaries; blocks that touch or overlap are merged into spans of
  * at most SS_DIRECT_SPAN_BYTES, gaps are never read. Each span is split by
- * mincore() into cached runs, copied from a read-only mapping of the file,
- * and cold runs, read with O_DIRECT through the thread's io_uring in batches.
+ * block into three kinds: blocks in the reader's own block cache (copied
+ * from it), blocks in the page cache (mincore(); copied from a read-only
+ * mapping of the file), and cold blocks, read in runs with O_DIRECT through
+ * the thread's io_uring in batches and then kept in the block cache.
  */
 #define _GNU_SOURCE
 #include "shmstream_direct.h"
@@ -23,6 +25,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "direct_cache.h"
 #include "direct_io.h"
 
 /* Largest single read: big enough for full disk bandwidth, small enough that
@@ -45,6 +48,10 @@ struct ss_direct {
   pthread_cond_t idle;
   int users;             /* reads in flight */
   int closed;
+  ss_dcache *cache;      /* blocks read with O_DIRECT; NULL: none */
+  uint64_t cache_limit;  /* as asked at open */
+  /* Counters (relaxed atomics), bytes of whole blocks. */
+  uint64_t n_direct, n_cache_hit, n_page_cache;
 };
 
 typedef struct extent {
@@ -90,7 +97,7 @@ static int probe_read(int fd, uint32_t align, uint64_t file_bytes) {
 }
 
 int ss_direct_open(ss_direct **out, const char *path, uint64_t offset, uint64_t nbytes,
-                   int use_page_cache) {
+                   int use_page_cache, uint64_t cache_bytes) {
   *out = NULL;
   if (offset + nbytes < offset) return EOVERFLOW;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -136,6 +143,11 @@ int ss_direct_open(ss_direct **out, const char *path, uint64_t offset, uint64_t 
       d->use_cache = 1;
     }
   }
+  if (d->mode == SS_DIRECT_MODE_DIRECT && nbytes > 0) {
+    /* Only what O_DIRECT reads is kept: buffered reads fill the page cache. */
+    d->cache = ss_dcache_new(cache_bytes, d->block);
+    d->cache_limit = d->cache ? ss_dcache_limit_bytes(d->cache) : 0;
+  }
   *out = d;
   return 0;
 }
@@ -148,6 +160,16 @@ void ss_direct_info_get(const ss_direct *d, ss_direct_info *info) {
   info->file_bytes = d->file_bytes;
 }
 
+void ss_direct_stats_get(ss_direct *d, ss_direct_stats *st) {
+  st->direct_bytes = __atomic_load_n(&d->n_direct, __ATOMIC_RELAXED);
+  st->cache_hit_bytes = __atomic_load_n(&d->n_cache_hit, __ATOMIC_RELAXED);
+  st->page_cache_bytes = __atomic_load_n(&d->n_page_cache, __ATOMIC_RELAXED);
+  st->cache_limit_bytes = d->cache_limit;
+  pthread_mutex_lock(&d->mu);
+  st->cache_used_bytes = d->cache ? ss_dcache_used_bytes(d->cache) : 0;
+  pthread_mutex_unlock(&d->mu);
+}
+
 void ss_direct_close(ss_direct *d) {
   if (!d) return;
   pthread_mutex_lock(&d->mu);
@@ -156,6 +178,8 @@ void ss_direct_close(ss_direct *d) {
     while (d->users > 0) pthread_cond_wait(&d->idle, &d->mu);
     if (d->map) munmap((void *)d->map, d->map_len);
     d->map = NULL;
+    ss_dcache_free(d->cache); /* no reader is inside: users == 0 */
+    d->cache = NULL;
     close(d->fd);
     d->fd = -1;
   }
@@ -197,6 +221,7 @@ typedef struct batch {
   ss_dio_op ops[SS_DIO_WINDOW];
   const extent *ext;
   char *dst;
+  uint64_t n_direct, n_cache_hit, n_page_cache;
 } batch;
 
 /* Copies the part of extents [lo, hi) that lies in [off, off + len). */
@@ -241,7 +266,15 @@ static int flush(batch *b) {
         rc = r < 0 ? errno : ((uint64_t)r < need - from ? SS_DIRECT_ETRUNCATED : 0);
       }
     }
-    if (rc == 0) copy_out(b, op->lo, op->hi, op->off, need, op->buf);
+    if (rc == 0) {
+      copy_out(b, op->lo, op->hi, op->off, need, op->buf);
+      b->n_direct += op->len;
+      /* Keep the blocks (the last may end at EOF; bytes past it are never
+       * copied out, since every extent lies inside the file). */
+      for (uint64_t k = 0; d->cache && k < need; k += d->block) {
+        ss_dcache_put(d->cache, (op->off + k) / d->block, op->buf + k);
+      }
+    }
   }
   b->n = 0;
   b->used = 0;
@@ -263,34 +296,72 @@ static int queue_cold(batch *b, uint64_t off, uint64_t len, size_t lo, size_t hi
   return 0;
 }
 
-/* One span [s, e) (block aligned): cached runs copied, cold runs queued. */
+/* Copying one cached block out (under its shard's lock). */
+typedef struct hit {
+  const batch *b;
+  size_t lo, hi;
+  uint64_t off, len;
+} hit;
+
+static void copy_hit(void *arg, const char *data) {
+  const hit *h = arg;
+  copy_out(h->b, h->lo, h->hi, h->off, h->len, data);
+}
+
+enum { COLD = 0, PAGE_CACHED = 1, BLOCK_CACHED = 2 };
+#define SPAN_BLOCKS (SS_DIRECT_SPAN_BYTES / 4096)
+
+/* One span [s, e) (block aligned): blocks in the block cache copied from
+ * it, runs of blocks in the page cache copied from the mapping, runs of
+ * cold blocks queued for O_DIRECT. */
 static int do_span(batch *b, uint64_t s, uint64_t e, size_t lo, size_t hi) {
   ss_direct *d = b->d;
-  if (!d->use_cache) return queue_cold(b, s, e - s, lo, hi);
-  const uint64_t page = d->page, per_block = d->block / page;
-  unsigned char vec[SS_DIRECT_SPAN_BYTES / 4096];
-  if ((e - s) / page > sizeof vec ||
-      mincore((void *)(d->map + (s - d->map_off)), e - s, vec) != 0) {
-    return queue_cold(b, s, e - s, lo, hi);
-  }
-  uint64_t run = s;
-  int run_cached = -1;
-  for (uint64_t blk = s; blk <= e; blk += d->block) {
-    int cached = 1;
-    if (blk < e) {
-      uint64_t p0 = (blk - s) / page;
-      for (uint64_t p = 0; p < per_block; p++) cached &= vec[p0 + p] & 1;
-    }
-    if (blk == e || (run_cached >= 0 && cached != run_cached)) {
-      if (run_cached == 1) {
-        copy_out(b, lo, hi, run, blk - run, d->map + (run - d->map_off));
-      } else if (run_cached == 0) {
-        int rc = queue_cold(b, run, blk - run, lo, hi);
-        if (rc) return rc;
+  const uint64_t B = d->block, page = d->page, per_block = B / page;
+  const size_t nblk = (size_t)((e - s) / B);
+  if (nblk > SPAN_BLOCKS || (!d->cache && !d->use_cache)) return queue_cold(b, s, e - s, lo, hi);
+  unsigned char kind[SPAN_BLOCKS];
+  memset(kind, COLD, nblk);
+  size_t left = nblk; /* blocks not yet served */
+  if (d->cache) {
+    hit h = {b, lo, hi, 0, B};
+    for (size_t k = 0; k < nblk; k++) {
+      h.off = s + k * B;
+      uint64_t key = h.off / B;
+      if (!ss_dcache_maybe(d->cache, key)) continue;
+      while (h.lo < hi && b->ext[h.lo].off + b->ext[h.lo].len <= h.off) h.lo++;
+      if (ss_dcache_get(d->cache, key, copy_hit, &h)) {
+        kind[k] = BLOCK_CACHED;
+        b->n_cache_hit += B;
+        left--;
       }
-      run = blk;
     }
-    run_cached = cached;
+    if (left == 0) return 0;
+  }
+  unsigned char vec[SS_DIRECT_SPAN_BYTES / 4096];
+  if (d->use_cache && (e - s) / page <= sizeof vec &&
+      mincore((void *)(d->map + (s - d->map_off)), e - s, vec) == 0) {
+    for (size_t k = 0; k < nblk; k++) {
+      if (kind[k] != COLD) continue;
+      int cached = 1;
+      for (uint64_t p = 0; p < per_block; p++) cached &= vec[k * per_block + p] & 1;
+      if (cached) kind[k] = PAGE_CACHED;
+    }
+  }
+  /* Runs of equal kind; block-cached blocks are done already. */
+  size_t k = 0;
+  while (k < nblk) {
+    size_t j = k + 1;
+    while (j < nblk && kind[j] == kind[k]) j++;
+    uint64_t a = s + k * B, z = s + j * B;
+    while (lo < hi && b->ext[lo].off + b->ext[lo].len <= a) lo++;
+    if (kind[k] == PAGE_CACHED) {
+      copy_out(b, lo, hi, a, z - a, d->map + (a - d->map_off));
+      b->n_page_cache += z - a;
+    } else if (kind[k] == COLD) {
+      int rc = queue_cold(b, a, z - a, lo, hi);
+      if (rc) return rc;
+    }
+    k = j;
   }
   return 0;
 }
@@ -303,6 +374,13 @@ static int exec_buffered(ss_direct *d, const extent *ext, size_t n, char *dst) {
   return 0;
 }
 
+static void count(const batch *b) {
+  ss_direct *d = b->d;
+  if (b->n_direct) __atomic_fetch_add(&d->n_direct, b->n_direct, __ATOMIC_RELAXED);
+  if (b->n_cache_hit) __atomic_fetch_add(&d->n_cache_hit, b->n_cache_hit, __ATOMIC_RELAXED);
+  if (b->n_page_cache) __atomic_fetch_add(&d->n_page_cache, b->n_page_cache, __ATOMIC_RELAXED);
+}
+
 static int exec_direct(ss_direct *d, const extent *ext, size_t n, char *dst) {
   batch b;
   b.d = d;
@@ -313,6 +391,7 @@ static int exec_direct(ss_direct *d, const extent *ext, size_t n, char *dst) {
   b.used = b.n = 0;
   b.ext = ext;
   b.dst = dst;
+  b.n_direct = b.n_cache_hit = b.n_page_cache = 0;
   const uint64_t B = d->block, span = umax(SS_DIRECT_SPAN_BYTES, B);
   size_t i = 0;
   while (i < n) {
@@ -323,10 +402,12 @@ static int exec_direct(ss_direct *d, const extent *ext, size_t n, char *dst) {
       /* Skip the extents that end before this piece (starts are sorted). */
       while (lo < i && ext[lo].off + ext[lo].len <= a) lo++;
       int rc = do_span(&b, a, umin(e, a + span), lo, i);
-      if (rc) { flush(&b); return rc; }
+      if (rc) { flush(&b); count(&b); return rc; }
     }
   }
-  return flush(&b);
+  int rc = flush(&b);
+  count(&b);
+  return rc;
 }
 
 /* ---- building extents -------------------------------------------------- */

@@ -71,12 +71,14 @@ struct Buffer {
 
 class Reader {
  public:
-  Reader(std::string path, uint64_t offset, uint64_t nbytes, bool use_page_cache)
+  Reader(std::string path, uint64_t offset, uint64_t nbytes, bool use_page_cache,
+         uint64_t cache_bytes)
       : path_(std::move(path)) {
     int rc;
     {
       nb::gil_scoped_release nogil;
-      rc = ss_direct_open(&d_, path_.c_str(), offset, nbytes, use_page_cache ? 1 : 0);
+      rc = ss_direct_open(&d_, path_.c_str(), offset, nbytes, use_page_cache ? 1 : 0,
+                          cache_bytes);
     }
     if (rc) raise_status(rc, path_, offset + nbytes);
     ss_direct_info_get(d_, &info_);
@@ -91,6 +93,20 @@ class Reader {
   }
   bool direct() const { return info_.mode == SS_DIRECT_MODE_DIRECT; }
   uint32_t block_bytes() const { return info_.block_bytes; }
+  nb::dict stats() {
+    ss_direct_stats st{};
+    {
+      nb::gil_scoped_release nogil;
+      ss_direct_stats_get(d_, &st);
+    }
+    nb::dict out;
+    out["direct_bytes"] = st.direct_bytes;
+    out["cache_hit_bytes"] = st.cache_hit_bytes;
+    out["page_cache_bytes"] = st.page_cache_bytes;
+    out["cache_used_bytes"] = st.cache_used_bytes;
+    out["cache_limit_bytes"] = st.cache_limit_bytes;
+    return out;
+  }
 
   void read_units(nb::handle units, uint64_t unit_bytes, nb::handle out) {
     Buffer idx(units, false), dst(out, true);
@@ -129,14 +145,20 @@ class Reader {
 NB_MODULE(_direct, m) {
   m.doc() = "Direct-I/O array reader core (use shmstream.DirectArray).";
   nb::class_<Reader>(m, "Reader")
-      .def(nb::init<std::string, uint64_t, uint64_t, bool>(), "path"_a, "offset"_a, "nbytes"_a,
-           "use_page_cache"_a = true)
+      .def(nb::init<std::string, uint64_t, uint64_t, bool, uint64_t>(), "path"_a, "offset"_a,
+           "nbytes"_a, "use_page_cache"_a = true,
+           "cache_bytes"_a = (uint64_t)SS_DIRECT_DEFAULT_CACHE_BYTES)
       .def("close", &Reader::close)
+      .def("stats", &Reader::stats,
+           "Counters since open, in bytes of whole blocks: direct_bytes (read with "
+           "O_DIRECT), cache_hit_bytes (block cache), page_cache_bytes, cache_used_bytes, "
+           "cache_limit_bytes.")
       .def_prop_ro("direct", &Reader::direct)
       .def_prop_ro("block_bytes", &Reader::block_bytes)
       .def("read_units", &Reader::read_units, "units"_a, "unit_bytes"_a, "out"_a)
       .def("read_strided", &Reader::read_strided, "first"_a, "step"_a, "n"_a, "unit_bytes"_a,
            "out"_a);
+  m.attr("DEFAULT_CACHE_BYTES") = (uint64_t)SS_DIRECT_DEFAULT_CACHE_BYTES;
   m.def("io_backend", [] { return std::string(ss_direct_io_backend()); });
   m.def("evict", [](std::string path) {
     int rc;
