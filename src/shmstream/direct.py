@@ -1,8 +1,9 @@
 """DirectArray: NumPy indexing over a huge read-only array file.
 
-Cold rows are read with O_DIRECT (no read-ahead, no page-cache pollution);
-rows already in the page cache are copied from it. docs/direct.md explains
-how. This module only turns an index into a list of rows ("units": index
+Cold rows are read with O_DIRECT (no read-ahead, no page-cache pollution)
+and their blocks kept in the reader's bounded block cache, so reading them
+again costs a copy; rows already in the page cache are copied from it.
+docs/direct.md explains how. This module only turns an index into a list of rows ("units": index
 positions over the leading dimensions that the index touches) and an output
 shape; the C core turns rows into aligned, coalesced reads.
 """
@@ -19,7 +20,10 @@ import numpy as np
 
 from . import _direct
 
-__all__ = ["DirectArray", "direct_mmap"]
+__all__ = ["DirectArray", "direct_mmap", "DEFAULT_CACHE_BYTES"]
+
+#: Default bound of a reader's block cache (256 MiB); docs/direct.md says why.
+DEFAULT_CACHE_BYTES: int = _direct.DEFAULT_CACHE_BYTES
 
 # Filesystems (by st_dev) already warned about: one warning each per process.
 _warned_devices: set[int] = set()
@@ -86,12 +90,19 @@ class DirectArray:
     Reads from many threads at once are safe and run without the GIL.
 
     The reader holds one file descriptor until ``close()`` (or the end of a
-    ``with`` block). ``use_page_cache=False`` reads everything with O_DIRECT,
-    even rows that are cached.
+    ``with`` block). ``use_page_cache=False`` reads with O_DIRECT even rows
+    that are in the page cache.
+
+    ``cache_bytes`` (default 256 MiB) bounds the reader's block cache: the
+    blocks it reads with O_DIRECT are kept in memory, least recently used
+    dropped first, and served from there when read again, by any thread.
+    Memory is taken as the cache fills and freed by ``close()``; 0 turns the
+    cache off. The file must not change while the reader is open.
     """
 
     def __init__(self, path: Any, shape: Any, dtype: Any, offset: int = 0, *,
-                 use_page_cache: bool = True) -> None:
+                 use_page_cache: bool = True,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise TypeError(f"dtype {dt} holds Python objects, which cannot be read from a "
@@ -103,11 +114,17 @@ class DirectArray:
         self._offset = operator.index(offset)
         if self._offset < 0:
             raise ValueError(f"offset must be >= 0, not {self._offset}")
+        cache_bytes = operator.index(cache_bytes)
+        if cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be >= 0 (0 turns the block cache off), "
+                             f"not {cache_bytes}")
         self._path = os.fspath(path)
         self._nbytes = math.prod(self._shape) * dt.itemsize
         self._closed = False
+        self._tail = self._shape[1:]
+        self._row1 = self._row_bytes(1) if self._shape else 0  # bytes of one row of axis 0
         self._reader = _direct.Reader(self._path, self._offset, self._nbytes,
-                                      bool(use_page_cache))
+                                      bool(use_page_cache), min(cache_bytes, 2**64 - 1))
         if not self._reader.direct:
             _warn_buffered(self._path)
 
@@ -128,6 +145,14 @@ class DirectArray:
         """True when cold rows are read with O_DIRECT; False on the buffered
         fallback (filesystems without O_DIRECT, such as tmpfs)."""
         return self._reader.direct
+
+    def stats(self) -> dict[str, int]:
+        """Counters since open, in bytes of whole blocks: ``direct_bytes``
+        (read from the file with O_DIRECT), ``cache_hit_bytes`` (served from
+        the block cache), ``page_cache_bytes`` (copied from the page cache),
+        ``cache_used_bytes`` (block-cache memory in use; 0 after close) and
+        ``cache_limit_bytes`` (its bound; 0 when there is no block cache)."""
+        return self._reader.stats()
 
     def __len__(self) -> int:
         if not self._shape:
@@ -159,6 +184,14 @@ class DirectArray:
         if self._closed:
             raise ValueError(f"read from a closed DirectArray ({self._path!r}); "
                              "open a new one to read again")
+        if type(key) is slice and self._shape:
+            # The hot path (a[i:j:k]), kept short: a warm read is a few µs.
+            start, stop, step = key.indices(self._shape[0])
+            count = len(range(start, stop, step))
+            out = np.empty((count,) + self._tail, self._dtype)
+            if count and self._row1:
+                self._reader.read_strided(start, step, count, self._row1, out)
+            return out
         if self._shape and (isinstance(key, slice) or (
                 isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)))):
             return self._read_leading(key)
@@ -246,7 +279,8 @@ class DirectArray:
         return np.asarray(units)
 
 
-def direct_mmap(path: Any, shape: Any, dtype: Any, offset: int = 0) -> DirectArray:
+def direct_mmap(path: Any, shape: Any, dtype: Any, offset: int = 0, *,
+                cache_bytes: int = DEFAULT_CACHE_BYTES) -> DirectArray:
     """direct-mmap's constructor, for code switching from that package:
     ``direct_mmap(path, shape, dtype, offset)`` is a :class:`DirectArray`."""
-    return DirectArray(path, shape, dtype, offset)
+    return DirectArray(path, shape, dtype, offset, cache_bytes=cache_bytes)
