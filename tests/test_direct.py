@@ -120,6 +120,9 @@ def test_itemsizes_and_misaligned_offsets(tmp_path, dtype, offset):
 
 
 INDEX_MODES = ["cold", "cached", "partly cached", "no page cache"]
+# The reader's block cache before the read: off, empty, holding some of the
+# file's blocks, or so small (3 blocks) that a read evicts as it goes.
+CACHE_STATES = ["off", "empty", "warm", "tiny"]
 
 
 @st.composite
@@ -140,23 +143,32 @@ def case(draw):
         if isinstance(key, tuple) and len(key) == 1 and draw(st.booleans()):
             key = key[0].tolist()
     mode = draw(st.sampled_from(INDEX_MODES))
-    return dtype, shape, offset, key, mode
+    cache = draw(st.sampled_from(CACHE_STATES))
+    return dtype, shape, offset, key, mode, cache
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case(), st.randoms(use_true_random=False))
 def test_property_equals_memmap(tmp_path, c, rnd):
-    dtype, shape, offset, key, mode = c
+    dtype, shape, offset, key, mode, cache = c
     path = make_file(str(tmp_path / "p.bin"), shape, dtype, offset, seed=rnd.randrange(1 << 30))
     want = reference(path, shape, dtype, offset, key)
     evict(path)
-    if mode == "cached":
-        cache_pages(path, range(os.path.getsize(path) // 4096 + 1))
-    elif mode == "partly cached":
-        pages = os.path.getsize(path) // 4096 + 1
-        cache_pages(path, [p for p in range(pages) if rnd.random() < 0.5])
-    with DirectArray(path, shape, dtype, offset, use_page_cache=(mode != "no page cache")) as a:
+    cache_bytes = {"off": 0, "tiny": 3 * 4096}.get(cache, direct.DEFAULT_CACHE_BYTES)
+    with DirectArray(path, shape, dtype, offset, use_page_cache=(mode != "no page cache"),
+                     cache_bytes=cache_bytes) as a:
+        if cache in ("warm", "tiny") and shape[0] > 0:
+            # Blocks of random rows read (cold) into the block cache first.
+            a[np.unique(np.array([rnd.randrange(shape[0]) for _ in range(20)]))]
+        if mode == "cached":
+            cache_pages(path, range(os.path.getsize(path) // 4096 + 1))
+        elif mode == "partly cached":
+            pages = os.path.getsize(path) // 4096 + 1
+            cache_pages(path, [p for p in range(pages) if rnd.random() < 0.5])
         assert_same(a[key], want)
+        assert_same(a[key], want)  # again: now partly from the block cache
+        st_ = a.stats()
+        assert st_["cache_used_bytes"] <= st_["cache_limit_bytes"] <= cache_bytes
 
 
 def test_large_requests_span_many_batches(tmp_path):
@@ -184,6 +196,159 @@ def test_cold_reads_leave_the_page_cache_alone(arr2d):
         a[::10]
         a[[5, 4000, 17]]
     assert _direct.resident(path)[0] == 0
+
+
+# ---- the block cache ----------------------------------------------------------
+
+def block_of(a):
+    return a._reader.block_bytes
+
+
+@pytest.fixture
+def bytes1d(tmp_path):
+    """A 4 MiB uint8 array at offset 0: a[k * block] lies in block k."""
+    shape, dtype = (4 << 20,), np.dtype("u1")
+    path = make_file(str(tmp_path / "b.bin"), shape, dtype, 0, seed=3)
+    return path, shape, dtype
+
+
+def test_second_pass_is_served_from_the_block_cache(arr2d):
+    path, shape, dtype, offset = arr2d
+    keys = [slice(None, None, 10), [5, 4000, 17, 4000], (slice(4999, 0, -97), 3)]
+    wants = [reference(path, shape, dtype, offset, k) for k in keys]
+    evict(path)
+    with DirectArray(path, shape, dtype, offset) as a:
+        assert a.stats()["cache_limit_bytes"] == direct.DEFAULT_CACHE_BYTES == 256 << 20
+        assert a.stats()["cache_used_bytes"] == 0  # nothing taken before the first read
+        for k, want in zip(keys, wants):
+            assert_same(a[k], want)
+        first = a.stats()
+        assert first["direct_bytes"] > 0 and first["cache_used_bytes"] == first["direct_bytes"]
+        for k, want in zip(keys, wants):
+            assert_same(a[k], want)
+        second = a.stats()
+        assert second["direct_bytes"] == first["direct_bytes"]  # no disk read on the second pass
+        assert second["cache_hit_bytes"] >= first["direct_bytes"]
+        assert second["page_cache_bytes"] == 0
+    assert _direct.resident(path)[0] == 0  # and still nothing added to the page cache
+    assert a.stats()["cache_used_bytes"] == 0  # close() freed it
+
+
+def test_page_cache_is_still_used_and_not_copied(arr2d):
+    path, shape, dtype, offset = arr2d
+    want = reference(path, shape, dtype, offset, slice(None, None, 3))  # file now in the page cache
+    with DirectArray(path, shape, dtype, offset) as a:
+        assert_same(a[::3], want)
+        st_ = a.stats()
+        assert st_["direct_bytes"] == 0 and st_["page_cache_bytes"] > 0
+        assert st_["cache_used_bytes"] == 0
+
+
+def test_eviction_respects_the_bound_and_drops_the_least_recent(bytes1d):
+    path, shape, dtype = bytes1d
+    want = reference(path, shape, dtype, 0, slice(None))
+    evict(path)
+    with DirectArray(path, shape, dtype, cache_bytes=10 * 4096 + 100) as a:
+        B = block_of(a)
+        cap = (10 * 4096 + 100) // B
+        assert a.stats()["cache_limit_bytes"] == cap * B
+        direct_bytes = lambda: a.stats()["direct_bytes"]  # noqa: E731
+        for k in range(cap):  # fill it
+            assert a[k * B] == want[k * B]
+        assert a.stats()["cache_used_bytes"] == cap * B
+        before = direct_bytes()
+        assert a[0] == want[0]  # block 0 now the most recent
+        assert direct_bytes() == before
+        assert a[cap * B] == want[cap * B]  # one more: evicts block 1, the least recent
+        assert direct_bytes() == before + B
+        assert a[0] == want[0]
+        assert direct_bytes() == before + B  # block 0 kept
+        assert a[B] == want[B]
+        assert direct_bytes() == before + 2 * B  # block 1 was dropped
+        assert a.stats()["cache_used_bytes"] == cap * B
+        # Reads far larger than the cache stay within it, and stay right.
+        assert_same(a[::7], want[::7])
+        assert_same(a[::-3], want[::-3])
+        assert a.stats()["cache_used_bytes"] == cap * B
+
+
+def test_sharded_cache_stays_within_its_bound(bytes1d):
+    path, shape, dtype = bytes1d
+    want = reference(path, shape, dtype, 0, slice(None))
+    evict(path)
+    limit = 1 << 20  # 256 blocks: several shards
+    with DirectArray(path, shape, dtype, cache_bytes=limit) as a:
+        for _ in range(2):
+            assert_same(a[::1000], want[::1000])  # 4 MiB of blocks through a 1 MiB cache
+            st_ = a.stats()
+            assert 0 < st_["cache_used_bytes"] <= st_["cache_limit_bytes"] <= limit
+        rows = np.arange(0, 512 * block_of(a), block_of(a))[:200]  # 200 blocks: all fit
+        assert_same(a[rows], want[rows])
+        before = a.stats()["direct_bytes"]
+        assert_same(a[rows], want[rows])
+        assert a.stats()["direct_bytes"] == before
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 4095])
+def test_cache_bytes_zero_or_below_a_block_turns_it_off(arr2d, cache_bytes):
+    path, shape, dtype, offset = arr2d
+    want = reference(path, shape, dtype, offset, slice(None, None, 10))
+    evict(path)
+    with DirectArray(path, shape, dtype, offset, cache_bytes=cache_bytes) as a:
+        assert_same(a[::10], want)
+        first = a.stats()["direct_bytes"]
+        assert_same(a[::10], want)
+        st_ = a.stats()
+        assert first > 0 and st_["direct_bytes"] == 2 * first
+        assert st_["cache_hit_bytes"] == st_["cache_used_bytes"] == st_["cache_limit_bytes"] == 0
+
+
+def test_bad_cache_bytes(arr2d):
+    path, shape, dtype, offset = arr2d
+    with pytest.raises(ValueError, match="cache_bytes"):
+        DirectArray(path, shape, dtype, offset, cache_bytes=-1)
+    with pytest.raises(TypeError):
+        DirectArray(path, shape, dtype, offset, cache_bytes=1.5)
+    with direct_mmap(path, shape, dtype, offset, cache_bytes=1 << 20) as a:
+        assert a.stats()["cache_limit_bytes"] == 1 << 20
+
+
+@pytest.mark.parametrize("cache_bytes", [64 * 4096, 256 << 20], ids=["evicting", "roomy"])
+def test_threads_share_the_block_cache(arr2d, cache_bytes):
+    path, shape, dtype, offset = arr2d
+    full = reference(path, shape, dtype, offset, slice(None))
+    evict(path)
+    errors = []
+    with DirectArray(path, shape, dtype, offset, cache_bytes=cache_bytes) as a:
+        barrier = threading.Barrier(8)
+
+        def work(seed):
+            rng = np.random.default_rng(seed)
+            barrier.wait()
+            try:
+                for _ in range(60):
+                    idx = rng.integers(0, 5000, 50)
+                    assert np.array_equal(a[idx], full[idx])
+                    s = int(rng.integers(0, 2000))
+                    assert np.array_equal(a[s : s + 3000 : 7], full[s : s + 3000 : 7])
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        st_ = a.stats()
+        assert st_["cache_used_bytes"] <= st_["cache_limit_bytes"] <= cache_bytes
+        assert st_["cache_hit_bytes"] > 0
+        if cache_bytes > a.nbytes + 2 * 4096:
+            # Everything fits: once read, the whole array comes from memory.
+            assert np.array_equal(a[:], full)
+            before = a.stats()["direct_bytes"]
+            assert np.array_equal(a[::-1], full[::-1])
+            assert a.stats()["direct_bytes"] == before
+    assert not errors
 
 
 # ---- lifetime, descriptors, threads ------------------------------------------
@@ -319,6 +484,7 @@ def test_tmpfs_falls_back_to_pread_with_one_warning(shm_file, monkeypatch):
         b = DirectArray(shm_file, shape, dtype, 3)  # no second warning
     with a, b:
         assert not a.direct and "buffered" in repr(a)
+        assert a.stats()["cache_limit_bytes"] == 0  # buffered reads fill the page cache instead
         for key in [slice(None, None, 3), [5, 1999, 5], (slice(4, 9), 2), -1]:
             assert_same(a[key], reference(shm_file, shape, dtype, 3, key))
 
