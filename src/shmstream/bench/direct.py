@@ -9,9 +9,11 @@ with 1 and with 16 threads. Passes:
 
   cold    the file's pages evicted first (posix_fadvise DONTNEED, checked
           with mincore), a fresh reader
-  again   the same pass once more, same reader: what each reader leaves in
-          the page cache for itself (O_DIRECT readers leave nothing)
-  cached  the whole file in the page cache first: the warm case
+  again   the same pass once more, same reader: the warm case as a user
+          sees it. np.memmap finds what its cold pass put in the page cache;
+          DirectArray finds its own block cache (default 256 MiB); direct-mmap
+          keeps nothing and reads the disk again
+  cached  the whole file in the page cache first, a fresh reader
 
 Bytes read from disk come from /proc/self/io. The file is made in a temp dir
 (on the disk, not tmpfs) and always removed.
@@ -175,10 +177,10 @@ def table(res: dict, readers: list[str], thread_counts: list[int]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for kind in ("cold", "again", "cached"):
         for t in thread_counts:
-            row = [kind, str(t)]
+            row = ["again (warm)" if kind == "again" else kind, str(t)]
             for r in readers:
                 v = res.get((r, kind, t))
-                row.append("—" if v is None else f"{v['s']:.3f} s ({v['mb']:.0f} MB)")
+                row.append("—" if v is None else f"{v['s']:.4f} s ({v['mb']:.0f} MB)")
             b, o = res.get((base, kind, t)), res.get((ours, kind, t))
             row.append(f"{b['s'] / o['s']:.2f}×" if b and o else "—")
             lines.append("| " + " | ".join(row) + " |")
