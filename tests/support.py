@@ -78,6 +78,18 @@ class Child:
         )
         return self.process.exitcode
 
+    def wait_event(self, event: Any, timeout: float = WAIT) -> None:
+        """Wait for ``event``, which this child sets; if the child ends
+        first, raise with its traceback instead of waiting out the timeout."""
+        deadline = time.monotonic() + timeout
+        while not event.wait(0.05):
+            if not self.process.is_alive() and not event.is_set():
+                self.result(timeout=1.0)  # raises ChildFailed with the traceback
+                raise ChildFailed(f"child {self.pid} ended (exit code "
+                                  f"{self.process.exitcode}) without setting the event")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"child {self.pid} did not set the event in {timeout} s")
+
     def kill(self) -> None:
         if self.process.is_alive():
             self.process.kill()

@@ -153,7 +153,7 @@ def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple
             "attach it read-only"
         )
     buf = m.payload if writable else m.ro
-    arr = np.ndarray.__new__(cls, shape, dtype, buffer=buf, offset=offset, strides=strides)
+    arr: Any = np.ndarray.__new__(cls, shape, dtype, buffer=buf, offset=offset, strides=strides)
     arr._shm = m
     arr._attach_writable = attach_writable
     return arr
@@ -215,20 +215,20 @@ class SharedArray(np.ndarray):
             ptr - m.addr, bool(self._attach_writable), isinstance(self, np.recarray),
         ))
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: Any) -> Any:
         return self.__reduce__()
 
     def _plain(self) -> np.ndarray:
         return self.view(np.recarray if isinstance(self, np.recarray) else np.ndarray)
 
     # -- copies are plain arrays ---------------------------------------
-    def copy(self, order: str = "C") -> np.ndarray:  # type: ignore[override]
+    def copy(self, order: Any = "C") -> np.ndarray:  # type: ignore[override]
         return self._plain().copy(order=order)
 
-    def __copy__(self) -> np.ndarray:
+    def __copy__(self) -> np.ndarray:  # type: ignore[override]
         return self._plain().copy()
 
-    def __deepcopy__(self, memo: Any) -> np.ndarray:
+    def __deepcopy__(self, memo: Any) -> np.ndarray:  # type: ignore[override]
         return self._plain().copy()
 
     def astype(self, *args: Any, **kwargs: Any) -> np.ndarray:  # type: ignore[override]
@@ -314,7 +314,7 @@ def _adopt(parent: SharedArray, value: Any) -> Any:
     SharedArrays of the same segment again."""
     if type(value) is not np.ndarray:
         return value
-    out = value.view(SharedArray)
+    out: Any = value.view(SharedArray)
     out._shm = np.ndarray.__getattribute__(parent, "_shm")
     out._attach_writable = np.ndarray.__getattribute__(parent, "_attach_writable")
     return out

@@ -52,7 +52,7 @@ def private_bytes() -> int:
 
 
 def make_records(rows: int) -> np.recarray:
-    r = np.empty(rows, DTYPE).view(np.recarray)
+    r: Any = np.empty(rows, DTYPE).view(np.recarray)
     r.t = np.datetime64("2020-01-01T00:00:00", "ns") + np.arange(rows, dtype=np.int64) * 1_000_000
     x = np.linspace(0.0, 1.0, rows)
     x[::10] = np.nan
@@ -93,6 +93,7 @@ def run_once(method: str, arr: np.recarray, workers: int, ctx: Any, expect: floa
              results: Results, shared: Any, stdlib_arg: Any) -> dict[str, Any]:
     with ctx.Pool(workers) as pool:
         pool.map(task_warm, range(workers), chunksize=1)
+        fn: Any
         if method == "shmstream":
             fn, args = task_array, [shared] * workers
         elif method == "pickled":

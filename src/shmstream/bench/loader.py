@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import time
 import warnings
 from typing import Any
@@ -175,4 +174,6 @@ def _measure(loader: Any, data: Any, touch: bool, min_time: float) -> tuple[int,
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main(os.sys.argv[1:]))
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
