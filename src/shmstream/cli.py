@@ -84,7 +84,11 @@ def _build_parser() -> argparse.ArgumentParser:
     unlink_p.add_argument("names", nargs="+", metavar="NAME", help="stream names")
 
     purge_p = sub.add_parser(
-        "purge", help="remove ALL shmstream streams and print their names"
+        "purge",
+        help=(
+            "remove ALL shmstream streams, and the shared arrays and loader slots "
+            "whose creating process is dead; print their names"
+        ),
     )
     purge_p.add_argument(
         "--include-cuda-orphans",
@@ -204,8 +208,15 @@ def _cmd_purge(args: argparse.Namespace) -> int:
     removed = list(removed or [])
     for name in removed:
         print(f"purged {name!r}")
-    if removed:
-        print(f"removed {len(removed)} stream(s)", file=sys.stderr)
+    # Live owners' arrays are in use; only what dead creators left goes.
+    from .shared_array import purge_dead_arrays
+
+    orphans = purge_dead_arrays()
+    for name in orphans:
+        print(f"purged array {name!r} (its creator is dead)")
+    if removed or orphans:
+        print(f"removed {len(removed)} stream(s), {len(orphans)} orphaned array(s)",
+              file=sys.stderr)
     else:
         print("no streams found", file=sys.stderr)
     return 0
