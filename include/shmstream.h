@@ -209,6 +209,11 @@ typedef struct ss_create_args {
   const char *dtype;      /* NumPy dtype text, e.g. "<f4" */
   uint64_t payload_bytes; /* 0: product(shape) * itemsize */
   uint32_t mode;          /* 0: 0600 */
+  /* GPU streams (include/shmstream_cuda.h): 512 bytes copied into id.gpu
+   * before the checksum, or NULL for a zero GPU area. A stream created
+   * with SS_FLAG_GPU and without SS_FLAG_CPU_MIRROR has no CPU payload
+   * slot (slot_stride 0): its payload lives on the device only. */
+  const void *gpu_area;
 } ss_create_args;
 
 /* Snapshot of a publication's metadata, read in the same seqlock window as
@@ -254,7 +259,10 @@ SS_API int ss_unlock(ss_segment *seg);
 /* ---- streams (src/core/stream.c) --------------------------------------- */
 
 /* All write calls require the caller to hold the lock. frame_id points at
- * the frame id to publish (any uint64); NULL keeps the previous one (sticky). */
+ * the frame id to publish (any uint64); NULL keeps the previous one (sticky).
+ * On a segment without a CPU payload slot (a GPU stream without CPU mirror)
+ * ss_write_locked and ss_clear_locked do nothing and ss_read returns
+ * SS_EKIND: its payload is reached through include/shmstream_cuda.h. */
 SS_API void ss_write_begin(ss_segment *seg);
 SS_API void ss_write_end(ss_segment *seg, const uint64_t *frame_id);
 SS_API void ss_write_abort(ss_segment *seg);
