@@ -153,7 +153,7 @@ def test_clear_zeroes_the_device_buffer_and_the_mirror(fake_driver):
     run(fake_driver, """
         h = shmstream.create(NAME, shape=(3,), gpu_device="cuda:0", cpu_mirror=True)
         h.write(np.full(3, 7, np.float32))
-        cpu = shmstream.open(NAME)
+        cpu = shmstream.open(NAME, gpu_device=False)
         assert cpu.read().tolist() == [7.0, 7.0, 7.0]
         h.clear()
         assert h.read().get().tolist() == [0.0, 0.0, 0.0]
@@ -164,7 +164,7 @@ def test_clear_zeroes_the_device_buffer_and_the_mirror(fake_driver):
 def test_compatibility_mode_keeps_the_mirror_readable_by_cpu_only_handles(fake_driver):
     run(fake_driver, """
         h = shmstream.create(NAME, shape=(2, 2), gpu_device="cuda:0", cpu_mirror=True)
-        cpu = shmstream.open(NAME)
+        cpu = shmstream.open(NAME, gpu_device=False)
         assert cpu.gpu_device is None and cpu.cpu_mirror
         h.write(np.eye(2, dtype=np.float32), frame_id=3)
         assert (cpu.read() == np.eye(2)).all()
@@ -218,8 +218,18 @@ def test_a_dead_creator_makes_payload_reads_fail_clearly(fake_driver):
             raise AssertionError("attached to a dead creator's device buffer")
         except GpuStreamGoneError as exc:
             assert "exited" in str(exc)
-        cpu = shmstream.open(NAME)          # metadata and the mirror stay readable
+        cpu = shmstream.open(NAME)          # cannot attach: falls back to the mirror
+        assert cpu.gpu_device is None
         assert cpu.count == 1 and cpu.read().tolist() == [5.0, 6.0]
+    """)
+
+
+def test_open_without_gpu_device_attaches_where_cuda_works(fake_driver):
+    run(fake_driver, """
+        h = shmstream.create(NAME, shape=(2,), gpu_device="cuda:0")
+        h.write(np.array([1, 2], np.float32))
+        r = shmstream.open(NAME)
+        assert r.gpu_device == "cuda:0" and r.read().get().tolist() == [1.0, 2.0]
     """)
 
 

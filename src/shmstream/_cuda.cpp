@@ -66,7 +66,7 @@ int64_t to_ns(std::optional<double> timeout) {
     case SS_EPOISONED:
       raise(g_gone, "GPU stream " + n + ": " + why);
     case SS_ENOCUDA:
-      raise(PyExc_RuntimeError, "CUDA is not available: " + why);
+      raise(PyExc_RuntimeError, "CUDA support is not available: " + why);
     case SS_EFORK:
     case SS_ECUDA:
       raise(PyExc_RuntimeError, std::string(op) + " on GPU stream " + n + ": " + why);

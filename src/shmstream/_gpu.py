@@ -17,12 +17,14 @@ tensors.
 
 Attachment rule: a handle opened with ``gpu_device`` maps the device buffer
 (once per process) and reads and writes it. A handle opened without it
-(``gpu_device=None``) inspects metadata, waits for counts and takes the lock;
-its payload reads come from the CPU mirror when the stream has one
-(``cpu_mirror=True``) and otherwise raise an error naming ``gpu_device``; it
-cannot write (the device copy would go stale). Unlike pyshmem, ``open``
-without ``gpu_device`` does not attach to the device on its own: pass
-``gpu_device=True`` for "the device the stream lives on".
+in a process where CUDA is not usable, or with ``gpu_device=False``, inspects
+metadata, waits for counts and takes the lock; its payload reads come from the
+CPU mirror when the stream has one (``cpu_mirror=True``) and otherwise raise
+an error naming ``gpu_device``; it cannot write (the device copy would go
+stale). As in pyshmem, ``open(name)`` without ``gpu_device`` attaches to the
+stream's device when this process can (``gpu_device=True`` says so
+explicitly); if attaching fails (creator gone, device not visible) it gives
+the device-less handle, whose payload errors then say why.
 
 STATUS: written and tested on a machine without a GPU. The CPU-side rules
 (argument checks, the attachment rule for handles without a device, error
@@ -87,7 +89,7 @@ def unavailable_reason() -> str:
 def unsupported(name: str, gpu_device: Any) -> NoReturn:
     """Raise the error for a GPU stream request this process cannot serve."""
     raise RuntimeError(
-        f"CUDA is not available in this process ({unavailable_reason()}): stream "
+        f"CUDA support is not available in this process ({unavailable_reason()}): stream "
         f"{name!r} asks for gpu_device={gpu_device!r}. Create a CPU stream "
         "(gpu_device=None), or run where a CUDA device is visible."
     )
@@ -292,17 +294,28 @@ def create(
 
 def open(segment: Any, name: str, gpu_device: Any, readonly: bool) -> Any:  # noqa: A001
     """``shmstream.open(name, gpu_device=...)`` of a GPU stream."""
+    from ._gpu_handle import GpuSharedMemory  # noqa: PLC0415
+
     mirror = bool(int(segment.flags) & _native.FLAG_CPU_MIRROR)
-    if gpu_device is None or gpu_device is False:
-        if gpu_device is False and not mirror:
+    if gpu_device is False:
+        if not mirror:
             raise ValueError(
                 f"{name!r} is a GPU stream without a CPU mirror; cannot open it "
                 "CPU-only (recreate it with cpu_mirror=True, or open it with "
                 "gpu_device='cuda:N')"
             )
-        from ._gpu_handle import GpuSharedMemory  # noqa: PLC0415
-
         return GpuSharedMemory(segment, readonly=readonly)
+    if gpu_device is None:
+        # pyshmem's rule: attach to the stream's device when this process can;
+        # otherwise a handle without a device (metadata, lock, CPU mirror).
+        if not gpu_available():
+            return GpuSharedMemory(segment, readonly=readonly)
+        try:
+            return open(segment, name, True, readonly)
+        except (GpuStreamGoneError, RuntimeError, ValueError) as exc:
+            handle = GpuSharedMemory(segment, readonly=readonly)
+            handle._attach_error = str(exc)
+            return handle
     index = parse_device(gpu_device)
     if not gpu_available():
         unsupported(name, gpu_device)
@@ -319,8 +332,6 @@ def open(segment: Any, name: str, gpu_device: Any, readonly: bool) -> Any:  # no
     if gs.instance_id != segment.instance_id:
         gs.close()
         raise RuntimeError(f"stream {name!r} was replaced while it was being opened")
-    from ._gpu_handle import GpuSharedMemory  # noqa: PLC0415
-
     handle = GpuSharedMemory(segment, readonly=readonly)
     handle._attach(gs)
     return handle

@@ -28,6 +28,7 @@ class GpuSharedMemory(SharedMemory):
         self._ordinal = -1
         self._pinned: Any = None
         self._view_stream = 0
+        self._attach_error = ""  # why open(name) could not attach, if it tried
 
     def _attach(self, gs: Any) -> None:
         self._gs = gs
@@ -42,8 +43,9 @@ class GpuSharedMemory(SharedMemory):
             what = "GPU shared memory was created without cpu_mirror=True"
         else:
             what = f"GPU stream {n!r} is not attached to its device on this handle"
+        why = f" (attaching failed: {self._attach_error})" if self._attach_error else ""
         return RuntimeError(
-            f"cannot {operation} {n!r}: {what}; reopen it with "
+            f"cannot {operation} {n!r}: {what}{why}; reopen it with "
             f"shmstream.open({n!r}, gpu_device='cuda:N') (or gpu_device=True)"
         )
 

@@ -172,8 +172,8 @@ def test_after_the_creator_dies_readers_get_a_clear_error_not_a_hang(name, mirro
     assert time.monotonic() - t0 < 5
     with pytest.raises(GpuStreamGoneError):
         shmstream.open(name, gpu_device="cuda:0")
-    cpu = shmstream.open(name)
-    assert cpu.count == 1
+    cpu = shmstream.open(name)  # cannot attach any more: a handle without a device
+    assert cpu.gpu_device is None and cpu.count == 1
     if mirror:
         assert cpu.read().tolist() == list(range(8))
     r.close()
