@@ -38,6 +38,8 @@ extern "C" {
 #define SS_IDENTITY_BYTES 2048u /* checksummed, immutable after create */
 #define SS_PAYLOAD_ALIGN 4096u
 #define SS_MAX_NDIM 8u
+#define SS_MAX_SLOTS 8u
+#define SS_DEFAULT_SLOTS 2u
 #define SS_MAX_NAME_BYTES 255u  /* user-visible name, UTF-8, no NUL */
 #define SS_MAX_DTYPE_BYTES 1023u /* NumPy dtype description text */
 #define SS_SEGMENT_PREFIX "/shmstream-"
@@ -85,7 +87,7 @@ typedef struct ss_identity {
   uint64_t payload_offset;       /* 24   first slot, from segment start */
   uint64_t payload_bytes;        /* 32   bytes of one slot's payload */
   uint64_t slot_stride;          /* 40   distance between slots */
-  uint32_t slot_count;           /* 48   1 in layout version 1 */
+  uint32_t slot_count;           /* 48   payload slots, 1..SS_MAX_SLOTS */
   uint32_t ndim;                 /* 52 */
   uint64_t shape[SS_MAX_NDIM];   /* 56 */
   uint64_t itemsize;             /* 120 */
@@ -121,21 +123,28 @@ typedef struct ss_publish_line {   /* 2112: written by the writer only */
   SS_ATOMIC(uint32_t) state;       /* 2144 enum ss_state */
   SS_ATOMIC(int32_t) writer_pid;   /* 2148 pid of the last/current writer */
   SS_ATOMIC(uint64_t) aborted;     /* 2152 writes aborted or abandoned */
-  uint8_t pad_[16];
+  SS_ATOMIC(uint32_t) slot;        /* 2160 slot of the published frame */
+  uint8_t pad_[12];
 } ss_publish_line;
 
 typedef struct ss_notify_line {    /* 2176: the futex readers sleep on */
   SS_ATOMIC(uint32_t) wake_seq;    /* 2176 bumped after every publish */
   SS_ATOMIC(uint32_t) waiters;     /* 2180 readers asleep or about to be */
-  uint8_t pad_[56];
+  SS_ATOMIC(uint32_t) lock_readers;/* 2184 readers falling back to the lock */
+  uint8_t pad_[52];
 } ss_notify_line;
+
+typedef struct ss_slot_line {      /* 2240: per-slot seqlocks, writer only */
+  SS_ATOMIC(uint64_t) seq[SS_MAX_SLOTS]; /* odd while that slot is written */
+} ss_slot_line;
 
 typedef struct ss_header {
   ss_identity id;                  /* 0 */
   ss_lock_line lock;               /* 2048 */
   ss_publish_line pub;             /* 2112 */
   ss_notify_line notify;           /* 2176 */
-  uint8_t reserved[SS_HEADER_BYTES - 2240]; /* 2240: kind-specific use */
+  ss_slot_line slots;              /* 2240 */
+  uint8_t reserved[SS_HEADER_BYTES - 2304]; /* 2304: kind-specific use */
 } ss_header;
 
 
@@ -181,8 +190,11 @@ SS_PIN(pub.write_time_ns, 2136);
 SS_PIN(pub.state, 2144);
 SS_PIN(pub.writer_pid, 2148);
 SS_PIN(pub.aborted, 2152);
+SS_PIN(pub.slot, 2160);
 SS_PIN(notify.wake_seq, 2176);
 SS_PIN(notify.waiters, 2180);
+SS_PIN(notify.lock_readers, 2184);
+SS_PIN(slots.seq, 2240);
 SS_STATIC_ASSERT(sizeof(ss_header) == SS_HEADER_BYTES, "header is 4096 bytes");
 SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes");
 #undef SS_PIN
@@ -209,6 +221,8 @@ typedef struct ss_create_args {
   const char *dtype;      /* NumPy dtype text, e.g. "<f4" */
   uint64_t payload_bytes; /* 0: product(shape) * itemsize */
   uint32_t mode;          /* 0: 0600 */
+  uint32_t slots;         /* 0: SS_DEFAULT_SLOTS; a writer fills one slot while
+                             readers copy the last published one */
   /* GPU streams (include/shmstream_cuda.h): 512 bytes copied into id.gpu
    * before the checksum, or NULL for a zero GPU area. A stream created
    * with SS_FLAG_GPU and without SS_FLAG_CPU_MIRROR has no CPU payload
@@ -260,10 +274,14 @@ SS_API int ss_unlock(ss_segment *seg);
 
 /* All write calls require the caller to hold the lock. frame_id points at
  * the frame id to publish (any uint64); NULL keeps the previous one (sticky).
+ * ss_write_begin returns the slot the caller fills (ss_slot(seg, slot)).
  * On a segment without a CPU payload slot (a GPU stream without CPU mirror)
  * ss_write_locked and ss_clear_locked do nothing and ss_read returns
  * SS_EKIND: its payload is reached through include/shmstream_cuda.h. */
-SS_API void ss_write_begin(ss_segment *seg);
+SS_API uint32_t ss_write_begin(ss_segment *seg);
+SS_API uint32_t ss_published_slot(const ss_segment *seg);
+/* 1 while a writer is filling a slot (or died doing so). */
+SS_API int ss_write_in_flight(const ss_segment *seg);
 SS_API void ss_write_end(ss_segment *seg, const uint64_t *frame_id);
 SS_API void ss_write_abort(ss_segment *seg);
 SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n,

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define SS_GPU_AREA_VERSION 1u
-#define SS_GPU_SLOTS 2u          /* device double buffer: publication c is in slot c % 2 */
+#define SS_GPU_SLOTS 2u          /* device double buffer; slot i is guarded by the header's slot_seq[i], the published one is pub.slot */
 #define SS_GPU_SLOT_ALIGN 512u   /* device slots start on 512-byte boundaries */
 
 /* Status codes of the CUDA half (the core's enum ss_status continues here). */

@@ -4,7 +4,7 @@ tests/fake_libcuda.c implements the driver entry points with host shared
 memory (synchronous copies, events always complete). These tests run the real
 binding, Python layer and slot/seqlock bookkeeping of GPU streams in child
 interpreters with SHMSTREAM_LIBCUDA pointing at it. They prove the plumbing,
-not CUDA: ordering, IPC lifetime and speed are checked by tests/test_gpu.py
+not CUDA: ordering, IPC lifetime and speed are checked by tests/test_gpu_device.py
 on a real device (marked ``gpu``).
 """
 from __future__ import annotations
@@ -74,7 +74,36 @@ def test_write_then_read_round_trips_through_the_device_buffer(fake_driver, mirr
         assert (r.get() == x).all()
         pub = h.read_publication()
         assert (pub.count, pub.frame_id) == (1, 9)
+        # torch is imported on the first GPU operation only where installed,
+        # and a CPU-only build is not used (results stay CudaArray above)
+        torch = sys.modules.get("torch")
+        assert torch is None or not torch.cuda.is_available()
+        from shmstream import _gpu
+        assert _gpu._torch() is None
+    """)
+
+
+def test_a_numpy_write_and_cpu_streams_do_not_import_torch(fake_driver):
+    run(fake_driver, """
+        h = shmstream.create(NAME, shape=(2,), gpu_device="cuda:0")
+        h.write(np.ones(2, np.float32))
+        c = shmstream.create(NAME + "-cpu", shape=(2,))
+        c.write(np.ones(2)); c.read(); c.unlink()
         assert "torch" not in sys.modules
+    """)
+
+
+def test_a_cpu_torch_tensor_writes_and_a_cpu_only_torch_gives_cuda_arrays(fake_driver):
+    pytest.importorskip("torch")
+    run(fake_driver, """
+        import torch
+        if torch.cuda.is_available():
+            sys.exit(0)  # a real CUDA torch: covered by the gpu-marked tests
+        h = shmstream.create(NAME, shape=(3,), gpu_device="cuda:0", cpu_mirror=True)
+        h.write(torch.arange(3, dtype=torch.float32), frame_id=2)
+        r = h.read()
+        assert type(r).__name__ == "CudaArray" and r.get().tolist() == [0.0, 1.0, 2.0]
+        assert shmstream.open(NAME, gpu_device=False).read().tolist() == [0.0, 1.0, 2.0]
     """)
 
 
@@ -256,4 +285,69 @@ def test_device_mismatch_and_bad_dtype_are_clear_errors(fake_driver):
             raise AssertionError
         except FileExistsError as exc:
             assert "already exists" in str(exc)
+    """)
+
+
+def test_a_gpu_segment_has_two_slot_seqlocks_and_the_mirror_two_cpu_slots(fake_driver):
+    run(fake_driver, """
+        from shmstream import _native
+        h = shmstream.create(NAME, shape=(4,), gpu_device="cuda:0", cpu_mirror=True)
+        p = shmstream.create(NAME + "-p", shape=(4,), gpu_device="cuda:0")
+        try:
+            seg = _native.Segment.open(NAME, _native.KIND_STREAM, True)
+            pseg = _native.Segment.open(NAME + "-p", _native.KIND_STREAM, True)
+            assert seg.slot_count == 2 and pseg.slot_count == 2
+            assert os.stat("/dev/shm" + pseg.segname).st_size == _native.HEADER_BYTES
+            assert os.stat("/dev/shm" + seg.segname).st_size == _native.HEADER_BYTES + 2 * 4096
+            cpu = shmstream.open(NAME, gpu_device=False)
+            slots = set()
+            for i in range(1, 6):
+                h.write(np.full(4, i, np.float32), frame_id=i)
+                slots.add(seg.published_slot)
+                assert cpu.read().tolist() == [float(i)] * 4
+                assert h.read().get().tolist() == [float(i)] * 4
+                assert not seg.write_in_flight
+            assert slots == {0, 1}
+            try:
+                shmstream.create(NAME + "-x", shape=(4,), gpu_device="cuda:0", slots=3)
+                raise AssertionError("a GPU stream with 3 slots was made")
+            except ValueError as exc:
+                assert "2 slots" in str(exc)
+            del seg, pseg
+        finally:
+            p.unlink()
+    """)
+
+
+def test_reads_racing_a_writer_in_another_process_are_never_torn(fake_driver):
+    # The fake driver copies on the calling thread, so the writer's copy and
+    # the reader's copy really overlap; the slot seqlocks must catch it.
+    run(fake_driver, """
+        import subprocess, time
+        n = 1 << 18
+        h = shmstream.create(NAME, shape=(n,), dtype=np.int32, gpu_device="cuda:0",
+                             cpu_mirror=True)
+        h.write(np.zeros(n, np.int32))
+        child = (
+            "import shmstream, numpy as np, time\\n"
+            f"w = shmstream.open({NAME!r}, gpu_device='cuda:0')\\n"
+            "end = time.monotonic() + 1.5\\n"
+            "i = 1\\n"
+            "while time.monotonic() < end:\\n"
+            f"    w.write(np.full({n}, i, np.int32)); i += 1\\n"
+            "w.close()\\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", child])
+        cpu = shmstream.open(NAME, gpu_device=False)
+        reads = 0
+        try:
+            while proc.poll() is None:
+                a = h.read().get()
+                assert (a == a[0]).all(), "torn device read"
+                b = cpu.read()
+                assert (b == b[0]).all(), "torn mirror read"
+                reads += 1
+        finally:
+            proc.wait()
+        assert proc.returncode == 0 and reads > 0 and h.count > 1
     """)

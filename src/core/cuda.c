@@ -8,16 +8,21 @@
  * SS_ENOCUDA with a message naming it.
  *
  * Protocol (docs/gpu.md has the long form):
- *   - publication c lives in device slot c % 2;
+ *   - the segment has two slot seqlocks (slot_count 2, the header's slot
+ *     line), one per device slot: device slot i is guarded by slot_seq[i],
+ *     and the published publication lives in device slot pub.slot, exactly
+ *     as a CPU stream's payload lives in CPU slot pub.slot;
  *   - a writer (lock held) waits for the last writer's copy (the IPC event),
- *     begins the write (seq odd), copies into slot (count+1) % 2, records the
- *     IPC event, ends the write (seq even, count+1). It never waits for
- *     readers;
- *   - a reader takes the metadata under the seqlock, waits for the IPC event
- *     on its private stream, copies slot count % 2, waits for its own copy on
- *     the host, and keeps it if at most one write began meanwhile (that one
- *     went to the other slot). Otherwise it retries; after a few tries it
- *     takes the lock, as the CPU read does.
+ *     begins the write (ss_write_begin: the slot after the published one,
+ *     its slot seq odd), copies into that device slot, records the IPC
+ *     event, ends the write (ss_write_end: slot seq even, then pub.slot,
+ *     count+1 under the publish seqlock). It never waits for readers;
+ *   - a reader takes the metadata and the published slot's seq under the
+ *     publish seqlock, waits for the IPC event on its private stream, copies
+ *     that device slot, waits for its own copy on the host, and keeps it if
+ *     the slot's seq has not moved (no write began on that slot meanwhile).
+ *     Otherwise it retries; after a few tries it takes the lock, as the CPU
+ *     read does.
  *
  * STATUS: compiled, never run on a GPU (see docs/gpu.md).
  */
@@ -372,6 +377,8 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
   g->creator_pid = getpid();
   g->payload_bytes = payload;
   g->slot_stride = round_up(payload ? payload : 1, SS_GPU_SLOT_ALIGN);
+  /* One slot seqlock per device slot (a CPU mirror gets as many CPU slots). */
+  args->slots = SS_GPU_SLOTS;
   ss_gpu_area area;
   memset(&area, 0, sizeof area);
   area.version = SS_GPU_AREA_VERSION;
@@ -429,6 +436,11 @@ static int validate_area(const ss_segment *seg) {
       a->alloc_bytes != a->slot_stride * SS_GPU_SLOTS) {
     set_err("the GPU area of this stream is of an unknown version or inconsistent "
             "(version %u, %u slots)", a->version, a->slot_count);
+    return SS_ENOTGPU;
+  }
+  if (seg->hdr->id.slot_count != SS_GPU_SLOTS) {
+    set_err("this GPU stream has %u slot seqlocks, not %u (unknown layout)",
+            seg->hdr->id.slot_count, SS_GPU_SLOTS);
     return SS_ENOTGPU;
   }
   return SS_OK;
@@ -652,9 +664,9 @@ static int after_previous_writer(ss_gpu *g, ss_segment *seg, int64_t deadline) {
   return SS_OK;
 }
 
-static uint32_t next_slot(ss_segment *seg) {
-  return (uint32_t)((atomic_load_explicit(&seg->hdr->pub.count, memory_order_relaxed) + 1) %
-                    SS_GPU_SLOTS);
+/* The slot the write in flight fills (ss_write_begin returned it). */
+static uint32_t writing_slot(const ss_segment *seg) {
+  return (ss_published_slot(seg) + 1) % SS_GPU_SLOTS;
 }
 
 /* After the device copy into `dst_slot` was queued: record the IPC event,
@@ -670,7 +682,7 @@ static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const voi
     return cu_fail("cuEventRecord(IPC event)", r);
   }
   if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) {
-    uint8_t *mirror = ss_slot(seg, 0);
+    uint8_t *mirror = ss_slot(seg, dst_slot); /* CPU slot i mirrors device slot i */
     if (host_src) {
       memcpy(mirror, host_src, g->payload_bytes);
     } else if (g->payload_bytes) {
@@ -699,8 +711,7 @@ int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
   size_t n = g->payload_bytes;
   if ((rc = after_previous_writer(g, seg, deadline))) goto out;
   if (src_kind == SS_GPU_SRC_DEVICE && (rc = after_user(g, user_stream))) goto out;
-  ss_write_begin(seg);
-  uint32_t slot = next_slot(seg);
+  uint32_t slot = ss_write_begin(seg);
   CUdeviceptr dst = ss_gpu_slot_ptr(g, slot);
   CUresult r = CUDA_SUCCESS;
   if (n) {
@@ -737,8 +748,7 @@ int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns) {
   if (rc) return rc;
   int64_t deadline = deadline_of(timeout_ns);
   if ((rc = after_previous_writer(g, seg, deadline))) goto out;
-  ss_write_begin(seg);
-  uint32_t slot = next_slot(seg);
+  uint32_t slot = ss_write_begin(seg);
   CUresult r = g->payload_bytes
                    ? cu.MemsetD8Async(ss_gpu_slot_ptr(g, slot), 0, g->payload_bytes, g->stream)
                    : CUDA_SUCCESS;
@@ -747,7 +757,7 @@ int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns) {
     rc = cu_fail("cuMemsetD8Async", r);
     goto out;
   }
-  if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) memset(ss_slot(seg, 0), 0, g->payload_bytes);
+  if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) memset(ss_slot(seg, slot), 0, g->payload_bytes);
   /* The mirror is already zero: finish without a device-to-host copy. */
   if ((r = cu.EventRecord(g->ipc_event, g->stream))) {
     ss_write_abort(seg);
@@ -786,6 +796,41 @@ static void load_info(const ss_publish_line *p, ss_pubinfo *info) {
 #define SS_GPU_READ_TRIES 4
 #define SS_GPU_ODD_SPIN_NS 50000
 
+/* One optimistic attempt, as try_read in stream.c with a device copy.
+ * Returns SS_OK / an error when done, 1 if the write in flight at the
+ * first attempt (*arrival) is not published yet, 2 if the attempt was torn. */
+static int try_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, int64_t deadline,
+                        ss_pubinfo *info, uint64_t *arrival) {
+  ss_publish_line *p = &seg->hdr->pub;
+  uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
+  if (s1 & 1) return 2;
+  load_info(p, info);
+  int32_t writer = atomic_load_explicit(&p->writer_pid, memory_order_relaxed);
+  uint32_t slot = ss_published_slot(seg);
+  SS_ATOMIC(uint64_t) *sseq = &seg->hdr->slots.seq[slot];
+  uint64_t ss1 = atomic_load_explicit(sseq, memory_order_acquire);
+  int in_flight = ss_write_in_flight(seg);
+  /* SYNC POINT (gpu r0): the metadata, the published slot and its seq come
+   * from one publish-seqlock window; re-checked before any device work. */
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&p->seq, memory_order_relaxed) != s1) return 2;
+  if (info->state != SS_STATE_VALID) return SS_EINCONSISTENT;
+  if (in_flight || (ss1 & 1)) {
+    /* Freshness, as on the CPU: wait for the write in flight when the read
+     * began; a newer one fills the other slot and does not hold us up. */
+    if (*arrival == UINT64_MAX) *arrival = s1;
+    if (s1 == *arrival || (ss1 & 1)) return 1;
+  }
+  int rc = copy_slot(g, slot, dst, deadline, writer);
+  if (rc) return rc;
+  /* SYNC POINT (gpu r2): our copy has completed (the host saw its event).
+   * A write into this device slot sets the slot's seq odd (ss_write_begin,
+   * release fence) before it queues its copy, so a copy that could have
+   * met it finds the slot's seq changed. */
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(sseq, memory_order_relaxed) == ss1 ? SS_OK : 2;
+}
+
 int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream,
                 int64_t timeout_ns, int holds_lock, ss_pubinfo *info) {
   int rc = enter(g, seg);
@@ -795,38 +840,18 @@ int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream,
   if ((rc = after_user(g, user_stream))) goto out;
   if (holds_lock) goto locked_copy;
   int64_t odd_until = 0;
-  for (int tries = 0; tries < SS_GPU_READ_TRIES;) {
-    uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
-    if (s1 & 1) {
-      int64_t now = ss_monotonic_ns();
-      if (!odd_until) odd_until = now + SS_GPU_ODD_SPIN_NS;
-      if (now >= odd_until || now >= deadline) break;
-      ss_cpu_relax();
+  uint64_t arrival = UINT64_MAX;
+  for (int torn = 0; torn < SS_GPU_READ_TRIES;) {
+    rc = try_gpu_read(g, seg, dst, deadline, info, &arrival);
+    if (rc != 1 && rc != 2) goto out;
+    if (rc == 2) {
+      torn++;
       continue;
     }
-    load_info(p, info);
-    int32_t writer = atomic_load_explicit(&p->writer_pid, memory_order_relaxed);
-    /* SYNC POINT (gpu r0): the metadata is the classic seqlock: it must
-     * come from one window, so it is re-checked before any device work. */
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&p->seq, memory_order_relaxed) != s1) {
-      tries++;
-      continue;
-    }
-    if (info->state != SS_STATE_VALID) {
-      rc = SS_EINCONSISTENT;
-      goto out;
-    }
-    rc = copy_slot(g, (uint32_t)(info->count % SS_GPU_SLOTS), dst, deadline, writer);
-    if (rc) goto out;
-    /* SYNC POINT (gpu r2): our copy has completed (host saw its event). A
-     * write to slot count % 2 is the second write after s1, and it set seq
-     * odd before queueing its copy; so if seq moved by at most 2 (one
-     * write, which used the other slot) nothing overwrote what we copied. */
-    atomic_thread_fence(memory_order_acquire);
-    uint64_t s2 = atomic_load_explicit(&p->seq, memory_order_relaxed);
-    if (s2 - s1 <= 2) goto out;
-    tries++;
+    int64_t now = ss_monotonic_ns();
+    if (!odd_until) odd_until = now + SS_GPU_ODD_SPIN_NS;
+    if (now >= odd_until || now >= deadline) break;
+    ss_cpu_relax();
   }
   if (seg->readonly == 2) {
     rc = SS_ETIMEDOUT; /* cannot take the lock through a read-only mapping */
@@ -842,7 +867,7 @@ int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream,
     int32_t writer = atomic_load_explicit(&p->writer_pid, memory_order_relaxed);
     rc = info->state != SS_STATE_VALID
              ? SS_EINCONSISTENT
-             : copy_slot(g, (uint32_t)(info->count % SS_GPU_SLOTS), dst, deadline, writer);
+             : copy_slot(g, ss_published_slot(seg), dst, deadline, writer);
     ss_unlock(seg);
     goto out;
   }
@@ -850,7 +875,7 @@ locked_copy:
   load_info(p, info);
   rc = info->state != SS_STATE_VALID
            ? SS_EINCONSISTENT
-           : copy_slot(g, (uint32_t)(info->count % SS_GPU_SLOTS), dst, deadline,
+           : copy_slot(g, ss_published_slot(seg), dst, deadline,
                        atomic_load_explicit(&p->writer_pid, memory_order_relaxed));
 out:
   leave(g);
@@ -864,12 +889,12 @@ int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream, int64_t 
   int64_t deadline = deadline_of(timeout_ns);
   if ((rc = after_previous_writer(g, seg, deadline))) goto out;
   if ((rc = after_user(g, user_stream))) goto out;
-  ss_write_begin(seg);
-  uint32_t slot = next_slot(seg);
+  uint32_t published = ss_published_slot(seg);
+  uint32_t slot = ss_write_begin(seg);
   CUresult r = CUDA_SUCCESS;
   /* The view starts as the current payload, as a CPU write_view does. */
   if (g->payload_bytes)
-    r = cu.MemcpyDtoDAsync(ss_gpu_slot_ptr(g, slot), ss_gpu_slot_ptr(g, slot + 1),
+    r = cu.MemcpyDtoDAsync(ss_gpu_slot_ptr(g, slot), ss_gpu_slot_ptr(g, published),
                            g->payload_bytes, g->stream);
   if (r == CUDA_SUCCESS) r = cu.EventRecord(g->ev_done, g->stream);
   if (r == CUDA_SUCCESS && user_stream)
@@ -900,7 +925,7 @@ int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
     ss_write_abort(seg);
     goto out;
   }
-  rc = finish_write(g, seg, next_slot(seg), NULL, frame_id, INT64_MAX);
+  rc = finish_write(g, seg, writing_slot(seg), NULL, frame_id, INT64_MAX);
 out:
   leave(g);
   return rc;

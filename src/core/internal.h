@@ -12,6 +12,10 @@ uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h);
 /* Marks the frame of a writer that died mid-write (lock taken over). */
 void ss_mark_abandoned(ss_segment *seg);
 
+/* ss_lock for a reader's fallback: announced in notify.lock_readers, so
+ * writers step aside for it. */
+int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns);
+
 static inline void ss_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();

@@ -3,6 +3,7 @@
  * list hands it to the next acquirer at once with EOWNERDEAD. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -11,7 +12,33 @@
 
 static int32_t gettid_(void) { return (int32_t)syscall(SYS_gettid); }
 
+/* A writer that never pauses would win the mutex back every time (it is not
+ * fair), starving a reader that fell back to it. Writers therefore step
+ * aside while a reader waits, for at most this long. */
+#define SS_READER_PRIORITY_NS 2000000
+
+static int lock_mutex(ss_segment *seg, int64_t timeout_ns);
+
 int ss_lock(ss_segment *seg, int64_t timeout_ns) {
+  SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
+  if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
+    if (timeout_ns == 0) return SS_ETIMEDOUT;
+    int64_t until = ss_monotonic_ns() + SS_READER_PRIORITY_NS;
+    while (atomic_load_explicit(readers, memory_order_relaxed) > 0 && ss_monotonic_ns() < until)
+      sched_yield();
+  }
+  return lock_mutex(seg, timeout_ns);
+}
+
+int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
+  SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
+  atomic_fetch_add_explicit(readers, 1, memory_order_relaxed);
+  int rc = lock_mutex(seg, timeout_ns);
+  atomic_fetch_sub_explicit(readers, 1, memory_order_relaxed);
+  return rc;
+}
+
+static int lock_mutex(ss_segment *seg, int64_t timeout_ns) {
   pthread_mutex_t *m = &seg->hdr->lock.m.mutex;
   int rc;
   if (timeout_ns < 0) {

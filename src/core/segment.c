@@ -54,7 +54,7 @@ int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
   if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
   if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
     return SS_ECORRUPT;
-  if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 ||
+  if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 || id->slot_count > SS_MAX_SLOTS ||
       id->name_len == 0 || id->name_len > SS_MAX_NAME_BYTES ||
       id->name[id->name_len] != '\0' || id->dtype_len > SS_MAX_DTYPE_BYTES ||
       id->dtype[id->dtype_len] != '\0')
@@ -116,10 +116,12 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
     payload = a->itemsize;
     for (uint32_t i = 0; i < a->ndim; i++) payload *= a->shape[i];
   }
+  uint32_t slots = a->slots ? a->slots : SS_DEFAULT_SLOTS;
+  if (slots > SS_MAX_SLOTS) return EINVAL;
   size_t stride = round_up(payload, SS_PAYLOAD_ALIGN);
   if ((a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR))
     stride = 0; /* performance-mode GPU stream: the payload is on the device */
-  size_t total = SS_HEADER_BYTES + stride;
+  size_t total = SS_HEADER_BYTES + stride * slots;
 
   int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
                     a->mode ? a->mode : 0600);
@@ -150,7 +152,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   id->payload_offset = SS_HEADER_BYTES;
   id->payload_bytes = payload;
   id->slot_stride = stride;
-  id->slot_count = 1;
+  id->slot_count = slots;
   id->ndim = a->ndim;
   for (uint32_t i = 0; i < a->ndim; i++) id->shape[i] = a->shape[i];
   id->itemsize = a->itemsize;

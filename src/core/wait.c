@@ -58,8 +58,7 @@ static int inconsistent(const ss_publish_line *p) {
 int ss_check_writer(ss_segment *seg) {
   ss_publish_line *p = &seg->hdr->pub;
   if (inconsistent(p)) return SS_EINCONSISTENT;
-  if (!(atomic_load_explicit(&p->seq, memory_order_acquire) & 1) || seg->readonly == 2)
-    return SS_OK;
+  if (!ss_write_in_flight(seg) || seg->readonly == 2) return SS_OK;
   /* A write is in flight. If its writer died, the lock is owner-dead: a
    * trylock takes it over and marks the frame abandoned. A live writer
    * keeps the lock and we leave at once. */

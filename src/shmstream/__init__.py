@@ -53,3 +53,9 @@ __all__ = [
     "unlink",
     "unlink_quiet",
 ]
+
+# The other parts, each in its own module.
+from .direct import DirectArray, direct_mmap  # noqa: E402
+from .shared_array import SharedArray, SharedRecArray, share  # noqa: E402
+
+__all__ += ["DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share"]

@@ -294,7 +294,7 @@ NB_MODULE(_cuda, m) {
       .def_prop_ro("payload_bytes", [](GpuStream &s) { return s.seg.hdr->id.payload_bytes; })
       .def("slot_ptr", [](GpuStream &s, uint32_t slot) { return ss_gpu_slot_ptr(s.g("use"), slot); })
       .def("published_ptr", [](GpuStream &s) {
-        return ss_gpu_slot_ptr(s.g("use"), (uint32_t)(s.count() % SS_GPU_SLOTS));
+        return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(&s.seg));
       })
       .def("write", [](GpuStream &s, uint64_t src, int kind, uint64_t user_stream,
                        std::optional<uint64_t> frame_id, std::optional<double> timeout) {

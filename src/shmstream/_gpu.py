@@ -62,6 +62,10 @@ GPU_SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
     )
 )
 
+#: device slots of a GPU stream (its double buffer); the segment has as many
+#: slot seqlocks, and a CPU mirror as many CPU slots.
+DEVICE_SLOTS: int = int(_cuda.SLOTS)
+
 # DLPack type codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6.
 _DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
@@ -158,12 +162,18 @@ _torch_tried = False
 
 
 def _torch() -> Any:
-    """torch if installed (imported on the first GPU operation), else None."""
+    """torch if it is installed *with CUDA usable* (imported on the first GPU
+    operation), else None. A CPU-only torch build (``torch.cuda.is_available()``
+    False, e.g. the CUDA driver is only ours or a fake) cannot hold a CUDA
+    tensor, so results are then :class:`CudaArray`."""
     global _torch_mod, _torch_tried
     if not _torch_tried:
         _torch_tried = True
         try:
             import torch  # noqa: PLC0415
+
+            if not torch.cuda.is_available():
+                torch = None
         except Exception:
             torch = None
         _torch_mod = torch

@@ -111,10 +111,9 @@ class GpuSharedMemory(SharedMemory):
                 t = t.to(dtype=want).contiguous()
                 stream = torch.cuda.current_stream(t.device).cuda_stream
                 return _cuda.SRC_DEVICE, int(t.data_ptr()), int(stream), t
-            pinned = bool(t.is_pinned())
             t = t.to(dtype=want).contiguous()
             host = t.numpy()
-            return (_cuda.SRC_PINNED if pinned and t.is_pinned() else _cuda.SRC_HOST), host, 0, t
+            return (_cuda.SRC_PINNED if _torch_pinned(t) else _cuda.SRC_HOST), host, 0, t
         if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack_device__"):
             dev_type, _ = value.__dlpack_device__()
             if dev_type in (_cuda.kDLCUDA, _cuda.kDLCUDAManaged):
@@ -247,11 +246,15 @@ class GpuSharedMemory(SharedMemory):
         self._writing = False
         self._gs.view_abort()
 
-    def _payload_view(self, seg: Any) -> Any:
+    def _payload_view(self, seg: Any, slot: int | None = None) -> Any:
+        # The CPU mirror has one CPU slot per device slot (slot_count 2);
+        # an unattached handle reads it through the slot-aware base views.
         if self._gs is None:
             if self.cpu_mirror:
-                return super()._payload_view(seg)
+                return super()._payload_view(seg, slot)
             raise self._unattached("take a shared view of")
+        if slot is not None and slot != seg.published_slot:
+            raise RuntimeError("a device view of an unpublished slot is taken by write_view only")
         return self._device_view(int(self._gs.published_ptr()))
 
     def pinned_buffer(self) -> Any:
@@ -311,7 +314,7 @@ class GpuSharedMemory(SharedMemory):
 
     def _fail_if_invalid(self, seg: Any) -> None:
         state = seg.state
-        if not state and not (seg.seq & 1 and not _proc.alive(seg.writer_pid)):
+        if not state and not (seg.write_in_flight and not _proc.alive(seg.writer_pid)):
             return
         if self._cpu_reads():
             return super()._fail_if_invalid(seg)
@@ -410,6 +413,14 @@ class GpuSharedMemory(SharedMemory):
             # The creator frees its device buffer once this handle lets go.
             gs.release_owned()
         super().unlink()
+
+
+def _torch_pinned(t: Any) -> bool:
+    """t.is_pinned(), False where torch cannot tell (a CPU-only build)."""
+    try:
+        return bool(t.is_pinned())
+    except RuntimeError:
+        return False
 
 
 class _SlotBuffer:

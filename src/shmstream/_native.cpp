@@ -283,11 +283,16 @@ void check_open_rc(Segment *s, int rc, const std::string &name) {
 
 NB_MODULE(_native, m) {
   m.doc() = "shmstream C core binding (internal; use the shmstream package)";
+  // Segments held in module globals at exit are normal (a mapping a user
+  // keeps); nanobind would report each as a leak.
+  nb::set_leak_warnings(false);
   m.attr("LAYOUT_VERSION") = SS_LAYOUT_VERSION;
   m.attr("HEADER_BYTES") = SS_HEADER_BYTES;
   m.attr("MAX_NAME_BYTES") = SS_MAX_NAME_BYTES;
   m.attr("MAX_DTYPE_BYTES") = SS_MAX_DTYPE_BYTES;
   m.attr("MAX_NDIM") = SS_MAX_NDIM;
+  m.attr("MAX_SLOTS") = SS_MAX_SLOTS;
+  m.attr("DEFAULT_SLOTS") = SS_DEFAULT_SLOTS;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
   m.attr("KIND_STREAM") = (int)SS_KIND_STREAM;
   m.attr("KIND_CHANNEL") = (int)SS_KIND_CHANNEL;
@@ -341,8 +346,8 @@ NB_MODULE(_native, m) {
     F(lock.acquisitions, acquisitions);
     F(pub.seq, seq); F(pub.count, count); F(pub.frame_id, frame_id);
     F(pub.write_time_ns, write_time_ns); F(pub.state, state); F(pub.writer_pid, writer_pid);
-    F(pub.aborted, aborted);
-    F(notify.wake_seq, wake_seq); F(notify.waiters, waiters);
+    F(pub.aborted, aborted); F(pub.slot, slot); F(slots.seq, slot_seq);
+    F(notify.wake_seq, wake_seq); F(notify.waiters, waiters); F(notify.lock_readers, lock_readers);
 #undef F
     return d;
   });
@@ -350,7 +355,10 @@ NB_MODULE(_native, m) {
   nb::class_<Segment>(m, "Segment")
       .def_static("create", [](const std::string &name, int kind, std::vector<uint64_t> shape,
                                uint64_t itemsize, const std::string &dtype, int flags, int mode,
-                               uint64_t payload_bytes) {
+                               uint64_t payload_bytes, uint32_t slots) {
+        if (slots < 1 || slots > SS_MAX_SLOTS)
+          raise(PyExc_ValueError, "slots must be 1 to " + std::to_string(SS_MAX_SLOTS) +
+                ", not " + std::to_string(slots));
         if (shape.size() > SS_MAX_NDIM)
           raise(PyExc_ValueError, "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
         if (dtype.size() > SS_MAX_DTYPE_BYTES)
@@ -369,6 +377,7 @@ NB_MODULE(_native, m) {
         a.dtype = dtype.c_str();
         a.payload_bytes = payload_bytes;
         a.mode = (uint32_t)mode;
+        a.slots = slots;
         int rc;
         {
           nb::gil_scoped_release nogil;
@@ -377,7 +386,7 @@ NB_MODULE(_native, m) {
         check_open_rc(s, rc, name);
         return s;
       }, "name"_a, "kind"_a, "shape"_a, "itemsize"_a, "dtype"_a, "flags"_a = 0, "mode"_a = 0600,
-         "payload_bytes"_a = 0, nb::rv_policy::take_ownership)
+         "payload_bytes"_a = 0, "slots"_a = SS_DEFAULT_SLOTS, nb::rv_policy::take_ownership)
       .def_static("open", [](const std::string &name, int kind, bool readonly) {
         Segment *s = make_segment();
         int rc;
@@ -454,7 +463,8 @@ NB_MODULE(_native, m) {
         return s.write(src, frame_id, locked, to_ns(timeout));
       }, "src"_a, "frame_id"_a = nb::none(), "locked"_a = false, "timeout"_a = nb::none(),
          "Publish src (frame_id None keeps the previous frame id). Returns the new count.")
-      .def("write_begin", [](Segment &s) { ss_write_begin(&s.seg); })
+      .def("write_begin", [](Segment &s) { return ss_write_begin(&s.seg); },
+           "Start a write (lock held); returns the slot to fill.")
       .def("write_end", [](Segment &s, std::optional<uint64_t> frame_id) {
         ss_write_end(&s.seg, frame_id ? &*frame_id : nullptr);
         return s.hdr()->pub.count.load(std::memory_order_relaxed);
@@ -473,13 +483,17 @@ NB_MODULE(_native, m) {
       .def("wait_count", [](Segment &s, uint64_t after, std::optional<double> timeout, int64_t spin_ns) {
         return s.wait_count(after, to_ns(timeout), spin_ns);
       }, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
-      .def("payload", [](Segment &s) {
-        // A writable byte view of the slot; it keeps this Segment (and so
+      .def("payload", [](Segment &s, uint32_t slot) {
+        // A writable byte view of one slot; it keeps this Segment (and so
         // the mapping) alive for as long as the view exists.
+        if (slot >= s.hdr()->id.slot_count) raise(PyExc_IndexError, "no such slot");
         nb::handle owner = nb::find(&s);
         size_t shape[1] = {s.payload_bytes()};
-        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, 0), 1, shape, owner);
-      }, nb::rv_policy::reference_internal)
+        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape, owner);
+      }, "slot"_a = 0, nb::rv_policy::reference_internal)
+      .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(&s.seg); })
+      .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(&s.seg); })
+      .def_prop_ro("slot_count", [](Segment &s) { return s.hdr()->id.slot_count; })
       .def("cancel", [](Segment &s) { ss_cancel(&s.seg); },
            "Make this handle's waiters give up (RuntimeError) and wake them.")
       .def("wake", [](Segment &s) { ss_wake_all(&s.seg); });

@@ -396,7 +396,7 @@ class SharedMemory:
         self._lk = _lock_state_for(self._segname, self._instance_id)
         self._held = 0  # lock levels taken through this handle
         self._writing = False  # a write_view of this handle is open
-        self._view: np.ndarray | None = None  # live payload view, on demand
+        self._views: dict[int, np.ndarray] = {}  # slot -> payload view, on demand
         # read_new waits for a count above max(_last_read, _wrote): the last
         # publication this handle read (the count at open before any read)
         # or wrote itself.
@@ -422,6 +422,7 @@ class SharedMemory:
         cpu_mirror: bool | None = None,
         notify: bool = False,
         mode: int = 0o600,
+        slots: int = _native.DEFAULT_SLOTS,
     ) -> SharedMemory:
         _check_name(name)
         dims = _check_shape(shape)
@@ -445,13 +446,22 @@ class SharedMemory:
             raise ValueError(f"a payload of {expected} bytes is too large")
         if not isinstance(mode, int) or not 0 < mode <= 0o777:
             raise ValueError(f"mode must be permission bits like 0o600, got {mode!r}")
+        if isinstance(slots, bool) or not isinstance(slots, int) or not (
+            1 <= slots <= _native.MAX_SLOTS
+        ):
+            raise ValueError(f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}")
         if gpu_device is not None:  # GPU hook: CUDA streams live in _gpu
+            if slots not in (_native.DEFAULT_SLOTS, _gpu.DEVICE_SLOTS):
+                raise ValueError(
+                    f"a GPU stream has {_gpu.DEVICE_SLOTS} slots (its device double "
+                    f"buffer), got slots={slots!r}"
+                )
             return _gpu.create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
         flags = _native.FLAG_NOTIFY if notify else 0
         try:
             segment = _native.Segment.create(
                 name, _native.KIND_STREAM, list(dims), dt.itemsize,
-                _dtypes.encode(dt), flags, mode, 0,
+                _dtypes.encode(dt), flags, mode, 0, slots,
             )
         except FileExistsError:
             raise _duplicate_name_error(name) from None
@@ -764,14 +774,17 @@ class SharedMemory:
             frame_id = _check_frame_id(frame_id)
         self._wrote = seg.write(value, frame_id, True)
 
-    def _payload_view(self, seg: Any) -> np.ndarray:
-        view = self._view
+    def _payload_view(self, seg: Any, slot: int | None = None) -> np.ndarray:
+        """A view of one payload slot (the published one by default)."""
+        if slot is None:
+            slot = seg.published_slot
+        view = self._views.get(slot)
         if view is None:
-            raw = seg.payload()
+            raw = seg.payload(slot)
             view = raw.view(self.dtype).reshape(self.shape) if self.size else (
                 np.empty(self.shape, self.dtype)
             )
-            self._view = view
+            self._views[slot] = view
         return view
 
     def write_view(self, *, timeout: float | None = None, frame_id: int | None = None) -> _WriteView:
@@ -798,8 +811,13 @@ class SharedMemory:
             raise RuntimeError(
                 f"a write_view of {self.name!r} is already open on this handle"
             )
-        view = self._payload_view(seg)
-        seg.write_begin()
+        published = self._payload_view(seg)
+        view = self._payload_view(seg, seg.write_begin())
+        if view is not published:
+            # The writer fills the slot after the published one (readers copy
+            # the published one meanwhile); start it from the current frame
+            # so in-place updates see what readers see, as with one slot.
+            np.copyto(view, published)
         self._writing = True
         return view
 
@@ -942,7 +960,7 @@ class SharedMemory:
         """Before a wait: raise InconsistentStreamError at once if the
         published frame is aborted, or its writer died mid-write (a wait
         for the count would otherwise sit out its whole timeout)."""
-        if seg.state or (seg.seq & 1 and not _proc.alive(seg.writer_pid)):
+        if seg.state or (seg.write_in_flight and not _proc.alive(seg.writer_pid)):
             scratch = _empty(self.size, np.uint8)
             try:
                 seg.read(scratch, 0.0, self._holds_lock())
@@ -982,7 +1000,7 @@ class SharedMemory:
         if the handle is closed meanwhile. ``spin_us`` overrides how long to
         spin before sleeping."""
         seg = self._seg
-        if seg is None or not safe or spin_us is not None or seg.state or seg.seq & 1:
+        if seg is None or not safe or spin_us is not None or seg.state:
             return self._read_new_slow(timeout, safe, out, spin_us)
         if out is None:
             out = _empty(self.shape, self.dtype)
@@ -1175,7 +1193,7 @@ class SharedMemory:
                 seg.unlock()
         self._seg = None
         self._wseg = None
-        self._view = None
+        self._views = {}
         seg.cancel()  # wakes this handle's blocked readers with RuntimeError
 
     def unlink(self) -> None:
@@ -1258,6 +1276,7 @@ def create(
     auto_unlink: bool = False,
     notify: bool = False,
     mode: int = 0o600,
+    slots: int = _native.DEFAULT_SLOTS,
 ) -> SharedMemory:
     """Create a stream named ``name`` holding arrays of ``shape`` and
     ``dtype`` (any fixed-size NumPy dtype, structured ones included), zeroed.
@@ -1265,12 +1284,16 @@ def create(
     ``size`` is an optional check of the payload bytes. ``auto_unlink=True``
     makes the handle's ``with`` block destroy the stream on exit. ``notify``
     is recorded for ``stat``/``to_config`` (readers are always woken).
-    ``mode`` sets the permission bits (0o600 by default). Raises
-    FileExistsError if the name exists (use :func:`open`).
+    ``mode`` sets the permission bits (0o600 by default). ``slots`` payload
+    slots (default 2) let a writer fill one while readers copy the last
+    published one, so a writer that never pauses does not tear every read;
+    ``slots=1`` halves the memory and makes readers fall back to the lock
+    more often under such a writer. Raises FileExistsError if the name
+    exists (use :func:`open`).
     """
     handle = SharedMemory._create(
         name, shape=shape, dtype=dtype, size=size, gpu_device=gpu_device,
-        cpu_mirror=cpu_mirror, notify=notify, mode=mode,
+        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots,
     )
     handle._auto_unlink = bool(auto_unlink)
     return handle

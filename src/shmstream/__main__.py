@@ -1,0 +1,7 @@
+"""``python -m shmstream``: the same as the ``shmstream`` command."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m shmstream.bench``: run a benchmark part."""
+import sys
+
+from . import main
+
+if __name__ == "__main__":
+    sys.exit(main())

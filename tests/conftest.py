@@ -1,0 +1,153 @@
+"""Fixtures for the shmstream suite.
+
+* ``name`` / ``make_name``: unique stream names (a uuid under this session's
+  token) that are unlinked after the test, whoever created them.
+* ``spawn``: start a function in a child process with the 'spawn' start
+  method; children still running at the end of the test are killed.
+* A session-wide check that the suite left no ``shmstream-*`` segment in
+  /dev/shm: a segment that exists at the end but did not at the start fails
+  the run loudly, unless its creator is another process that still runs (a
+  concurrent user of /dev/shm). Segments under this session's names are
+  removed; others are only listed.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import support
+
+#: Every name this session makes starts with this token, so leftovers can be
+#: told apart from segments of other processes that use /dev/shm meanwhile.
+SESSION_TOKEN = f"t{uuid.uuid4().hex[:8]}"
+
+
+def _segments() -> set[str]:
+    try:
+        return {n for n in os.listdir(support.SHM_DIR) if n.startswith(support.SEGMENT_PREFIX)}
+    except FileNotFoundError:
+        return set()
+
+
+def _header(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(432)
+    except OSError:
+        return b""
+
+
+def _stored_name(head: bytes) -> str:
+    """The user name stored in a segment header ('' if unreadable)."""
+    if len(head) < 432:
+        return ""
+    n = int.from_bytes(head[168:172], "little")
+    return head[176 : 176 + min(n, 255)].decode("utf-8", "replace")
+
+
+def _creator_gone_or_me(head: bytes) -> bool:
+    """True if the segment's creator is this process or no longer runs; a
+    segment whose creator still runs elsewhere belongs to a concurrent
+    process, not to this suite."""
+    if len(head) < 132:
+        return True  # truncated: nobody can be using it
+    pid = int.from_bytes(head[128:132], "little", signed=True)
+    if pid == os.getpid() or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_segments_left_behind():
+    before = _segments()
+    yield
+    ours, unattributed = [], []
+    for segname in sorted(_segments() - before):
+        head = _header(os.path.join(support.SHM_DIR, segname))
+        if segname.startswith(support.SEGMENT_PREFIX + SESSION_TOKEN) or _stored_name(
+            head
+        ).startswith(SESSION_TOKEN):
+            ours.append(segname)
+        elif _creator_gone_or_me(head):
+            unattributed.append(segname)
+    for segname in ours:  # certainly this session's: clean up
+        try:
+            os.unlink(os.path.join(support.SHM_DIR, segname))
+        except OSError:
+            pass
+    if ours or unattributed:
+        pytest.fail(
+            "the test suite left shared-memory segments behind in /dev/shm:\n"
+            f"  made under this session's names (removed now): {ours}\n"
+            "  new since the session started, creator this process or gone "
+            f"(left in place in case a concurrent run owns them): {unattributed}",
+            pytrace=False,
+        )
+
+
+def _unlink_quiet(stream_name: str) -> None:
+    import shmstream
+
+    try:
+        shmstream.unlink(stream_name)
+    except Exception:
+        # A corrupt segment may refuse a generation check; remove the file.
+        try:
+            os.unlink(support.segment_path(stream_name))
+        except (OSError, UnicodeError):
+            pass
+
+
+@pytest.fixture
+def make_name(request):
+    """Factory of unique stream names; every name it made is unlinked after
+    the test. ``make_name("cam/left")`` keeps a readable suffix."""
+    made: list[str] = []
+
+    def make(suffix: str = "") -> str:
+        stream_name = f"{SESSION_TOKEN}-{uuid.uuid4().hex[:12]}"
+        if suffix:
+            stream_name += f"-{suffix}"
+        made.append(stream_name)
+        return stream_name
+
+    yield make
+    for stream_name in made:
+        _unlink_quiet(stream_name)
+
+
+@pytest.fixture
+def name(make_name) -> str:
+    """A unique stream name, unlinked after the test."""
+    return make_name()
+
+
+@pytest.fixture
+def spawn():
+    """``spawn(target, *args) -> support.Child``: run a module-level function
+    in a fresh interpreter ('spawn' start method). Children still alive when
+    the test ends are killed."""
+    children: list[support.Child] = []
+
+    def start(target, *args) -> support.Child:
+        child = support.Child(target, args)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.kill()
+
+
+@pytest.fixture
+def ctx():
+    """The multiprocessing 'spawn' context, for Events, Barriers, Queues."""
+    return support.SPAWN

@@ -1,0 +1,218 @@
+"""Helpers shared by the test modules (imported as ``support``; pytest puts
+this folder on ``sys.path`` and spawned children inherit it).
+
+Every cross-process step synchronises on multiprocessing Events, Barriers,
+Queues or on the stream's own counters. Nothing here sleeps to "give the
+other side time": a test that only passes when the scheduler is kind is a
+broken test (CI runs on two noisy cores).
+"""
+from __future__ import annotations
+
+import functools
+import mmap
+import subprocess
+import sys
+import textwrap
+import multiprocessing as mp
+import os
+import struct
+import time
+import traceback
+from typing import Any, Callable
+
+#: Generous limit for every wait on another process.
+WAIT = 30.0
+
+SHM_DIR = "/dev/shm"
+SEGMENT_PREFIX = "shmstream-"
+
+SPAWN = mp.get_context("spawn")
+
+
+class ChildFailed(AssertionError):
+    """A child process raised; the message carries its traceback."""
+
+
+def _trampoline(results: Any, target: Callable, args: tuple) -> None:
+    try:
+        value = target(*args)
+    except BaseException:  # report everything, including assertion errors
+        results.put(("error", traceback.format_exc()))
+        raise SystemExit(1)
+    results.put(("ok", value))
+
+
+class Child:
+    """A spawned process running ``target(*args)``; ``result()`` returns
+    what the target returned or raises ChildFailed with its traceback."""
+
+    def __init__(self, target: Callable, args: tuple) -> None:
+        self.results = SPAWN.Queue()
+        self.process = SPAWN.Process(
+            target=_trampoline, args=(self.results, target, args), daemon=True
+        )
+        self.process.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def result(self, timeout: float = WAIT) -> Any:
+        try:
+            status, value = self.results.get(timeout=timeout)
+        except Exception as exc:  # queue.Empty
+            raise ChildFailed(
+                f"child {self.pid} returned nothing within {timeout} s "
+                f"(alive={self.process.is_alive()}, exitcode={self.process.exitcode})"
+            ) from exc
+        self.process.join(timeout)
+        if status == "error":
+            raise ChildFailed(f"child {self.pid} failed:\n{value}")
+        return value
+
+    def join(self, timeout: float = WAIT) -> int:
+        """Wait for the child to end; return its exit code."""
+        self.process.join(timeout)
+        assert self.process.exitcode is not None, (
+            f"child {self.pid} still running after {timeout} s"
+        )
+        return self.process.exitcode
+
+    def wait_event(self, event: Any, timeout: float = WAIT) -> None:
+        """Wait for ``event``, which this child sets; if the child ends
+        first, raise with its traceback instead of waiting out the timeout."""
+        deadline = time.monotonic() + timeout
+        while not event.wait(0.05):
+            if not self.process.is_alive() and not event.is_set():
+                self.result(timeout=1.0)  # raises ChildFailed with the traceback
+                raise ChildFailed(f"child {self.pid} ended (exit code "
+                                  f"{self.process.exitcode}) without setting the event")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"child {self.pid} did not set the event in {timeout} s")
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(WAIT)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, what: str = "") -> Any:
+    """Poll ``predicate`` until it is truthy: for conditions that have no
+    event to wait on (e.g. a header word another thread changes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        os.sched_yield()
+        time.sleep(0.0005)  # a poll interval, not a synchronisation
+
+
+# ---- raw segment access (the ABI tests and corrupt-header tests) ----------
+
+
+def fnv1a64(data: bytes, h: int = 0xCBF29CE484222325) -> int:
+    for b in data:
+        h ^= b
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def segment_name(name: str) -> str:
+    """The /dev/shm file name of stream ``name`` as docs/ABI.md defines it
+    (independent re-implementation, no leading '/')."""
+    raw = name.encode("utf-8")
+    keep = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+    readable = "".join(chr(b) if b in keep else "_" for b in raw[:32])
+    return f"{SEGMENT_PREFIX}{readable}-{fnv1a64(raw):016x}"
+
+
+def segment_path(name: str) -> str:
+    return os.path.join(SHM_DIR, segment_name(name))
+
+
+def field(name: str) -> tuple[int, int]:
+    from shmstream import _native
+
+    return tuple(_native.layout()[name])
+
+
+def read_u(path: str, offset: int, size: int) -> int:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(size)
+    return int.from_bytes(data, "little")
+
+
+def patch_bytes(path: str, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+class HeaderWords:
+    """A live read-only mapping of a segment header, to watch counters such
+    as ``waiters`` that the public API does not expose."""
+
+    def __init__(self, name: str) -> None:
+        fd = os.open(segment_path(name), os.O_RDONLY)
+        try:
+            self._map = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def u32(self, fieldname: str) -> int:
+        offset, _ = field(fieldname)
+        return struct.unpack_from("<I", self._map, offset)[0]
+
+    def u64(self, fieldname: str) -> int:
+        offset, _ = field(fieldname)
+        return struct.unpack_from("<Q", self._map, offset)[0]
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def wait_for_waiter(name: str, timeout: float = WAIT) -> None:
+    """Return once a reader sleeps (or is about to) in a wait on ``name``:
+    the header's ``waiters`` word counts them."""
+    words = HeaderWords(name)
+    try:
+        wait_until(lambda: words.u32("waiters") > 0, timeout, f"a reader waiting on {name!r}")
+    finally:
+        words.close()
+
+
+# ---- a private /dev/shm (purge, full-disk tests) ----------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def private_shm_available() -> str | None:
+    """None if tests can run a child with a private tmpfs on /dev/shm, else
+    the reason they cannot."""
+    if os.geteuid() != 0:
+        return "needs root to mount a private tmpfs on /dev/shm"
+    try:
+        probe = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c",
+             "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+            capture_output=True, timeout=30,
+        )
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        return f"unshare is unavailable: {exc}"
+    if probe.returncode != 0:
+        return f"cannot mount a private /dev/shm: {probe.stderr.decode(errors='replace').strip()}"
+    return None
+
+
+def run_in_private_shm(script: str, size: str = "16m", timeout: float = 120):
+    """Run python ``script`` in a new mount namespace whose /dev/shm is a
+    fresh, private tmpfs of ``size``."""
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f'mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && exec "$0" -c "$1"',
+         sys.executable, textwrap.dedent(script)],
+        capture_output=True, text=True, timeout=timeout,
+    )

@@ -1,0 +1,382 @@
+"""shmstream.torch.DataLoader: batches through reused shared-memory slots.
+
+Each edge case a real loader meets is one test. Workers are real processes
+(fork, torch's default here, plus one spawn test); the tests synchronise on
+the loader's own batches. Every test checks that /dev/shm holds no loader
+slot afterwards.
+"""
+from __future__ import annotations
+
+import collections
+import gc
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import shmstream.torch as st  # noqa: E402
+from shmstream.torch import DataLoader, ShmTransportWarning  # noqa: E402
+
+SHM = "/dev/shm"
+
+
+def _slots_in_shm() -> set[str]:
+    return {f for f in os.listdir(SHM) if f.startswith("shmstream-loader-")}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_in_dev_shm():
+    before = _slots_in_shm()
+    yield
+    gc.collect()
+    left = _slots_in_shm() - before
+    for f in left:
+        os.unlink(os.path.join(SHM, f))
+    assert not left, f"loader slots left in /dev/shm: {sorted(left)}"
+
+
+class Rows(torch.utils.data.Dataset):
+    """Sample i: a dict with row i of a float tensor, its index, a label."""
+
+    def __init__(self, n: int = 64, dim: int = 256) -> None:
+        self.data = torch.arange(n * dim, dtype=torch.float32).reshape(n, dim)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        return {"x": self.data[i], "i": i, "name": f"s{i}"}
+
+
+def first(loader):
+    return next(iter(loader))
+
+
+def slot_backed(t: torch.Tensor) -> bool:
+    """Does ``t`` alias a loader slot mapped into this process (zero-copy)?
+    Read from /proc/self/maps, independent of the loader's bookkeeping."""
+    ptr = t.data_ptr()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "shmstream-loader-" in line:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= ptr < hi:
+                    return True
+    return False
+
+
+# ---------------------------------------------------------------- basics
+
+def test_batches_equal_torchs_and_alias_reused_slots():
+    ds = Rows()
+    ours = list(DataLoader(ds, batch_size=4, num_workers=2, shm_slots=3))
+    ref = list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2))
+    assert len(ours) == len(ref) == 16
+    for a, b in zip(ours, ref):
+        assert torch.equal(a["x"], b["x"]) and torch.equal(a["i"], b["i"]) and a["name"] == b["name"]
+    del ours, ref
+
+
+def test_slots_are_created_once_and_reused():
+    ds = Rows(n=200)
+    loader = DataLoader(ds, batch_size=4, num_workers=2)  # prefetch_factor 2 + 2 slots each
+    aliased = 0
+    it = iter(loader)
+    for n, b in enumerate(it):
+        aliased += slot_backed(b["x"])
+        assert torch.equal(b["x"], ds.data[b["i"]])
+        # At most workers x slots mappings, however many batches went by.
+        assert len([k for k in st._mapped if it._token in k]) <= 2 * 4
+    assert n == 49 and aliased >= 45  # the first batch of each worker sizes the slots
+    del it, b
+
+
+def test_num_workers_zero_is_torchs_loader():
+    b = first(DataLoader(Rows(), batch_size=4))
+    assert torch.equal(b["x"], Rows().data[:4]) and b["name"] == ["s0", "s1", "s2", "s3"]
+
+
+def test_import_shmstream_does_not_import_torch():
+    code = "import sys, shmstream, shmstream.shared_array; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ---------------------------------------------------------------- dtypes
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+          torch.complex128]
+
+
+class AllDtypes(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        g = torch.Generator().manual_seed(i)
+        out = {}
+        for dt in DTYPES:
+            if dt.is_complex:
+                out[str(dt)] = torch.randn(3, 5, dtype=dt, generator=g)
+            elif dt.is_floating_point:
+                out[str(dt)] = (torch.randn(3, 5, generator=g) * 100).to(dt)
+            elif dt == torch.bool:
+                out[str(dt)] = torch.rand(3, 5, generator=g) > 0.5
+            else:
+                out[str(dt)] = torch.randint(0, 100, (3, 5), generator=g).to(dt)
+            out[str(dt) + "/scalar"] = out[str(dt)][1, 2].clone()  # 0-d
+            out[str(dt) + "/empty"] = torch.empty(0, 4, dtype=dt)
+        return out
+
+
+@pytest.mark.parametrize("collate", ["default", "custom"])
+def test_every_torch_dtype_scalars_and_empty_tensors(collate):
+    ds = AllDtypes()
+    kwargs = {} if collate == "default" else {"collate_fn": list_of_samples}
+    got = list(DataLoader(ds, batch_size=4, num_workers=2, **kwargs))
+    ref = list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=0, **kwargs))
+    for a, b in zip(got, ref):
+        for sa, sb in ([(a, b)] if collate == "default" else zip(a, b)):
+            assert sa.keys() == sb.keys()
+            for k in sa:
+                assert sa[k].dtype == sb[k].dtype and sa[k].shape == sb[k].shape, k
+                assert torch.equal(sa[k], sb[k]), k
+    if collate == "default":
+        assert got[0]["torch.bfloat16"].shape == (4, 3, 5) and slot_backed(got[0]["torch.bfloat16"])
+        assert got[0]["torch.int16/scalar"].shape == (4,)
+        assert got[0]["torch.int16/empty"].shape == (4, 0, 4)
+    else:
+        assert got[1][0]["torch.int16/scalar"].shape == ()
+        assert slot_backed(got[1][0]["torch.complex128/scalar"])
+    del got
+
+
+def list_of_samples(samples):
+    return list(samples)
+
+
+# --------------------------------------------- structure, identity, grads
+
+Pair = collections.namedtuple("Pair", "left right")
+
+
+def nested_collate(samples):
+    x = torch.stack([s["x"] for s in samples])
+    w = torch.ones(3, requires_grad=True)
+    p = torch.nn.Parameter(torch.zeros(2))
+    return {
+        "x": x,
+        "same": x,  # the same tensor twice
+        "rows": [x[0], x[1:]],  # views of it
+        "pair": Pair(left=torch.tensor(7), right=(f"batch of {len(samples)}", 3, None)),
+        "np": np.arange(4.0),
+        "w": w,
+        "p": p,
+        "none": None,
+    }
+
+
+def test_nested_structures_identity_and_requires_grad():
+    ds = Rows(n=8)
+    b = first(DataLoader(ds, batch_size=4, num_workers=1, collate_fn=nested_collate))
+    assert b["same"] is b["x"]
+    assert torch.equal(b["x"], ds.data[:4]) and slot_backed(b["x"])
+    assert torch.equal(b["rows"][1], ds.data[1:4])
+    b["x"][1, 0] = -1.0  # aliasing kept: the views see it
+    assert b["rows"][1][0, 0] == -1.0
+    assert isinstance(b["pair"], Pair) and b["pair"].left.item() == 7
+    assert b["pair"].right == ("batch of 4", 3, None)
+    assert isinstance(b["np"], np.ndarray) and b["np"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert b["w"].requires_grad and b["w"].is_leaf and not b["x"].requires_grad
+    (b["w"] * 2).sum().backward()
+    assert b["w"].grad.tolist() == [2.0, 2.0, 2.0]
+    assert isinstance(b["p"], torch.nn.Parameter) and b["p"].requires_grad
+    assert b["none"] is None
+
+
+# ------------------------------------------------------------ lifetime
+
+def test_in_place_ops_on_a_batch_are_safe():
+    ds = Rows(n=64)
+    for b in DataLoader(ds, batch_size=4, num_workers=2, shm_slots=2):
+        expect = ds.data[b["i"]].clone()
+        assert torch.equal(b["x"], expect)
+        b["x"].mul_(-1).add_(1)  # scribble on the slot
+        assert torch.equal(b["x"], 1 - expect)
+    assert ds.data[5, 0] == 5 * 256  # the dataset is untouched
+
+
+def test_a_view_outlives_its_batch_and_pins_its_slot():
+    ds = Rows(n=80)
+    it = iter(DataLoader(ds, batch_size=4, num_workers=2, shm_slots=2))
+    b = next(it)
+    view = b["x"][1:3, 10:20]
+    expect = view.clone()
+    del b
+    for b in it:  # many more batches than slots: reuse happens meanwhile
+        assert torch.equal(b["x"], ds.data[b["i"]])
+    assert torch.equal(view, expect)
+    del it, b
+
+
+def test_keeping_every_batch_falls_back_without_corruption():
+    ds = Rows(n=64)
+    batches = list(DataLoader(ds, batch_size=2, num_workers=2, shm_slots=2))
+    assert len(batches) == 32
+    for b in batches:
+        assert torch.equal(b["x"], ds.data[b["i"]])
+    del batches
+
+
+class GrowingRows(torch.utils.data.Dataset):
+    """Samples get bigger along the epoch (variable-length data)."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int):
+        return torch.full((1 + (i // 8) * 5000,), float(i))
+
+
+def grow_collate(samples):
+    return torch.cat(samples)
+
+
+def test_a_batch_bigger_than_its_slot_grows_the_slot():
+    ref = list(torch.utils.data.DataLoader(GrowingRows(), batch_size=4, collate_fn=grow_collate))
+    loader = DataLoader(GrowingRows(), batch_size=4, num_workers=1, collate_fn=grow_collate)
+    backed = []
+    for got, want in zip(loader, ref):
+        assert got.shape == want.shape and torch.equal(got, want)
+        backed.append(slot_backed(got))
+    assert len(backed) == 6 and all(backed)  # grown slots carried the bigger batches
+    del got
+
+
+# ----------------------------------------------------------- early stop
+
+def test_break_leaves_nothing_in_dev_shm():
+    loader = DataLoader(Rows(), batch_size=4, num_workers=2)
+    for b in loader:
+        break
+    del b  # the slot's mapping goes with the last tensor
+
+
+def test_exception_in_the_loop_leaves_nothing():
+    loader = DataLoader(Rows(), batch_size=4, num_workers=2)
+    with pytest.raises(KeyError):
+        for b in loader:
+            raise KeyError("stop")
+
+
+def test_deleting_the_iterator_leaves_nothing():
+    it = iter(DataLoader(Rows(), batch_size=4, num_workers=2))
+    b = next(it)
+    workers = list(it._it._workers)
+    del it
+    assert not any(w.is_alive() for w in workers)
+    assert torch.equal(b["x"], Rows().data[:4])  # a batch kept is still valid
+    del b
+
+
+def test_persistent_workers_across_epochs_then_loader_deleted():
+    ds = Rows(n=32)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    for _ in range(3):
+        for b in loader:
+            assert torch.equal(b["x"], ds.data[b["i"]])
+    for b in loader:
+        break  # unread batches of this epoch are dropped by the next reset
+    for b in loader:
+        assert torch.equal(b["x"], ds.data[b["i"]])
+    del loader, b
+
+
+# ------------------------------------------------------------- failures
+
+def no_space_in_worker(worker_id):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+
+    st._Slot.__init__ = full
+
+
+def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
+    ds = Rows(n=32)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, worker_init_fn=no_space_in_worker)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = list(loader)
+    ours = [w for w in caught if issubclass(w.category, ShmTransportWarning)]
+    assert len(ours) == 1 and "/dev/shm" in str(ours[0].message)
+    assert len(got) == 8 and all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
+    del got
+
+
+class Crashing(Rows):
+    def __getitem__(self, i: int):
+        if i == 13:
+            os._exit(3)
+        return super().__getitem__(i)
+
+
+def test_a_worker_crash_is_an_error_in_the_main_process():
+    loader = DataLoader(Crashing(), batch_size=4, num_workers=2, timeout=60)
+    with pytest.raises(RuntimeError, match="worker"):
+        for _ in loader:
+            pass
+
+
+class Raising(Rows):
+    def __getitem__(self, i: int):
+        if i == 9:
+            raise ValueError("bad sample 9")
+        return super().__getitem__(i)
+
+
+def test_a_worker_exception_is_reraised_in_the_main_process():
+    with pytest.raises(ValueError, match="bad sample 9"):
+        for _ in DataLoader(Raising(), batch_size=4, num_workers=2):
+            pass
+
+
+def test_pin_memory_true_works():
+    ds = Rows(n=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CPU-only torch: "no accelerator is found"
+        got = list(DataLoader(ds, batch_size=4, num_workers=2, pin_memory=True))
+    assert all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
+    if torch.accelerator.is_available():
+        assert all(b["x"].is_pinned() for b in got)
+    del got
+
+
+def test_the_pin_memory_thread_path_builds_the_batch_and_frees_the_slot(monkeypatch):
+    # torch's pin thread calls pin_memory(item) on what the workers send;
+    # for our descriptor that builds the batch from the slot, pins it (a
+    # copy) and frees the slot at once.
+    ds = Rows(n=8)
+    it = iter(DataLoader(ds, batch_size=4, num_workers=1))
+    desc = next(it._it)  # the raw item from the worker queue
+    assert isinstance(desc, st._Descriptor)
+    if not torch.accelerator.is_available():
+        monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self.clone())
+    b = torch.utils.data._utils.pin_memory.pin_memory(desc)
+    assert torch.equal(b["x"], ds.data[:4]) and not slot_backed(b["x"])
+    assert st._mapped[desc.segname].ctrl[st._STATE] == st._FREE
+    del it, b, desc
+
+
+def test_spawn_workers():
+    ds = Rows(n=16)
+    got = list(DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="spawn"))
+    assert all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
+    assert any(slot_backed(b["x"]) for b in got)
+    del got
