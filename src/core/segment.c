@@ -178,8 +178,8 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   return SS_OK;
 }
 
-static int map_validated(ss_segment *seg, int fd, int writable, size_t limit) {
-  int64_t deadline = ss_monotonic_ns() + SS_INIT_WAIT_NS;
+static int map_validated(ss_segment *seg, int fd, int writable, size_t limit, int64_t wait_ns) {
+  int64_t deadline = ss_monotonic_ns() + wait_ns;
   for (;;) {
     struct stat st;
     if (fstat(fd, &st) != 0) return errno;
@@ -220,7 +220,7 @@ int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expe
     fd = shm_open(seg->segname, O_RDONLY | O_CLOEXEC, 0);
   }
   if (fd < 0) return errno;
-  rc = map_validated(seg, fd, writable, 0);
+  rc = map_validated(seg, fd, writable, 0, SS_INIT_WAIT_NS);
   close(fd);
   if (rc) return rc;
   const ss_identity *id = &seg->hdr->id;
@@ -243,7 +243,8 @@ int ss_segment_peek(ss_segment *seg, const char *segname) {
   strcpy(seg->segname, segname);
   int fd = shm_open(segname, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return errno;
-  int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES);
+  /* No waiting for an unfinished creator: listing must not stall on one. */
+  int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES, 0);
   close(fd);
   seg->readonly = 2;
   return rc;

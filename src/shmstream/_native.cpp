@@ -400,6 +400,11 @@ NB_MODULE(_native, m) {
       .def_static("peek", [](const std::string &segname) {
         Segment *s = make_segment();
         int rc = ss_segment_peek(&s->seg, segname.c_str());
+        if (rc == SS_EBUSY) {
+          delete s;
+          raise_os(EAGAIN, "segment " + segname + " is still being created (or its creator died "
+                   "while creating it)");
+        }
         check_open_rc(s, rc, segname);
         return s;
       }, "segname"_a, nb::rv_policy::take_ownership,
@@ -431,7 +436,11 @@ NB_MODULE(_native, m) {
       })
       .def_prop_ro("readonly", [](Segment &s) { return s.seg.readonly; })
       .def_prop_ro("count", [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
-      .def_prop_ro("seq", [](Segment &s) { return s.hdr()->pub.seq.load(std::memory_order_acquire); })
+      // pyshmem's write sequence: odd while a write is in progress, which
+      // here is the filling slot's seqlock or the metadata update.
+      .def_prop_ro("seq", [](Segment &s) {
+        return s.hdr()->pub.seq.load(std::memory_order_acquire) | (uint64_t)ss_write_in_flight(&s.seg);
+      })
       .def_prop_ro("frame_id", [](Segment &s) { return s.hdr()->pub.frame_id.load(std::memory_order_relaxed); })
       .def_prop_ro("write_time_ns", [](Segment &s) { return s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed); })
       .def_prop_ro("state", [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })

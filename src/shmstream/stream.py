@@ -1,10 +1,11 @@
 """Named latest-value streams: the pyshmem-compatible surface.
 
 A stream is one shared-memory segment (``/dev/shm/shmstream-<readable>-<hash>``)
-holding a header and one payload slot of a fixed shape and dtype. Writers
-publish under a robust cross-process lock through a seqlock; readers take
-consistent snapshots without the lock and fall back to it after a few torn
-tries. All of that lives in the C core; this module checks arguments, keeps
+holding a header and N payload slots (2 by default) of a fixed shape and
+dtype. Writers publish under a robust cross-process lock, filling the slot
+after the published one; readers take consistent snapshots of the published
+slot without the lock (per-slot seqlocks) and fall back to it after a few
+torn tries. All of that lives in the C core; this module checks arguments, keeps
 per-handle bookkeeping (missed writes, re-entrant lock depth) and turns the
 core's answers into the exceptions a Python user expects.
 
@@ -491,6 +492,7 @@ class SharedMemory:
             gpu_device=config.get("gpu_device"),
             cpu_mirror=config.get("cpu_mirror"),
             notify=config.get("notify", False),
+            slots=config.get("slots", _native.DEFAULT_SLOTS),
         )
 
     # -- errors --
@@ -671,6 +673,10 @@ class SharedMemory:
             "gpu_device": self.gpu_device,
             "cpu_mirror": self.cpu_mirror,
             "notify": self.notify,
+            # Only when not the default, so pyshmem-shaped configs stay as they were.
+            **({"slots": self._seg.slot_count}
+               if self._seg is not None and self._seg.slot_count != _native.DEFAULT_SLOTS
+               else {}),
         }
 
     # -- locking --
@@ -1347,12 +1353,15 @@ def stream(
     gpu_device: str | int | None = None,
     cpu_mirror: bool | None = None,
     notify: bool = False,
+    mode: int = 0o600,
+    slots: int = _native.DEFAULT_SLOTS,
 ) -> _Stream:
     """``with shmstream.stream(name, shape=...) as shm:`` a temporary stream,
-    unlinked when the block ends (normally or by an exception)."""
+    unlinked when the block ends (normally or by an exception). The
+    arguments are :func:`create`'s."""
     return _Stream(dict(
         name=name, shape=shape, dtype=dtype, size=size, gpu_device=gpu_device,
-        cpu_mirror=cpu_mirror, notify=notify,
+        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots,
     ))
 
 
@@ -1408,6 +1417,17 @@ def _remove_orphaned_cuda_ipc_files() -> list[str]:
     return sorted(removed)
 
 
+_UNFINISHED_ORPHAN_S = 60.0
+
+
+def _unfinished_for_long(segname: str) -> bool:
+    try:
+        age = time.time() - os.stat(_SHM_DIR + segname).st_mtime
+    except OSError:
+        return False
+    return age > _UNFINISHED_ORPHAN_S
+
+
 def purge(*, include_cuda_orphans: bool = False) -> list[str]:
     """Remove every stream in /dev/shm and return their names (sorted).
 
@@ -1423,6 +1443,12 @@ def purge(*, include_cuda_orphans: bool = False) -> list[str]:
         try:
             seg = _native.Segment.peek(segname)
         except CorruptStreamError:
+            name = None
+        except BlockingIOError:
+            # Unfinished: a live creator may be inside posix_fallocate of a
+            # big segment; only one that stayed unfinished is an orphan.
+            if not _unfinished_for_long(segname):
+                continue
             name = None
         except Exception:
             continue  # vanished, or not ours to read
@@ -1455,6 +1481,11 @@ def stat(name: str) -> dict[str, Any]:
         seg = _native.Segment.peek(segname)
     except FileNotFoundError:
         raise _missing_name_error(name) from None
+    except CorruptStreamError as exc:
+        raise CorruptStreamError(
+            f"stream {name!r} has a corrupt or foreign header ({exc}); remove it with "
+            f"shmstream.unlink({name!r})"
+        ) from None
     if seg.name != name:  # another name with the same hash: not ours
         raise _missing_name_error(name)
     return _stat_of(seg)

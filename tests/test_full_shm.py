@@ -1,0 +1,110 @@
+"""A full /dev/shm is an OSError(ENOSPC) at create, not a SIGBUS on some
+later write, and a failed create leaves nothing behind.
+
+Each test runs a child in a private mount namespace (``unshare -m``) whose
+/dev/shm is a small fresh tmpfs, so the real /dev/shm is never filled.
+"""
+from __future__ import annotations
+
+import pytest
+
+from support import private_shm_available, run_in_private_shm
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_shm():
+    reason = private_shm_available()
+    if reason:
+        pytest.skip(f"a full /dev/shm is simulated in a private mount namespace; {reason}")
+
+
+def run(script: str, size: str = "1m") -> str:
+    proc = run_in_private_shm(script, size=size)
+    assert proc.returncode == 0, f"child failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout.strip()
+
+
+def test_creating_a_stream_larger_than_dev_shm_raises_ENOSPC_and_leaves_nothing():
+    out = run(
+        """
+        import errno, os
+        import numpy as np
+        import shmstream
+        try:
+            shmstream.create("too big", shape=(1024, 1024), dtype=np.float32)  # 4 MiB > 1 MiB
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            assert not isinstance(exc, (FileExistsError, FileNotFoundError)), exc
+        else:
+            raise AssertionError("create did not fail on a full /dev/shm")
+        assert os.listdir("/dev/shm") == [], os.listdir("/dev/shm")
+        assert shmstream.list_streams() == []
+        try:
+            shmstream.open("too big")
+        except FileNotFoundError:
+            pass
+        else:
+            raise AssertionError("a failed create left an openable stream")
+        print("ok")
+        """
+    )
+    assert out == "ok"
+
+
+def test_a_stream_that_fits_is_fully_backed_and_the_next_that_does_not_fit_fails_cleanly():
+    out = run(
+        """
+        import errno, os
+        import numpy as np
+        import shmstream
+        from shmstream import _native
+        # one stream of ~60% of the 1 MiB tmpfs, whatever the slot count;
+        # all its pages are reserved at create
+        n = (600 * 1024 // _native.DEFAULT_SLOTS) // 4096 * 4096
+        a = shmstream.create("fits", shape=(n,), dtype=np.uint8)
+        a.write(np.ones(n, np.uint8))
+        try:
+            shmstream.create("second", shape=(n,), dtype=np.uint8)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        else:
+            raise AssertionError("the second create should not fit")
+        assert os.listdir("/dev/shm") == [os.path.basename(a.segment)], os.listdir("/dev/shm")
+        # the first stream is untouched and still works
+        assert a.read().sum() == n
+        a.write(np.full(n, 2, np.uint8))
+        assert (a.read() == 2).all()
+        a.unlink()
+        assert os.listdir("/dev/shm") == []
+        # with the space back, the same create succeeds
+        shmstream.create("second", shape=(n,), dtype=np.uint8).unlink()
+        print("ok")
+        """
+    )
+    assert out == "ok"
+
+
+def test_a_create_whose_header_fits_but_not_its_payload_fails_with_ENOSPC():
+    out = run(
+        """
+        import errno, os
+        import numpy as np
+        import shmstream
+        from shmstream import _native
+        # fill the 1 MiB tmpfs (256 pages) up to its last ~4 pages
+        pages = (256 - 1 - 4) // _native.DEFAULT_SLOTS
+        filler = shmstream.create("filler", shape=(pages * 4096,), dtype=np.uint8)
+        try:
+            shmstream.create("header only", shape=(4 * 4096,), dtype=np.uint8)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        else:
+            raise AssertionError("expected ENOSPC")
+        assert len(os.listdir("/dev/shm")) == 1, os.listdir("/dev/shm")
+        filler.unlink()
+        print("ok")
+        """
+    )
+    assert out == "ok"
