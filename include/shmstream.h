@@ -223,6 +223,11 @@ typedef struct ss_create_args {
   uint32_t mode;          /* 0: 0600 */
   uint32_t slots;         /* 0: SS_DEFAULT_SLOTS; a writer fills one slot while
                              readers copy the last published one */
+  /* GPU streams (include/shmstream_cuda.h): 512 bytes copied into id.gpu
+   * before the checksum, or NULL for a zero GPU area. A stream created
+   * with SS_FLAG_GPU and without SS_FLAG_CPU_MIRROR has no CPU payload
+   * slot (slot_stride 0): its payload lives on the device only. */
+  const void *gpu_area;
 } ss_create_args;
 
 /* Snapshot of a publication's metadata, read in the same seqlock window as
@@ -270,7 +275,10 @@ SS_API int ss_unlock(ss_segment *seg);
 
 /* All write calls require the caller to hold the lock. frame_id points at
  * the frame id to publish (any uint64); NULL keeps the previous one (sticky).
- * ss_write_begin returns the slot the caller fills (ss_slot(seg, slot)). */
+ * ss_write_begin returns the slot the caller fills (ss_slot(seg, slot)).
+ * On a segment without a CPU payload slot (a GPU stream without CPU mirror)
+ * ss_write_locked and ss_clear_locked do nothing and ss_read returns
+ * SS_EKIND: its payload is reached through include/shmstream_cuda.h. */
 SS_API uint32_t ss_write_begin(ss_segment *seg);
 SS_API uint32_t ss_published_slot(const ss_segment *seg);
 /* 1 while a writer is filling a slot (or died doing so). */

@@ -59,7 +59,10 @@ int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
       id->name[id->name_len] != '\0' || id->dtype_len > SS_MAX_DTYPE_BYTES ||
       id->dtype[id->dtype_len] != '\0')
     return SS_ECORRUPT;
-  if (id->slot_stride < id->payload_bytes) return SS_ECORRUPT;
+  /* A GPU stream without CPU mirror has no CPU slot: stride 0. */
+  int slotless = (id->flags & SS_FLAG_GPU) && !(id->flags & SS_FLAG_CPU_MIRROR) &&
+                 id->slot_stride == 0;
+  if (id->slot_stride < id->payload_bytes && !slotless) return SS_ECORRUPT;
   if (id->slot_count > (UINT64_MAX - SS_HEADER_BYTES) / (id->slot_stride ? id->slot_stride : 1))
     return SS_ECORRUPT;
   uint64_t need = SS_HEADER_BYTES + id->slot_stride * id->slot_count;
@@ -116,6 +119,8 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   uint32_t slots = a->slots ? a->slots : SS_DEFAULT_SLOTS;
   if (slots > SS_MAX_SLOTS) return EINVAL;
   size_t stride = round_up(payload, SS_PAYLOAD_ALIGN);
+  if ((a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR))
+    stride = 0; /* performance-mode GPU stream: the payload is on the device */
   size_t total = SS_HEADER_BYTES + stride * slots;
 
   int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
@@ -160,6 +165,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   memcpy(id->name, a->name, name_len);
   id->dtype_len = (uint32_t)dtype_len;
   memcpy(id->dtype, a->dtype, dtype_len);
+  if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
   init_mutex(&h->lock.m.mutex);
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT: the magic is stored last with release order, so an opener

@@ -99,13 +99,21 @@ void ss_mark_abandoned(ss_segment *seg) {
   publish(seg, SS_STATE_ABANDONED, NULL);
 }
 
+/* A GPU stream without CPU mirror has no CPU slot to copy to or from. */
+static int slotless(const ss_segment *seg) {
+  uint32_t f = seg->hdr->id.flags;
+  return (f & SS_FLAG_GPU) && !(f & SS_FLAG_CPU_MIRROR);
+}
+
 void ss_write_locked(ss_segment *seg, const void *src, size_t n, const uint64_t *frame_id) {
+  if (slotless(seg)) return;
   uint32_t w = ss_write_begin(seg);
   memcpy(ss_slot(seg, w), src, n);
   ss_write_end(seg, frame_id);
 }
 
 void ss_clear_locked(ss_segment *seg) {
+  if (slotless(seg)) return;
   uint32_t w = ss_write_begin(seg);
   memset(ss_slot(seg, w), 0, seg->hdr->id.payload_bytes);
   ss_write_end(seg, NULL);
@@ -160,6 +168,7 @@ static int try_read(ss_segment *seg, void *dst, size_t n, ss_pubinfo *info, uint
 
 int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_lock,
             ss_pubinfo *info) {
+  if (slotless(seg)) return SS_EKIND;
   if (holds_lock) return copy_owned(seg, dst, n, info);
   int64_t odd_until = 0;
   uint64_t arrival = UINT64_MAX;

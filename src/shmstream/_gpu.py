@@ -1,28 +1,357 @@
-"""The seam where CUDA streams plug in.
+"""CUDA streams: ``create(..., gpu_device="cuda:N")`` and ``open(...,
+gpu_device=...)``.
 
-This build has no CUDA support: ``gpu_available()`` is False and every request
-for a GPU stream raises :class:`RuntimeError` from :func:`unsupported`. The
-stream module calls only the names below, so CUDA support replaces this module
-without touching ``stream.py``. Nothing here imports torch: importing
-shmstream and using CPU streams never does.
+The stream module calls only :func:`create`, :func:`open`, :func:`stat_device`,
+:func:`gpu_available` and :data:`GPU_SUPPORTED_DTYPES`; everything GPU lives
+here and in ``_cuda`` (binding) / ``src/core/cuda.c`` (protocol). docs/gpu.md
+is the design.
+
+Framework-neutral: the CUDA driver is loaded at run time by the C core, so
+``import shmstream`` needs neither CUDA nor torch, and CPU streams never
+import torch. GPU-attached handles import torch on first use *if it is
+installed*: reads then return torch CUDA tensors; without torch they return
+:class:`CudaArray` (DLPack ``kDLCUDA`` and ``__cuda_array_interface__``, so
+``cupy.from_dlpack`` / ``jax.dlpack.from_dlpack`` take it). Writes accept
+CUDA tensors of any framework through ``__dlpack__``, NumPy arrays and CPU
+tensors.
+
+Attachment rule: a handle opened with ``gpu_device`` maps the device buffer
+(once per process) and reads and writes it. A handle opened without it
+in a process where CUDA is not usable, or with ``gpu_device=False``, inspects
+metadata, waits for counts and takes the lock; its payload reads come from the
+CPU mirror when the stream has one (``cpu_mirror=True``) and otherwise raise
+an error naming ``gpu_device``; it cannot write (the device copy would go
+stale). As in pyshmem, ``open(name)`` without ``gpu_device`` attaches to the
+stream's device when this process can (``gpu_device=True`` says so
+explicitly); if attaching fails (creator gone, device not visible) it gives
+the device-less handle, whose payload errors then say why.
+
+STATUS: written and tested on a machine without a GPU. The CPU-side rules
+(argument checks, the attachment rule for handles without a device, error
+messages) are tested; everything that touches a device is not yet verified
+(docs/gpu.md lists what to run).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, NoReturn
 
-#: dtypes a CUDA stream can hold; empty while CUDA support is not built in.
-GPU_SUPPORTED_DTYPES: frozenset[Any] = frozenset()
+import numpy as np
+
+from . import _cuda, _dtypes, _native
+from .errors import InconsistentStreamError
+
+
+class GpuStreamGoneError(RuntimeError):
+    """The device buffer of a GPU stream is gone: the process that created it
+    exited (CUDA IPC memory belongs to its exporter), or a writer died before
+    its device copy completed. Metadata, and a CPU mirror if there is one,
+    stay readable; recreate the stream to go on."""
+
+
+_cuda.set_error_types(InconsistentStreamError, GpuStreamGoneError)
+
+#: dtypes a CUDA stream can hold (the payload is copied as bytes; these are
+#: the ones every DLPack consumer, torch included, maps to a tensor dtype).
+GPU_SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
+    np.dtype(t)
+    for t in (
+        np.bool_, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64,
+        np.float16, np.float32, np.float64, np.complex64, np.complex128,
+    )
+)
+
+#: device slots of a GPU stream (its double buffer); the segment has as many
+#: slot seqlocks, and a CPU mirror as many CPU slots.
+DEVICE_SLOTS: int = int(_cuda.SLOTS)
+
+# DLPack type codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6.
+_DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+
+_probe: tuple[bool, str] | None = None
+
+
+def _probe_cuda() -> tuple[bool, str]:
+    global _probe
+    if _probe is None:
+        _probe = tuple(_cuda.probe())  # type: ignore[assignment]
+    return _probe  # type: ignore[return-value]
 
 
 def gpu_available() -> bool:
-    """True when CUDA-backed streams can be made in this process."""
-    return False
+    """True when CUDA-backed streams can be made in this process (the CUDA
+    driver loads and at least one device is visible). Never imports torch."""
+    return _probe_cuda()[0]
+
+
+def unavailable_reason() -> str:
+    """Why :func:`gpu_available` is False ('' when it is True)."""
+    return _probe_cuda()[1]
 
 
 def unsupported(name: str, gpu_device: Any) -> NoReturn:
-    """Raise the error for a GPU stream request this build cannot serve."""
+    """Raise the error for a GPU stream request this process cannot serve."""
     raise RuntimeError(
-        "CUDA support is not available in this build of shmstream: stream "
+        f"CUDA support is not available in this process ({unavailable_reason()}): stream "
         f"{name!r} asks for gpu_device={gpu_device!r}. Create a CPU stream "
-        "(gpu_device=None) and move the array to the GPU after reading it."
+        "(gpu_device=None), or run where a CUDA device is visible."
     )
+
+
+def parse_device(gpu_device: Any) -> int | None:
+    """``'cuda'``, ``'cuda:N'``, ``N`` or a ``torch.device('cuda', N)`` ->
+    ordinal N; ``True`` -> None (the device the stream lives on)."""
+    if gpu_device is True:
+        return None
+    if isinstance(gpu_device, (int, np.integer)) and not isinstance(gpu_device, bool):
+        index = int(gpu_device)
+    elif isinstance(gpu_device, str):
+        kind, _, rest = gpu_device.strip().partition(":")
+        if kind != "cuda":
+            raise ValueError(
+                f"only CUDA devices are supported: gpu_device={gpu_device!r}; "
+                "use 'cuda' or 'cuda:N'"
+            )
+        try:
+            index = int(rest) if rest else 0
+        except ValueError:
+            raise ValueError(f"bad CUDA device {gpu_device!r}; use 'cuda:N'") from None
+    elif hasattr(gpu_device, "type") and hasattr(gpu_device, "index"):  # torch.device
+        if gpu_device.type != "cuda":
+            raise ValueError(f"only CUDA devices are supported, got {gpu_device!r}")
+        index = 0 if gpu_device.index is None else int(gpu_device.index)
+    else:
+        raise TypeError(
+            "gpu_device must be 'cuda:N', an int, a torch.device or None, not "
+            f"{type(gpu_device).__name__}"
+        )
+    if index < 0:
+        raise ValueError(f"CUDA device index must be >= 0, got {index}")
+    return index
+
+
+def _check_index(name: str, gpu_device: Any, index: int) -> None:
+    if not gpu_available():
+        unsupported(name, gpu_device)
+    count = _cuda.device_count()
+    if index >= count:
+        raise ValueError(
+            f"gpu_device={gpu_device!r} for stream {name!r}: this process sees "
+            f"{count} CUDA device(s) (cuda:0..cuda:{count - 1})"
+        )
+
+
+def _area_ordinal(seg: Any) -> int:
+    area = bytes(seg.gpu_area)
+    return int.from_bytes(area[4:8], "little", signed=True)
+
+
+def stat_device(seg: Any) -> str | None:
+    """``stat()``'s ``gpu_device``: the device the creator put the buffer on
+    (its ordinal in the creator's process)."""
+    if not int(seg.flags) & _native.FLAG_GPU:
+        return None
+    return f"cuda:{_area_ordinal(seg)}"
+
+
+# ---- torch, when present ---------------------------------------------------
+
+_torch_mod: Any = None
+_torch_tried = False
+
+
+def _torch() -> Any:
+    """torch if it is installed *with CUDA usable* (imported on the first GPU
+    operation), else None. A CPU-only torch build (``torch.cuda.is_available()``
+    False, e.g. the CUDA driver is only ours or a fake) cannot hold a CUDA
+    tensor, so results are then :class:`CudaArray`."""
+    global _torch_mod, _torch_tried
+    if not _torch_tried:
+        _torch_tried = True
+        try:
+            import torch  # noqa: PLC0415
+
+            if not torch.cuda.is_available():
+                torch = None
+        except Exception:
+            torch = None
+        _torch_mod = torch
+    return _torch_mod
+
+
+def _torch_dtype(torch: Any, dt: np.dtype) -> Any:
+    return getattr(torch, "bool" if dt.kind == "b" else dt.name)
+
+
+# ---- device arrays without torch -------------------------------------------
+
+
+class CudaArray:
+    """A read result on the device when torch is not installed: it owns its
+    device memory and hands it to any framework through DLPack
+    (``cupy.from_dlpack(a)``, ``jax.dlpack.from_dlpack(a)``) or
+    ``__cuda_array_interface__``. The data is complete when it is returned."""
+
+    __slots__ = ("_buf", "shape", "dtype", "_ptr", "_keep", "__weakref__")
+
+    def __init__(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype,
+                 ptr: int | None = None, keep: Any = None) -> None:
+        self._buf = buf
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self._ptr = int(buf.ptr) if ptr is None else int(ptr)
+        self._keep = keep
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self._buf.ordinal}"
+
+    @property
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_cuda.kDLCUDA, int(self._buf.ordinal))
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: Any = None) -> Any:
+        # The copy that filled this array has completed on the host's
+        # watch, so no stream needs to wait for anything.
+        return _cuda.to_dlpack(
+            self, self._ptr, list(self.shape), _DL_CODE[self.dtype.kind],
+            self.dtype.itemsize * 8, int(self._buf.ordinal),
+        )
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self._ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,  # ready: nothing to synchronise
+        }
+
+    def get(self) -> np.ndarray:
+        """Copy to a NumPy array."""
+        out = np.empty(self.shape, self.dtype)
+        _cuda.copy_to_host(self._ptr, int(self._buf.ordinal), out)
+        return out
+
+    def __repr__(self) -> str:
+        return f"CudaArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
+
+
+class _SlotOwner:
+    """Keeps a handle alive for a live device view of its buffer."""
+
+    __slots__ = ("handle", "ordinal")
+
+    def __init__(self, handle: Any, ordinal: int) -> None:
+        self.handle = handle
+        self.ordinal = ordinal
+
+
+# ---- doors -----------------------------------------------------------------
+
+
+def create(
+    name: str, dims: tuple[int, ...], dt: np.dtype, gpu_device: Any,
+    cpu_mirror: bool | None, notify: bool, mode: int,
+) -> Any:
+    """``shmstream.create(..., gpu_device=...)`` (arguments already checked
+    by the stream module, except the GPU ones)."""
+    from .stream import _duplicate_name_error  # noqa: PLC0415 (import cycle)
+
+    index = parse_device(gpu_device)
+    if index is None:
+        raise TypeError("create() needs an explicit gpu_device such as 'cuda:0'")
+    if dt not in GPU_SUPPORTED_DTYPES:
+        supported = ", ".join(sorted(str(d) for d in GPU_SUPPORTED_DTYPES))
+        raise ValueError(
+            f"dtype {dt} is not supported for GPU shared memory; supported: {supported}"
+        )
+    if cpu_mirror is not None and not isinstance(cpu_mirror, (bool, np.bool_)):
+        raise TypeError(f"cpu_mirror must be True, False or None, not {cpu_mirror!r}")
+    _check_index(name, gpu_device, index)
+    flags = _native.FLAG_GPU
+    if cpu_mirror:
+        flags |= _native.FLAG_CPU_MIRROR
+    if notify:
+        flags |= _native.FLAG_NOTIFY
+    try:
+        gs = _cuda.GpuStream.create(
+            name, list(dims), dt.itemsize, _dtypes.encode(dt), flags, mode, index
+        )
+    except FileExistsError:
+        raise _duplicate_name_error(name) from None
+    segment = _native.Segment.open(name, _native.KIND_STREAM, False)
+    if segment.instance_id != gs.instance_id:  # replaced in between: not ours
+        gs.close()
+        raise RuntimeError(f"stream {name!r} was replaced while it was being created")
+    from ._gpu_handle import GpuSharedMemory  # noqa: PLC0415
+
+    handle = GpuSharedMemory(segment, owner=True)
+    handle._attach(gs)
+    return handle
+
+
+def open(segment: Any, name: str, gpu_device: Any, readonly: bool) -> Any:  # noqa: A001
+    """``shmstream.open(name, gpu_device=...)`` of a GPU stream."""
+    from ._gpu_handle import GpuSharedMemory  # noqa: PLC0415
+
+    mirror = bool(int(segment.flags) & _native.FLAG_CPU_MIRROR)
+    if gpu_device is False:
+        if not mirror:
+            raise ValueError(
+                f"{name!r} is a GPU stream without a CPU mirror; cannot open it "
+                "CPU-only (recreate it with cpu_mirror=True, or open it with "
+                "gpu_device='cuda:N')"
+            )
+        return GpuSharedMemory(segment, readonly=readonly)
+    if gpu_device is None:
+        # pyshmem's rule: attach to the stream's device when this process can;
+        # otherwise a handle without a device (metadata, lock, CPU mirror).
+        if not gpu_available():
+            return GpuSharedMemory(segment, readonly=readonly)
+        try:
+            return open(segment, name, True, readonly)
+        except (GpuStreamGoneError, RuntimeError, ValueError) as exc:
+            handle = GpuSharedMemory(segment, readonly=readonly)
+            handle._attach_error = str(exc)
+            return handle
+    index = parse_device(gpu_device)
+    if not gpu_available():
+        unsupported(name, gpu_device)
+    if index is None:  # gpu_device=True: wherever the buffer lives
+        index = _cuda.device_by_uuid(bytes(segment.gpu_area)[8:24])
+        if index < 0:
+            raise RuntimeError(
+                f"GPU stream {name!r} lives on a device this process cannot see "
+                "(check CUDA_VISIBLE_DEVICES)"
+            )
+    else:
+        _check_index(name, gpu_device, index)
+    gs = _cuda.GpuStream.attach(name, index, bool(readonly))
+    if gs.instance_id != segment.instance_id:
+        gs.close()
+        raise RuntimeError(f"stream {name!r} was replaced while it was being opened")
+    handle = GpuSharedMemory(segment, readonly=readonly)
+    handle._attach(gs)
+    return handle
+
+
+__all__ = [
+    "CudaArray",
+    "GPU_SUPPORTED_DTYPES",
+    "GpuStreamGoneError",
+    "gpu_available",
+    "parse_device",
+    "stat_device",
+]

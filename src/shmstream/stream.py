@@ -445,14 +445,19 @@ class SharedMemory:
                 )
         if expected >= 2**62:
             raise ValueError(f"a payload of {expected} bytes is too large")
-        if gpu_device is not None:
-            _gpu.unsupported(name, gpu_device)
         if not isinstance(mode, int) or not 0 < mode <= 0o777:
             raise ValueError(f"mode must be permission bits like 0o600, got {mode!r}")
         if isinstance(slots, bool) or not isinstance(slots, int) or not (
             1 <= slots <= _native.MAX_SLOTS
         ):
             raise ValueError(f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}")
+        if gpu_device is not None:  # GPU hook: CUDA streams live in _gpu
+            if slots not in (_native.DEFAULT_SLOTS, _gpu.DEVICE_SLOTS):
+                raise ValueError(
+                    f"a GPU stream has {_gpu.DEVICE_SLOTS} slots (its device double "
+                    f"buffer), got slots={slots!r}"
+                )
+            return _gpu.create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
         flags = _native.FLAG_NOTIFY if notify else 0
         try:
             segment = _native.Segment.create(
@@ -472,8 +477,8 @@ class SharedMemory:
             segment = _native.Segment.open(name, _native.KIND_STREAM, bool(readonly))
         except FileNotFoundError:
             raise _missing_name_error(name) from None
-        if int(segment.flags) & _native.FLAG_GPU and gpu_device is not False:
-            _gpu.unsupported(name, gpu_device)
+        if int(segment.flags) & _native.FLAG_GPU:  # GPU hook: CUDA streams live in _gpu
+            return _gpu.open(segment, name, gpu_device, bool(readonly))
         return cls(segment, readonly=bool(readonly))
 
     @classmethod
@@ -1501,7 +1506,7 @@ def _stat_of(seg: Any) -> dict[str, Any]:
         "dtype": dtype,
         "size": int(seg.payload_bytes),
         "gpu_enabled": gpu,
-        "gpu_device": None,
+        "gpu_device": _gpu.stat_device(seg) if gpu else None,  # GPU hook
         "cpu_mirror": not gpu or bool(flags & _native.FLAG_CPU_MIRROR),
         "notify": bool(flags & _native.FLAG_NOTIFY),
         "instance_id": seg.instance_id,

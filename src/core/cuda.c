@@ -1,0 +1,980 @@
+/* GPU streams: the CUDA driver API loaded at run time, a device double
+ * buffer shared through CUDA IPC, and an inter-process event that orders
+ * every writer's copy before the readers' copies.
+ *
+ * No CUDA header is used: the few driver types and constants are declared
+ * below, and the entry points are resolved with dlopen/dlsym the first time
+ * a GPU stream is made or opened. Without libcuda.so.1 every call returns
+ * SS_ENOCUDA with a message naming it.
+ *
+ * Protocol (docs/gpu.md has the long form):
+ *   - the segment has two slot seqlocks (slot_count 2, the header's slot
+ *     line), one per device slot: device slot i is guarded by slot_seq[i],
+ *     and the published publication lives in device slot pub.slot, exactly
+ *     as a CPU stream's payload lives in CPU slot pub.slot;
+ *   - a writer (lock held) waits for the last writer's copy (the IPC event),
+ *     begins the write (ss_write_begin: the slot after the published one,
+ *     its slot seq odd), copies into that device slot, records the IPC
+ *     event, ends the write (ss_write_end: slot seq even, then pub.slot,
+ *     count+1 under the publish seqlock). It never waits for readers;
+ *   - a reader takes the metadata and the published slot's seq under the
+ *     publish seqlock, waits for the IPC event on its private stream, copies
+ *     that device slot, waits for its own copy on the host, and keeps it if
+ *     the slot's seq has not moved (no write began on that slot meanwhile).
+ *     Otherwise it retries; after a few tries it takes the lock, as the CPU
+ *     read does.
+ *
+ * STATUS: compiled, never run on a GPU (see docs/gpu.md).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "shmstream_cuda.h"
+
+/* ---- the driver API, declared here (cuda.h is not needed) -------------- */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef unsigned long long CUdeviceptr;
+typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { char reserved[64]; } CUipcEventHandle;
+typedef struct { char bytes[16]; } CUuuid;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NOT_READY 600
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_EVENT_INTERPROCESS 0x4
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#define CU_MEMHOSTALLOC_PORTABLE 0x1
+
+static struct {
+  CUresult (*Init)(unsigned);
+  CUresult (*DeviceGetCount)(int *);
+  CUresult (*DeviceGet)(CUdevice *, int);
+  CUresult (*DeviceGetUuid)(CUuuid *, CUdevice);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext *);
+  CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemHostAlloc)(void **, size_t, unsigned);
+  CUresult (*MemFreeHost)(void *);
+  CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+  CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+  CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+  CUresult (*IpcGetEventHandle)(CUipcEventHandle *, CUevent);
+  CUresult (*IpcOpenEventHandle)(CUevent *, CUipcEventHandle);
+  CUresult (*EventCreate)(CUevent *, unsigned);
+  CUresult (*EventDestroy)(CUevent);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventQuery)(CUevent);
+  CUresult (*StreamCreate)(CUstream *, unsigned);
+  CUresult (*StreamDestroy)(CUstream);
+  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*GetErrorString)(CUresult, const char **);
+  CUresult (*GetErrorName)(CUresult, const char **);
+} cu;
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_init_rc = SS_ENOCUDA;
+static char g_init_msg[512];
+static pid_t g_init_pid;
+static __thread char t_err[512];
+
+static void set_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_err, sizeof t_err, fmt, ap);
+  va_end(ap);
+}
+
+const char *ss_cuda_error(void) { return t_err; }
+
+/* Record a failing driver call; returns SS_ECUDA. */
+static int cu_fail(const char *what, CUresult r) {
+  const char *name = NULL, *desc = NULL;
+  if (cu.GetErrorName) cu.GetErrorName(r, &name);
+  if (cu.GetErrorString) cu.GetErrorString(r, &desc);
+  set_err("%s failed: %s (%d): %s", what, name ? name : "CUDA error", r,
+          desc ? desc : "no description");
+  return SS_ECUDA;
+}
+#define CU_TRY(call, what)                  \
+  do {                                      \
+    CUresult r_ = (call);                   \
+    if (r_ != CUDA_SUCCESS) return cu_fail(what, r_); \
+  } while (0)
+
+static void *sym(void *lib, const char *const *names) {
+  for (; *names; names++) {
+    void *p = dlsym(lib, *names);
+    if (p) return p;
+  }
+  return NULL;
+}
+
+static void load_once(void) {
+  g_init_pid = getpid();
+  const char *path = getenv("SHMSTREAM_LIBCUDA");
+  if (!path || !*path) path = "libcuda.so.1";
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char *why = dlerror();
+    snprintf(g_init_msg, sizeof g_init_msg,
+             "%s not found: the CUDA driver is not installed or not on the library path "
+             "(%s); GPU streams need an NVIDIA driver", path, why ? why : "dlopen failed");
+    return;
+  }
+#define LOAD(field, ...)                                                   \
+  do {                                                                     \
+    static const char *const names_[] = {__VA_ARGS__, NULL};              \
+    *(void **)&cu.field = sym(lib, names_);                                \
+    if (!cu.field) {                                                       \
+      snprintf(g_init_msg, sizeof g_init_msg,                              \
+               "%s lacks the CUDA driver entry point %s (driver too old?)", path, names_[0]); \
+      return;                                                              \
+    }                                                                      \
+  } while (0)
+  LOAD(Init, "cuInit");
+  LOAD(DeviceGetCount, "cuDeviceGetCount");
+  LOAD(DeviceGet, "cuDeviceGet");
+  LOAD(DeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
+  LOAD(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  LOAD(CtxPushCurrent, "cuCtxPushCurrent_v2", "cuCtxPushCurrent");
+  LOAD(CtxPopCurrent, "cuCtxPopCurrent_v2", "cuCtxPopCurrent");
+  LOAD(MemAlloc, "cuMemAlloc_v2", "cuMemAlloc");
+  LOAD(MemFree, "cuMemFree_v2", "cuMemFree");
+  LOAD(MemHostAlloc, "cuMemHostAlloc");
+  LOAD(MemFreeHost, "cuMemFreeHost");
+  LOAD(MemsetD8, "cuMemsetD8_v2", "cuMemsetD8");
+  LOAD(MemsetD8Async, "cuMemsetD8Async");
+  LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync");
+  LOAD(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync");
+  LOAD(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync");
+  LOAD(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH");
+  LOAD(IpcGetMemHandle, "cuIpcGetMemHandle");
+  LOAD(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle");
+  LOAD(IpcCloseMemHandle, "cuIpcCloseMemHandle");
+  LOAD(IpcGetEventHandle, "cuIpcGetEventHandle");
+  LOAD(IpcOpenEventHandle, "cuIpcOpenEventHandle");
+  LOAD(EventCreate, "cuEventCreate");
+  LOAD(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
+  LOAD(EventRecord, "cuEventRecord");
+  LOAD(EventQuery, "cuEventQuery");
+  LOAD(StreamCreate, "cuStreamCreate");
+  LOAD(StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy");
+  LOAD(StreamWaitEvent, "cuStreamWaitEvent");
+  LOAD(GetErrorString, "cuGetErrorString");
+  LOAD(GetErrorName, "cuGetErrorName");
+#undef LOAD
+  CUresult r = cu.Init(0);
+  if (r != CUDA_SUCCESS) {
+    const char *name = NULL;
+    cu.GetErrorName(r, &name);
+    snprintf(g_init_msg, sizeof g_init_msg,
+             "cuInit failed: %s (%d); no usable CUDA device in this process",
+             name ? name : "CUDA error", r);
+    return;
+  }
+  g_init_rc = SS_OK;
+}
+
+int ss_cuda_init(void) {
+  pthread_once(&g_once, load_once);
+  if (g_init_rc != SS_OK) {
+    set_err("%s", g_init_msg);
+    return g_init_rc;
+  }
+  if (getpid() != g_init_pid) {
+    set_err("CUDA was initialised in the parent of this forked process; CUDA cannot be "
+            "used after fork(): start worker processes with the 'spawn' method");
+    return SS_EFORK;
+  }
+  return SS_OK;
+}
+
+/* ---- contexts: the device's primary context, pushed around each call --- */
+
+#define SS_MAX_DEVICES 64
+static CUcontext g_ctx[SS_MAX_DEVICES];
+static pthread_mutex_t g_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int get_ctx(int ordinal, CUcontext *out) {
+  int rc = ss_cuda_init();
+  if (rc) return rc;
+  if (ordinal < 0 || ordinal >= SS_MAX_DEVICES) {
+    set_err("CUDA device ordinal %d is out of range", ordinal);
+    return SS_ECUDA;
+  }
+  pthread_mutex_lock(&g_ctx_mu);
+  if (!g_ctx[ordinal]) {
+    CUdevice dev;
+    CUresult r = cu.DeviceGet(&dev, ordinal);
+    if (r == CUDA_SUCCESS) r = cu.DevicePrimaryCtxRetain(&g_ctx[ordinal], dev);
+    if (r != CUDA_SUCCESS) {
+      pthread_mutex_unlock(&g_ctx_mu);
+      return cu_fail("opening CUDA device (cuDeviceGet/cuDevicePrimaryCtxRetain)", r);
+    }
+  }
+  *out = g_ctx[ordinal];
+  pthread_mutex_unlock(&g_ctx_mu);
+  return SS_OK;
+}
+
+static int push(int ordinal) {
+  CUcontext c = NULL;
+  int rc = get_ctx(ordinal, &c);
+  if (rc) return rc;
+  CU_TRY(cu.CtxPushCurrent(c), "cuCtxPushCurrent");
+  return SS_OK;
+}
+
+static void pop(void) {
+  CUcontext c = NULL;
+  cu.CtxPopCurrent(&c);
+}
+
+int ss_cuda_device_count(int *count) {
+  int rc = ss_cuda_init();
+  if (rc) return rc;
+  CU_TRY(cu.DeviceGetCount(count), "cuDeviceGetCount");
+  return SS_OK;
+}
+
+int ss_cuda_device_uuid(int ordinal, uint8_t uuid[16]) {
+  int rc = ss_cuda_init();
+  if (rc) return rc;
+  CUdevice dev;
+  CUuuid u;
+  CU_TRY(cu.DeviceGet(&dev, ordinal), "cuDeviceGet");
+  CU_TRY(cu.DeviceGetUuid(&u, dev), "cuDeviceGetUuid");
+  memcpy(uuid, u.bytes, 16);
+  return SS_OK;
+}
+
+int ss_cuda_device_by_uuid(const uint8_t uuid[16]) {
+  int n = 0;
+  if (ss_cuda_device_count(&n)) return -1;
+  for (int i = 0; i < n; i++) {
+    uint8_t u[16];
+    if (ss_cuda_device_uuid(i, u) == SS_OK && memcmp(u, uuid, 16) == 0) return i;
+  }
+  return -1;
+}
+
+/* ---- attachments: one per stream generation per process ---------------- */
+
+struct ss_gpu {
+  struct ss_gpu *next;
+  uint8_t instance_id[16];
+  pid_t pid;              /* the process that made it (fork check) */
+  int ordinal;
+  int owner;              /* this process allocated the buffer (creator) */
+  int owner_released;     /* the creator gave it up (unlink): free at refs 0 */
+  int refs;
+  int poisoned;           /* the private stream waits on work that never ends */
+  pid_t creator_pid;
+  uint64_t slot_stride;
+  uint64_t payload_bytes;
+  CUdeviceptr base;       /* the buffer: own allocation or imported mapping */
+  CUevent ipc_event;      /* "written": recorded after every writer's copy */
+  CUevent ev_user;        /* local: marks the caller's stream */
+  CUevent ev_done;        /* local: marks our own copy, polled on the host */
+  CUstream stream;        /* private, non-blocking */
+  pthread_mutex_t mu;     /* one GPU operation at a time per attachment */
+};
+
+static ss_gpu *g_list;
+static pthread_mutex_t g_list_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const ss_gpu_area *area_of(const ss_segment *seg) {
+  return (const ss_gpu_area *)seg->hdr->id.gpu;
+}
+
+int ss_gpu_ordinal(const ss_gpu *g) { return g->ordinal; }
+uint64_t ss_gpu_stream(const ss_gpu *g) { return (uint64_t)(uintptr_t)g->stream; }
+uint64_t ss_gpu_slot_ptr(const ss_gpu *g, uint32_t slot) {
+  return (uint64_t)g->base + (uint64_t)(slot % SS_GPU_SLOTS) * g->slot_stride;
+}
+int ss_gpu_is_owner(const ss_gpu *g) { return g->owner; }
+
+static void destroy(ss_gpu *g) {
+  /* Runs with the device context pushed, or tries to push it. */
+  int pushed = push(g->ordinal) == SS_OK;
+  if (g->stream) cu.StreamDestroy(g->stream);
+  if (g->ev_user) cu.EventDestroy(g->ev_user);
+  if (g->ev_done) cu.EventDestroy(g->ev_done);
+  if (g->ipc_event) cu.EventDestroy(g->ipc_event);
+  if (g->base) {
+    if (g->owner) cu.MemFree(g->base);
+    else cu.IpcCloseMemHandle(g->base);
+  }
+  if (pushed) pop();
+  pthread_mutex_destroy(&g->mu);
+  free(g);
+}
+
+static int make_locals(ss_gpu *g) {
+  CU_TRY(cu.StreamCreate(&g->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CU_TRY(cu.EventCreate(&g->ev_user, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  CU_TRY(cu.EventCreate(&g->ev_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  return SS_OK;
+}
+
+static ss_gpu *new_gpu(int ordinal) {
+  ss_gpu *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->pid = getpid();
+  g->ordinal = ordinal;
+  g->refs = 1;
+  pthread_mutex_init(&g->mu, NULL);
+  return g;
+}
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **out) {
+  *out = NULL;
+  if (!(args->flags & SS_FLAG_GPU)) {
+    set_err("ss_gpu_create needs SS_FLAG_GPU in the create flags");
+    return SS_ENOTGPU;
+  }
+  uint64_t payload = args->payload_bytes;
+  if (payload == 0) {
+    payload = args->itemsize;
+    for (uint32_t i = 0; i < args->ndim; i++) payload *= args->shape[i];
+  }
+  int rc = push(ordinal);
+  if (rc) return rc;
+  ss_gpu *g = new_gpu(ordinal);
+  if (!g) {
+    pop();
+    set_err("out of host memory");
+    return ENOMEM;
+  }
+  g->owner = 1;
+  g->creator_pid = getpid();
+  g->payload_bytes = payload;
+  g->slot_stride = round_up(payload ? payload : 1, SS_GPU_SLOT_ALIGN);
+  /* One slot seqlock per device slot (a CPU mirror gets as many CPU slots). */
+  args->slots = SS_GPU_SLOTS;
+  ss_gpu_area area;
+  memset(&area, 0, sizeof area);
+  area.version = SS_GPU_AREA_VERSION;
+  area.device_ordinal = ordinal;
+  area.slot_count = SS_GPU_SLOTS;
+  area.slot_stride = g->slot_stride;
+  area.alloc_bytes = g->slot_stride * SS_GPU_SLOTS;
+  area.exporter_pid = (int32_t)getpid();
+  CUresult r;
+  CUipcMemHandle mh;
+  CUipcEventHandle eh;
+  if ((rc = ss_cuda_device_uuid(ordinal, area.device_uuid))) goto fail;
+  if ((r = cu.MemAlloc(&g->base, area.alloc_bytes))) { rc = cu_fail("cuMemAlloc of the stream's device buffer", r); goto fail; }
+  /* Both slots start zeroed, like a CPU stream's payload (synchronous). */
+  if ((r = cu.MemsetD8(g->base, 0, area.alloc_bytes))) { rc = cu_fail("cuMemsetD8", r); goto fail; }
+  if ((r = cu.IpcGetMemHandle(&mh, g->base))) { rc = cu_fail("cuIpcGetMemHandle", r); goto fail; }
+  if ((r = cu.EventCreate(&g->ipc_event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING))) {
+    rc = cu_fail("cuEventCreate(CU_EVENT_INTERPROCESS)", r);
+    goto fail;
+  }
+  if ((r = cu.IpcGetEventHandle(&eh, g->ipc_event))) { rc = cu_fail("cuIpcGetEventHandle", r); goto fail; }
+  if ((rc = make_locals(g))) goto fail;
+  memcpy(area.mem_handle, &mh, sizeof mh);
+  memcpy(area.event_handle, &eh, sizeof eh);
+  args->gpu_area = &area;
+  rc = ss_segment_create(seg, args);
+  args->gpu_area = NULL;
+  if (rc) {
+    set_err("creating the stream's segment failed (status %d)", rc);
+    goto fail;
+  }
+  memcpy(g->instance_id, seg->hdr->id.instance_id, 16);
+  pop();
+  pthread_mutex_lock(&g_list_mu);
+  g->next = g_list;
+  g_list = g;
+  pthread_mutex_unlock(&g_list_mu);
+  *out = g;
+  return SS_OK;
+fail:
+  pop();
+  destroy(g);
+  return rc;
+}
+
+static int validate_area(const ss_segment *seg) {
+  const ss_gpu_area *a = area_of(seg);
+  uint64_t payload = seg->hdr->id.payload_bytes;
+  if (!(seg->hdr->id.flags & SS_FLAG_GPU)) {
+    set_err("not a GPU stream");
+    return SS_ENOTGPU;
+  }
+  if (a->version != SS_GPU_AREA_VERSION || a->slot_count != SS_GPU_SLOTS ||
+      a->slot_stride < payload || a->slot_stride % SS_GPU_SLOT_ALIGN ||
+      a->alloc_bytes != a->slot_stride * SS_GPU_SLOTS) {
+    set_err("the GPU area of this stream is of an unknown version or inconsistent "
+            "(version %u, %u slots)", a->version, a->slot_count);
+    return SS_ENOTGPU;
+  }
+  if (seg->hdr->id.slot_count != SS_GPU_SLOTS) {
+    set_err("this GPU stream has %u slot seqlocks, not %u (unknown layout)",
+            seg->hdr->id.slot_count, SS_GPU_SLOTS);
+    return SS_ENOTGPU;
+  }
+  return SS_OK;
+}
+
+static int creator_gone(pid_t pid) {
+  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
+  *out = NULL;
+  int rc = ss_cuda_init();
+  if (rc) return rc;
+  if ((rc = validate_area(seg))) return rc;
+  const ss_gpu_area *a = area_of(seg);
+  const uint8_t *inst = seg->hdr->id.instance_id;
+  pthread_mutex_lock(&g_list_mu);
+  for (ss_gpu *g = g_list; g; g = g->next) {
+    if (g->pid == getpid() && memcmp(g->instance_id, inst, 16) == 0 && !g->owner_released) {
+      if (g->ordinal != ordinal) {
+        pthread_mutex_unlock(&g_list_mu);
+        set_err("this process already attached the stream on CUDA device %d", g->ordinal);
+        return SS_ENOTGPU;
+      }
+      g->refs++;
+      pthread_mutex_unlock(&g_list_mu);
+      *out = g;
+      return SS_OK;
+    }
+  }
+  pthread_mutex_unlock(&g_list_mu);
+  uint8_t uuid[16];
+  if ((rc = ss_cuda_device_uuid(ordinal, uuid))) return rc;
+  if (memcmp(uuid, a->device_uuid, 16) != 0) {
+    int right = ss_cuda_device_by_uuid(a->device_uuid);
+    if (right < 0)
+      set_err("the stream's device buffer is on a GPU this process cannot see "
+              "(check CUDA_VISIBLE_DEVICES)");
+    else
+      set_err("the stream's device buffer is on cuda:%d of this process, not cuda:%d", right,
+              ordinal);
+    return SS_ENOTGPU;
+  }
+  if (creator_gone(seg->hdr->id.creator_pid)) {
+    set_err("the process that created this GPU stream (pid %d) has exited; its device "
+            "buffer was freed with it", (int)seg->hdr->id.creator_pid);
+    return SS_EGPUGONE;
+  }
+  if ((rc = push(ordinal))) return rc;
+  ss_gpu *g = new_gpu(ordinal);
+  if (!g) {
+    pop();
+    return ENOMEM;
+  }
+  memcpy(g->instance_id, inst, 16);
+  g->creator_pid = seg->hdr->id.creator_pid;
+  g->payload_bytes = seg->hdr->id.payload_bytes;
+  g->slot_stride = a->slot_stride;
+  CUipcMemHandle mh;
+  CUipcEventHandle eh;
+  memcpy(&mh, a->mem_handle, sizeof mh);
+  memcpy(&eh, a->event_handle, sizeof eh);
+  CUresult r = cu.IpcOpenMemHandle(&g->base, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  if (r) {
+    g->base = 0;
+    rc = cu_fail("cuIpcOpenMemHandle (is the creating process still running?)", r);
+    goto fail;
+  }
+  if ((r = cu.IpcOpenEventHandle(&g->ipc_event, eh))) {
+    g->ipc_event = NULL;
+    rc = cu_fail("cuIpcOpenEventHandle", r);
+    goto fail;
+  }
+  if ((rc = make_locals(g))) goto fail;
+  pop();
+  pthread_mutex_lock(&g_list_mu);
+  g->next = g_list;
+  g_list = g;
+  pthread_mutex_unlock(&g_list_mu);
+  *out = g;
+  return SS_OK;
+fail:
+  pop();
+  destroy(g);
+  return rc;
+}
+
+static void unlist(ss_gpu *g) {
+  for (ss_gpu **p = &g_list; *p; p = &(*p)->next)
+    if (*p == g) {
+      *p = g->next;
+      return;
+    }
+}
+
+void ss_gpu_detach(ss_gpu *g) {
+  if (!g) return;
+  pthread_mutex_lock(&g_list_mu);
+  int gone = --g->refs <= 0 && (!g->owner || g->owner_released);
+  if (gone) unlist(g);
+  pthread_mutex_unlock(&g_list_mu);
+  /* After fork the child must not touch the parent's CUDA objects. */
+  if (gone && g->pid == getpid()) destroy(g);
+}
+
+void ss_gpu_release_owned(const uint8_t instance_id[16]) {
+  ss_gpu *victim = NULL;
+  pthread_mutex_lock(&g_list_mu);
+  for (ss_gpu *g = g_list; g; g = g->next) {
+    if (g->owner && g->pid == getpid() && memcmp(g->instance_id, instance_id, 16) == 0 &&
+        !g->owner_released) {
+      g->owner_released = 1;
+      if (g->refs <= 0) {
+        unlist(g);
+        victim = g;
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_list_mu);
+  if (victim) destroy(victim);
+}
+
+/* ---- waiting on the host without a device synchronize ------------------ */
+
+static int pid_dead(int32_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+
+/* Poll event e until it completes. If the deadline passes: SS_ETIMEDOUT,
+ * or SS_EPOISONED when the work belongs to a writer that has died (its
+ * device work will never complete, and the stream that waits on it is
+ * stuck). */
+static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, int32_t writer_pid) {
+  int64_t start = ss_monotonic_ns();
+  int64_t next_check = start + 100 * 1000000LL;
+  for (unsigned spins = 0;; spins++) {
+    CUresult r = cu.EventQuery(e);
+    if (r == CUDA_SUCCESS) return SS_OK;
+    if (r != CUDA_ERROR_NOT_READY) return cu_fail("cuEventQuery", r);
+    int64_t now = ss_monotonic_ns();
+    if (now >= deadline) return SS_ETIMEDOUT;
+    if (now >= next_check) {
+      next_check = now + 100 * 1000000LL;
+      /* A dead writer's record never happens: give it 1 s of grace. */
+      if (writer_pid && writer_pid != getpid() && pid_dead(writer_pid) &&
+          now - start > 1000 * 1000000LL) {
+        g->poisoned = 1;
+        set_err("the writer (pid %d) died before its device copy completed; this process's "
+                "GPU mapping of the stream is stuck: close it and recreate the stream",
+                (int)writer_pid);
+        return SS_EPOISONED;
+      }
+    }
+    if (spins < 2000) {
+      ss_cpu_relax();
+    } else {
+      struct timespec ts = {0, 20000}; /* 20 us */
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+static int64_t deadline_of(int64_t timeout_ns) {
+  return timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
+}
+
+/* Entry checks shared by every operation; on success the context is pushed
+ * and g->mu is held. */
+static int enter(ss_gpu *g, const ss_segment *seg) {
+  if (g->pid != getpid()) {
+    set_err("this GPU stream handle was inherited through fork(); CUDA cannot be used in "
+            "a forked child: open the stream again in a process started with 'spawn'");
+    return SS_EFORK;
+  }
+  if (g->poisoned) {
+    set_err("this process's GPU mapping of the stream is stuck behind device work of a "
+            "writer that died; close the handle and recreate the stream");
+    return SS_EPOISONED;
+  }
+  if (!g->owner && creator_gone(seg->hdr->id.creator_pid)) {
+    /* CUDA IPC memory belongs to the exporting process: once it exits the
+     * allocation is freed and using a mapping of it is undefined. */
+    set_err("the process that created this GPU stream (pid %d) has exited; its device "
+            "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
+            "stay readable); recreate the stream",
+            (int)seg->hdr->id.creator_pid);
+    return SS_EGPUGONE;
+  }
+  int rc = push(g->ordinal);
+  if (rc) return rc;
+  pthread_mutex_lock(&g->mu);
+  return SS_OK;
+}
+
+static void leave(ss_gpu *g) {
+  pthread_mutex_unlock(&g->mu);
+  pop();
+}
+
+/* Make our private stream wait for work queued on the caller's stream. */
+static int after_user(ss_gpu *g, uint64_t user_stream) {
+  if (!user_stream) return SS_OK;
+  CU_TRY(cu.EventRecord(g->ev_user, (CUstream)(uintptr_t)user_stream), "cuEventRecord(user stream)");
+  CU_TRY(cu.StreamWaitEvent(g->stream, g->ev_user, 0), "cuStreamWaitEvent(user stream)");
+  return SS_OK;
+}
+
+/* Before a write: the previous writer's copy must be done or ordered. Our
+ * own earlier copies are on our stream (ordered for free); another
+ * process's are waited for on the device through the IPC event, after the
+ * host has seen them complete when that writer may have died. */
+static int after_previous_writer(ss_gpu *g, ss_segment *seg, int64_t deadline) {
+  int32_t last = atomic_load_explicit(&seg->hdr->pub.writer_pid, memory_order_relaxed);
+  if (last && last != getpid() && pid_dead(last)) {
+    int rc = poll_event(g, g->ipc_event, deadline, last);
+    if (rc) return rc;
+  }
+  /* SYNC POINT (gpu w1): every earlier writer recorded the IPC event after
+   * its copy and before its even seq; we hold the lock, so the latest
+   * record is the last publication's, and our copy waits for it. */
+  CU_TRY(cu.StreamWaitEvent(g->stream, g->ipc_event, 0), "cuStreamWaitEvent(IPC event)");
+  return SS_OK;
+}
+
+/* The slot the write in flight fills (ss_write_begin returned it). */
+static uint32_t writing_slot(const ss_segment *seg) {
+  return (ss_published_slot(seg) + 1) % SS_GPU_SLOTS;
+}
+
+/* After the device copy into `dst_slot` was queued: record the IPC event,
+ * refresh the CPU mirror, publish. */
+static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const void *host_src,
+                        const uint64_t *frame_id, int64_t deadline) {
+  /* SYNC POINT (gpu w2): the IPC event is recorded after the copy and
+   * before the even seq (ss_write_end, release): a reader that sees the
+   * new count waits for this record or a later one. */
+  CUresult r = cu.EventRecord(g->ipc_event, g->stream);
+  if (r) {
+    ss_write_abort(seg);
+    return cu_fail("cuEventRecord(IPC event)", r);
+  }
+  if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) {
+    uint8_t *mirror = ss_slot(seg, dst_slot); /* CPU slot i mirrors device slot i */
+    if (host_src) {
+      memcpy(mirror, host_src, g->payload_bytes);
+    } else if (g->payload_bytes) {
+      r = cu.MemcpyDtoHAsync(mirror, ss_gpu_slot_ptr(g, dst_slot), g->payload_bytes, g->stream);
+      if (r == CUDA_SUCCESS) r = cu.EventRecord(g->ev_done, g->stream);
+      if (r) {
+        ss_write_abort(seg);
+        return cu_fail("refreshing the CPU mirror (cuMemcpyDtoHAsync)", r);
+      }
+      int rc = poll_event(g, g->ev_done, deadline, 0);
+      if (rc) {
+        ss_write_abort(seg);
+        return rc;
+      }
+    }
+  }
+  ss_write_end(seg, frame_id);
+  return SS_OK;
+}
+
+int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
+                        uint64_t user_stream, const uint64_t *frame_id, int64_t timeout_ns) {
+  int rc = enter(g, seg);
+  if (rc) return rc;
+  int64_t deadline = deadline_of(timeout_ns);
+  size_t n = g->payload_bytes;
+  if ((rc = after_previous_writer(g, seg, deadline))) goto out;
+  if (src_kind == SS_GPU_SRC_DEVICE && (rc = after_user(g, user_stream))) goto out;
+  uint32_t slot = ss_write_begin(seg);
+  CUdeviceptr dst = ss_gpu_slot_ptr(g, slot);
+  CUresult r = CUDA_SUCCESS;
+  if (n) {
+    if (src_kind == SS_GPU_SRC_DEVICE)
+      r = cu.MemcpyDtoDAsync(dst, (CUdeviceptr)src, n, g->stream);
+    else
+      r = cu.MemcpyHtoDAsync(dst, (const void *)(uintptr_t)src, n, g->stream);
+  }
+  if (r) {
+    ss_write_abort(seg);
+    rc = cu_fail("copying the payload to the device", r);
+    goto out;
+  }
+  const void *host = src_kind == SS_GPU_SRC_DEVICE ? NULL : (const void *)(uintptr_t)src;
+  if ((rc = finish_write(g, seg, slot, host, frame_id, deadline))) goto out;
+  /* The caller may reuse its source once this returns: order that reuse
+   * after our copy on its stream, or wait for the copy here. Pageable
+   * host memory is staged by the driver before cuMemcpyHtoDAsync returns. */
+  if (src_kind == SS_GPU_SRC_DEVICE && user_stream) {
+    if ((r = cu.EventRecord(g->ev_done, g->stream)) ||
+        (r = cu.StreamWaitEvent((CUstream)(uintptr_t)user_stream, g->ev_done, 0)))
+      rc = cu_fail("ordering the caller's stream after the copy", r);
+  } else if (src_kind != SS_GPU_SRC_HOST) {
+    if ((r = cu.EventRecord(g->ev_done, g->stream))) rc = cu_fail("cuEventRecord", r);
+    else rc = poll_event(g, g->ev_done, INT64_MAX, 0);
+  }
+out:
+  leave(g);
+  return rc;
+}
+
+int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns) {
+  int rc = enter(g, seg);
+  if (rc) return rc;
+  int64_t deadline = deadline_of(timeout_ns);
+  if ((rc = after_previous_writer(g, seg, deadline))) goto out;
+  uint32_t slot = ss_write_begin(seg);
+  CUresult r = g->payload_bytes
+                   ? cu.MemsetD8Async(ss_gpu_slot_ptr(g, slot), 0, g->payload_bytes, g->stream)
+                   : CUDA_SUCCESS;
+  if (r) {
+    ss_write_abort(seg);
+    rc = cu_fail("cuMemsetD8Async", r);
+    goto out;
+  }
+  if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) memset(ss_slot(seg, slot), 0, g->payload_bytes);
+  /* The mirror is already zero: finish without a device-to-host copy. */
+  if ((r = cu.EventRecord(g->ipc_event, g->stream))) {
+    ss_write_abort(seg);
+    rc = cu_fail("cuEventRecord(IPC event)", r);
+    goto out;
+  }
+  ss_write_end(seg, NULL);
+out:
+  leave(g);
+  return rc;
+}
+
+/* Queue "wait for the writers, copy slot, mark done" and wait for it. */
+static int copy_slot(ss_gpu *g, uint32_t slot, uint64_t dst, int64_t deadline,
+                     int32_t writer_pid) {
+  CUresult r;
+  /* SYNC POINT (gpu r1): the wait captures the IPC event's latest record,
+   * which is at least the one of the publication whose count we read. */
+  if ((r = cu.StreamWaitEvent(g->stream, g->ipc_event, 0)))
+    return cu_fail("cuStreamWaitEvent(IPC event)", r);
+  if (g->payload_bytes &&
+      (r = cu.MemcpyDtoDAsync((CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot), g->payload_bytes,
+                              g->stream)))
+    return cu_fail("copying the payload from the stream's device buffer", r);
+  if ((r = cu.EventRecord(g->ev_done, g->stream))) return cu_fail("cuEventRecord", r);
+  return poll_event(g, g->ev_done, deadline, writer_pid);
+}
+
+static void load_info(const ss_publish_line *p, ss_pubinfo *info) {
+  info->count = atomic_load_explicit(&p->count, memory_order_relaxed);
+  info->frame_id = atomic_load_explicit(&p->frame_id, memory_order_relaxed);
+  info->write_time_ns = atomic_load_explicit(&p->write_time_ns, memory_order_relaxed);
+  info->state = atomic_load_explicit(&p->state, memory_order_relaxed);
+}
+
+#define SS_GPU_READ_TRIES 4
+#define SS_GPU_ODD_SPIN_NS 50000
+
+/* One optimistic attempt, as try_read in stream.c with a device copy.
+ * Returns SS_OK / an error when done, 1 if the write in flight at the
+ * first attempt (*arrival) is not published yet, 2 if the attempt was torn. */
+static int try_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, int64_t deadline,
+                        ss_pubinfo *info, uint64_t *arrival) {
+  ss_publish_line *p = &seg->hdr->pub;
+  uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
+  if (s1 & 1) return 2;
+  load_info(p, info);
+  int32_t writer = atomic_load_explicit(&p->writer_pid, memory_order_relaxed);
+  uint32_t slot = ss_published_slot(seg);
+  SS_ATOMIC(uint64_t) *sseq = &seg->hdr->slots.seq[slot];
+  uint64_t ss1 = atomic_load_explicit(sseq, memory_order_acquire);
+  int in_flight = ss_write_in_flight(seg);
+  /* SYNC POINT (gpu r0): the metadata, the published slot and its seq come
+   * from one publish-seqlock window; re-checked before any device work. */
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&p->seq, memory_order_relaxed) != s1) return 2;
+  if (info->state != SS_STATE_VALID) return SS_EINCONSISTENT;
+  if (in_flight || (ss1 & 1)) {
+    /* Freshness, as on the CPU: wait for the write in flight when the read
+     * began; a newer one fills the other slot and does not hold us up. */
+    if (*arrival == UINT64_MAX) *arrival = s1;
+    if (s1 == *arrival || (ss1 & 1)) return 1;
+  }
+  int rc = copy_slot(g, slot, dst, deadline, writer);
+  if (rc) return rc;
+  /* SYNC POINT (gpu r2): our copy has completed (the host saw its event).
+   * A write into this device slot sets the slot's seq odd (ss_write_begin,
+   * release fence) before it queues its copy, so a copy that could have
+   * met it finds the slot's seq changed. */
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(sseq, memory_order_relaxed) == ss1 ? SS_OK : 2;
+}
+
+int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream,
+                int64_t timeout_ns, int holds_lock, ss_pubinfo *info) {
+  int rc = enter(g, seg);
+  if (rc) return rc;
+  int64_t deadline = deadline_of(timeout_ns);
+  ss_publish_line *p = &seg->hdr->pub;
+  if ((rc = after_user(g, user_stream))) goto out;
+  if (holds_lock) goto locked_copy;
+  int64_t odd_until = 0;
+  uint64_t arrival = UINT64_MAX;
+  for (int torn = 0; torn < SS_GPU_READ_TRIES;) {
+    rc = try_gpu_read(g, seg, dst, deadline, info, &arrival);
+    if (rc != 1 && rc != 2) goto out;
+    if (rc == 2) {
+      torn++;
+      continue;
+    }
+    int64_t now = ss_monotonic_ns();
+    if (!odd_until) odd_until = now + SS_GPU_ODD_SPIN_NS;
+    if (now >= odd_until || now >= deadline) break;
+    ss_cpu_relax();
+  }
+  if (seg->readonly == 2) {
+    rc = SS_ETIMEDOUT; /* cannot take the lock through a read-only mapping */
+    goto out;
+  }
+  {
+    /* Fallback that always finishes, as on the CPU: no writer runs while
+     * we hold the lock, and a dead writer's frame is marked abandoned. */
+    int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
+    rc = ss_lock(seg, left < 0 && deadline != INT64_MAX ? 0 : left);
+    if (rc != SS_OK && rc != SS_EOWNERDEAD) goto out;
+    load_info(p, info);
+    int32_t writer = atomic_load_explicit(&p->writer_pid, memory_order_relaxed);
+    rc = info->state != SS_STATE_VALID
+             ? SS_EINCONSISTENT
+             : copy_slot(g, ss_published_slot(seg), dst, deadline, writer);
+    ss_unlock(seg);
+    goto out;
+  }
+locked_copy:
+  load_info(p, info);
+  rc = info->state != SS_STATE_VALID
+           ? SS_EINCONSISTENT
+           : copy_slot(g, ss_published_slot(seg), dst, deadline,
+                       atomic_load_explicit(&p->writer_pid, memory_order_relaxed));
+out:
+  leave(g);
+  return rc;
+}
+
+int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream, int64_t timeout_ns,
+                      uint64_t *slot_ptr) {
+  int rc = enter(g, seg);
+  if (rc) return rc;
+  int64_t deadline = deadline_of(timeout_ns);
+  if ((rc = after_previous_writer(g, seg, deadline))) goto out;
+  if ((rc = after_user(g, user_stream))) goto out;
+  uint32_t published = ss_published_slot(seg);
+  uint32_t slot = ss_write_begin(seg);
+  CUresult r = CUDA_SUCCESS;
+  /* The view starts as the current payload, as a CPU write_view does. */
+  if (g->payload_bytes)
+    r = cu.MemcpyDtoDAsync(ss_gpu_slot_ptr(g, slot), ss_gpu_slot_ptr(g, published),
+                           g->payload_bytes, g->stream);
+  if (r == CUDA_SUCCESS) r = cu.EventRecord(g->ev_done, g->stream);
+  if (r == CUDA_SUCCESS && user_stream)
+    r = cu.StreamWaitEvent((CUstream)(uintptr_t)user_stream, g->ev_done, 0);
+  if (r) {
+    ss_write_abort(seg);
+    rc = cu_fail("preparing the in-place write slot", r);
+    goto out;
+  }
+  if (!user_stream && (rc = poll_event(g, g->ev_done, deadline, 0))) {
+    ss_write_abort(seg);
+    goto out;
+  }
+  *slot_ptr = ss_gpu_slot_ptr(g, slot);
+out:
+  leave(g);
+  return rc;
+}
+
+int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
+                       const uint64_t *frame_id) {
+  int rc = enter(g, seg);
+  if (rc) {
+    ss_write_abort(seg);
+    return rc;
+  }
+  if ((rc = after_user(g, user_stream))) {
+    ss_write_abort(seg);
+    goto out;
+  }
+  rc = finish_write(g, seg, writing_slot(seg), NULL, frame_id, INT64_MAX);
+out:
+  leave(g);
+  return rc;
+}
+
+void ss_gpu_view_abort(ss_gpu *g, ss_segment *seg) {
+  (void)g;
+  ss_write_abort(seg);
+}
+
+/* ---- helpers for the bindings ------------------------------------------ */
+
+int ss_cuda_alloc(int ordinal, size_t n, uint64_t *ptr) {
+  int rc = push(ordinal);
+  if (rc) return rc;
+  CUdeviceptr p = 0;
+  CUresult r = cu.MemAlloc(&p, n ? n : 1);
+  pop();
+  if (r) return cu_fail("cuMemAlloc", r);
+  *ptr = p;
+  return SS_OK;
+}
+
+void ss_cuda_free(int ordinal, uint64_t ptr) {
+  if (push(ordinal) != SS_OK) return;
+  cu.MemFree((CUdeviceptr)ptr);
+  pop();
+}
+
+int ss_cuda_host_alloc(size_t n, void **ptr) {
+  int rc = push(0);
+  if (rc) return rc;
+  CUresult r = cu.MemHostAlloc(ptr, n ? n : 1, CU_MEMHOSTALLOC_PORTABLE);
+  pop();
+  if (r) return cu_fail("cuMemHostAlloc", r);
+  return SS_OK;
+}
+
+void ss_cuda_host_free(void *ptr) {
+  if (push(0) != SS_OK) return;
+  cu.MemFreeHost(ptr);
+  pop();
+}
+
+int ss_cuda_copy_to_host(int ordinal, void *dst, uint64_t src, size_t n) {
+  int rc = push(ordinal);
+  if (rc) return rc;
+  CUresult r = n ? cu.MemcpyDtoH(dst, (CUdeviceptr)src, n) : CUDA_SUCCESS;
+  pop();
+  if (r) return cu_fail("cuMemcpyDtoH", r);
+  return SS_OK;
+}

@@ -1,0 +1,433 @@
+"""The handle of a GPU stream (see ``_gpu`` for the rules and docs/gpu.md for
+the design). Imported only when a GPU stream is created or opened.
+
+STATUS: written without a GPU; the device paths are unverified.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from . import _cuda, _native, _proc
+from ._gpu import _DL_CODE, CudaArray, _SlotOwner, _torch, _torch_dtype
+from .errors import InconsistentStreamError
+from .stream import Publication, SharedMemory, _remaining
+
+
+class GpuSharedMemory(SharedMemory):
+    """A handle on a GPU stream (see the module notes for the attachment
+    rule). Same API as :class:`SharedMemory`; payloads are device arrays."""
+
+    def __init__(self, segment: Any, *, owner: bool = False, readonly: bool = False) -> None:
+        super().__init__(segment, owner=owner, readonly=readonly)
+        self._gs: Any = None
+        self._ordinal = -1
+        self._pinned: Any = None
+        self._view_stream = 0
+        self._attach_error = ""  # why open(name) could not attach, if it tried
+
+    def _attach(self, gs: Any) -> None:
+        self._gs = gs
+        self._ordinal = int(gs.ordinal)
+        self.gpu_device = f"cuda:{self._ordinal}"
+
+    # -- the attachment rule --
+
+    def _unattached(self, operation: str) -> RuntimeError:
+        n = self.name
+        if self.gpu_enabled and not self.cpu_mirror:
+            what = "GPU shared memory was created without cpu_mirror=True"
+        else:
+            what = f"GPU stream {n!r} is not attached to its device on this handle"
+        why = f" (attaching failed: {self._attach_error})" if self._attach_error else ""
+        return RuntimeError(
+            f"cannot {operation} {n!r}: {what}{why}; reopen it with "
+            f"shmstream.open({n!r}, gpu_device='cuda:N') (or gpu_device=True)"
+        )
+
+    def _gpu_for(self, operation: str) -> Any:
+        self._check_open(operation)
+        gs = self._gs
+        if gs is None:
+            raise self._unattached(operation)
+        return gs
+
+    def _cpu_reads(self) -> bool:
+        """An unattached handle of a mirrored stream reads the mirror."""
+        return self._gs is None and self.cpu_mirror
+
+    # -- results and sources --
+
+    def _result(self, out: Any) -> tuple[Any, int, int]:
+        """(array, device pointer, stream it is ordered on)."""
+        torch = _torch()
+        if out is not None:
+            return self._check_device_out(out, torch)
+        if torch is not None:
+            t = torch.empty(self.shape, dtype=_torch_dtype(torch, self.dtype),
+                            device=self.gpu_device)
+            return t, int(t.data_ptr()), int(torch.cuda.current_stream(self._ordinal).cuda_stream)
+        buf = _cuda.DeviceBuffer.alloc(self.size, self._ordinal)
+        return CudaArray(buf, self.shape, self.dtype), int(buf.ptr), 0
+
+    def _check_device_out(self, out: Any, torch: Any) -> tuple[Any, int, int]:
+        if isinstance(out, np.ndarray):
+            raise ValueError(
+                "out must be a CUDA array on a GPU-attached handle (a torch CUDA "
+                "tensor or a CudaArray); NumPy out= works for CPU reads only"
+            )
+        if torch is not None and isinstance(out, torch.Tensor):
+            if (not out.is_cuda or out.device.index != self._ordinal
+                    or tuple(out.shape) != self.shape
+                    or out.dtype != _torch_dtype(torch, self.dtype)
+                    or not out.is_contiguous()):
+                raise ValueError(
+                    f"out must be a contiguous {self.dtype} CUDA tensor of shape "
+                    f"{self.shape} on {self.gpu_device}"
+                )
+            return out, int(out.data_ptr()), int(
+                torch.cuda.current_stream(self._ordinal).cuda_stream)
+        if isinstance(out, CudaArray):
+            if out.shape != self.shape or out.dtype != self.dtype:
+                raise ValueError(f"out must have shape {self.shape} and dtype {self.dtype}")
+            return out, out.data_ptr, 0
+        raise TypeError(
+            f"out must be a torch CUDA tensor or a CudaArray, not {type(out).__name__}"
+        )
+
+    def _source(self, value: Any) -> tuple[int, Any, int, Any]:
+        """(kind, address or host array, user stream, keep-alive) of a write."""
+        torch = sys.modules.get("torch")  # a NumPy write never imports torch
+        if torch is not None and isinstance(value, torch.Tensor):
+            t = value.detach()
+            if tuple(t.shape) != self.shape:
+                raise ValueError(f"expected shape {self.shape}, got {tuple(t.shape)}")
+            want = _torch_dtype(torch, self.dtype)
+            if t.is_cuda:
+                t = t.to(dtype=want).contiguous()
+                stream = torch.cuda.current_stream(t.device).cuda_stream
+                return _cuda.SRC_DEVICE, int(t.data_ptr()), int(stream), t
+            t = t.to(dtype=want).contiguous()
+            host = t.numpy()
+            return (_cuda.SRC_PINNED if _torch_pinned(t) else _cuda.SRC_HOST), host, 0, t
+        if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack_device__"):
+            dev_type, _ = value.__dlpack_device__()
+            if dev_type in (_cuda.kDLCUDA, _cuda.kDLCUDAManaged):
+                return self._dlpack_source(value)
+        array = self._coerce(value)
+        pinned = self._pinned is not None and np.shares_memory(array, self._pinned_np())
+        return (_cuda.SRC_PINNED if pinned else _cuda.SRC_HOST), array, 0, None
+
+    def _dlpack_source(self, value: Any) -> tuple[int, Any, int, Any]:
+        stream = int(self._gs.stream)
+        try:
+            capsule = value.__dlpack__(stream=stream)
+        except TypeError:
+            capsule = value.__dlpack__()
+        imp = _cuda.DLImport.take(capsule)
+        want = (_DL_CODE[self.dtype.kind], self.dtype.itemsize * 8, 1)
+        shape = tuple(imp.shape)
+        if shape != self.shape or tuple(imp.dtype) != want:
+            imp.release()
+            raise ValueError(
+                f"expected a {self.dtype} CUDA array of shape {self.shape}, got DLPack "
+                f"dtype {tuple(imp.dtype)} shape {shape}"
+            )
+        strides = imp.strides
+        if strides is not None:
+            expect, step = [], 1
+            for dim in reversed(shape):
+                expect.append(step)
+                step *= dim
+            if any(d > 1 and s != e for d, s, e in zip(shape, strides, reversed(expect))):
+                imp.release()
+                raise ValueError("a DLPack source must be C-contiguous")
+        # No user stream to order against: the write waits for its copy.
+        return _cuda.SRC_DEVICE, int(imp.ptr), 0, imp
+
+    def _pinned_np(self) -> np.ndarray:
+        pinned = self._pinned
+        return pinned if isinstance(pinned, np.ndarray) else pinned.numpy()
+
+    # -- writing --
+
+    def _publish(self, value: Any, frame_id: Any) -> None:
+        gs = self._gs
+        kind, src, stream, keep = self._source(value)
+        try:
+            if kind == _cuda.SRC_DEVICE:
+                self._wrote = gs.write(src, kind, stream, frame_id)
+            else:
+                self._wrote = gs.write_host(src, kind == _cuda.SRC_PINNED, frame_id)
+        finally:
+            if isinstance(keep, _cuda.DLImport):
+                keep.release()
+
+    def write(self, value: Any, *, frame_id: int | None = None) -> None:
+        """Publish a copy of ``value`` (a CUDA tensor of any framework, a
+        NumPy array or a CPU tensor) to the device buffer."""
+        from .stream import _check_frame_id  # noqa: PLC0415
+
+        self._check_writable("write to")
+        if self._gs is None:
+            raise self._unattached("write to")
+        fid = None if frame_id is None else _check_frame_id(frame_id)
+        self.acquire()
+        try:
+            self._publish(value, fid)
+        finally:
+            self.release()
+
+    def write_locked(self, value: Any, *, frame_id: int | None = None) -> None:
+        from .stream import _check_frame_id  # noqa: PLC0415
+
+        self._check_writable("write to")
+        if not self._holds_lock():
+            raise RuntimeError("write_locked() requires an active 'with shm.locked()' block")
+        if self._gs is None:
+            raise self._unattached("write to")
+        self._publish(value, None if frame_id is None else _check_frame_id(frame_id))
+
+    def clear(self) -> None:
+        self._check_writable("clear")
+        gs = self._gs
+        if gs is None:
+            raise self._unattached("clear")
+        self.acquire()
+        try:
+            self._wrote = gs.clear()
+        finally:
+            self.release()
+
+    def _device_view(self, ptr: int) -> Any:
+        """A live device array over the buffer at ptr (torch tensor if torch
+        is installed); it keeps this handle alive."""
+        owner = _SlotOwner(self, self._ordinal)
+        code, bits = _DL_CODE[self.dtype.kind], self.dtype.itemsize * 8
+        capsule = _cuda.to_dlpack(owner, ptr, list(self.shape), code, bits, self._ordinal)
+        torch = _torch()
+        if torch is not None:
+            return torch.utils.dlpack.from_dlpack(capsule)
+        return CudaArray(_SlotBuffer(ptr, self._ordinal), self.shape, self.dtype, ptr, owner)
+
+    def _stream_now(self) -> int:
+        torch = _torch()
+        if torch is None:
+            return 0
+        return int(torch.cuda.current_stream(self._ordinal).cuda_stream)
+
+    def _begin_write_view(self, frame_id: int | None, what: str) -> Any:
+        self._check_writable("write to")
+        if not self._holds_lock():
+            raise RuntimeError(f"{what} requires an active 'with shm.locked()' block")
+        gs = self._gs
+        if gs is None:
+            raise self._unattached("write to")
+        if self._writing:
+            raise RuntimeError(f"a write_view of {self.name!r} is already open on this handle")
+        self._view_stream = self._stream_now()
+        ptr = gs.view_begin(self._view_stream)
+        self._writing = True
+        return self._device_view(ptr)
+
+    def _commit_write_view(self, frame_id: int | None) -> None:
+        if self._seg is None or not self._writing:
+            return
+        self._writing = False
+        self._wrote = self._gs.view_commit(self._view_stream, frame_id)
+
+    def _abort_write_view(self) -> None:
+        if self._seg is None or not self._writing:
+            return
+        self._writing = False
+        self._gs.view_abort()
+
+    def _payload_view(self, seg: Any, slot: int | None = None) -> Any:
+        # The CPU mirror has one CPU slot per device slot (slot_count 2);
+        # an unattached handle reads it through the slot-aware base views.
+        if self._gs is None:
+            if self.cpu_mirror:
+                return super()._payload_view(seg, slot)
+            raise self._unattached("take a shared view of")
+        if slot is not None and slot != seg.published_slot:
+            raise RuntimeError("a device view of an unpublished slot is taken by write_view only")
+        return self._device_view(int(self._gs.published_ptr()))
+
+    def pinned_buffer(self) -> Any:
+        """A reusable page-locked host buffer of the stream's shape: fill it
+        and pass it to :meth:`write` for a direct DMA upload (the write then
+        waits for its copy, so the buffer may be refilled at once)."""
+        self._check_writable("allocate a pinned write buffer for")
+        if self._gs is None:
+            raise RuntimeError("pinned_buffer() requires a GPU-attached stream handle")
+        if self._pinned is None:
+            torch = _torch()
+            if torch is not None:
+                self._pinned = torch.empty(
+                    self.shape, dtype=_torch_dtype(torch, self.dtype), pin_memory=True
+                )
+            else:
+                raw = _cuda.host_alloc(self.size)
+                self._pinned = raw.view(self.dtype).reshape(self.shape)
+        return self._pinned
+
+    # -- reading --
+
+    def _gpu_read(self, out: Any, timeout: float | None) -> tuple[Any, int, int, int]:
+        gs = self._gs
+        dst, ptr, stream = self._result(out)
+        count, frame_id, wt = gs.read(ptr, stream, timeout, self._holds_lock())
+        return dst, count, frame_id, wt
+
+    def read(self, *, safe: bool = True, poll_interval: float = 1e-6, out: Any = None,
+             timeout: float | None = None) -> Any:
+        """A consistent snapshot of the payload: a torch CUDA tensor (or a
+        :class:`CudaArray` without torch) on a GPU-attached handle; a NumPy
+        array from the CPU mirror on a handle without ``gpu_device``."""
+        self._check_open("read from")
+        if self._cpu_reads():
+            return super().read(safe=safe, out=out, timeout=timeout)
+        if self._gs is None:
+            raise self._unattached("read from")
+        if not safe:
+            return self._read_unsafe(safe, out)
+        dst, count, _, _ = self._gpu_read(out, timeout)
+        self._record(count)
+        return dst
+
+    def read_publication(self, *, safe: bool = True, poll_interval: float = 1e-6,
+                         out: Any = None, timeout: float | None = None) -> Publication:
+        self._check_open("read a publication from")
+        if self._cpu_reads() or not safe:
+            if self._gs is None and not self.cpu_mirror:
+                raise self._unattached("read a publication from")
+            return super().read_publication(safe=safe, out=out, timeout=timeout)
+        if self._gs is None:
+            raise self._unattached("read a publication from")
+        dst, count, frame_id, wt = self._gpu_read(out, timeout)
+        missed = self._record(count)
+        return Publication(dst, count, frame_id, wt / 1e9, missed)
+
+    def _fail_if_invalid(self, seg: Any) -> None:
+        state = seg.state
+        if not state and not (seg.write_in_flight and not _proc.alive(seg.writer_pid)):
+            return
+        if self._cpu_reads():
+            return super()._fail_if_invalid(seg)
+        if not state:  # a dead writer mid-write: the lock hands the frame over
+            try:
+                seg.lock(0.0)
+            except TimeoutError:
+                return
+            seg.unlock()
+            state = seg.state
+        if state == _native.STATE_ABANDONED:
+            raise InconsistentStreamError(
+                f"the writer of {self.name!r} exited (process died) in the middle of a "
+                "write, so no consistent payload is published; the next successful "
+                "write recovers the stream"
+            )
+        if state == _native.STATE_ABORTED:
+            raise InconsistentStreamError(
+                f"the last write to {self.name!r} was aborted (an exception inside "
+                "write_view), so no consistent payload is published; the next "
+                "successful write recovers the stream"
+            )
+
+    def _wait_read(self, after: int, timeout: float | None, out: Any,
+                   spin_us: float | None, operation: str) -> tuple[Any, int, int, int]:
+        if self._cpu_reads():
+            return super()._wait_read(after, timeout, out, spin_us, operation)
+        seg = self._seg
+        if seg is None:
+            raise self._closed_error(operation)
+        if self._gs is None:
+            raise self._unattached(operation.replace("read ", "read ", 1))
+        from .stream import _spin_ns  # noqa: PLC0415
+
+        self._fail_if_invalid(seg)
+        spin = self._spin if spin_us is None else _spin_ns(spin_us)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            seg.wait_count(after, _remaining(deadline), spin)
+            dst, count, frame_id, wt = self._gpu_read(out, _remaining(deadline))
+            if count > after:
+                return dst, count, frame_id, wt
+            spin = 0
+
+    def read_new(self, *, timeout: float | None = None, safe: bool = True,
+                 poll_interval: float = 1e-5, out: Any = None,
+                 spin_us: float | None = None) -> Any:
+        if self._cpu_reads():
+            return super().read_new(timeout=timeout, safe=safe, out=out, spin_us=spin_us)
+        return self._read_new_slow(timeout, safe, out, spin_us)
+
+    async def read_new_async(self, *, timeout: float | None = None, safe: bool = True,
+                             poll_interval: float = 1e-5, out: Any = None,
+                             spin_us: float | None = None) -> Any:
+        if self._cpu_reads() or not safe:
+            return await super().read_new_async(
+                timeout=timeout, safe=safe, out=out, spin_us=spin_us)
+        seg = self._seg
+        if seg is None:
+            raise self._closed_error("read from")
+        if self._gs is None:
+            raise self._unattached("read from")
+        self._fail_if_invalid(seg)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            await self._wait_async(seg, self._seen, _remaining(deadline), None, spin_us)
+            loop = asyncio.get_running_loop()
+            dst, count, _, _ = await loop.run_in_executor(
+                None, self._gpu_read, out, _remaining(deadline))
+            if count > self._seen:
+                self._record(count)
+                return dst
+
+    # -- DLPack --
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        self._check_open("read the DLPack device of")
+        if self._gs is not None:
+            return (_cuda.kDLCUDA, self._ordinal)
+        if self.cpu_mirror:
+            return (1, 0)
+        raise self._unattached("read the DLPack device of")
+
+    # -- lifetime --
+
+    def close(self, *, timeout: float = 5.0) -> None:
+        super().close(timeout=timeout)
+        gs, self._gs = self._gs, None
+        if gs is not None:
+            gs.close()
+        self._pinned = None
+
+    def unlink(self) -> None:
+        gs = self._gs
+        if gs is not None and self.owner and not self.readonly:
+            # The creator frees its device buffer once this handle lets go.
+            gs.release_owned()
+        super().unlink()
+
+
+def _torch_pinned(t: Any) -> bool:
+    """t.is_pinned(), False where torch cannot tell (a CPU-only build)."""
+    try:
+        return bool(t.is_pinned())
+    except RuntimeError:
+        return False
+
+
+class _SlotBuffer:
+    """Duck-typed DeviceBuffer for live views (owns nothing)."""
+
+    __slots__ = ("ptr", "ordinal")
+
+    def __init__(self, ptr: int, ordinal: int) -> None:
+        self.ptr = ptr
+        self.ordinal = ordinal
