@@ -237,4 +237,6 @@ SS_API uint64_t ss_realtime_ns(void);
 } /* extern "C" */
 #endif
 
+#include "shmstream_channel.h"
+
 #endif /* SHMSTREAM_H */

@@ -3,3 +3,4 @@ from . import _native
 from .errors import CorruptStreamError, InconsistentStreamError, StaleStreamError
 
 _native.set_error_types(InconsistentStreamError, CorruptStreamError)
+from .channel import channel, open_channel, unlink_channel, ChannelProducer, ChannelConsumer  # noqa: E402
