@@ -122,6 +122,7 @@ typedef struct ss_channel {
   uint64_t head_cache;      /* last head read */
   uint64_t rx_len;          /* record length of the acquired message */
   int64_t next_peer_check;  /* rate limit of liveness checks */
+  uint64_t peer_dead;       /* peer owner word found dead (sticky) */
 } ss_channel;
 
 /* A received message; the pointers stay valid until it is released. */

@@ -151,16 +151,27 @@ static int claim(ss_channel *ch, int role) {
   return SS_OK;
 }
 
-int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
-  const ss_ring_end_line *e = own_end(ch, ch->role == SS_ROLE_PRODUCER ? SS_ROLE_CONSUMER
-                                                                       : SS_ROLE_PRODUCER);
+/* The peer end: closed is two loads; dead needs /proc, so only when `deep`. */
+static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
+  ss_ring_end_line *e = own_end(ch, ch->role == SS_ROLE_PRODUCER ? SS_ROLE_CONSUMER
+                                                                 : SS_ROLE_PRODUCER);
   /* SYNC POINT: owner then state, both acquire; detach stores state before
    * clearing the owner, so an empty owner with CLOSED means a clean close. */
-  uint64_t o = atomic_load_explicit(&((ss_ring_end_line *)e)->owner, memory_order_acquire);
+  uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
   if (peer_pid) *peer_pid = (int32_t)(o & 0xffffffffull);
-  if (o) return owner_alive(o) ? SS_OK : SS_EPEERDEAD;
-  uint32_t st = atomic_load_explicit(&((ss_ring_end_line *)e)->state, memory_order_acquire);
+  if (o) {
+    if (o == ch->peer_dead) return SS_EPEERDEAD;
+    if (!deep || owner_alive(o)) return SS_OK;
+    ch->peer_dead = o;
+    return SS_EPEERDEAD;
+  }
+  uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
   return st == SS_END_CLOSED ? SS_EPEERCLOSED : SS_OK;
+}
+
+int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
+  ss_channel tmp = *ch; /* the caller's rate-limit state stays as it was */
+  return peer_check(&tmp, 1, peer_pid);
 }
 
 /* ---- waiting -------------------------------------------------------------- */
@@ -203,9 +214,10 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
   }
   for (;;) {
     now = ss_monotonic_ns();
-    if (now >= ch->next_peer_check) {
-      ch->next_peer_check = now + SS_PEER_CHECK_NS;
-      int rc = ss_channel_peer_status(ch, NULL);
+    int deep = now >= ch->next_peer_check;
+    if (deep) ch->next_peer_check = now + SS_PEER_CHECK_NS;
+    {
+      int rc = peer_check(ch, deep, NULL);
       if (rc != SS_OK) {
         /* What the peer published before it left is still delivered. */
         v = atomic_load_explicit(word, memory_order_acquire);

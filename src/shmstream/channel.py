@@ -320,6 +320,7 @@ class ChannelProducer(_End):
             n = int(nbytes)
             if n < 0:
                 raise ValueError("nbytes must be >= 0")
+            self._check_fits(n, None)
             return _Loan(self._ch, n, None, type_id, timeout, None, None)
         dt = _dtypes.normalize(dtype if dtype is not None else np.uint8)
         shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape or ())
@@ -328,7 +329,18 @@ class ChannelProducer(_End):
         n = math.prod(shp) * dt.itemsize
         if nbytes is not None and int(nbytes) != n:
             raise ValueError(f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)")
-        return _Loan(self._ch, n, _array_meta(dt, shp), type_id, timeout, dt, shp)
+        meta = _array_meta(dt, shp)
+        self._check_fits(n, meta)
+        return _Loan(self._ch, n, meta, type_id, timeout, dt, shp)
+
+    def _check_fits(self, n: int, meta: bytes | None) -> None:
+        most = self._ch.max_message(len(meta) if meta else 0)
+        if n > most:
+            raise ValueError(
+                f"message of {n} bytes is larger than the ring of {self.name!r} can hold "
+                f"(at most {most} bytes per message with capacity {self.capacity}); "
+                "create the channel with a larger capacity"
+            )
 
     def flush(self) -> None:
         """Publish every committed message now and wake a sleeping consumer."""
