@@ -451,3 +451,16 @@ def test_stat_names_both_ends(pair):
     assert st["producer"]["pid"] == os.getpid() and st["consumer"]["pid"] == os.getpid()
     assert st["producer"]["state"] == "attached" and st["capacity"] == CAP
     assert tx.consumer_pid == os.getpid() and rx.producer_pid == os.getpid()
+
+
+def test_send_many_arrays_keep_dtype_and_shape(pair):
+    tx, rx = pair
+    frames = [np.full((2, 3), i, np.float32) for i in range(5)]
+    assert tx.send_many(frames, type_id=8) == 5
+    tx.send_many([np.arange(3), np.arange(4.0)])  # mixed: one header each
+    got = rx.drain(100)
+    assert [m.type_id for m in got[:5]] == [8] * 5
+    for i, m in enumerate(got[:5]):
+        np.testing.assert_array_equal(m.array, frames[i])
+    np.testing.assert_array_equal(got[5].array, np.arange(3))
+    assert got[6].array.dtype == np.float64

@@ -311,7 +311,8 @@ class Channel {
     send_one(b.view.buf, (size_t)b.view.len, mp, ml, type_id, timeout_ns);
   }
 
-  size_t send_many(nb::handle items, uint32_t type_id, int64_t timeout_ns) {
+  // All items carry the same array metadata `meta` (None for bytes messages).
+  size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send_many");
     if (!producer()) raise(PyExc_RuntimeError, "send_many on the consumer end of '" + name_ + "'");
     nb::object seq = nb::steal(PySequence_Fast(items.ptr(), "send_many takes a sequence of "
@@ -319,23 +320,30 @@ class Channel {
     if (!seq.is_valid()) throw nb::python_error();
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
     PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
+    const char *mp = nullptr;
+    size_t ml = 0;
+    if (!meta.is_none()) {
+      mp = PyBytes_AsString(meta.ptr());
+      if (!mp) throw nb::python_error();
+      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+    }
     // Check every size first: nothing is written if one can never fit.
-    uint64_t max = ss_channel_max_message(&ch, 0);
+    uint64_t max = ss_channel_max_message(&ch, (uint32_t)ml);
     for (Py_ssize_t i = 0; i < n; i++) {
       Py_ssize_t len = PyBytes_CheckExact(it[i]) ? PyBytes_GET_SIZE(it[i]) : -1;
       if (len < 0) {
         Buffer b(it[i]);
         len = b.view.len;
       }
-      if ((uint64_t)len > max) check_size((size_t)len, 0);
+      if ((uint64_t)len > max) check_size((size_t)len, ml);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
       if (PyBytes_CheckExact(it[i])) {
-        send_one(PyBytes_AS_STRING(it[i]), (size_t)PyBytes_GET_SIZE(it[i]), nullptr, 0, type_id,
+        send_one(PyBytes_AS_STRING(it[i]), (size_t)PyBytes_GET_SIZE(it[i]), mp, ml, type_id,
                  timeout_ns);
       } else {
         Buffer b(it[i]);
-        send_one(b.view.buf, (size_t)b.view.len, nullptr, 0, type_id, timeout_ns);
+        send_one(b.view.buf, (size_t)b.view.len, mp, ml, type_id, timeout_ns);
       }
     }
     ss_channel_flush(&ch);
@@ -670,9 +678,10 @@ NB_MODULE(_channel, m) {
                       std::optional<double> timeout) {
         c.send(obj, type_id, meta, to_ns(timeout));
       }, "obj"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
-      .def("send_many", [](Channel &c, nb::handle items, uint32_t type_id, std::optional<double> timeout) {
-        return c.send_many(items, type_id, to_ns(timeout));
-      }, "items"_a, "type_id"_a = 0, "timeout"_a = nb::none())
+      .def("send_many", [](Channel &c, nb::handle items, uint32_t type_id, nb::handle meta,
+                           std::optional<double> timeout) {
+        return c.send_many(items, type_id, meta, to_ns(timeout));
+      }, "items"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
       .def("loan", [](Channel &c, size_t nbytes, nb::handle meta, std::optional<double> timeout) {
         return c.loan(nbytes, meta, to_ns(timeout));
       }, "nbytes"_a, "meta"_a = nb::none(), "timeout"_a = nb::none())

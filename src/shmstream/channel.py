@@ -297,9 +297,21 @@ class ChannelProducer(_End):
             self.send(buf, type_id, timeout)
 
     def send_many(self, items: Sequence[Any], type_id: int = 0, timeout: float | None = None) -> int:
-        """Send a sequence of bytes-like messages in one native call, all with
-        ``type_id``. Sizes are checked before anything is written."""
-        return self._ch.send_many(items, type_id, timeout)
+        """Send a sequence of messages in one native call, all with ``type_id``:
+        bytes-like objects, or ndarrays that all share one dtype and shape.
+        Sizes are checked before anything is written."""
+        if len(items) and isinstance(items[0], np.ndarray):
+            first = items[0]
+            dt, shp = first.dtype, first.shape
+            if dt.kind in "mM" or not all(
+                isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shp and a.flags.c_contiguous
+                for a in items
+            ):
+                for a in items:  # mixed arrays: one by one, each with its own header
+                    self.send(a, type_id, timeout)
+                return len(items)
+            return self._ch.send_many(items, type_id, _array_meta(dt, shp), timeout)
+        return self._ch.send_many(items, type_id, None, timeout)
 
     def send_zero_copy(
         self,

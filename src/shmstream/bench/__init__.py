@@ -1,0 +1,1 @@
+"""Benchmarks (stub in the channel branch: the bench dispatcher replaces it)."""
