@@ -75,7 +75,8 @@ typedef struct ss_ring_end_line {
 typedef struct ss_ring_sleep_line {
   SS_ATOMIC(uint32_t) wake_seq;    /* futex word */
   SS_ATOMIC(uint32_t) waiters;     /* sleepers, or about to sleep */
-  uint8_t pad_[56];
+  SS_ATOMIC(uint64_t) want;        /* the index value the sleeper waits for */
+  uint8_t pad_[48];
 } ss_ring_sleep_line;
 
 typedef struct ss_ring_control {   /* at SS_RING_CONTROL_OFFSET */

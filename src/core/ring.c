@@ -30,6 +30,7 @@ static_assert(offsetof(ss_ring_control, consumer) == 192, "consumer at 2432");
 static_assert(offsetof(ss_ring_control, space) == 256, "space at 2496");
 static_assert(sizeof(ss_ring_index_line) == 64 && sizeof(ss_ring_end_line) == 64 &&
               sizeof(ss_ring_sleep_line) == 64, "one line each");
+static_assert(offsetof(ss_ring_sleep_line, want) == 8, "space.want at 2504");
 static_assert(offsetof(ss_ring_end_line, state) == 8 && offsetof(ss_ring_end_line, attaches) == 16 &&
               offsetof(ss_ring_end_line, takeovers) == 24, "end line fields");
 static_assert(offsetof(ss_header, notify) == 2176, "consumer sleeps on the notify line");
@@ -176,6 +177,9 @@ int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
 
 /* ---- waiting -------------------------------------------------------------- */
 
+/* Wake the sleepers of a line if any. `index` is the value just stored;
+ * with `want` (the producer's space line) a sleeper whose target is not
+ * reached yet is left asleep: no syscall per released message. */
 static void wake_line(ss_channel *ch, SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
                       int force) {
   (void)ch;
@@ -383,6 +387,10 @@ int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_
       /* The consumer cannot free room for messages it cannot see. */
       ss_channel_flush(ch);
       uint64_t t;
+      /* Relaxed: the waiter's seq_cst fence in wait_index orders it before
+       * the consumer's check (one producer, so one want). */
+      atomic_store_explicit(&ch->ctl->space.want, ch->head + len - ch->capacity,
+                            memory_order_relaxed);
       int rc = wait_index(ch, &ch->ctl->tail.pos, ch->head + len - ch->capacity,
                           &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, timeout_ns, &t);
       if (rc) return rc;
@@ -461,7 +469,14 @@ void ss_channel_release_rx(ss_channel *ch, uint64_t upto) {
   /* SYNC POINT: the release store of tail orders our reads of the released
    * bytes before the producer's reuse (it acquire-loads tail). */
   atomic_store_explicit(&ch->ctl->tail.pos, upto, memory_order_release);
-  wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, 0);
+  /* SYNC POINT: the fence in wake_line orders the tail store before the
+   * loads of waiters and want (the producer stores want, then waiters, then
+   * fences, then re-reads tail). */
+  atomic_thread_fence(memory_order_seq_cst);
+  ss_ring_sleep_line *sl = &ch->ctl->space;
+  if (atomic_load_explicit(&sl->waiters, memory_order_relaxed) > 0 &&
+      upto >= atomic_load_explicit(&sl->want, memory_order_relaxed))
+    wake_line(ch, &sl->wake_seq, &sl->waiters, 1);
 }
 
 void ss_channel_commit_rx(ss_channel *ch) {

@@ -176,7 +176,7 @@ class Channel {
   std::string name_;
   // Records read but not yet released, in ring order: (end, released).
   std::deque<std::pair<uint64_t, bool>> pins;
-  bool closing = false;
+  uint64_t unreleased = 0;  // freed by views but not yet published as tail
 
   ~Channel() { ss_channel_close(&ch); }
 
@@ -376,6 +376,7 @@ class Channel {
 
   int acquire_rx(int64_t timeout_ns, ss_msg *m) {
     int rc = ss_channel_acquire_rx(&ch, 0, m);
+    if (rc == SS_ETIMEDOUT) flush_release();  // the producer may wait for that room
     if (rc == SS_ETIMEDOUT && timeout_ns != 0)
       rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_channel_acquire_rx(&ch, chunk, m); });
     return rc;
@@ -482,15 +483,22 @@ class Channel {
   void unpin(uint64_t end) {
     for (auto &p : pins)
       if (p.first == end && !p.second) { p.second = true; break; }
-    uint64_t upto = 0;
     while (!pins.empty() && pins.front().second) {
-      upto = pins.front().first;
+      unreleased = pins.front().first;
       pins.pop_front();
     }
-    if (upto) ss_channel_release_rx(&ch, upto);
+    // Publish the tail when nothing is pinned any more or an eighth of the
+    // ring is free to give back: not once per view (each publish may wake
+    // the producer), and always before this end waits (flush_release).
+    if (pins.empty() || unreleased - ch.tail >= ch.capacity / 8) flush_release();
+  }
+
+  void flush_release() {
+    if (unreleased > ch.tail) ss_channel_release_rx(&ch, unreleased);
   }
 
   void close() {
+    if (ch.role == SS_ROLE_CONSUMER) flush_release();
     ss_channel_cancel(&ch);  // wake our own waiters in other threads
     ss_channel_detach(&ch);
     // The mapping stays until the last view (Pin) is gone: see ~Channel.
@@ -565,6 +573,7 @@ NB_MODULE(_channel, m) {
     d["producer"] = base + offsetof(ss_ring_control, producer);
     d["consumer"] = base + offsetof(ss_ring_control, consumer);
     d["space"] = base + offsetof(ss_ring_control, space);
+    d["space_want"] = base + offsetof(ss_ring_control, space) + offsetof(ss_ring_sleep_line, want);
     d["notify"] = offsetof(ss_header, notify);
     d["end_state"] = offsetof(ss_ring_end_line, state);
     d["end_attaches"] = offsetof(ss_ring_end_line, attaches);

@@ -411,7 +411,6 @@ def _iox_pub(name, n, frames, ready, go):
     send = pub.send_copy
     for _ in range(n):
         send(payload)
-    go.wait()
 
 
 def iox_thr(n, frames=False):
@@ -433,10 +432,17 @@ def iox_thr(n, frames=False):
             import torch
 
             from_dlpack, frombuffer, f32 = torch.from_dlpack, np.frombuffer, np.float32
+        idle_since = None
         while got < n:
             s = receive()
             if s is None:
+                now = time.perf_counter()
+                if idle_since is None:
+                    idle_since = now
+                elif now - idle_since > 2 and not p.is_alive():  # finished, samples missing
+                    return {"error": f"iceoryx2 delivered {got} of {n} samples (lost)"}
                 continue
+            idle_since = None
             if frames:
                 from_dlpack(frombuffer(s.payload().contents, f32))
             got += 1
