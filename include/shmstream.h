@@ -143,8 +143,10 @@ typedef struct ss_header {
   ss_lock_line lock;               /* 2048 */
   ss_publish_line pub;             /* 2112 */
   ss_notify_line notify;           /* 2176 */
-  ss_slot_line slots;              /* 2240 */
-  uint8_t reserved[SS_HEADER_BYTES - 2304]; /* 2304: kind-specific use */
+  union {                          /* 2240: kind-specific control words */
+    ss_slot_line slots;            /* streams: per-slot seqlocks (2240..2303) */
+    uint8_t kind_area[SS_HEADER_BYTES - 2240]; /* channels: ss_ring_control */
+  };
 } ss_header;
 
 
@@ -195,6 +197,7 @@ SS_PIN(notify.wake_seq, 2176);
 SS_PIN(notify.waiters, 2180);
 SS_PIN(notify.lock_readers, 2184);
 SS_PIN(slots.seq, 2240);
+SS_PIN(kind_area, 2240);
 SS_STATIC_ASSERT(sizeof(ss_header) == SS_HEADER_BYTES, "header is 4096 bytes");
 SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes");
 #undef SS_PIN
@@ -318,5 +321,7 @@ SS_API uint64_t ss_realtime_ns(void);
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+#include "shmstream_channel.h"
 
 #endif /* SHMSTREAM_H */

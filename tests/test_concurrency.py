@@ -103,8 +103,9 @@ def child_wait_once(stream_name, ready):
 # ---- torn reads ---------------------------------------------------------------------------
 
 
-def test_readers_never_see_a_torn_frame_while_several_processes_write(name, spawn, ctx):
-    h = shmstream.create(name, shape=SHAPE, dtype=np.float64)
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_readers_never_see_a_torn_frame_while_several_processes_write(name, spawn, ctx, slots):
+    h = shmstream.create(name, shape=SHAPE, dtype=np.float64, slots=slots)
     start, stop = ctx.Event(), ctx.Event()
     writers = [spawn(child_writer, name, k, start, stop) for k in (1, 2)]
     readers = [spawn(child_reader, name, start) for _ in range(2)]
@@ -161,6 +162,48 @@ def test_readers_never_see_a_torn_frame_while_several_threads_write(name):
     try:
         assert problems == []
         assert h.count == sum(writes)
+    finally:
+        h.close()
+
+
+def child_write_until(stream_name, start, stop):
+    h = shmstream.open(stream_name)
+    start.wait(WAIT)
+    i = 0
+    while not stop.is_set():
+        i += 1
+        h.write(np.full(h.shape, i, np.int64), frame_id=i)
+    h.close()
+    return i
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_read_new_under_a_writer_that_never_pauses_pairs_each_payload_with_its_own_count(
+    name, spawn, ctx, slots
+):
+    # Small frames make the writer's publish and the reader's check race as
+    # often as possible: a payload must never come with another write's
+    # count or frame id, and read_new must never return a frame twice.
+    h = shmstream.create(name, shape=(8,), dtype=np.int64, slots=slots)
+    start, stop = ctx.Event(), ctx.Event()
+    writer = spawn(child_write_until, name, start, stop)
+    problems, last = [], 0
+    try:
+        start.set()
+        for _ in range(20000):
+            pub = h.read_new_publication(timeout=WAIT)
+            if pub.count <= last:
+                problems.append(f"count {pub.count} after {last}")
+            if not (pub.payload == pub.count).all() or pub.frame_id != pub.count:
+                problems.append(f"count {pub.count} frame {pub.frame_id} payload {pub.payload[0]}")
+            last = pub.count
+            if len(problems) > 5:
+                break
+    finally:
+        stop.set()
+    writer.result()
+    try:
+        assert problems == []
     finally:
         h.close()
 

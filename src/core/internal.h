@@ -9,6 +9,10 @@
 uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h);
 #define SS_FNV_OFFSET 0xcbf29ce484222325ULL
 
+/* src/core/proc.c: start time of a process (/proc/<pid>/stat field 22), 0
+ * if unknown; declared publicly in shmstream_channel.h too. */
+uint64_t ss_proc_start_ticks(int32_t pid);
+
 /* Marks the frame of a writer that died mid-write (lock taken over). */
 void ss_mark_abandoned(ss_segment *seg);
 

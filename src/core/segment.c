@@ -26,25 +26,6 @@ uint64_t ss_identity_checksum(const ss_identity *id) {
   return h;
 }
 
-static uint64_t proc_start_ticks(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  /* comm may contain spaces and ')': fields resume after the last ')'. */
-  char *p = strrchr(buf, ')');
-  if (!p) return 0;
-  /* field 3 (state) follows; starttime is field 22. */
-  int field = 2;
-  for (p++; *p && field < 22; p++)
-    if (*p == ' ') field++;
-  return strtoull(p, NULL, 10);
-}
-
 int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
   const ss_identity *id = &hdr->id;
   uint64_t magic = atomic_load_explicit(&id->magic, memory_order_acquire);
@@ -158,7 +139,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   id->itemsize = a->itemsize;
   id->creator_pid = (int32_t)getpid();
   id->mode = a->mode ? a->mode : 0600;
-  id->creator_start_ticks = proc_start_ticks(getpid());
+  id->creator_start_ticks = ss_proc_start_ticks((int32_t)getpid());
   fill_random(id->instance_id, sizeof id->instance_id);
   id->created_ns = ss_realtime_ns();
   id->name_len = (uint32_t)name_len;

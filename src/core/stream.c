@@ -57,19 +57,23 @@ static void wake_waiters(ss_segment *seg) {
   if (atomic_load_explicit(&nl->waiters, memory_order_relaxed) > 0) ss_wake_all(seg);
 }
 
-/* Ends the write in flight. The slot's seq goes even first (release), then
- * the metadata is replaced under the publish seqlock, which is odd only for
- * these few stores, so readers rarely meet it. */
+/* Ends the write in flight: under the publish seqlock (odd only for these
+ * few stores, so readers rarely meet it) the slot's seq goes even and the
+ * metadata is replaced. */
 static void publish(ss_segment *seg, uint32_t state, const uint64_t *frame_id) {
   ss_publish_line *p = &seg->hdr->pub;
   uint32_t w = writing_slot(seg);
   SS_ATOMIC(uint64_t) *sseq = &seg->hdr->slots.seq[w];
-  uint64_t ss = atomic_load_explicit(sseq, memory_order_relaxed);
-  atomic_store_explicit(sseq, (ss | 1) + 1, memory_order_release);
   uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
   atomic_store_explicit(&p->seq, s + 1, memory_order_relaxed);
-  /* SYNC POINT (b1): odd publish seq before the metadata stores. */
+  /* SYNC POINT (b1): the publish seq goes odd before the slot's seq goes
+   * even and before the metadata stores. A reader that sees the slot's new
+   * even seq (acquire) then sees the publish seq moved, so it never pairs
+   * the old metadata with the new bytes (with one slot, the slot being
+   * finished is the published one). */
   atomic_thread_fence(memory_order_release);
+  uint64_t ss = atomic_load_explicit(sseq, memory_order_relaxed);
+  atomic_store_explicit(sseq, (ss | 1) + 1, memory_order_release);
   atomic_store_explicit(&p->state, state, memory_order_relaxed);
   if (state == SS_STATE_VALID) {
     if (frame_id) atomic_store_explicit(&p->frame_id, *frame_id, memory_order_relaxed);

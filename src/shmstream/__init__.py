@@ -57,5 +57,15 @@ __all__ = [
 # The other parts, each in its own module.
 from .direct import DirectArray, direct_mmap  # noqa: E402
 from .shared_array import SharedArray, SharedRecArray, share  # noqa: E402
+from .channel import (  # noqa: E402
+    ChannelConsumer,
+    ChannelProducer,
+    channel,
+    open_channel,
+    unlink_channel,
+)
 
-__all__ += ["DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share"]
+__all__ += [
+    "ChannelConsumer", "ChannelProducer", "channel", "open_channel", "unlink_channel",
+    "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share",
+]

@@ -15,3 +15,20 @@ class StaleStreamError(RuntimeError):
 class CorruptStreamError(RuntimeError):
     """A segment's header failed validation (magic, layout version, checksum or
     sizes): it is corrupt, unfinished, or made by another shmstream version."""
+
+
+class ChannelClosedError(EOFError):
+    """End of a channel's stream: its producer closed the channel or died, and
+    every message it published has been received. A new producer can take
+    over with ``open_channel(name, role="producer")``."""
+
+
+class ChannelBrokenError(BrokenPipeError):
+    """Nothing will read what is sent: the channel's consumer closed it, or
+    died while the ring was full. A new consumer can take over with
+    ``open_channel(name)``."""
+
+
+class ChannelBusyError(RuntimeError):
+    """The channel end (producer or consumer) is held by another live process
+    or handle: a channel has exactly one of each."""

@@ -368,7 +368,7 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
         # the header says "records of this size".
         text = f"|V{dt.itemsize}"
     seg = _native.Segment.create(name, _native.KIND_ARRAY, list(a.shape), dt.itemsize,
-                                 text, 0, mode, 0)
+                                 text, 0, mode, 0, 1)  # one slot: no writer/reader hand-off
     try:
         m = _Mapping(seg, owner=True)
         with _mappings_lock:

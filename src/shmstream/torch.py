@@ -96,7 +96,7 @@ class _Slot:
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
         self.seg = _native.Segment.create(name, _native.KIND_ARRAY, [_CTRL_BYTES + capacity], 1,
-                                          "|u1", 0, 0o600, 0)
+                                          "|u1", 0, 0o600, 0, 1)
         self.capacity = capacity
         self.payload = self.seg.payload()
         self.ctrl = self.payload[:_CTRL_BYTES].view(np.int64)

@@ -1,0 +1,486 @@
+/* Channels: a bounded lock-free SPSC ring of variable-size records.
+ *
+ * The producer owns `head` (bytes published), the consumer owns `tail`
+ * (bytes released); each sits alone on its 64-byte line. Records are
+ * written and read with plain stores and loads and published by the
+ * release store of head (data) or tail (space). The ring is mapped twice
+ * back to back, so records never split. Protocol: docs/ABI.md, "Channels". */
+#define _GNU_SOURCE
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* The documented offsets (docs/ABI.md); a change here is a layout bump. */
+static_assert(offsetof(ss_header, kind_area) == SS_RING_CONTROL_OFFSET, "ring control offset");
+static_assert(sizeof(ss_ring_control) <= SS_HEADER_BYTES - SS_RING_CONTROL_OFFSET, "fits");
+static_assert(offsetof(ss_ring_control, head) == 0, "head at 2240");
+static_assert(offsetof(ss_ring_control, tail) == 64, "tail at 2304");
+static_assert(offsetof(ss_ring_control, producer) == 128, "producer at 2368");
+static_assert(offsetof(ss_ring_control, consumer) == 192, "consumer at 2432");
+static_assert(offsetof(ss_ring_control, space) == 256, "space at 2496");
+static_assert(sizeof(ss_ring_index_line) == 64 && sizeof(ss_ring_end_line) == 64 &&
+              sizeof(ss_ring_sleep_line) == 64, "one line each");
+static_assert(offsetof(ss_ring_sleep_line, want) == 8, "space.want at 2504");
+static_assert(offsetof(ss_ring_end_line, state) == 8 && offsetof(ss_ring_end_line, attaches) == 16 &&
+              offsetof(ss_ring_end_line, takeovers) == 24, "end line fields");
+static_assert(offsetof(ss_header, notify) == 2176, "consumer sleeps on the notify line");
+static_assert(sizeof(ss_msg_header) == SS_MSG_HEADER_BYTES, "record header");
+static_assert(offsetof(ss_msg_header, type_id) == 4 && offsetof(ss_msg_header, flags) == 8 &&
+              offsetof(ss_msg_header, meta_len) == 12 && offsetof(ss_msg_header, payload_off) == 14,
+              "record header fields");
+
+/* A waiting end checks that its peer is alive this often. */
+#define SS_PEER_CHECK_NS (100 * 1000 * 1000LL)
+
+static uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+static uint32_t payload_off(uint32_t meta_len) {
+  return meta_len ? (uint32_t)round_up(SS_MSG_HEADER_BYTES + meta_len, SS_MSG_ALIGN)
+                  : SS_MSG_HEADER_BYTES;
+}
+
+static uint64_t record_len(uint32_t off, uint64_t size) { return round_up(off + size, SS_MSG_ALIGN); }
+
+static long futex(SS_ATOMIC(uint32_t) *addr, int op, uint32_t val, const struct timespec *ts) {
+  /* Not FUTEX_PRIVATE_FLAG: waiter and waker live in different processes. */
+  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static ss_ring_end_line *own_end(const ss_channel *ch, int role) {
+  return role == SS_ROLE_PRODUCER ? &ch->ctl->producer : &ch->ctl->consumer;
+}
+
+/* ---- validation and mapping ------------------------------------------- */
+
+static int validate_channel(const ss_header *h) {
+  const ss_identity *id = &h->id;
+  uint64_t c = id->payload_bytes;
+  if (id->kind != SS_KIND_CHANNEL) return SS_EKIND;
+  if (id->slot_count != 1 || id->slot_stride != c || c < SS_CHANNEL_MIN_CAPACITY ||
+      c > SS_CHANNEL_MAX_CAPACITY || (c & (c - 1)) != 0)
+    return SS_ECORRUPT;
+  return SS_OK;
+}
+
+/* Replace the segment's mapping by header + ring + ring again, so that
+ * ring[i] and ring[i + capacity] are the same byte. */
+static int map_mirror(ss_channel *ch) {
+  uint64_t cap = ch->seg.hdr->id.payload_bytes;
+  size_t total = SS_HEADER_BYTES + 2 * cap;
+  int fd = shm_open(ch->seg.segname, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  uint8_t *va = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (va == MAP_FAILED) {
+    int err = errno;
+    close(fd);
+    return err;
+  }
+  int prot = PROT_READ | PROT_WRITE;
+  int flags = MAP_SHARED | MAP_FIXED | MAP_POPULATE;
+  if (mmap(va, SS_HEADER_BYTES + cap, prot, flags, fd, 0) == MAP_FAILED ||
+      mmap(va + SS_HEADER_BYTES + cap, cap, prot, flags, fd, SS_HEADER_BYTES) == MAP_FAILED) {
+    int err = errno;
+    munmap(va, total);
+    close(fd);
+    return err;
+  }
+  close(fd);
+  /* The name could have been unlinked and created again since we validated
+   * it: the generation (instance id) must be the one we checked. */
+  if (memcmp(((ss_header *)va)->id.instance_id, ch->seg.hdr->id.instance_id, 16) != 0) {
+    munmap(va, total);
+    return ESTALE;
+  }
+  ss_segment_close(&ch->seg);
+  ch->seg.base = va;
+  ch->seg.hdr = (ss_header *)va;
+  ch->seg.map_bytes = total;
+  ch->ctl = (ss_ring_control *)(va + SS_RING_CONTROL_OFFSET);
+  ch->ring = va + SS_HEADER_BYTES;
+  ch->capacity = cap;
+  return SS_OK;
+}
+
+/* ---- ownership ------------------------------------------------------------ */
+
+static uint64_t my_owner_word(void) {
+  int32_t pid = (int32_t)getpid();
+  uint64_t ticks = ss_proc_start_ticks(pid) & 0xffffffffull;
+  return (ticks << 32) | (uint32_t)pid;
+}
+
+static int owner_alive(uint64_t word) {
+  return ss_proc_alive((int32_t)(word & 0xffffffffull), word >> 32);
+}
+
+static int claim(ss_channel *ch, int role) {
+  ss_ring_end_line *e = own_end(ch, role);
+  uint64_t mine = my_owner_word();
+  uint64_t cur = atomic_load_explicit(&e->owner, memory_order_acquire);
+  int takeover;
+  do {
+    takeover = cur != 0;
+    if (takeover && owner_alive(cur)) return SS_EATTACHED;
+    /* SYNC POINT: the claim is one CAS on the owner word, so of two
+     * processes claiming (or taking over) at once exactly one wins; acquire
+     * pairs with the previous owner's release in ss_channel_detach. */
+  } while (!atomic_compare_exchange_strong_explicit(&e->owner, &cur, mine, memory_order_acq_rel,
+                                                    memory_order_acquire));
+  atomic_fetch_add_explicit(&e->attaches, 1, memory_order_relaxed);
+  if (takeover) atomic_fetch_add_explicit(&e->takeovers, 1, memory_order_relaxed);
+  atomic_store_explicit(&e->state, SS_END_ATTACHED, memory_order_release);
+  ch->role = role;
+  ch->owner_word = mine;
+  /* SYNC POINT: acquire loads of both indices: a new producer continues at
+   * the published head (a dead one's unpublished records are dropped), a new
+   * consumer at the released tail (a dead one's unreleased messages are
+   * delivered again). */
+  uint64_t head = atomic_load_explicit(&ch->ctl->head.pos, memory_order_acquire);
+  uint64_t tail = atomic_load_explicit(&ch->ctl->tail.pos, memory_order_acquire);
+  ch->head = ch->head_pub = ch->head_cache = head;
+  ch->tail = ch->rd = ch->tail_cache = tail;
+  return SS_OK;
+}
+
+/* The peer end: closed is two loads; dead needs /proc, so only when `deep`. */
+static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
+  ss_ring_end_line *e = own_end(ch, ch->role == SS_ROLE_PRODUCER ? SS_ROLE_CONSUMER
+                                                                 : SS_ROLE_PRODUCER);
+  /* SYNC POINT: owner then state, both acquire; detach stores state before
+   * clearing the owner, so an empty owner with CLOSED means a clean close. */
+  uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
+  if (peer_pid) *peer_pid = (int32_t)(o & 0xffffffffull);
+  if (o) {
+    if (o == ch->peer_dead) return SS_EPEERDEAD;
+    if (!deep || owner_alive(o)) return SS_OK;
+    ch->peer_dead = o;
+    return SS_EPEERDEAD;
+  }
+  uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+  return st == SS_END_CLOSED ? SS_EPEERCLOSED : SS_OK;
+}
+
+int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
+  ss_channel tmp = *ch; /* the caller's rate-limit state stays as it was */
+  return peer_check(&tmp, 1, peer_pid);
+}
+
+/* ---- waiting -------------------------------------------------------------- */
+
+/* Wake the sleepers of a line if any. `index` is the value just stored;
+ * with `want` (the producer's space line) a sleeper whose target is not
+ * reached yet is left asleep: no syscall per released message. */
+static void wake_line(ss_channel *ch, SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
+                      int force) {
+  (void)ch;
+  /* SYNC POINT: pairs with the waiter's fence in wait_index: either we see
+   * its waiters count, or it sees the index we stored before this fence. */
+  atomic_thread_fence(memory_order_seq_cst);
+  if (force || atomic_load_explicit(waiters, memory_order_relaxed) > 0) {
+    atomic_fetch_add_explicit(wake_seq, 1, memory_order_release);
+    futex(wake_seq, FUTEX_WAKE, INT_MAX, NULL);
+  }
+}
+
+static int cancelled(ss_channel *ch) {
+  return atomic_load_explicit(&ch->seg.cancelled, memory_order_acquire);
+}
+
+/* Wait until *word >= target: spin, then sleep on wake_seq; every 100 ms
+ * (and before giving up) check the peer. */
+static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target,
+                      SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
+                      int64_t timeout_ns, uint64_t *out) {
+  uint64_t v;
+  int64_t now = ss_monotonic_ns();
+  int64_t deadline = timeout_ns < 0 ? INT64_MAX : now + timeout_ns;
+  if (timeout_ns != 0 && ch->spin_ns > 0) {
+    int64_t spin_end = now + (timeout_ns < 0 || ch->spin_ns < timeout_ns ? ch->spin_ns : timeout_ns);
+    for (unsigned i = 1;; i++) {
+      ss_cpu_relax();
+      v = atomic_load_explicit(word, memory_order_acquire);
+      if (v >= target) { *out = v; return SS_OK; }
+      if ((i & 63) == 0) {
+        if (cancelled(ch)) return SS_ECANCELLED;
+        if (ss_monotonic_ns() >= spin_end) break;
+      }
+    }
+  }
+  for (;;) {
+    now = ss_monotonic_ns();
+    int deep = now >= ch->next_peer_check;
+    if (deep) ch->next_peer_check = now + SS_PEER_CHECK_NS;
+    {
+      int rc = peer_check(ch, deep, NULL);
+      if (rc != SS_OK) {
+        /* What the peer published before it left is still delivered. */
+        v = atomic_load_explicit(word, memory_order_acquire);
+        if (v >= target) { *out = v; return SS_OK; }
+        return rc;
+      }
+    }
+    if (cancelled(ch)) return SS_ECANCELLED;
+    if (now >= deadline) return SS_ETIMEDOUT;
+    /* SYNC POINT: read wake_seq, announce ourselves, fence, re-check the
+     * index: either the waker (store index; fence; read waiters) sees us
+     * and bumps wake_seq, or we see its index, or wake_seq has moved and
+     * FUTEX_WAIT returns at once. No lost wake-up. */
+    uint32_t w = atomic_load_explicit(wake_seq, memory_order_acquire);
+    atomic_fetch_add_explicit(waiters, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    v = atomic_load_explicit(word, memory_order_acquire);
+    if (v >= target) {
+      atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+      *out = v;
+      return SS_OK;
+    }
+    int64_t until = deadline < ch->next_peer_check ? deadline : ch->next_peer_check;
+    int64_t left = until - now;
+    if (left < 0) left = 0;
+    struct timespec ts = {(time_t)(left / SS_NS_PER_S), (long)(left % SS_NS_PER_S)};
+    futex(wake_seq, FUTEX_WAIT, w, &ts);
+    atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+    v = atomic_load_explicit(word, memory_order_acquire);
+    if (v >= target) { *out = v; return SS_OK; }
+  }
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+static void init_local(ss_channel *ch) {
+  ch->spin_ns = ss_default_spin_ns();
+  ch->batch = 1;
+}
+
+int ss_channel_create(ss_channel *ch, const char *name, uint64_t capacity, int role,
+                      uint32_t mode) {
+  memset(ch, 0, sizeof *ch);
+  if (role != SS_ROLE_PRODUCER && role != SS_ROLE_CONSUMER) return SS_EROLE;
+  if (capacity < SS_CHANNEL_MIN_CAPACITY || capacity > SS_CHANNEL_MAX_CAPACITY ||
+      (capacity & (capacity - 1)) != 0)
+    return EINVAL;
+  ss_create_args a;
+  memset(&a, 0, sizeof a);
+  a.name = name;
+  a.kind = SS_KIND_CHANNEL;
+  a.dtype = "";
+  a.payload_bytes = capacity;
+  a.mode = mode;
+  a.slots = 1; /* the ring is the one payload; mapped twice back to back */
+  int rc = ss_segment_create(&ch->seg, &a);
+  if (rc) return rc;
+  init_local(ch);
+  if ((rc = map_mirror(ch)) != SS_OK || (rc = claim(ch, role)) != SS_OK) {
+    ss_segment_unlink_segname(ch->seg.segname);
+    ss_segment_close(&ch->seg);
+    return rc;
+  }
+  return SS_OK;
+}
+
+int ss_channel_open(ss_channel *ch, const char *name, size_t len, int role) {
+  memset(ch, 0, sizeof *ch);
+  if (role != SS_ROLE_PRODUCER && role != SS_ROLE_CONSUMER) return SS_EROLE;
+  int rc = ss_segment_open(&ch->seg, name, len, SS_KIND_CHANNEL, 0);
+  if (rc) return rc;
+  init_local(ch);
+  if ((rc = validate_channel(ch->seg.hdr)) != SS_OK || (rc = map_mirror(ch)) != SS_OK ||
+      (rc = claim(ch, role)) != SS_OK) {
+    ss_segment_close(&ch->seg);
+    return rc;
+  }
+  return SS_OK;
+}
+
+void ss_channel_detach(ss_channel *ch) {
+  if (!ch->role || !ch->ctl) return;
+  int role = ch->role;
+  ss_ring_end_line *e = own_end(ch, role);
+  if (role == SS_ROLE_PRODUCER) {
+    ss_channel_rollback_tx(ch);
+    ss_channel_flush(ch);
+  }
+  /* Bytes still pinned by views (skip_rx without release_rx) stay unreleased:
+   * the next consumer receives those messages again. */
+  /* SYNC POINT: state CLOSED, then the owner word cleared, both release:
+   * a peer that acquire-loads an empty owner sees CLOSED and (producer)
+   * every head published before. Only our own claim is cleared. */
+  uint64_t mine = ch->owner_word;
+  if (atomic_load_explicit(&e->owner, memory_order_relaxed) == mine) {
+    atomic_store_explicit(&e->state, SS_END_CLOSED, memory_order_release);
+    atomic_compare_exchange_strong_explicit(&e->owner, &mine, 0, memory_order_release,
+                                            memory_order_relaxed);
+  }
+  ch->role = 0;
+  /* Wake the peer if it sleeps, so it learns at once. */
+  if (role == SS_ROLE_PRODUCER)
+    wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, 1);
+  else
+    wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, 1);
+}
+
+void ss_channel_close(ss_channel *ch) {
+  ss_channel_detach(ch);
+  ss_segment_close(&ch->seg);
+  ch->ctl = NULL;
+  ch->ring = NULL;
+}
+
+int ss_channel_unlink(const char *name, size_t len) { return ss_segment_unlink(name, len); }
+
+uint64_t ss_channel_max_message(const ss_channel *ch, uint32_t meta_len) {
+  if (meta_len > SS_MSG_MAX_META) return 0;
+  return ch->capacity - payload_off(meta_len);
+}
+
+void ss_channel_cancel(ss_channel *ch) {
+  atomic_store_explicit(&ch->seg.cancelled, 1, memory_order_release);
+  if (!ch->ctl) return;
+  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, 1);
+  wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, 1);
+}
+
+/* ---- producer ------------------------------------------------------------- */
+
+void ss_channel_set_batch(ss_channel *ch, uint32_t batch) { ch->batch = batch ? batch : 1; }
+
+void ss_channel_flush(ss_channel *ch) {
+  if (ch->role != SS_ROLE_PRODUCER || ch->head == ch->head_pub) return;
+  /* SYNC POINT: the release store of head publishes every record byte
+   * written before it; pairs with the consumer's acquire load of head. */
+  atomic_store_explicit(&ch->ctl->head.pos, ch->head, memory_order_release);
+  ch->head_pub = ch->head;
+  ch->pending = 0;
+  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, 0);
+}
+
+static int consumer_closed(const ss_channel *ch) {
+  const ss_ring_end_line *e = &ch->ctl->consumer;
+  /* Two loads of a line the consumer writes only when it attaches or
+   * leaves: cheap enough for every send. Death is noticed while waiting. */
+  return atomic_load_explicit(&((ss_ring_end_line *)e)->state, memory_order_relaxed) == SS_END_CLOSED &&
+         atomic_load_explicit(&((ss_ring_end_line *)e)->owner, memory_order_relaxed) == 0;
+}
+
+int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_t timeout_ns,
+                          void **payload, void **meta) {
+  if (ch->role != SS_ROLE_PRODUCER || ch->tx_open) return SS_EROLE;
+  if (meta_len > SS_MSG_MAX_META || size > UINT32_MAX) return SS_ETOOBIG;
+  uint32_t off = payload_off(meta_len);
+  uint64_t len = record_len(off, size);
+  if (len > ch->capacity) return SS_ETOOBIG;
+  if (consumer_closed(ch)) return SS_EPEERCLOSED;
+  if (ch->head + len - ch->tail_cache > ch->capacity) {
+    /* SYNC POINT: acquire load of tail: the consumer's reads of the bytes
+     * it released happen before we overwrite them. */
+    ch->tail_cache = atomic_load_explicit(&ch->ctl->tail.pos, memory_order_acquire);
+    if (ch->head + len - ch->tail_cache > ch->capacity) {
+      /* The consumer cannot free room for messages it cannot see. */
+      ss_channel_flush(ch);
+      uint64_t t;
+      /* Relaxed: the waiter's seq_cst fence in wait_index orders it before
+       * the consumer's check (one producer, so one want). */
+      atomic_store_explicit(&ch->ctl->space.want, ch->head + len - ch->capacity,
+                            memory_order_relaxed);
+      int rc = wait_index(ch, &ch->ctl->tail.pos, ch->head + len - ch->capacity,
+                          &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, timeout_ns, &t);
+      if (rc) return rc;
+      ch->tail_cache = t;
+    }
+  }
+  ss_msg_header *h = (ss_msg_header *)(ch->ring + (ch->head & (ch->capacity - 1)));
+  h->meta_len = (uint16_t)meta_len;
+  h->payload_off = (uint16_t)off;
+  if (meta) *meta = (uint8_t *)h + SS_MSG_HEADER_BYTES;
+  *payload = (uint8_t *)h + off;
+  ch->tx_open = 1;
+  ch->tx_cap = size;
+  ch->tx_meta = meta_len;
+  return SS_OK;
+}
+
+void ss_channel_commit_tx(ss_channel *ch, size_t size, uint32_t type_id, uint32_t flags) {
+  if (!ch->tx_open) return;
+  if (size > ch->tx_cap) size = ch->tx_cap;
+  ss_msg_header *h = (ss_msg_header *)(ch->ring + (ch->head & (ch->capacity - 1)));
+  h->size = (uint32_t)size;
+  h->type_id = type_id;
+  h->flags = flags;
+  ch->head += record_len(h->payload_off, size);
+  ch->tx_open = 0;
+  if (++ch->pending >= ch->batch) ss_channel_flush(ch);
+}
+
+void ss_channel_rollback_tx(ss_channel *ch) { ch->tx_open = 0; }
+
+/* ---- consumer ------------------------------------------------------------- */
+
+int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
+  if (ch->role != SS_ROLE_CONSUMER) return SS_EROLE;
+  if (ch->rd == ch->head_cache) {
+    /* SYNC POINT: acquire load of head pairs with the producer's release
+     * store: every byte of the records before head is visible. */
+    ch->head_cache = atomic_load_explicit(&ch->ctl->head.pos, memory_order_acquire);
+    if (ch->rd == ch->head_cache) {
+      uint64_t v;
+      int rc = wait_index(ch, &ch->ctl->head.pos, ch->rd + 1, &ch->seg.hdr->notify.wake_seq,
+                          &ch->seg.hdr->notify.waiters, timeout_ns, &v);
+      if (rc) return rc;
+      ch->head_cache = v;
+    }
+  }
+  /* The record header is input from another process: read each field once
+   * and check it before it sizes any view. */
+  const ss_msg_header *h = (const ss_msg_header *)(ch->ring + (ch->rd & (ch->capacity - 1)));
+  uint32_t size = h->size, off = h->payload_off, meta_len = h->meta_len;
+  uint64_t avail = ch->head_cache - ch->rd;
+  if (off < SS_MSG_HEADER_BYTES || off % 16 || SS_MSG_HEADER_BYTES + meta_len > off ||
+      record_len(off, size) > avail || avail > ch->capacity)
+    return SS_ECORRUPT;
+  m->type_id = h->type_id;
+  m->flags = h->flags;
+  m->size = size;
+  m->meta_len = meta_len;
+  m->meta = (const uint8_t *)h + SS_MSG_HEADER_BYTES;
+  m->data = (const uint8_t *)h + off;
+  m->pos = ch->rd;
+  m->end = ch->rd + record_len(off, size);
+  ch->rx_len = m->end - m->pos;
+  return SS_OK;
+}
+
+void ss_channel_skip_rx(ss_channel *ch) {
+  ch->rd += ch->rx_len;
+  ch->rx_len = 0;
+}
+
+void ss_channel_release_rx(ss_channel *ch, uint64_t upto) {
+  if (ch->role != SS_ROLE_CONSUMER || upto <= ch->tail || upto > ch->rd) return;
+  ch->tail = upto;
+  /* SYNC POINT: the release store of tail orders our reads of the released
+   * bytes before the producer's reuse (it acquire-loads tail). */
+  atomic_store_explicit(&ch->ctl->tail.pos, upto, memory_order_release);
+  /* SYNC POINT: the fence in wake_line orders the tail store before the
+   * loads of waiters and want (the producer stores want, then waiters, then
+   * fences, then re-reads tail). */
+  atomic_thread_fence(memory_order_seq_cst);
+  ss_ring_sleep_line *sl = &ch->ctl->space;
+  if (atomic_load_explicit(&sl->waiters, memory_order_relaxed) > 0 &&
+      upto >= atomic_load_explicit(&sl->want, memory_order_relaxed))
+    wake_line(ch, &sl->wake_seq, &sl->waiters, 1);
+}
+
+void ss_channel_commit_rx(ss_channel *ch) {
+  ss_channel_skip_rx(ch);
+  ss_channel_release_rx(ch, ch->rd);
+}

@@ -1,0 +1,721 @@
+// Thin binding over the channel core (src/core/ring.c): converts arguments,
+// releases the GIL while waiting, hands out views that pin their ring bytes,
+// and turns status codes into exceptions. The ring protocol lives in C.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shmstream.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// Exception types defined in shmstream.errors, handed over at import.
+PyObject *g_closed = PyExc_EOFError;         // ChannelClosedError
+PyObject *g_broken = PyExc_BrokenPipeError;  // ChannelBrokenError
+PyObject *g_busy = PyExc_RuntimeError;       // ChannelBusyError
+PyObject *g_corrupt = PyExc_ValueError;      // CorruptStreamError
+// (meta: bytes, buffer) -> ndarray, for copied array messages. A raw, never
+// released reference: a global nb::object would be decref'd by a static
+// destructor after the interpreter has finalized (a fatal error at exit).
+PyObject *g_decode = nullptr;
+
+constexpr size_t kGilFreeCopyBytes = 64 * 1024;
+constexpr int64_t kSignalCheckNs = 100'000'000;
+
+[[noreturn]] void raise(PyObject *type, const std::string &msg) {
+  PyErr_SetString(type, msg.c_str());
+  throw nb::python_error();
+}
+
+[[noreturn]] void raise_os(int err, const std::string &what) {
+  PyObject *args = Py_BuildValue("(is)", err, (what + ": " + std::strerror(err)).c_str());
+  PyErr_SetObject(PyExc_OSError, args);
+  Py_XDECREF(args);
+  throw nb::python_error();
+}
+
+int64_t to_ns(std::optional<double> timeout) {
+  if (!timeout) return -1;
+  if (std::isnan(*timeout) || *timeout < 0) raise(PyExc_ValueError, "timeout must be >= 0 or None");
+  double ns = *timeout * 1e9;
+  return ns > 9.2e18 ? INT64_MAX : (int64_t)ns;
+}
+
+// A C-contiguous buffer borrowed from any object with the buffer protocol.
+struct Buffer {
+  Py_buffer view{};
+  explicit Buffer(nb::handle obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+  }
+  ~Buffer() { PyBuffer_Release(&view); }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+};
+
+// DLPack dtype for NumPy's dtype.str of a plain numeric type ("<f4", "|u1");
+// false for anything DLPack cannot describe (structured, strings, big-endian).
+bool dl_dtype(const char *s, size_t n, nb::dlpack::dtype *out) {
+  if (n < 3 || (s[0] != '<' && s[0] != '|' && s[0] != '=')) return false;
+  int bytes = 0;
+  for (size_t i = 2; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    bytes = bytes * 10 + (s[i] - '0');
+  }
+  using C = nb::dlpack::dtype_code;
+  C code;
+  switch (s[1]) {
+    case 'f': code = C::Float; break;
+    case 'i': code = C::Int; break;
+    case 'u': code = C::UInt; break;
+    case 'c': code = C::Complex; break;
+    case 'b': code = C::Bool; if (bytes != 1) return false; break;
+    default: return false;
+  }
+  if (bytes <= 0 || bytes > 32) return false;
+  out->code = (uint8_t)code;
+  out->bits = (uint8_t)(bytes * 8);
+  out->lanes = 1;
+  return true;
+}
+
+// Array metadata (docs/ABI.md): u32 ndim, u32 dtype_len, u64 shape[ndim],
+// dtype text. Returns false if it is malformed.
+struct ArrayMeta {
+  uint32_t ndim = 0;
+  size_t shape[SS_MAX_NDIM]{};
+  const char *dtype = nullptr;
+  uint32_t dtype_len = 0;
+};
+
+bool parse_meta(const uint8_t *m, uint32_t len, ArrayMeta *out) {
+  if (len < 8) return false;
+  uint32_t ndim, dlen;
+  std::memcpy(&ndim, m, 4);
+  std::memcpy(&dlen, m + 4, 4);
+  if (ndim > SS_MAX_NDIM || 8ull + 8ull * ndim + dlen > len) return false;
+  out->ndim = ndim;
+  for (uint32_t i = 0; i < ndim; i++) {
+    uint64_t d;
+    std::memcpy(&d, m + 8 + 8 * i, 8);
+    out->shape[i] = (size_t)d;
+  }
+  out->dtype = (const char *)m + 8 + 8 * ndim;
+  out->dtype_len = dlen;
+  return true;
+}
+
+class Channel;
+
+// Keeps one received record's bytes from reuse while anything refers to it:
+// every view handed out for the record owns a reference to its Pin.
+struct Pin {
+  nb::object chan_ref;  // keeps the Channel (and the mapping) alive
+  Channel *chan;
+  uint64_t end;
+  ~Pin();
+};
+
+// A message received without a copy (recv_zero_copy / drain_zero_copy).
+struct RxMessage {
+  nb::object pin;  // None once released
+  uint32_t type_id = 0, flags = 0;
+  size_t size = 0;
+  const uint8_t *data = nullptr;
+  nb::bytes meta;
+
+  void check() const {
+    if (!pin.is_valid() || pin.is_none())
+      raise(PyExc_RuntimeError, "this zero-copy message was released at the end of its 'with' "
+            "block; keep what you need (np.array(msg) copies) inside the block");
+  }
+  nb::object bytes_view() const {
+    check();
+    size_t shape[1] = {size};
+    return nb::cast(nb::ndarray<nb::ro, nb::memview>(data, 1, shape, pin, nullptr,
+                                                     nb::dtype<uint8_t>(), nb::device::cpu::value));
+  }
+  // A typed, read-only view, or None when the dtype has no DLPack code.
+  nb::object typed_view() const {
+    check();
+    if (!(flags & SS_MSG_ARRAY)) {
+      size_t shape[1] = {size};
+      return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, 1, shape, pin, nullptr,
+                                                         nb::dtype<uint8_t>(), nb::device::cpu::value));
+    }
+    ArrayMeta am;
+    nb::dlpack::dtype dt;
+    if (!parse_meta((const uint8_t *)meta.c_str(), (uint32_t)meta.size(), &am) ||
+        !dl_dtype(am.dtype, am.dtype_len, &dt))
+      return nb::none();
+    return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, am.ndim, am.shape, pin, nullptr, dt,
+                                                       nb::device::cpu::value));
+  }
+  void release() { pin = nb::none(); }
+};
+
+// A copied message (recv / drain).
+struct Message {
+  uint32_t type_id = 0, flags = 0;
+  nb::object data;  // bytes
+  nb::object meta;  // bytes (empty for plain byte messages)
+};
+
+class Channel {
+ public:
+  ss_channel ch{};
+  std::string name_;
+  // Records read but not yet released, in ring order: (end, released).
+  std::deque<std::pair<uint64_t, bool>> pins;
+  uint64_t unreleased = 0;  // freed by views but not yet published as tail
+
+  ~Channel() { ss_channel_close(&ch); }
+
+  bool attached() const { return ch.role != 0 && ch.ctl != nullptr; }
+  void check_open(const char *what) const {
+    if (!attached())
+      raise(PyExc_RuntimeError, std::string(what) + " on channel '" + name_ +
+            "', which is closed; attach again with shmstream.open_channel('" + name_ + "')");
+  }
+  bool producer() const { return ch.role == SS_ROLE_PRODUCER; }
+
+  [[noreturn]] void raise_status(int rc, const char *op) {
+    std::string n = "'" + name_ + "'";
+    int32_t peer = 0;
+    if (ch.ctl) ss_channel_peer_status(&ch, &peer);
+    switch (rc) {
+      case SS_ETIMEDOUT:
+        if (producer())
+          raise(PyExc_TimeoutError, std::string(op) + " on " + n + " timed out: the ring is full "
+                "(the consumer is not keeping up)");
+        raise(PyExc_TimeoutError, std::string(op) + " on " + n + " timed out: no message arrived");
+      case SS_ECANCELLED:
+        raise(PyExc_RuntimeError, "channel " + n + " was closed while " + op + " was waiting");
+      case SS_EPEERDEAD:
+        if (producer())
+          raise(g_broken, "the consumer of " + n + " died and the ring is full; a new consumer "
+                "can take over with shmstream.open_channel(" + n + ")");
+        raise(g_closed, "the producer of " + n + " died; every message it published has been "
+              "received; a new producer can take over with shmstream.open_channel(" + n +
+              ", role='producer')");
+      case SS_EPEERCLOSED:
+        if (producer())
+          raise(g_broken, "the consumer of " + n + " closed the channel; nothing reads what is "
+                "sent until a new consumer attaches with shmstream.open_channel(" + n + ")");
+        raise(g_closed, "the producer of " + n + " closed the channel and every message has "
+              "been received (end of stream)");
+      case SS_ECORRUPT:
+        raise(g_corrupt, "channel " + n + " holds an impossible record header (corrupt ring)");
+      case SS_ETOOBIG:
+        raise(PyExc_ValueError, "message is larger than the ring of " + n + " can ever hold");
+      case SS_EROLE:
+        raise(PyExc_RuntimeError, std::string(op) + " is not possible on this end of " + n +
+              (ch.tx_open ? " (a zero-copy send is still open)" : ""));
+      default:
+        if (rc > 0) raise_os(rc, std::string(op) + " " + n);
+        raise(PyExc_RuntimeError, std::string(op) + " " + n + " failed (status " +
+              std::to_string(rc) + ")");
+    }
+  }
+
+  // fn(chunk_ns) with the GIL released, in chunks of at most 100 ms with a
+  // signal check between them; spins only in the first chunk.
+  template <class F>
+  int chunked(int64_t timeout_ns, F &&fn) {
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
+    int64_t spin = ch.spin_ns;
+    int rc;
+    for (;;) {
+      int64_t left = deadline == INT64_MAX ? kSignalCheckNs : deadline - ss_monotonic_ns();
+      if (left < 0) left = 0;
+      int64_t chunk = left < kSignalCheckNs ? left : kSignalCheckNs;
+      {
+        nb::gil_scoped_release nogil;
+        rc = fn(chunk);
+      }
+      ch.spin_ns = 0;
+      if (rc != SS_ETIMEDOUT) break;
+      if (PyErr_CheckSignals() != 0) {
+        ch.spin_ns = spin;
+        throw nb::python_error();
+      }
+      if (deadline != INT64_MAX && ss_monotonic_ns() >= deadline) break;
+    }
+    ch.spin_ns = spin;
+    return rc;
+  }
+
+  // ---- producer ----
+
+  void acquire_tx(size_t size, uint32_t meta_len, int64_t timeout_ns, void **payload, void **meta) {
+    int rc = ss_channel_acquire_tx(&ch, size, meta_len, 0, payload, meta);
+    if (rc == SS_ETIMEDOUT && timeout_ns != 0)
+      rc = chunked(timeout_ns, [&](int64_t chunk) {
+        return ss_channel_acquire_tx(&ch, size, meta_len, chunk, payload, meta);
+      });
+    if (rc) raise_status(rc, "send");
+  }
+
+  void check_size(size_t size, size_t meta_len) {
+    if (meta_len > SS_MSG_MAX_META)
+      raise(PyExc_ValueError, "array description of " + std::to_string(meta_len) +
+            " bytes is too long for a message header");
+    uint64_t max = ss_channel_max_message(&ch, (uint32_t)meta_len);
+    if (size > max)
+      raise(PyExc_ValueError, "message of " + std::to_string(size) + " bytes is larger than the "
+            "ring of '" + name_ + "' can hold (at most " + std::to_string(max) +
+            " bytes per message with capacity " + std::to_string(ch.capacity) +
+            "); create the channel with a larger capacity");
+  }
+
+  void send_one(const void *src, size_t n, const char *meta, size_t meta_len, uint32_t type_id,
+                int64_t timeout_ns) {
+    check_size(n, meta_len);
+    void *payload, *mp;
+    acquire_tx(n, (uint32_t)meta_len, timeout_ns, &payload, &mp);
+    if (meta_len) std::memcpy(mp, meta, meta_len);
+    if (n >= kGilFreeCopyBytes) {
+      nb::gil_scoped_release nogil;
+      std::memcpy(payload, src, n);
+    } else if (n) {
+      std::memcpy(payload, src, n);
+    }
+    ss_channel_commit_tx(&ch, n, type_id, meta_len ? SS_MSG_ARRAY : 0);
+  }
+
+  void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
+    check_open("send");
+    if (!producer()) raise(PyExc_RuntimeError, "send on the consumer end of '" + name_ + "'");
+    const char *mp = nullptr;
+    size_t ml = 0;
+    if (!meta.is_none()) {
+      mp = PyBytes_AsString(meta.ptr());
+      if (!mp) throw nb::python_error();
+      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+    }
+    if (PyBytes_CheckExact(obj.ptr())) {
+      send_one(PyBytes_AS_STRING(obj.ptr()), (size_t)PyBytes_GET_SIZE(obj.ptr()), mp, ml, type_id,
+               timeout_ns);
+      return;
+    }
+    Buffer b(obj);
+    send_one(b.view.buf, (size_t)b.view.len, mp, ml, type_id, timeout_ns);
+  }
+
+  // All items carry the same array metadata `meta` (None for bytes messages).
+  size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
+    check_open("send_many");
+    if (!producer()) raise(PyExc_RuntimeError, "send_many on the consumer end of '" + name_ + "'");
+    nb::object seq = nb::steal(PySequence_Fast(items.ptr(), "send_many takes a sequence of "
+                                                            "bytes-like objects"));
+    if (!seq.is_valid()) throw nb::python_error();
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
+    const char *mp = nullptr;
+    size_t ml = 0;
+    if (!meta.is_none()) {
+      mp = PyBytes_AsString(meta.ptr());
+      if (!mp) throw nb::python_error();
+      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+    }
+    // Check every size first: nothing is written if one can never fit.
+    uint64_t max = ss_channel_max_message(&ch, (uint32_t)ml);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      Py_ssize_t len = PyBytes_CheckExact(it[i]) ? PyBytes_GET_SIZE(it[i]) : -1;
+      if (len < 0) {
+        Buffer b(it[i]);
+        len = b.view.len;
+      }
+      if ((uint64_t)len > max) check_size((size_t)len, ml);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (PyBytes_CheckExact(it[i])) {
+        send_one(PyBytes_AS_STRING(it[i]), (size_t)PyBytes_GET_SIZE(it[i]), mp, ml, type_id,
+                 timeout_ns);
+      } else {
+        Buffer b(it[i]);
+        send_one(b.view.buf, (size_t)b.view.len, mp, ml, type_id, timeout_ns);
+      }
+    }
+    ss_channel_flush(&ch);
+    return (size_t)n;
+  }
+
+  // Zero-copy send: a writable byte view of the loan; commit or rollback.
+  nb::object loan(size_t nbytes, nb::handle meta, int64_t timeout_ns) {
+    check_open("send_zero_copy");
+    if (!producer()) raise(PyExc_RuntimeError, "send_zero_copy on the consumer end of '" + name_ + "'");
+    if (ch.tx_open) raise(PyExc_RuntimeError, "a zero-copy send on '" + name_ + "' is already open");
+    const char *mp = nullptr;
+    size_t ml = 0;
+    if (!meta.is_none()) {
+      mp = PyBytes_AsString(meta.ptr());
+      if (!mp) throw nb::python_error();
+      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+    }
+    check_size(nbytes, ml);
+    void *payload, *mpp;
+    acquire_tx(nbytes, (uint32_t)ml, timeout_ns, &payload, &mpp);
+    if (ml) std::memcpy(mpp, mp, ml);
+    size_t shape[1] = {nbytes};
+    nb::handle owner = nb::find(this);
+    return nb::cast(nb::ndarray<uint8_t, nb::memview>(payload, 1, shape, owner, nullptr,
+                                                      nb::dtype<uint8_t>(), nb::device::cpu::value));
+  }
+
+  // ---- consumer ----
+
+  int acquire_rx(int64_t timeout_ns, ss_msg *m) {
+    int rc = ss_channel_acquire_rx(&ch, 0, m);
+    if (rc == SS_ETIMEDOUT) flush_release();  // the producer may wait for that room
+    if (rc == SS_ETIMEDOUT && timeout_ns != 0)
+      rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_channel_acquire_rx(&ch, chunk, m); });
+    return rc;
+  }
+
+  void check_consumer(const char *what) {
+    check_open(what);
+    if (producer()) raise(PyExc_RuntimeError, std::string(what) + " on the producer end of '" + name_ + "'");
+  }
+
+  // After copying a message out: release it now unless views pin earlier ones.
+  void done_copied() {
+    ss_channel_skip_rx(&ch);
+    if (pins.empty()) ss_channel_release_rx(&ch, ch.rd);
+    else pins.emplace_back(ch.rd, true);
+  }
+
+  static nb::object copy_out(const ss_msg &m, nb::object *meta) {
+    *meta = nb::steal(PyBytes_FromStringAndSize((const char *)m.meta, m.meta_len));
+    PyObject *b = PyBytes_FromStringAndSize(nullptr, (Py_ssize_t)m.size);
+    if (!b) throw nb::python_error();
+    if (m.size >= kGilFreeCopyBytes) {
+      nb::gil_scoped_release nogil;
+      std::memcpy(PyBytes_AS_STRING(b), m.data, m.size);
+    } else {
+      std::memcpy(PyBytes_AS_STRING(b), m.data, m.size);
+    }
+    return nb::steal(b);
+  }
+
+  Message recv(int64_t timeout_ns) {
+    check_consumer("recv");
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc) raise_status(rc, "recv");
+    Message out;
+    out.type_id = m.type_id;
+    out.flags = m.flags;
+    out.data = copy_out(m, &out.meta);
+    done_copied();
+    return out;
+  }
+
+  nb::list drain(size_t max, int64_t timeout_ns) {
+    check_consumer("drain");
+    nb::list out;
+    if (max == 0) return out;
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
+    if (rc) raise_status(rc, "drain");
+    for (;;) {
+      Message msg;
+      msg.type_id = m.type_id;
+      msg.flags = m.flags;
+      msg.data = copy_out(m, &msg.meta);
+      out.append(nb::cast(std::move(msg)));
+      ss_channel_skip_rx(&ch);
+      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+    }
+    if (pins.empty()) ss_channel_release_rx(&ch, ch.rd);
+    else pins.emplace_back(ch.rd, true);
+    return out;
+  }
+
+  RxMessage pinned(const ss_msg &m) {
+    ss_channel_skip_rx(&ch);
+    pins.emplace_back(m.end, false);
+    Pin *p = new Pin{nb::borrow(nb::find(this)), this, m.end};
+    RxMessage r;
+    r.pin = nb::cast(p, nb::rv_policy::take_ownership);
+    r.type_id = m.type_id;
+    r.flags = m.flags;
+    r.size = m.size;
+    r.data = (const uint8_t *)m.data;
+    r.meta = nb::bytes((const char *)m.meta, m.meta_len);
+    return r;
+  }
+
+  RxMessage recv_view(int64_t timeout_ns) {
+    check_consumer("recv_zero_copy");
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc) raise_status(rc, "recv_zero_copy");
+    return pinned(m);
+  }
+
+  nb::list drain_views(size_t max, int64_t timeout_ns) {
+    check_consumer("drain_zero_copy");
+    nb::list out;
+    if (max == 0) return out;
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
+    if (rc) raise_status(rc, "drain_zero_copy");
+    for (;;) {
+      out.append(nb::cast(pinned(m)));
+      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+    }
+    return out;
+  }
+
+  // A pin died: release the longest prefix of records nobody refers to.
+  void unpin(uint64_t end) {
+    for (auto &p : pins)
+      if (p.first == end && !p.second) { p.second = true; break; }
+    while (!pins.empty() && pins.front().second) {
+      unreleased = pins.front().first;
+      pins.pop_front();
+    }
+    // Publish the tail when nothing is pinned any more or an eighth of the
+    // ring is free to give back: not once per view (each publish may wake
+    // the producer), and always before this end waits (flush_release).
+    if (pins.empty() || unreleased - ch.tail >= ch.capacity / 8) flush_release();
+  }
+
+  void flush_release() {
+    if (unreleased > ch.tail) ss_channel_release_rx(&ch, unreleased);
+  }
+
+  void close() {
+    if (ch.role == SS_ROLE_CONSUMER) flush_release();
+    ss_channel_cancel(&ch);  // wake our own waiters in other threads
+    ss_channel_detach(&ch);
+    // The mapping stays until the last view (Pin) is gone: see ~Channel.
+  }
+};
+
+Pin::~Pin() { chan->unpin(end); }
+
+void check_create_rc(Channel *c, int rc, const std::string &name, bool creating) {
+  if (rc == SS_OK) return;
+  std::string n = "'" + name + "'";
+  delete c;
+  switch (rc) {
+    case SS_ENAME:
+      raise(PyExc_ValueError, "invalid channel name " + n + ": it must be 1 to " +
+            std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
+    case EEXIST:
+      raise_os(rc, "channel " + n + " already exists; attach with shmstream.open_channel(" + n +
+               ") or remove it with shmstream.unlink_channel(" + n + ")");
+    case ENOENT:
+      raise_os(rc, "no channel " + n + "; create it with shmstream.channel(" + n + ", capacity=...)");
+    case EINVAL:
+      raise(PyExc_ValueError, "capacity must be a power of two between " +
+            std::to_string(SS_CHANNEL_MIN_CAPACITY) + " and 2**40 bytes");
+    case SS_EKIND:
+      raise(PyExc_ValueError, n + " is a shared-memory object of another kind (not a channel)");
+    case SS_ECORRUPT:
+    case SS_EVERSION:
+    case SS_EBUSY:
+      raise(g_corrupt, "segment of " + n + " is not a valid channel (bad magic, version, "
+            "checksum or ring size); remove it with shmstream.unlink_channel(" + n + ")");
+    case ESTALE:
+      raise(g_corrupt, "channel " + n + " was removed and created again while attaching; retry");
+    case SS_EATTACHED:
+      raise(g_busy, std::string("channel ") + n + " already has a live " +
+            (creating ? "end" : "end of that role") + "; a channel has one producer and one "
+            "consumer (close the other handle first)");
+    default:
+      if (rc > 0) raise_os(rc, n);
+      raise(PyExc_RuntimeError, "cannot attach to " + n + " (status " + std::to_string(rc) + ")");
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_channel, m) {
+  m.doc() = "shmstream channel binding (internal; use shmstream.channel)";
+  m.attr("ROLE_PRODUCER") = (int)SS_ROLE_PRODUCER;
+  m.attr("ROLE_CONSUMER") = (int)SS_ROLE_CONSUMER;
+  m.attr("MIN_CAPACITY") = SS_CHANNEL_MIN_CAPACITY;
+  m.attr("MSG_HEADER_BYTES") = SS_MSG_HEADER_BYTES;
+  m.attr("MSG_ALIGN") = SS_MSG_ALIGN;
+  m.attr("MSG_ARRAY") = (int)SS_MSG_ARRAY;
+  m.attr("MAX_META") = SS_MSG_MAX_META;
+
+  m.def("set_error_types", [](nb::handle closed, nb::handle broken, nb::handle busy,
+                              nb::handle corrupt, nb::handle decode) {
+    for (nb::handle h : {closed, broken, busy, corrupt}) Py_INCREF(h.ptr());
+    g_closed = closed.ptr();
+    g_broken = broken.ptr();
+    g_busy = busy.ptr();
+    g_corrupt = corrupt.ptr();
+    Py_XINCREF(decode.ptr());
+    Py_XDECREF(g_decode);
+    g_decode = decode.ptr();
+  });
+
+  // Offsets of the ring control words and the record header, for the ABI test.
+  m.def("layout", []() {
+    nb::dict d;
+    size_t base = SS_RING_CONTROL_OFFSET;
+    d["head"] = base + offsetof(ss_ring_control, head);
+    d["tail"] = base + offsetof(ss_ring_control, tail);
+    d["producer"] = base + offsetof(ss_ring_control, producer);
+    d["consumer"] = base + offsetof(ss_ring_control, consumer);
+    d["space"] = base + offsetof(ss_ring_control, space);
+    d["space_want"] = base + offsetof(ss_ring_control, space) + offsetof(ss_ring_sleep_line, want);
+    d["notify"] = offsetof(ss_header, notify);
+    d["end_state"] = offsetof(ss_ring_end_line, state);
+    d["end_attaches"] = offsetof(ss_ring_end_line, attaches);
+    d["end_takeovers"] = offsetof(ss_ring_end_line, takeovers);
+    d["msg_type_id"] = offsetof(ss_msg_header, type_id);
+    d["msg_flags"] = offsetof(ss_msg_header, flags);
+    d["msg_meta_len"] = offsetof(ss_msg_header, meta_len);
+    d["msg_payload_off"] = offsetof(ss_msg_header, payload_off);
+    d["msg_header_bytes"] = sizeof(ss_msg_header);
+    d["ring_offset"] = SS_HEADER_BYTES;
+    return d;
+  });
+
+  nb::class_<Message>(m, "Message",
+      "A received message: type_id, data (bytes) and, for arrays, .array.")
+      .def_ro("type_id", &Message::type_id)
+      .def_ro("data", &Message::data)
+      .def_ro("meta", &Message::meta)
+      .def_prop_ro("is_array", [](const Message &s) { return (s.flags & SS_MSG_ARRAY) != 0; })
+      .def_prop_ro("array", [](const Message &s) -> nb::object {
+        if (!(s.flags & SS_MSG_ARRAY)) return nb::none();
+        return nb::handle(g_decode)(s.meta, s.data);
+      }, "The message as a read-only ndarray (None for a bytes message).")
+      .def("__len__", [](const Message &s) { return nb::len(s.data); })
+      .def("__repr__", [](const Message &s) {
+        return "Message(type_id=" + std::to_string(s.type_id) + ", " +
+               std::to_string(nb::len(s.data)) + " bytes" +
+               ((s.flags & SS_MSG_ARRAY) ? ", array)" : ")");
+      });
+
+  nb::class_<Pin>(m, "_Pin", "Keeps one received record from reuse (internal).");
+
+  nb::class_<RxMessage>(m, "ZeroCopyMessage",
+      "A message read in place. Valid inside its 'with' block; views taken from it "
+      "(np.asarray, torch.from_dlpack, .data) keep its ring bytes from reuse until "
+      "they are gone.")
+      .def_ro("type_id", &RxMessage::type_id)
+      .def_ro("meta", &RxMessage::meta)
+      .def_prop_ro("nbytes", [](const RxMessage &r) { return r.size; })
+      .def_prop_ro("is_array", [](const RxMessage &r) { return (r.flags & SS_MSG_ARRAY) != 0; })
+      .def_prop_ro("released", [](const RxMessage &r) { return !r.pin.is_valid() || r.pin.is_none(); })
+      .def("_bytes_view", &RxMessage::bytes_view)
+      .def("_typed_view", &RxMessage::typed_view)
+      .def("release", &RxMessage::release,
+           "Drop this message's hold on its ring bytes (views keep theirs).")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](RxMessage &r, nb::args) { r.release(); return false; })
+      .def("__dlpack__", [](RxMessage &r, nb::kwargs kw) {
+        nb::object v = r.typed_view();
+        if (v.is_none())
+          raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
+        return v.attr("__dlpack__")(**kw);
+      })
+      .def("__dlpack_device__", [](RxMessage &) { return nb::make_tuple(1, 0); });
+
+  nb::class_<Channel>(m, "Channel")
+      .def_static("create", [](const std::string &name, uint64_t capacity, int role, int mode) {
+        Channel *c = new Channel();
+        c->name_ = name;
+        int rc = SS_ENAME;
+        if (name.find('\0') == std::string::npos) {
+          nb::gil_scoped_release nogil;
+          rc = ss_channel_create(&c->ch, name.c_str(), capacity, role, (uint32_t)mode);
+        }
+        check_create_rc(c, rc, name, true);
+        return c;
+      }, "name"_a, "capacity"_a, "role"_a, "mode"_a = 0600, nb::rv_policy::take_ownership)
+      .def_static("open", [](const std::string &name, int role) {
+        Channel *c = new Channel();
+        c->name_ = name;
+        int rc;
+        {
+          nb::gil_scoped_release nogil;
+          rc = ss_channel_open(&c->ch, name.data(), name.size(), role);
+        }
+        check_create_rc(c, rc, name, false);
+        return c;
+      }, "name"_a, "role"_a, nb::rv_policy::take_ownership)
+      .def_prop_ro("name", [](Channel &c) { return c.name_; })
+      .def_prop_ro("segname", [](Channel &c) { return std::string(c.ch.seg.segname); })
+      .def_prop_ro("capacity", [](Channel &c) { return c.ch.capacity; })
+      .def_prop_ro("role", [](Channel &c) { return c.ch.role; })
+      .def_prop_ro("closed", [](Channel &c) { return !c.attached(); })
+      .def("max_message", [](Channel &c, uint32_t meta_len) {
+        return ss_channel_max_message(&c.ch, meta_len);
+      }, "meta_len"_a = 0)
+      .def_prop_rw("batch", [](Channel &c) { return c.ch.batch; },
+                   [](Channel &c, uint32_t b) { ss_channel_set_batch(&c.ch, b); })
+      .def_prop_rw("spin_ns", [](Channel &c) { return c.ch.spin_ns; },
+                   [](Channel &c, int64_t s) { c.ch.spin_ns = s < 0 ? ss_default_spin_ns() : s; })
+      .def_prop_ro("head", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->head.pos.load() : 0; })
+      .def_prop_ro("tail", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->tail.pos.load() : 0; })
+      .def_prop_ro("pending", [](Channel &c) { return c.ch.pending; })
+      .def_prop_ro("pinned", [](Channel &c) { return c.pins.size(); })
+      .def("end_info", [](Channel &c, int role) {
+        // (pid, state, attaches, takeovers) of one end, for stat and tests.
+        if (!c.ch.ctl) raise(PyExc_RuntimeError, "channel is closed");
+        ss_ring_end_line *e = role == SS_ROLE_PRODUCER ? &c.ch.ctl->producer : &c.ch.ctl->consumer;
+        uint64_t o = e->owner.load();
+        return nb::make_tuple((int32_t)(o & 0xffffffffu), e->state.load(), e->attaches.load(),
+                              e->takeovers.load());
+      }, "role"_a)
+      .def("peer_status", [](Channel &c) {
+        // 0 ok, or the negative status (dead / closed), and the peer's pid.
+        if (!c.attached()) raise(PyExc_RuntimeError, "channel is closed");
+        int32_t pid = 0;
+        int rc = ss_channel_peer_status(&c.ch, &pid);
+        return nb::make_tuple(rc, pid);
+      })
+      .def("send", [](Channel &c, nb::handle obj, uint32_t type_id, nb::handle meta,
+                      std::optional<double> timeout) {
+        c.send(obj, type_id, meta, to_ns(timeout));
+      }, "obj"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
+      .def("send_many", [](Channel &c, nb::handle items, uint32_t type_id, nb::handle meta,
+                           std::optional<double> timeout) {
+        return c.send_many(items, type_id, meta, to_ns(timeout));
+      }, "items"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
+      .def("loan", [](Channel &c, size_t nbytes, nb::handle meta, std::optional<double> timeout) {
+        return c.loan(nbytes, meta, to_ns(timeout));
+      }, "nbytes"_a, "meta"_a = nb::none(), "timeout"_a = nb::none())
+      .def("commit", [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
+        if (!c.ch.tx_open) raise(PyExc_RuntimeError, "no zero-copy send is open");
+        ss_channel_commit_tx(&c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
+      }, "nbytes"_a, "type_id"_a = 0, "array"_a = false)
+      .def("rollback", [](Channel &c) { ss_channel_rollback_tx(&c.ch); })
+      .def("flush", [](Channel &c) { ss_channel_flush(&c.ch); })
+      .def("recv", [](Channel &c, std::optional<double> timeout) { return c.recv(to_ns(timeout)); },
+           "timeout"_a = nb::none())
+      .def("drain", [](Channel &c, size_t max, std::optional<double> timeout) {
+        return c.drain(max, to_ns(timeout));
+      }, "max_messages"_a, "timeout"_a = 0.0)
+      .def("recv_view", [](Channel &c, std::optional<double> timeout) {
+        return c.recv_view(to_ns(timeout));
+      }, "timeout"_a = nb::none())
+      .def("drain_views", [](Channel &c, size_t max, std::optional<double> timeout) {
+        return c.drain_views(max, to_ns(timeout));
+      }, "max_messages"_a, "timeout"_a = 0.0)
+      .def("close", &Channel::close)
+      .def("cancel", [](Channel &c) { ss_channel_cancel(&c.ch); });
+}

@@ -1,0 +1,611 @@
+"""``shmstream bench channel``: channels against iceoryx2 and pyzmq ipc://,
+all peers in one run, interleaved round by round (these machines are noisy).
+
+Scenarios (each in fresh processes, producer and consumer apart):
+  thr32     32-byte messages, Python -> Python, msgs/s. shmstream uses its
+            batch APIs (send_many of 256, batch=64, drain); the peers send
+            and receive one message per call (they have no batch API).
+  thr32-1   the same with shmstream's one-message calls (send / recv).
+  ping      32-byte ping-pong round trips, p50/p99 in microseconds.
+  frames    1 KiB float32[256] frames, each wrapped by the consumer as a
+            torch tensor through DLPack: frames/s and GB/s. shmstream is
+            measured with drain_zero_copy (batch) and recv_zero_copy (one
+            per call), and with the C producer in examples/.
+
+Usage: python -m shmstream.bench.channel [--rounds N] [--quick] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+SPAWN = mp.get_context("spawn")
+MSG32 = b"m" * 32
+FRAME_N = 256
+
+
+def _name(tag: str) -> str:
+    return f"bench-{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+# ---- shmstream ------------------------------------------------------------------
+
+
+def _shm_thr_producer(name, n, batched, ready):
+    import shmstream
+
+    ready.wait()
+    tx = shmstream.open_channel(name, role="producer", batch=64 if batched else 1)
+    if batched:
+        chunk = [MSG32] * 256
+        for _ in range(n // 256):
+            tx.send_many(chunk)
+    else:
+        send = tx.send
+        for _ in range(n):
+            send(MSG32)
+    tx.close()
+
+
+def shm_thr(n, batched):
+    import shmstream
+
+    n -= n % 256
+    name = _name("thr")
+    rx = shmstream.channel(name, 1 << 20, role="consumer")
+    ready = SPAWN.Event()
+    p = SPAWN.Process(target=_shm_thr_producer, args=(name, n, batched, ready))
+    p.start()
+    try:
+        ready.set()
+        got = 0
+        if batched:
+            got += len(rx.drain(4096, timeout=60))
+            t0 = time.perf_counter()
+            first = got
+            drain = rx.drain
+            while got < n:
+                got += len(drain(4096, None))
+        else:
+            rx.recv(timeout=60)
+            got = first = 1
+            t0 = time.perf_counter()
+            recv = rx.recv
+            while got < n:
+                recv()
+                got += 1
+        dt = time.perf_counter() - t0
+        p.join(60)
+        return {"msgs_per_s": (n - first) / dt}
+    finally:
+        p.kill()
+        rx.close()
+        shmstream.unlink_channel(name)
+
+
+def _shm_pong(name_ping, name_pong, ready):
+    import shmstream
+
+    rx = shmstream.open_channel(name_ping)
+    tx = shmstream.open_channel(name_pong, role="producer")
+    ready.set()
+    try:
+        while True:
+            m = rx.recv()
+            tx.send(m.data)
+    except EOFError:
+        pass
+    tx.close()
+    rx.close()
+
+
+def shm_ping(n):
+    import shmstream
+
+    a, b = _name("ping"), _name("pong")
+    tx = shmstream.channel(a, 1 << 16)
+    rx = shmstream.channel(b, 1 << 16, role="consumer")
+    ready = SPAWN.Event()
+    p = SPAWN.Process(target=_shm_pong, args=(a, b, ready))
+    p.start()
+    try:
+        ready.wait(60)
+        out = []
+        clock = time.perf_counter_ns
+        for i in range(n + 1000):
+            t = clock()
+            tx.send(MSG32)
+            rx.recv()
+            if i >= 1000:
+                out.append(clock() - t)
+        return _lat(out)
+    finally:
+        tx.close()
+        p.join(10)
+        p.kill()
+        rx.close()
+        shmstream.unlink_channel(a)
+        shmstream.unlink_channel(b)
+
+
+def _shm_frames_producer(name, n, ready):
+    import numpy as np
+
+    import shmstream
+
+    ready.wait()
+    tx = shmstream.open_channel(name, role="producer", batch=64)
+    frames = [np.full(FRAME_N, i, np.float32) for i in range(256)]
+    for _ in range(n // 256):
+        tx.send_many(frames)
+    tx.close()
+
+
+def _frames_consume(rx, n, batched, proc=None):
+    import torch
+
+    from_dlpack = torch.from_dlpack
+    got = 0
+    if batched:
+        with rx.drain_zero_copy(256, timeout=60) as msgs:
+            for m in msgs:
+                from_dlpack(m)
+                got += 1
+        first = got
+        t0 = time.perf_counter()
+        drain = rx.drain_zero_copy
+        while got < n:
+            with drain(256, None) as msgs:
+                for m in msgs:
+                    from_dlpack(m)
+                got += len(msgs)
+    else:
+        with rx.recv_zero_copy(timeout=60) as m:
+            from_dlpack(m)
+        got = first = 1
+        t0 = time.perf_counter()
+        recv = rx.recv_zero_copy
+        while got < n:
+            with recv() as m:
+                from_dlpack(m)
+            got += 1
+    dt = time.perf_counter() - t0
+    fps = (n - first) / dt
+    return {"frames_per_s": fps, "GB_per_s": fps * FRAME_N * 4 / 1e9}
+
+
+def shm_frames(n, batched):
+    import shmstream
+
+    n -= n % 256
+    name = _name("frames")
+    rx = shmstream.channel(name, 1 << 22, role="consumer")
+    ready = SPAWN.Event()
+    p = SPAWN.Process(target=_shm_frames_producer, args=(name, n, ready))
+    p.start()
+    try:
+        ready.set()
+        return _frames_consume(rx, n, batched)
+    finally:
+        p.join(60)
+        p.kill()
+        rx.close()
+        shmstream.unlink_channel(name)
+
+
+def _repo_root() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.abspath(os.path.join(here, "..", "..", ".."))
+    ok = os.path.exists(os.path.join(root, "examples", "c_producer.c"))
+    return root if ok else None
+
+
+_C_PRODUCER: list = []
+
+
+def c_producer_path() -> str | None:
+    if _C_PRODUCER:
+        return _C_PRODUCER[0]
+    root, cc = _repo_root(), shutil.which("cc") or shutil.which("gcc")
+    path = None
+    if root and cc:
+        path = os.path.join(tempfile.mkdtemp(prefix="shmstream-bench-"), "c_producer")
+        core = sorted(glob.glob(os.path.join(root, "src", "core", "*.c")))
+        r = subprocess.run([cc, "-std=c11", "-O2", "-I", os.path.join(root, "include"),
+                            os.path.join(root, "examples", "c_producer.c"), *core, "-o", path,
+                            "-lpthread"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stderr, file=sys.stderr)
+            path = None
+    _C_PRODUCER.append(path)
+    return path
+
+
+def c_frames(n):
+    import shmstream
+
+    exe = c_producer_path()
+    if exe is None:
+        return None
+    name = _name("cframes")
+    rx = shmstream.channel(name, 1 << 22, role="consumer")
+    proc = subprocess.Popen([exe, name, str(n), "--frames", str(FRAME_N), "--batch", "64"],
+                            stdout=subprocess.DEVNULL)
+    try:
+        return _frames_consume(rx, n, True)
+    finally:
+        proc.wait(60)
+        rx.close()
+        shmstream.unlink_channel(name)
+
+
+def dlpack_ceiling(n):
+    """torch.from_dlpack of a ready float32[256] array, nothing else: the most
+    frames/s any transport can reach when each frame becomes a tensor."""
+    import numpy as np
+    import torch
+
+    a, from_dlpack = np.zeros(FRAME_N, np.float32), torch.from_dlpack
+    t0 = time.perf_counter()
+    for _ in range(n):
+        from_dlpack(a)
+    rate = n / (time.perf_counter() - t0)
+    return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
+
+
+# ---- pyzmq ipc:// ----------------------------------------------------------------------
+
+
+def _zmq_push(addr, n, payload, ready):
+    import zmq
+
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    s.setsockopt(zmq.SNDHWM, 100000)
+    s.connect(addr)
+    ready.wait()
+    send = s.send
+    for _ in range(n):
+        send(payload, copy=True)
+    s.close(linger=-1)
+    ctx.term()
+
+
+def zmq_thr(n, frames=False):
+    import zmq
+
+    addr = f"ipc://{tempfile.gettempdir()}/{_name('zmq')}"
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PULL)
+    s.setsockopt(zmq.RCVHWM, 100000)
+    s.bind(addr)
+    ready = SPAWN.Event()
+    payload = bytes(FRAME_N * 4) if frames else MSG32
+    p = SPAWN.Process(target=_zmq_push, args=(addr, n, payload, ready))
+    p.start()
+    try:
+        ready.set()
+        recv = s.recv
+        if frames:
+            import numpy as np
+            import torch
+
+            frombuffer, from_dlpack, f32 = np.frombuffer, torch.from_dlpack, np.float32
+            from_dlpack(frombuffer(recv(), f32))
+            t0 = time.perf_counter()
+            for _ in range(n - 1):
+                from_dlpack(frombuffer(recv(), f32))
+        else:
+            recv()
+            t0 = time.perf_counter()
+            for _ in range(n - 1):
+                recv()
+        dt = time.perf_counter() - t0
+        p.join(60)
+        rate = (n - 1) / dt
+        if frames:
+            return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
+        return {"msgs_per_s": rate}
+    finally:
+        p.kill()
+        s.close(linger=0)
+        ctx.term()
+        os.unlink(addr[len("ipc://"):]) if os.path.exists(addr[len("ipc://"):]) else None
+
+
+def _zmq_pong(addr, ready):
+    import zmq
+
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PAIR)
+    s.connect(addr)
+    ready.set()
+    while True:
+        m = s.recv()
+        if m == b"stop":
+            break
+        s.send(m)
+    s.close(linger=0)
+    ctx.term()
+
+
+def zmq_ping(n):
+    import zmq
+
+    addr = f"ipc://{tempfile.gettempdir()}/{_name('zmqp')}"
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PAIR)
+    s.bind(addr)
+    ready = SPAWN.Event()
+    p = SPAWN.Process(target=_zmq_pong, args=(addr, ready))
+    p.start()
+    try:
+        ready.wait(60)
+        out = []
+        clock = time.perf_counter_ns
+        for i in range(n + 1000):
+            t = clock()
+            s.send(MSG32)
+            s.recv()
+            if i >= 1000:
+                out.append(clock() - t)
+        s.send(b"stop")
+        return _lat(out)
+    finally:
+        p.join(10)
+        p.kill()
+        s.close(linger=0)
+        ctx.term()
+        os.unlink(addr[len("ipc://"):]) if os.path.exists(addr[len("ipc://"):]) else None
+
+
+# ---- iceoryx2 -----------------------------------------------------------------------------
+
+
+class _P32(ctypes.Structure):
+    _fields_ = [("b", ctypes.c_uint8 * 32)]
+
+
+class _Frame(ctypes.Structure):
+    _fields_ = [("f", ctypes.c_float * FRAME_N)]
+
+
+def _iox_service(name, payload, depth):
+    import iceoryx2 as iox2
+
+    iox2.set_log_level_from_env_or(iox2.LogLevel.Error)
+    node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
+    svc = (node.service_builder(iox2.ServiceName.new(name)).publish_subscribe(payload)
+           .subscriber_max_buffer_size(depth).history_size(0).enable_safe_overflow(False)
+           .open_or_create())
+    return iox2, node, svc
+
+
+def _iox_publisher(iox2, svc):
+    pb = svc.publisher_builder()
+    try:
+        pb = pb.backpressure_strategy(iox2.BackpressureStrategy.Block)
+    except AttributeError:
+        pass
+    return pb.create()
+
+
+def _iox_pub(name, n, frames, ready, go):
+    iox2, node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
+    pub = _iox_publisher(iox2, svc)
+    ready.set()
+    go.wait()
+    payload = _Frame() if frames else _P32()
+    send = pub.send_copy
+    for _ in range(n):
+        send(payload)
+
+
+def iox_thr(n, frames=False):
+    import numpy as np
+
+    name = _name("iox")
+    iox2, node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
+    sub = svc.subscriber_builder().buffer_size(1024).create()
+    ready, go = SPAWN.Event(), SPAWN.Event()
+    p = SPAWN.Process(target=_iox_pub, args=(name, n, frames, ready, go))
+    p.start()
+    try:
+        ready.wait(60)
+        go.set()
+        receive = sub.receive
+        got = 0
+        t0 = None
+        if frames:
+            import torch
+
+            from_dlpack, frombuffer, f32 = torch.from_dlpack, np.frombuffer, np.float32
+        idle_since = None
+        while got < n:
+            s = receive()
+            if s is None:
+                now = time.perf_counter()
+                if idle_since is None:
+                    idle_since = now
+                elif now - idle_since > 2 and not p.is_alive():  # finished, samples missing
+                    return {"error": f"iceoryx2 delivered {got} of {n} samples (lost)"}
+                continue
+            idle_since = None
+            if frames:
+                from_dlpack(frombuffer(s.payload().contents, f32))
+            got += 1
+            if t0 is None:
+                t0 = time.perf_counter()
+        dt = time.perf_counter() - t0
+        rate = (n - 1) / dt
+        if frames:
+            return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
+        return {"msgs_per_s": rate}
+    finally:
+        p.join(30)
+        p.kill()
+
+
+def _iox_pong(a, b, ready, stop):
+    iox2, node, sa = _iox_service(a, _P32, 16)
+    _, _, sb = _iox_service(b, _P32, 16)
+    sub = sa.subscriber_builder().create()
+    pub = _iox_publisher(iox2, sb)
+    ready.set()
+    receive = sub.receive
+    while not stop.is_set():
+        s = receive()
+        if s is not None:
+            pub.send_copy(s.payload().contents)
+
+
+def iox_ping(n):
+    a, b = _name("ioxa"), _name("ioxb")
+    iox2, node, sa = _iox_service(a, _P32, 16)
+    _, _, sb = _iox_service(b, _P32, 16)
+    pub = _iox_publisher(iox2, sa)
+    sub = sb.subscriber_builder().create()
+    ready, stop = SPAWN.Event(), SPAWN.Event()
+    p = SPAWN.Process(target=_iox_pong, args=(a, b, ready, stop))
+    p.start()
+    try:
+        ready.wait(60)
+        # wait until the pong side is connected (a first ping comes back)
+        payload = _P32()
+        receive = sub.receive
+        out = []
+        clock = time.perf_counter_ns
+        for i in range(n + 1000):
+            t = clock()
+            pub.send_copy(payload)
+            s = receive()
+            while s is None:
+                s = receive()
+            if i >= 1000:
+                out.append(clock() - t)
+        return _lat(out)
+    finally:
+        stop.set()
+        p.join(10)
+        p.kill()
+
+
+# ---- driver -----------------------------------------------------------------------------
+
+
+def _lat(ns):
+    ns.sort()
+    return {"p50_us": ns[len(ns) // 2] / 1e3, "p99_us": ns[int(len(ns) * 0.99)] / 1e3}
+
+
+def _scenarios(quick: bool):
+    k = 10 if quick else 1
+    return [
+        ("thr32", "shmstream (send_many/drain)", lambda: shm_thr(2_000_000 // k, True)),
+        ("thr32", "iceoryx2", lambda: iox_thr(300_000 // k)),
+        ("thr32", "pyzmq ipc", lambda: zmq_thr(300_000 // k)),
+        ("thr32-1", "shmstream (send/recv)", lambda: shm_thr(500_000 // k, False)),
+        ("ping", "shmstream", lambda: shm_ping(20_000 // k)),
+        ("ping", "iceoryx2", lambda: iox_ping(20_000 // k)),
+        ("ping", "pyzmq ipc", lambda: zmq_ping(20_000 // k)),
+        ("frames", "torch.from_dlpack alone (ceiling)", lambda: dlpack_ceiling(300_000 // k)),
+        ("frames", "shmstream py->py (drain_zero_copy)", lambda: shm_frames(1_000_000 // k, True)),
+        ("frames", "shmstream py->py (recv_zero_copy)", lambda: shm_frames(300_000 // k, False)),
+        ("frames", "shmstream C->py (drain_zero_copy)", lambda: c_frames(1_000_000 // k)),
+        ("frames", "iceoryx2", lambda: iox_thr(200_000 // k, frames=True)),
+        ("frames", "pyzmq ipc", lambda: zmq_thr(200_000 // k, frames=True)),
+    ]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="shmstream bench channel", description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
+    ap.add_argument("--quick", action="store_true", help="10x fewer messages (smoke run)")
+    ap.add_argument("--only", default="", help="comma-separated scenario names to run")
+    ap.add_argument("--json", help="write raw results here")
+    args = ap.parse_args(argv)
+    scen = _scenarios(args.quick)
+    if args.only:
+        keep = set(args.only.split(","))
+        scen = [s for s in scen if s[0] in keep]
+    raw: dict = {}
+    for r in range(args.rounds):
+        for kind, peer, fn in scen:
+            try:
+                res = fn()
+            except Exception as exc:  # a peer that fails is reported, not fatal
+                res = {"error": f"{type(exc).__name__}: {exc}"}
+            if res is None:
+                res = {"error": "skipped (no C compiler or sources)"}
+            raw.setdefault((kind, peer), []).append(res)
+            print(f"round {r + 1}: {kind:7s} {peer:36s} {_fmt(res)}", flush=True)
+    print()
+    print(f"# shmstream bench channel ({args.rounds} interleaved rounds, medians) on "
+          f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    summary = {}
+    for (kind, peer), runs in raw.items():
+        good = [x for x in runs if "error" not in x]
+        if not good:
+            summary[(kind, peer)] = runs[-1]
+            continue
+        summary[(kind, peer)] = {k: statistics.median(x[k] for x in good) for k in good[0]}
+    for (kind, peer), med in summary.items():
+        print(f"{kind:7s} {peer:36s} {_fmt(med)}")
+    _targets(summary)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"raw": {f"{k[0]}|{k[1]}": v for k, v in raw.items()},
+                       "median": {f"{k[0]}|{k[1]}": v for k, v in summary.items()}}, f, indent=1)
+    return 0
+
+
+def _fmt(res: dict) -> str:
+    if "error" in res:
+        return res["error"]
+    parts = []
+    for k, v in res.items():
+        parts.append(f"{k}={v:,.0f}" if v >= 1000 else f"{k}={v:.2f}")
+    return "  ".join(parts)
+
+
+def _targets(s: dict) -> None:
+    def get(kind, peer, key):
+        return s.get((kind, peer), {}).get(key)
+
+    print("\ntargets:")
+    thr = get("thr32", "shmstream (send_many/drain)", "msgs_per_s")
+    if thr:
+        print(f"  32 B Python->Python >= 1 M msgs/s: {thr / 1e6:.2f} M ({'met' if thr >= 1e6 else 'NOT met'})")
+    for peer in ("iceoryx2", "pyzmq ipc"):
+        o = get("thr32", peer, "msgs_per_s")
+        if thr and o:
+            print(f"  thr32 shmstream / {peer}: {thr / o:.1f}x")
+    p = get("ping", "shmstream", "p50_us")
+    i = get("ping", "iceoryx2", "p50_us")
+    if p and i:
+        print(f"  ping-pong p50 <= iceoryx2's: {p:.1f} us vs {i:.1f} us ({'met' if p <= i else 'NOT met'})")
+    f = get("frames", "shmstream py->py (drain_zero_copy)", "frames_per_s")
+    if f:
+        print(f"  frames Python->Python >= 500 K/s: {f / 1e3:.0f} K ({'met' if f >= 5e5 else 'NOT met'})")
+    ceil = get("frames", "torch.from_dlpack alone (ceiling)", "frames_per_s")
+    if f and ceil:
+        print(f"  frames py->py / torch.from_dlpack ceiling: {f / ceil:.2f}")
+    c = get("frames", "shmstream C->py (drain_zero_copy)", "frames_per_s")
+    if c:
+        print(f"  frames C->Python >= 370 K/s: {c / 1e3:.0f} K ({'met' if c >= 3.7e5 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,468 @@
+"""Channels: a bounded lock-free single-producer single-consumer ring of
+variable-size messages in named shared memory.
+
+Every message carries a ``type_id`` and either bytes or an ndarray (its dtype
+and shape travel in the record, so the consumer gets an array back). Nothing
+is overwritten: a full ring makes ``send`` wait (or raise, with
+``timeout=0``). One end may be a C process using ``include/shmstream.h``.
+
+    tx = shmstream.channel("feed", capacity=1 << 20)      # producer
+    rx = shmstream.open_channel("feed")                   # consumer, elsewhere
+    tx.send(b"hello", type_id=1); rx.recv().data          # -> b"hello"
+
+End of stream: when the producer closes or dies, the consumer first receives
+everything it published, then ``ChannelClosedError`` (an ``EOFError``). When
+the consumer closes, or dies while the producer waits for room, ``send``
+raises ``ChannelBrokenError`` (a ``BrokenPipeError``). A new process can take
+over a dead end with ``open_channel(name, role=...)``. The ring layout and
+protocol are in docs/ABI.md ("Channels").
+"""
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from . import _channel, _dtypes, _native
+from .errors import (
+    ChannelBrokenError,
+    ChannelBusyError,
+    ChannelClosedError,
+    CorruptStreamError,
+)
+
+__all__ = [
+    "channel",
+    "open_channel",
+    "unlink_channel",
+    "ChannelProducer",
+    "ChannelConsumer",
+    "Message",
+    "ZeroCopyMessage",
+]
+
+Message = _channel.Message
+ZeroCopyMessage = _channel.ZeroCopyMessage
+
+_ROLES = {"producer": _channel.ROLE_PRODUCER, "consumer": _channel.ROLE_CONSUMER}
+_CACHE_LIMIT = 1024
+_meta_cache: dict = {}  # (dtype, shape) -> record metadata bytes
+_desc_cache: dict = {}  # record metadata bytes -> (dtype, shape)
+
+
+# ---- array metadata (docs/ABI.md: u32 ndim, u32 dtype_len, u64 shape[ndim], dtype text)
+
+
+def _array_meta(dtype: np.dtype, shape: tuple) -> bytes:
+    key = (dtype, shape)
+    meta = _meta_cache.get(key)
+    if meta is None:
+        if len(shape) > _native.MAX_NDIM:
+            raise ValueError(f"at most {_native.MAX_NDIM} dimensions travel in a message")
+        text = _dtypes.encode(_dtypes.normalize(dtype)).encode()
+        meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(text), *shape) + text
+        if len(meta) > _channel.MAX_META:
+            raise ValueError(f"dtype {dtype} is too complex to describe in a message header")
+        if len(_meta_cache) < _CACHE_LIMIT:
+            _meta_cache[key] = meta
+    return meta
+
+
+def _describe(meta: bytes) -> tuple:
+    desc = _desc_cache.get(meta)
+    if desc is None:
+        try:
+            ndim, dlen = struct.unpack_from("<II", meta)
+            shape = struct.unpack_from(f"<{ndim}Q", meta, 8)
+            dtype = _dtypes.decode(bytes(meta[8 + 8 * ndim : 8 + 8 * ndim + dlen]).decode())
+        except Exception as exc:  # written by another process: untrusted
+            raise CorruptStreamError(f"message carries an unreadable array description: {exc}") from None
+        desc = (dtype, tuple(shape))
+        if len(_desc_cache) < _CACHE_LIMIT:
+            _desc_cache[bytes(meta)] = desc
+    return desc
+
+
+def _decode(meta: bytes, data: Any) -> np.ndarray:
+    dtype, shape = _describe(meta)
+    if dtype.itemsize == 0 or math.prod(shape) == 0:
+        return np.empty(shape, dtype)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+_channel.set_error_types(
+    ChannelClosedError, ChannelBrokenError, ChannelBusyError, CorruptStreamError, _decode
+)
+
+
+# ---- zero-copy message views (ZeroCopyMessage is defined in C++) -----------
+
+
+def _zc_data(self: ZeroCopyMessage) -> memoryview:
+    """The payload as a read-only memoryview (pins the ring bytes while alive)."""
+    return self._bytes_view()
+
+
+def _zc_array(self: ZeroCopyMessage) -> np.ndarray:
+    """The payload as a read-only ndarray view (uint8 for a bytes message)."""
+    if not self.is_array:
+        return np.asarray(self._typed_view())
+    typed = self._typed_view()
+    if typed is not None:
+        return np.asarray(typed)
+    dtype, shape = _describe(self.meta)  # structured, strings, ...: no DLPack code
+    if dtype.itemsize == 0 or math.prod(shape) == 0:
+        return np.empty(shape, dtype)
+    return np.frombuffer(self._bytes_view(), dtype=dtype).reshape(shape)
+
+
+def _zc_array_protocol(self: ZeroCopyMessage, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    a = _zc_array(self)
+    if dtype is not None and np.dtype(dtype) != a.dtype:
+        return a.astype(dtype)
+    return a.copy() if copy else a
+
+
+ZeroCopyMessage.data = property(_zc_data)
+ZeroCopyMessage.array = property(_zc_array)
+ZeroCopyMessage.__array__ = _zc_array_protocol
+
+
+class ZeroCopyBatch(list):
+    """Messages from ``drain_zero_copy``; released when the block ends."""
+
+    def __enter__(self) -> "ZeroCopyBatch":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        for m in self:
+            m.release()
+        self.clear()
+        return False
+
+
+class _Loan:
+    """``with tx.send_zero_copy(...) as buf``: commit on exit, roll back on error."""
+
+    __slots__ = ("_ch", "_nbytes", "_meta", "_type_id", "_timeout", "_dtype", "_shape", "_view")
+
+    def __init__(self, ch, nbytes, meta, type_id, timeout, dtype, shape):
+        self._ch, self._nbytes, self._meta = ch, nbytes, meta
+        self._type_id, self._timeout = type_id, timeout
+        self._dtype, self._shape, self._view = dtype, shape, None
+
+    def __enter__(self) -> Any:
+        raw = self._ch.loan(self._nbytes, self._meta, self._timeout)
+        if self._dtype is None:
+            self._view = raw
+        elif self._dtype.itemsize == 0 or self._nbytes == 0:
+            self._view = np.empty(self._shape, self._dtype)
+        else:
+            self._view = np.frombuffer(raw, dtype=self._dtype).reshape(self._shape)
+        return self._view
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        view, self._view = self._view, None
+        if isinstance(view, memoryview):
+            try:
+                view.release()
+            except BufferError:
+                pass  # the caller made views of it; they must not outlive the block
+        if exc_type is None:
+            self._ch.commit(self._nbytes, self._type_id, self._meta is not None)
+        else:
+            self._ch.rollback()
+        return False
+
+
+def _as_buffer(obj: Any) -> Any:
+    """Something with the buffer protocol for send()."""
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, (bytes, bytearray, memoryview)):
+        return np.from_dlpack(obj)
+    return obj
+
+
+# ---- the two ends -------------------------------------------------------------
+
+
+class _End:
+    __slots__ = ("_ch",)
+
+    def __init__(self, ch: Any) -> None:
+        self._ch = ch
+
+    @property
+    def name(self) -> str:
+        return self._ch.name
+
+    @property
+    def capacity(self) -> int:
+        """Ring bytes (a power of two)."""
+        return self._ch.capacity
+
+    @property
+    def max_message_bytes(self) -> int:
+        """Largest bytes payload one message can carry (capacity - 16)."""
+        return self._ch.max_message(0)
+
+    @property
+    def closed(self) -> bool:
+        return self._ch.closed
+
+    @property
+    def spin_ns(self) -> int:
+        """How long a wait spins before it sleeps on the futex."""
+        return self._ch.spin_ns
+
+    @spin_ns.setter
+    def spin_ns(self, value: int) -> None:
+        self._ch.spin_ns = value
+
+    def _end(self, role: int) -> dict:
+        pid, state, attaches, takeovers = self._ch.end_info(role)
+        return {"pid": pid, "state": ("none", "attached", "closed")[state] if state < 3 else state,
+                "attaches": attaches, "takeovers": takeovers}
+
+    def stat(self) -> dict:
+        """Both ends' owners and the ring indices."""
+        return {
+            "name": self.name,
+            "capacity": self.capacity,
+            "head": self._ch.head,
+            "tail": self._ch.tail,
+            "producer": self._end(_channel.ROLE_PRODUCER),
+            "consumer": self._end(_channel.ROLE_CONSUMER),
+        }
+
+    def close(self) -> None:
+        """Give up this end (the peer sees a clean close) and drop the mapping
+        once no zero-copy view refers to it. Idempotent."""
+        self._ch.close()
+
+    def unlink(self) -> bool:
+        """Remove the name; handles already attached keep working."""
+        return unlink_channel(self.name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.close()
+        return False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"capacity={self.capacity}"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+
+class ChannelProducer(_End):
+    """The sending end of a channel."""
+
+    __slots__ = ()
+
+    @property
+    def batch(self) -> int:
+        """Publish the head index at most every ``batch`` messages (and on
+        ``flush``, at the end of ``send_many``, and before waiting for room)."""
+        return self._ch.batch
+
+    @batch.setter
+    def batch(self, value: int) -> None:
+        if int(value) < 1:
+            raise ValueError("batch must be >= 1")
+        self._ch.batch = int(value)
+
+    def send(self, obj: Any, type_id: int = 0, timeout: float | None = None) -> None:
+        """Copy ``obj`` (bytes, any buffer, an ndarray, or a DLPack tensor)
+        into the ring. A full ring waits up to ``timeout`` seconds (None:
+        forever; 0: raise TimeoutError at once)."""
+        if isinstance(obj, np.ndarray):
+            if not obj.flags.c_contiguous:
+                obj = np.ascontiguousarray(obj)
+            meta = _array_meta(obj.dtype, obj.shape)
+            if obj.dtype.kind in "mM" or obj.dtype.itemsize == 0:
+                obj = obj.reshape(-1).view(np.uint8) if obj.dtype.itemsize else b""
+            self._ch.send(obj, type_id, meta, timeout)
+            return
+        try:
+            self._ch.send(obj, type_id, None, timeout)
+        except TypeError:
+            buf = _as_buffer(obj)
+            if buf is obj:
+                raise TypeError(
+                    f"send takes bytes, a buffer, an ndarray or a DLPack tensor, not {type(obj).__name__}"
+                ) from None
+            self.send(buf, type_id, timeout)
+
+    def send_many(self, items: Sequence[Any], type_id: int = 0, timeout: float | None = None) -> int:
+        """Send a sequence of messages in one native call, all with ``type_id``:
+        bytes-like objects, or ndarrays that all share one dtype and shape.
+        Sizes are checked before anything is written."""
+        if len(items) and isinstance(items[0], np.ndarray):
+            first = items[0]
+            dt, shp = first.dtype, first.shape
+            if dt.kind in "mM" or not all(
+                isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shp and a.flags.c_contiguous
+                for a in items
+            ):
+                for a in items:  # mixed arrays: one by one, each with its own header
+                    self.send(a, type_id, timeout)
+                return len(items)
+            return self._ch.send_many(items, type_id, _array_meta(dt, shp), timeout)
+        return self._ch.send_many(items, type_id, None, timeout)
+
+    def send_zero_copy(
+        self,
+        nbytes: int | None = None,
+        type_id: int = 0,
+        *,
+        dtype: Any = None,
+        shape: Any = None,
+        timeout: float | None = None,
+    ) -> _Loan:
+        """``with tx.send_zero_copy(n) as buf:`` fill a writable memoryview of
+        ``n`` ring bytes (or, with ``dtype`` and ``shape``, an ndarray view);
+        the message is committed when the block ends normally and rolled back
+        if it raises. Views must not outlive the block."""
+        if dtype is None and shape is None:
+            if nbytes is None:
+                raise TypeError("send_zero_copy needs nbytes, or dtype and shape")
+            n = int(nbytes)
+            if n < 0:
+                raise ValueError("nbytes must be >= 0")
+            self._check_fits(n, None)
+            return _Loan(self._ch, n, None, type_id, timeout, None, None)
+        dt = _dtypes.normalize(dtype if dtype is not None else np.uint8)
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape or ())
+        if any(s < 0 for s in shp):
+            raise ValueError(f"negative dimension in shape {shp}")
+        n = math.prod(shp) * dt.itemsize
+        if nbytes is not None and int(nbytes) != n:
+            raise ValueError(f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)")
+        meta = _array_meta(dt, shp)
+        self._check_fits(n, meta)
+        return _Loan(self._ch, n, meta, type_id, timeout, dt, shp)
+
+    def _check_fits(self, n: int, meta: bytes | None) -> None:
+        most = self._ch.max_message(len(meta) if meta else 0)
+        if n > most:
+            raise ValueError(
+                f"message of {n} bytes is larger than the ring of {self.name!r} can hold "
+                f"(at most {most} bytes per message with capacity {self.capacity}); "
+                "create the channel with a larger capacity"
+            )
+
+    def flush(self) -> None:
+        """Publish every committed message now and wake a sleeping consumer."""
+        self._ch.flush()
+
+    @property
+    def consumer_pid(self) -> int:
+        """pid of the attached consumer, 0 if none."""
+        return self._ch.end_info(_channel.ROLE_CONSUMER)[0]
+
+
+class ChannelConsumer(_End):
+    """The receiving end of a channel."""
+
+    __slots__ = ()
+
+    def recv(self, timeout: float | None = None) -> Message:
+        """The next message, copied out (``.type_id``, ``.data``, ``.array``).
+        Waits up to ``timeout`` seconds (None: forever) and raises
+        TimeoutError, or ChannelClosedError once the producer is gone and
+        everything it sent has been received."""
+        return self._ch.recv(timeout)
+
+    def drain(self, max_messages: int = 1024, timeout: float | None = 0.0) -> list:
+        """Up to ``max_messages`` messages that are there now (an empty list if
+        none; with a timeout, waits for the first one)."""
+        return self._ch.drain(max_messages, timeout)
+
+    def recv_zero_copy(self, timeout: float | None = None) -> ZeroCopyMessage:
+        """``with rx.recv_zero_copy() as msg:`` the next message read in place:
+        ``msg.data`` (read-only memoryview), ``msg.array``, ``np.asarray(msg)``,
+        ``torch.from_dlpack(msg)``. Its ring bytes are not reused until the
+        block ends and every view of them is gone."""
+        return self._ch.recv_view(timeout)
+
+    def drain_zero_copy(self, max_messages: int = 1024, timeout: float | None = 0.0) -> ZeroCopyBatch:
+        """``with rx.drain_zero_copy(n) as msgs:`` up to n messages read in
+        place; released (unless views hold them) when the block ends."""
+        return ZeroCopyBatch(self._ch.drain_views(max_messages, timeout))
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages until the producer closes the channel (or dies)."""
+        while True:
+            try:
+                yield self._ch.recv(None)
+            except ChannelClosedError:
+                return
+
+    @property
+    def producer_pid(self) -> int:
+        """pid of the attached producer, 0 if none."""
+        return self._ch.end_info(_channel.ROLE_PRODUCER)[0]
+
+
+def _role(role: str) -> int:
+    try:
+        return _ROLES[role]
+    except (KeyError, TypeError):
+        raise ValueError(f"role must be 'producer' or 'consumer', not {role!r}") from None
+
+
+def _wrap(ch: Any) -> ChannelProducer | ChannelConsumer:
+    return ChannelProducer(ch) if ch.role == _channel.ROLE_PRODUCER else ChannelConsumer(ch)
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"channel name must be a str, not {type(name).__name__}")
+    return name
+
+
+def channel(
+    name: str,
+    capacity: int = 1 << 20,
+    *,
+    role: str = "producer",
+    batch: int = 1,
+    mode: int = 0o600,
+) -> ChannelProducer | ChannelConsumer:
+    """Create the channel ``name`` with a ring of ``capacity`` bytes (a power
+    of two >= 4096) and attach as ``role`` (the producer by default).
+    FileExistsError if the name exists (attach with ``open_channel``)."""
+    _check_name(name)
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+        raise TypeError(f"capacity must be an int, not {type(capacity).__name__}")
+    capacity = int(capacity)
+    if capacity < _channel.MIN_CAPACITY or capacity & (capacity - 1):
+        raise ValueError(
+            f"capacity must be a power of two >= {_channel.MIN_CAPACITY} bytes, not {capacity}"
+        )
+    ch = _wrap(_channel.Channel.create(name, capacity, _role(role), mode))
+    if batch != 1 and isinstance(ch, ChannelProducer):
+        ch.batch = batch
+    return ch
+
+
+def open_channel(
+    name: str, *, role: str = "consumer", batch: int = 1
+) -> ChannelProducer | ChannelConsumer:
+    """Attach to the existing channel ``name`` as ``role`` (the consumer by
+    default). ChannelBusyError if a live process holds that end; a dead
+    holder's end is taken over. FileNotFoundError if there is no such
+    channel (create it with ``channel``)."""
+    _check_name(name)
+    ch = _wrap(_channel.Channel.open(name, _role(role)))
+    if batch != 1 and isinstance(ch, ChannelProducer):
+        ch.batch = batch
+    return ch
+
+
+def unlink_channel(name: str) -> bool:
+    """Remove the channel's name. True if it existed."""
+    return _native.unlink_segname(_native.segment_name(_check_name(name)))

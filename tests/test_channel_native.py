@@ -1,0 +1,115 @@
+"""Channels with a native end: the example C producer and consumer in
+examples/, compiled here with the system C compiler against
+include/shmstream.h and the core's C files."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import shmstream
+from shmstream.errors import ChannelClosedError
+
+from channel_util import name, no_leftovers, pattern  # noqa: F401  (fixtures)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
+
+
+def build(tmp_path_factory, prog: str) -> str:
+    out = str(tmp_path_factory.mktemp("cbin") / prog)
+    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c")))
+    subprocess.run(
+        [CC, "-std=c11", "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
+         os.path.join(ROOT, "examples", prog + ".c"), *core, "-o", out, "-lpthread"],
+        check=True, capture_output=True, text=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def c_producer(tmp_path_factory):
+    return build(tmp_path_factory, "c_producer")
+
+
+@pytest.fixture(scope="module")
+def c_consumer(tmp_path_factory):
+    return build(tmp_path_factory, "c_consumer")
+
+
+def test_c_producer_to_python_consumer_bytes(name, c_producer):
+    rx = shmstream.channel(name, 1 << 14, role="consumer")
+    n, size = 3000, 700  # a 16 KiB ring wraps many times
+    proc = subprocess.Popen([c_producer, name, str(n), str(size)], stdout=subprocess.PIPE, text=True)
+    try:
+        for i in range(n):
+            m = rx.recv(timeout=30)
+            assert m.type_id == i and m.data == pattern(i, size)
+        with pytest.raises(ChannelClosedError):
+            rx.recv(timeout=30)
+        assert proc.wait(30) == 0 and proc.stdout.read().startswith(f"sent {n}")
+    finally:
+        proc.kill()
+        proc.wait()
+        rx.close()
+
+
+def test_c_producer_frames_arrive_as_arrays_and_dlpack_tensors(name, c_producer):
+    torch = pytest.importorskip("torch")
+    rx = shmstream.channel(name, 1 << 16, role="consumer")
+    n = 2000
+    proc = subprocess.Popen([c_producer, name, str(n), "--frames", "256", "--batch", "8"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        base = np.arange(256, dtype=np.float32)
+        i = 0
+        while i < n:
+            with rx.drain_zero_copy(64, timeout=30) as msgs:
+                for m in msgs:
+                    t = torch.from_dlpack(m)
+                    assert t.dtype == torch.float32 and t.shape == (256,)
+                    np.testing.assert_array_equal(t.numpy(), base + i)
+                    i += 1
+        m = None
+        with pytest.raises(ChannelClosedError):
+            rx.recv(timeout=30)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        rx.close()
+
+
+def test_python_producer_to_c_consumer(name, c_consumer):
+    tx = shmstream.channel(name, 1 << 13)
+    proc = subprocess.Popen([c_consumer, name], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        sizes = [i % 900 for i in range(2500)]
+        for i, size in enumerate(sizes):
+            tx.send(pattern(i, size), type_id=i, timeout=30)
+        tx.close()
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert out.strip() == f"received {len(sizes)} messages, {sum(sizes)} bytes"
+    finally:
+        proc.kill()
+        proc.wait()
+        tx.close()
+
+
+def test_the_c_header_compiles_as_cplusplus(tmp_path):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "h.cpp"
+    src.write_text('#include "shmstream.h"\nint main() { ss_channel c{}; (void)c; return 0; }\n')
+    subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), str(src)],
+                   check=True, capture_output=True, text=True)
