@@ -195,6 +195,13 @@ def test_bench_stream_quick_prints_every_row(tmp_path, capsys):
         assert row in out
     for payload in ("64 B", "64 KiB", "4 MiB"):
         assert payload in out
+    # (b) copy and zero-copy rows for every peer, the wake-up rows;
+    # (c) shmstream with its default two slots and with one
+    for row in ("copy: read_new(out=)", "zero-copy: locked() + read(safe=False)",
+                "zero-copy: receive, read in place", "zero-copy: read in place",
+                "spin_us=0 both ends", "os.pipe() (kernel)", "like-for-like",
+                "best vs best", "slots=2 (default)", "slots=1"):
+        assert row in out
     assert "(a)" in out and "(b)" in out and "(c)" in out
     assert "shmstream best vs pyshmem" in out
     doc = json.loads(path.read_text())

@@ -184,8 +184,10 @@ def _loadavg() -> list[float] | None:
 def _worker_main(conn: Any, module: str) -> None:
     """Body of a persistent worker: run tasks named by the parent until told
     to stop. A task gets ``ready`` (a callable that tells the parent it is set
-    up) and returns a picklable result."""
+    up) and returns a picklable result. A task sent with file descriptors
+    (``Worker.start(..., fds=[...])``) gets its copies as ``fds=``."""
     import signal
+    from multiprocessing import reduction
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     mod = importlib.import_module(module)
@@ -196,7 +198,9 @@ def _worker_main(conn: Any, module: str) -> None:
             return
         if msg is None:
             return
-        task, kwargs = msg
+        task, kwargs, nfds = msg
+        if nfds:
+            kwargs["fds"] = [reduction.recv_handle(conn) for _ in range(nfds)]
         try:
             result = getattr(mod, task)(lambda: conn.send(("ready", None)), **kwargs)
             conn.send(("done", result))
@@ -217,8 +221,15 @@ class Worker:
         self.proc.start()
         child.close()
 
-    def start(self, task: str, **kwargs: Any) -> None:
-        self._conn.send((task, kwargs))
+    def start(self, task: str, fds: Sequence[int] = (), **kwargs: Any) -> None:
+        """Run ``task(ready, **kwargs)`` in the worker. ``fds`` are passed
+        over the worker's socket (SCM_RIGHTS); the caller may close its
+        copies as soon as this returns."""
+        from multiprocessing import reduction
+
+        self._conn.send((task, kwargs, len(fds)))
+        for fd in fds:
+            reduction.send_handle(self._conn, fd, self.proc.pid)
 
     def expect(self, kind: str, timeout: float = 60.0) -> Any:
         deadline = time.monotonic() + timeout

@@ -8,15 +8,26 @@ Sections
       (100x100, 128x128, 1000x1000; 10000x10000 with --huge).
   (b) cross-process ping-pong: request of 64 B / 64 KiB / 4 MiB on stream A,
       the responder waits for it, reads it and writes a 64 B ack on stream B.
-      Round trips/s and p50/p95/p99 latency.
+      Round trips/s and p50/p95/p99 latency. Two rows per implementation:
+      "copy" (the responder copies the request into its own array) and
+      "zero-copy" (it reads the sequence words in place: shmstream and
+      pyshmem with ``wait_for_count`` + ``with locked(): read(safe=False)``,
+      iceoryx2 in the received sample, the raw baseline in the segment with
+      a re-check of its published word). For 64 B also two wake-up rows:
+      shmstream with ``spin_us=0`` on both ends (futex sleep at once) and a
+      plain ``os.pipe()`` ping-pong (blocking 8-byte reads) between the same
+      two processes.
   (c) fan-out: one writer, two reader processes, 64 KiB frames: frames/s
       delivered per reader, missed frames (from sequence numbers, checked
       against shmstream's own counter), torn frames (every 8-byte word of a
-      frame carries its sequence number).
+      frame carries its sequence number). shmstream with its default two
+      payload slots and with ``slots=1``.
 
 Method: every implementation does the same work: the producer's NumPy array
 is copied into shared memory, the consumer ends up with its own NumPy array
-(a preallocated ``out=`` buffer where the API has one). Rows are measured
+(a preallocated ``out=`` buffer where the API has one); (b)'s zero-copy rows
+are the one exception, labelled as such, and compared zero-copy with
+zero-copy. Rows are measured
 round-robin (impl A, B, C, D, A, B, ...) ``--repeats`` times and the median is
 reported, so drift on a noisy machine hits every column alike. Processes are
 spawned once per run and reused (start-up is not measured); each measurement
@@ -424,13 +435,42 @@ def _section_roundtrip(cfg: argparse.Namespace, peers: Peers, names: Names, res:
 # of the request, publishes it, waits for the ack and checks the ack's seq.
 
 
-def _pp_requester(impl: str, peers: Peers, names: Names, payload: int):
+def _pp_requester(impl: str, variant: str, peers: Peers, names: Names, payload: int):
+    """The requester is the same for the copy and zero-copy rows (they differ
+    in how the responder reads the request); ``spin_us=0`` turns off the
+    spin of shmstream's wait for the ack."""
+    pc = time.perf_counter_ns
+    if impl == "pipe":
+        # kernel wake-up reference: 8 bytes each way over two os.pipe()s,
+        # blocking reads. kw["fds"] are the responder's ends (sent to it,
+        # then closed here by _pingpong_once).
+        req_r, req_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        write, read = os.write, os.read
+
+        def rt(seq: int, n: int, lat: array) -> int:  # type: ignore[no-redef]
+            for i in range(n):
+                seq += 1
+                msg = seq.to_bytes(8, "little")
+                t0 = pc()
+                write(req_w, msg)
+                got = read(ack_r, 8)
+                lat[i] = pc() - t0
+                if got != msg:
+                    raise BenchError(f"pipe ack {got!r}, expected seq {seq}")
+            return seq
+
+        def cleanup() -> None:  # type: ignore[no-redef]
+            call_quietly(os.close, req_w)
+            call_quietly(os.close, ack_r)
+
+        return rt, {"fds": [req_r, ack_w]}, cleanup
+
     req = np.zeros(payload, np.uint8)
     r64 = req.view(np.uint64)
     last = payload // 8 - 1
     ack = np.zeros(_ACK, np.uint8)
     k64 = ack.view(np.uint64)
-    pc = time.perf_counter_ns
     mono = time.monotonic
 
     if impl in ("shmstream", "pyshmem"):
@@ -441,6 +481,8 @@ def _pp_requester(impl: str, peers: Peers, names: Names, payload: int):
         hb = pkg.create(b, shape=(_ACK,), dtype=np.uint8)
         write = ha.write
         if impl == "shmstream":
+            if variant == "spin_us=0":
+                hb.spin_us = 0  # per handle: a per-call spin_us= leaves the fast path
             read_new = hb.read_new
 
             def rt(seq: int, n: int, lat: array) -> int:
@@ -591,11 +633,18 @@ def _check_req(s: int, expected: int, tail: int) -> None:
         raise BenchError(f"request seq {s} (tail {tail}), expected {expected}")
 
 
-def pong_stream(ready: Callable[[], None], a: str, b: str, payload: int, lib: str) -> int:
+def pong_stream(ready: Callable[[], None], a: str, b: str, payload: int, lib: str,
+                zero_copy: bool = False, spin_us: float | None = None) -> int:
+    """Copy: ``read_new(out=)`` (pyshmem: ``wait_for_count`` + ``read(out=)``).
+    Zero-copy: ``wait_for_count(after=last)``, then the sequence words are
+    read from the live slot, ``with locked(): read(safe=False)``, and the ack
+    is written after the block."""
     pkg = importlib.import_module(lib)
     ha = pkg.open(a)
     hb = pkg.open(b)
     try:
+        if spin_us is not None:
+            ha.spin_us = spin_us
         buf = np.empty(payload, np.uint8)
         b64 = buf.view(np.uint64)
         last = payload // 8 - 1
@@ -603,29 +652,41 @@ def pong_stream(ready: Callable[[], None], a: str, b: str, payload: int, lib: st
         k64 = ack.view(np.uint64)
         write = hb.write
         expected = 1
-        if lib == "pyshmem":
-            wait_for_count, read = ha.wait_for_count, ha.read
-            na = ha.count
+        na = ha.count
+        if zero_copy:
+            wait_for_count, locked, read = ha.wait_for_count, ha.locked, ha.read
+            u64 = np.uint64
 
-            def get() -> None:
+            def get() -> tuple[int, int]:
+                nonlocal na
+                na = wait_for_count(after=na, timeout=WAIT_S)
+                with locked():
+                    v = read(safe=False).view(u64)
+                    s, t = int(v[0]), int(v[last])
+                return s, t
+        elif lib == "pyshmem":
+            wait_for_count, read = ha.wait_for_count, ha.read
+
+            def get() -> tuple[int, int]:
                 nonlocal na
                 na = wait_for_count(after=na, timeout=WAIT_S)
                 read(out=buf)
+                return int(b64[0]), int(b64[last])
         else:
             read_new = ha.read_new
 
-            def get() -> None:
+            def get() -> tuple[int, int]:
                 read_new(timeout=WAIT_S, out=buf)
+                return int(b64[0]), int(b64[last])
         ready()
         while True:
-            get()
-            s = int(b64[0])
+            s, t = get()
             if s == STOP:
                 k64[0] = s
                 write(ack)
                 return expected - 1
-            if s != expected or b64[last] != s:
-                _check_req(s, expected, int(b64[last]))
+            if s != expected or t != s:
+                _check_req(s, expected, t)
             k64[0] = s
             write(ack)
             expected += 1
@@ -635,7 +696,9 @@ def pong_stream(ready: Callable[[], None], a: str, b: str, payload: int, lib: st
 
 
 def pong_iceoryx2(ready: Callable[[], None], a: str, b: str, payload: int,
-                  prefix: str, root: str) -> int:
+                  prefix: str, root: str, zero_copy: bool = False) -> int:
+    """Copy: ``memmove`` the received sample out. Zero-copy: read the
+    sequence words in the received sample, in place, then release it."""
     iox, node = _iox_node(prefix, root)
     sa = _iox_service(iox, node, a, create=False)
     sb = _iox_service(iox, node, b, create=False)
@@ -649,6 +712,7 @@ def pong_iceoryx2(ready: Callable[[], None], a: str, b: str, payload: int,
         k64 = ack.view(np.uint64)
         loan, receive, mm = pub.loan_slice_uninit, sub.receive, ctypes.memmove
         bufp, ackp = buf.ctypes.data, ack.ctypes.data
+        view = _iox_views(payload // 8)
         mono = time.monotonic
         expected = 1
         ready()
@@ -667,11 +731,16 @@ def pong_iceoryx2(ready: Callable[[], None], a: str, b: str, payload: int,
                         deadline = now + WAIT_S
                     elif now > deadline:
                         raise BenchError("no request from the iceoryx2 requester")
-            mm(bufp, r.payload_ptr, payload)
-            r.delete()
-            s = int(b64[0])
-            if s != STOP and (s != expected or b64[last] != s):
-                _check_req(s, expected, int(b64[last]))
+            if zero_copy:
+                v = view(r.payload_ptr)
+                s, t = int(v[0]), int(v[last])
+                r.delete()
+            else:
+                mm(bufp, r.payload_ptr, payload)
+                r.delete()
+                s, t = int(b64[0]), int(b64[last])
+            if s != STOP and (s != expected or t != s):
+                _check_req(s, expected, t)
             k64[0] = s
             out = loan(_ACK)
             mm(out.payload_ptr, ackp, _ACK)
@@ -683,12 +752,17 @@ def pong_iceoryx2(ready: Callable[[], None], a: str, b: str, payload: int,
         _iox_close(sub, pub)
 
 
-def pong_mpshm(ready: Callable[[], None], a: str, b: str, payload: int) -> int:
+def pong_mpshm(ready: Callable[[], None], a: str, b: str, payload: int,
+               zero_copy: bool = False) -> int:
+    """Copy: ``np.copyto`` the payload out. Zero-copy: read the sequence
+    words in the segment, then re-read the published word (the seqlock
+    check: a change means a write overlapped, so read again)."""
     seg_a = raw_shm(a)
     seg_b = raw_shm(b)
     ca, cb = seg_a.buf[:8].cast("Q"), seg_b.buf[:8].cast("Q")
     da = np.ndarray(payload, np.uint8, seg_a.buf, 64)
     db = np.ndarray(_ACK, np.uint8, seg_b.buf, 64)
+    da64 = da.view(np.uint64)
     try:
         buf = np.empty(payload, np.uint8)
         b64 = buf.view(np.uint64)
@@ -712,11 +786,18 @@ def pong_mpshm(ready: Callable[[], None], a: str, b: str, payload: int) -> int:
                         deadline = now + WAIT_S
                     elif now > deadline:
                         raise BenchError("no request from the raw requester")
-            seen = ca[0]
-            copyto(buf, da)
-            s = int(b64[0])
-            if s != STOP and (s != expected or b64[last] != s or s != seen):
-                _check_req(s, expected, int(b64[last]))
+            if zero_copy:
+                while True:
+                    seen = ca[0]
+                    s, t = int(da64[0]), int(da64[last])
+                    if ca[0] == seen:
+                        break
+            else:
+                seen = ca[0]
+                copyto(buf, da)
+                s, t = int(b64[0]), int(b64[last])
+            if s != STOP and (s != expected or t != s or s != seen):
+                _check_req(s, expected, t)
             k64[0] = s
             copyto(db, ack)
             cb[0] = s
@@ -724,66 +805,150 @@ def pong_mpshm(ready: Callable[[], None], a: str, b: str, payload: int) -> int:
                 return expected - 1
             expected += 1
     finally:
-        da = db = None  # type: ignore[assignment]
+        da = db = da64 = None  # type: ignore[assignment]
         ca.release()
         cb.release()
         seg_a.close()
         seg_b.close()
 
 
+def pong_pipe(ready: Callable[[], None], fds: list[int]) -> int:
+    """The kernel wake-up reference: blocking 8-byte reads on an os.pipe()."""
+    req_r, ack_w = fds
+    try:
+        read, write = os.read, os.write
+        expected = 1
+        ready()
+        while True:
+            msg = read(req_r, 8)
+            if len(msg) != 8:
+                raise BenchError(f"pipe request of {len(msg)} bytes (requester gone?)")
+            s = int.from_bytes(msg, "little")
+            if s != STOP and s != expected:
+                _check_req(s, expected, s)
+            write(ack_w, msg)
+            if s == STOP:
+                return expected - 1
+            expected += 1
+    finally:
+        os.close(req_r)
+        os.close(ack_w)
+
+
+# Row variants of (b): every peer gets a copy row and a zero-copy row (the
+# responder reads the request in place); 64 B also gets the wake-up rows.
+_PP_COPY, _PP_ZC, _PP_NOSPIN, _PP_PIPE = "copy", "zero-copy", "spin_us=0", "os.pipe"
+
+
+def _pp_rows(peers: Peers, payload: int) -> list[tuple[str, str]]:
+    rows = [(impl, v) for impl in peers.wanted for v in (_PP_COPY, _PP_ZC)]
+    if payload == _PINGPONG_PAYLOADS[0]:
+        rows += [("shmstream", _PP_NOSPIN), ("pipe", _PP_PIPE)]
+    return rows
+
+
+_PP_VARIANT_TEXT = {
+    ("shmstream", _PP_COPY): "copy: read_new(out=)",
+    ("shmstream", _PP_ZC): "zero-copy: locked() + read(safe=False)",
+    ("shmstream", _PP_NOSPIN): "wake-up: copy, spin_us=0 both ends (futex)",
+    ("pyshmem", _PP_COPY): "copy: wait_for_count + read(out=)",
+    ("pyshmem", _PP_ZC): "zero-copy: locked() + read(safe=False)",
+    ("iceoryx2", _PP_COPY): "copy: receive + memmove",
+    ("iceoryx2", _PP_ZC): "zero-copy: receive, read in place",
+    ("mpshm", _PP_COPY): "copy: np.copyto",
+    ("mpshm", _PP_ZC): "zero-copy: read in place + seq re-check",
+    ("pipe", _PP_PIPE): "wake-up: blocking read, 8 B each way",
+}
+
+
 def _section_pingpong(cfg: argparse.Namespace, peers: Peers, names: Names, res: Results,
                       workers: list[Worker]) -> None:
-    stats: dict[tuple[str, int], dict[str, list[float]]] = {}
+    stats: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     for payload in _PINGPONG_PAYLOADS:
+        rows = [(i, v) for i, v in _pp_rows(peers, payload) if i in peers.mod or i == "pipe"]
         for rep in range(cfg.repeats):
-            for impl in peers.available:
+            for impl, variant in rows:
                 try:
-                    r = _pingpong_once(impl, payload, cfg, peers, names, workers[0])
+                    r = _pingpong_once(impl, variant, payload, cfg, peers, names, workers[0])
                 except BenchError as exc:
-                    res.error(f"(b) {impl} {fmt_bytes(payload)}: {exc}")
+                    res.error(f"(b) {impl} {variant} {fmt_bytes(payload)}: {exc}")
                     continue
-                d = stats.setdefault((impl, payload), {})
+                d = stats.setdefault((impl, variant, payload), {})
                 for k, v in r.items():
                     d.setdefault(k, []).append(v)
-                res.add(section="b", payload=payload, impl=impl, repeat=rep, **r)
-                progress(f"(b) ping-pong {fmt_bytes(payload)} {impl} rep {rep + 1}/{cfg.repeats}: "
+                res.add(section="b", payload=payload, impl=impl, variant=variant, repeat=rep, **r)
+                progress(f"(b) ping-pong {fmt_bytes(payload)} {impl} {variant} "
+                         f"rep {rep + 1}/{cfg.repeats}: "
                          f"{fmt_hz(r['rt_per_s'], '/s')} p50 {fmt_us(r['p50_ns'])} us")
 
-    headers = ["payload", "implementation", "round trips/s", "p50 us", "p95 us", "p99 us",
-               "shmstream vs this"]
-    rows = []
+    def rate(impl: str, variant: str, payload: int) -> float:
+        return median(stats.get((impl, variant, payload), {}).get("rt_per_s", []))
+
+    def best(impl: str, payload: int) -> float:
+        vals = [rate(impl, v, payload) for v in (_PP_COPY, _PP_ZC)]
+        vals = [v for v in vals if v == v]
+        return max(vals) if vals else float("nan")
+
+    headers = ["payload", "implementation", "responder reads the request", "round trips/s",
+               "p50 us", "p95 us", "p99 us", "p99/p50", "shmstream like-for-like",
+               "shmstream best vs best"]
+    table = []
     for payload in _PINGPONG_PAYLOADS:
-        ours = median(stats.get(("shmstream", payload), {}).get("rt_per_s", []))
-        for impl in peers.wanted:
-            if impl not in peers.mod:
-                rows.append([fmt_bytes(payload), peers.label(impl), peers.na(impl), "", "", "", ""])
+        for impl, variant in _pp_rows(peers, payload):
+            label = "os.pipe() (kernel)" if impl == "pipe" else peers.label(impl)
+            head = [fmt_bytes(payload), label, _PP_VARIANT_TEXT[(impl, variant)]]
+            if impl != "pipe" and impl not in peers.mod:
+                table.append(head + [peers.na(impl)] + [""] * 6)
                 continue
-            got = stats.get((impl, payload))
+            got = stats.get((impl, variant, payload))
             if not got:
-                rows.append([fmt_bytes(payload), peers.label(impl), "error", "", "", "", ""])
+                table.append(head + ["error"] + [""] * 6)
                 continue
-            d = got
-            rate = median(d["rt_per_s"])
-            rows.append([
-                fmt_bytes(payload), peers.label(impl), fmt_hz(rate, "/s"),
-                fmt_us(median(d["p50_ns"])), fmt_us(median(d["p95_ns"])),
-                fmt_us(median(d["p99_ns"])),
-                "" if impl == "shmstream" else fmt_ratio(ours, rate),
+            r_s = median(got["rt_per_s"])
+            p50, p99 = median(got["p50_ns"]), median(got["p99_ns"])
+            if impl == "pipe":
+                like = fmt_ratio(rate("shmstream", _PP_NOSPIN, payload), r_s)
+            elif impl == "shmstream":
+                like = ""
+            else:
+                like = fmt_ratio(rate("shmstream", variant, payload), r_s)
+            bvb = ("" if impl in ("shmstream", "pipe")
+                   else fmt_ratio(best("shmstream", payload), best(impl, payload)))
+            table.append(head + [
+                fmt_hz(r_s, "/s"), fmt_us(p50), fmt_us(median(got["p95_ns"])), fmt_us(p99),
+                f"{p99 / p50:.1f}" if p50 > 0 else "-", like, bvb,
             ])
     title = (f"(b) cross-process ping-pong: request of PAYLOAD on stream A, 64 B ack on "
-             f"stream B; median of {cfg.repeats}; latency = one round trip")
-    _emit(res, render_table(headers, rows, title, left=2))
+             f"stream B; median of {cfg.repeats}; latency = one round trip; the requester "
+             f"always copies its request in (write) and its ack out. "
+             f"\"like-for-like\" = shmstream's round trips/s with the same kind of read "
+             f"(copy vs copy, zero-copy vs zero-copy; on the os.pipe row: shmstream "
+             f"spin_us=0 vs the pipe); \"best vs best\" = the faster of shmstream's "
+             f"copy/zero-copy rows vs the faster of this peer's")
+    _emit(res, render_table(headers, table, title, left=3))
 
 
-def _pingpong_once(impl: str, payload: int, cfg: argparse.Namespace, peers: Peers,
-                   names: Names, worker: Worker) -> dict[str, float]:
-    rt, kw, cleanup = _pp_requester(impl, peers, names, payload)
+def _pingpong_once(impl: str, variant: str, payload: int, cfg: argparse.Namespace,
+                   peers: Peers, names: Names, worker: Worker) -> dict[str, float]:
+    rt, kw, cleanup = _pp_requester(impl, variant, peers, names, payload)
     started = False
     try:
         task = {"shmstream": "pong_stream", "pyshmem": "pong_stream",
-                "iceoryx2": "pong_iceoryx2", "mpshm": "pong_mpshm"}[impl]
-        worker.start(task, payload=payload, **kw)
-        started = True
+                "iceoryx2": "pong_iceoryx2", "mpshm": "pong_mpshm",
+                "pipe": "pong_pipe"}[impl]
+        if impl != "pipe":
+            kw["payload"] = payload
+        if variant == _PP_ZC:
+            kw["zero_copy"] = True
+        if variant == _PP_NOSPIN:
+            kw["spin_us"] = 0
+        fds = kw.pop("fds", [])
+        try:
+            worker.start(task, fds=fds, **kw)
+            started = True
+        finally:
+            for fd in fds:  # the responder has its own copies now
+                os.close(fd)
         worker.expect("ready")
         if hasattr(rt, "connect"):
             rt.connect()
@@ -810,7 +975,11 @@ def _pingpong_once(impl: str, payload: int, cfg: argparse.Namespace, peers: Peer
     finally:
         if started:
             # the worker may still wait for a request; a failed run costs it
-            # WAIT_S at most, then it reports an error we drain here
+            # WAIT_S at most (a pipe responder gets EOF once our ends are
+            # closed), then it reports an error we drain here
+            if impl == "pipe":
+                cleanup()
+                cleanup = lambda: None  # noqa: E731
             try:
                 worker.expect("done", timeout=WAIT_S + 5)
             except BenchError:
@@ -980,8 +1149,16 @@ def fan_mpshm(ready: Callable[[], None], name: str, ctl: str, payload: int) -> d
         cseg.close()
 
 
-def _fanout_once(impl: str, cfg: argparse.Namespace, peers: Peers, names: Names,
-                 workers: list[Worker]) -> dict[str, Any]:
+_FAN_DEFAULT, _FAN_SLOTS1 = "slots=2 (default)", "slots=1"
+
+
+def _fan_rows(peers: Peers) -> list[tuple[str, str]]:
+    return [(impl, v) for impl in peers.wanted
+            for v in ((_FAN_DEFAULT, _FAN_SLOTS1) if impl == "shmstream" else ("",))]
+
+
+def _fanout_once(impl: str, variant: str, cfg: argparse.Namespace, peers: Peers,
+                 names: Names, workers: list[Worker]) -> dict[str, Any]:
     payload = _FANOUT_PAYLOAD
     words = payload // 8
     ctl = names.raw_name("fin")
@@ -994,11 +1171,13 @@ def _fanout_once(impl: str, cfg: argparse.Namespace, peers: Peers, names: Names,
     started = 0
     seq = 0
     cleanup: Callable[[], None] = lambda: None
+    kw: dict[str, Any]
     try:
         if impl in ("shmstream", "pyshmem"):
             pkg = peers.mod[impl]
             name = names.stream(pkg, "fan")
-            h = pkg.create(name, shape=(payload,), dtype=np.uint8)
+            extra = {"slots": 1} if variant == _FAN_SLOTS1 else {}
+            h = pkg.create(name, shape=(payload,), dtype=np.uint8, **extra)
             write = h.write
             task, kw = "fan_stream", {"lib": peers.self_module if impl == "shmstream" else "pyshmem"}
 
@@ -1095,49 +1274,58 @@ def _fanout_once(impl: str, cfg: argparse.Namespace, peers: Peers, names: Names,
 
 def _section_fanout(cfg: argparse.Namespace, peers: Peers, names: Names, res: Results,
                     workers: list[Worker]) -> None:
-    stats: dict[str, dict[str, list[Any]]] = {}
+    stats: dict[tuple[str, str], dict[str, list[Any]]] = {}
+    rows_run = [(i, v) for i, v in _fan_rows(peers) if i in peers.mod]
     for rep in range(cfg.repeats):
-        for impl in peers.available:
+        for impl, variant in rows_run:
+            what = f"{impl} {variant}".strip()
             try:
-                r = _fanout_once(impl, cfg, peers, names, workers)
+                r = _fanout_once(impl, variant, cfg, peers, names, workers)
             except BenchError as exc:
-                res.error(f"(c) {impl}: {exc}")
+                res.error(f"(c) {what}: {exc}")
                 continue
-            res.add(section="c", payload=_FANOUT_PAYLOAD, impl=impl, repeat=rep, **r)
+            res.add(section="c", payload=_FANOUT_PAYLOAD, impl=impl, variant=variant,
+                    repeat=rep, **r)
             for i in (0, 1):
                 if impl == "shmstream" and r[f"r{i}_missed"] != r[f"r{i}_lib_missed"]:
-                    res.error(f"(c) shmstream reader {i}: missed from sequence numbers "
+                    res.error(f"(c) {what} reader {i}: missed from sequence numbers "
                               f"{r[f'r{i}_missed']} != total_missed_writes {r[f'r{i}_lib_missed']}")
                 if impl == "shmstream" and r[f"r{i}_torn"]:
-                    res.error(f"(c) shmstream reader {i}: {r[f'r{i}_torn']} torn frames")
-            d = stats.setdefault(impl, {})
+                    res.error(f"(c) {what} reader {i}: {r[f'r{i}_torn']} torn frames")
+            d = stats.setdefault((impl, variant), {})
             for k, v in r.items():
                 d.setdefault(k, []).append(v)
-            progress(f"(c) fan-out {impl} rep {rep + 1}/{cfg.repeats}: written "
+            progress(f"(c) fan-out {what} rep {rep + 1}/{cfg.repeats}: written "
                      f"{fmt_hz(r['written_per_s'], '/s')}, readers {fmt_hz(r['r0_per_s'], '/s')} "
                      f"{fmt_hz(r['r1_per_s'], '/s')}, missed {r['r0_missed']}/{r['r1_missed']}, "
                      f"torn {r['r0_torn'] + r['r1_torn']}")
 
-    def per_reader(impl: str) -> float:
-        d = stats.get(impl)
+    def per_reader(key: tuple[str, str]) -> float:
+        d = stats.get(key)
         if not d:
             return float("nan")
         return median([(a + b) / 2 for a, b in zip(d["r0_per_s"], d["r1_per_s"])])
 
+    def slower_reader(key: tuple[str, str]) -> float:
+        d = stats.get(key)
+        if not d:
+            return float("nan")
+        return median([min(a, b) for a, b in zip(d["r0_per_s"], d["r1_per_s"])])
+
     headers = ["implementation", "written/s", "reader 1 frames/s", "reader 2 frames/s",
                "missed % (r1/r2)", "missed = library counter", "torn (all runs)",
-               "shmstream vs this"]
+               "shmstream vs this (mean reader)", "shmstream vs this (slower reader)"]
     rows = []
-    ours = per_reader("shmstream")
-    for impl in peers.wanted:
+    ours_key = ("shmstream", _FAN_DEFAULT)
+    for impl, variant in _fan_rows(peers):
+        label = f"{peers.label(impl)} {variant}".strip()
         if impl not in peers.mod:
-            rows.append([peers.label(impl), peers.na(impl), "", "", "", "", "", ""])
+            rows.append([label, peers.na(impl)] + [""] * 7)
             continue
-        got_c = stats.get(impl)
-        if not got_c:
-            rows.append([peers.label(impl), "error", "", "", "", "", "", ""])
+        d = stats.get((impl, variant))  # type: ignore[assignment]
+        if not d:
+            rows.append([label, "error"] + [""] * 7)
             continue
-        d = got_c
 
         def pct(i: int) -> float:
             return median([m / (m + f) * 100 if m + f else 0.0
@@ -1149,16 +1337,19 @@ def _section_fanout(cfg: argparse.Namespace, peers: Peers, names: Names, res: Re
             agree_s = "yes" if agree else "NO"
         else:
             agree_s = "n/a"
+        mine = (impl, variant) == ours_key
         rows.append([
-            peers.label(impl), fmt_hz(median(d["written_per_s"]), "/s"),
+            label, fmt_hz(median(d["written_per_s"]), "/s"),
             fmt_hz(median(d["r0_per_s"]), "/s"), fmt_hz(median(d["r1_per_s"]), "/s"),
             f"{pct(0):.1f} / {pct(1):.1f}", agree_s,
             str(sum(d["r0_torn"]) + sum(d["r1_torn"])),
-            "" if impl == "shmstream" else fmt_ratio(ours, per_reader(impl)),
+            "" if mine else fmt_ratio(per_reader(ours_key), per_reader((impl, variant))),
+            "" if mine else fmt_ratio(slower_reader(ours_key), slower_reader((impl, variant))),
         ])
     title = (f"(c) fan-out: one writer, two reader processes, {fmt_bytes(_FANOUT_PAYLOAD)} "
-             f"frames, writer as fast as it can; median of {cfg.repeats}; "
-             f"ratio = frames/s delivered per reader")
+             f"frames, writer as fast as it can; median of {cfg.repeats}; ratios = frames/s "
+             f"delivered per reader by shmstream {_FAN_DEFAULT} vs this row (mean of the two "
+             f"readers; the slower reader of each run)")
     _emit(res, render_table(headers, rows, title))
 
 
