@@ -298,6 +298,19 @@ SS_API void ss_clear_locked(ss_segment *seg);
 SS_API int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns,
                    int holds_lock, ss_pubinfo *info);
 
+/* Zero-copy read: locate the published frame (same freshness rule and
+ * fallback as ss_read) without copying it. The caller reads
+ * ss_slot(seg, frame->slot) in place, then asks ss_view_valid whether the
+ * writer started overwriting that slot meanwhile (it can only after
+ * slot_count - 1 newer publications, or at once with one slot). */
+typedef struct ss_frame {
+  uint32_t slot;
+  uint64_t slot_seq;
+} ss_frame;
+SS_API int ss_view_begin(ss_segment *seg, int64_t timeout_ns, int holds_lock, ss_pubinfo *info,
+                         ss_frame *frame);
+SS_API int ss_view_valid(const ss_segment *seg, const ss_frame *frame);
+
 /* ---- waiting (src/core/wait.c) ----------------------------------------- */
 
 /* Wait until count > after. Spins for spin_ns, then sleeps on the futex.

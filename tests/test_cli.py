@@ -197,7 +197,8 @@ def test_bench_stream_quick_prints_every_row(tmp_path, capsys):
         assert payload in out
     # (b) copy and zero-copy rows for every peer, the wake-up rows;
     # (c) shmstream with its default two slots and with one
-    for row in ("copy: read_new(out=)", "zero-copy: locked() + read(safe=False)",
+    for row in ("copy: read_new(out=)", "zero-copy: read_new_view()",
+                "zero-copy: locked() + read(safe=False)",
                 "zero-copy: receive, read in place", "zero-copy: read in place",
                 "spin_us=0 both ends", "os.pipe() (kernel)", "like-for-like",
                 "best vs best", "slots=2 (default)", "slots=1"):

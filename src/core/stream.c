@@ -130,17 +130,23 @@ static void load_info(const ss_publish_line *p, ss_pubinfo *info) {
   info->state = atomic_load_explicit(&p->state, memory_order_relaxed);
 }
 
-static int copy_owned(ss_segment *seg, void *dst, size_t n, ss_pubinfo *info) {
+/* With the lock held: the published frame's metadata and slot, and a copy
+ * of it unless dst is NULL (a zero-copy view). */
+static int copy_owned(ss_segment *seg, void *dst, size_t n, ss_pubinfo *info, ss_frame *frame) {
   load_info(&seg->hdr->pub, info);
   if (info->state != SS_STATE_VALID) return SS_EINCONSISTENT;
-  memcpy(dst, ss_slot(seg, ss_published_slot(seg)), n);
+  uint32_t slot = ss_published_slot(seg);
+  frame->slot = slot;
+  frame->slot_seq = atomic_load_explicit(&seg->hdr->slots.seq[slot], memory_order_acquire);
+  if (dst) memcpy(dst, ss_slot(seg, slot), n);
   return SS_OK;
 }
 
 /* One optimistic attempt. Returns SS_OK / SS_EINCONSISTENT when done,
  * 1 if the write in flight at the first attempt (*arrival, the publish seq
  * then) is not published yet, 2 if the attempt was torn. */
-static int try_read(ss_segment *seg, void *dst, size_t n, ss_pubinfo *info, uint64_t *arrival) {
+static int try_read(ss_segment *seg, void *dst, size_t n, ss_pubinfo *info, uint64_t *arrival,
+                    ss_frame *frame) {
   ss_publish_line *p = &seg->hdr->pub;
   uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
   if (s1 & 1) return 2;
@@ -163,6 +169,9 @@ static int try_read(ss_segment *seg, void *dst, size_t n, ss_pubinfo *info, uint
     if (*arrival == UINT64_MAX) *arrival = s1;
     if (s1 == *arrival || (ss1 & 1)) return 1;
   }
+  frame->slot = slot;
+  frame->slot_seq = ss1;
+  if (!dst) return SS_OK; /* a view: the caller checks ss_view_valid later */
   memcpy(dst, ss_slot(seg, slot), n);
   /* SYNC POINT: pairs with (a); a copy that saw any store of a newer write
    * to this slot (the writer lapped us) sees the slot's seq changed. */
@@ -170,14 +179,15 @@ static int try_read(ss_segment *seg, void *dst, size_t n, ss_pubinfo *info, uint
   return atomic_load_explicit(sseq, memory_order_relaxed) == ss1 ? SS_OK : 2;
 }
 
-int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_lock,
-            ss_pubinfo *info) {
+/* The published frame, copied into dst (or located only, dst NULL). */
+static int snapshot(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_lock,
+                    ss_pubinfo *info, ss_frame *frame) {
   if (slotless(seg)) return SS_EKIND;
-  if (holds_lock) return copy_owned(seg, dst, n, info);
+  if (holds_lock) return copy_owned(seg, dst, n, info, frame);
   int64_t odd_until = 0;
   uint64_t arrival = UINT64_MAX;
   for (int torn = 0; torn < SS_READ_TRIES;) {
-    int rc = try_read(seg, dst, n, info, &arrival);
+    int rc = try_read(seg, dst, n, info, &arrival, frame);
     if (rc <= 0) return rc;
     if (rc == 2) { torn++; continue; }
     int64_t now = ss_monotonic_ns();
@@ -191,7 +201,7 @@ int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_
      * deadline. */
     int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
     while (ss_monotonic_ns() < deadline) {
-      int rc = try_read(seg, dst, n, info, &arrival);
+      int rc = try_read(seg, dst, n, info, &arrival, frame);
       if (rc <= 0) return rc;
       sched_yield();
     }
@@ -201,7 +211,27 @@ int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_
    * writer's lock is handed to us with its frame marked abandoned. */
   int rc = ss_lock_for_read(seg, timeout_ns);
   if (rc != SS_OK && rc != SS_EOWNERDEAD) return rc;
-  rc = copy_owned(seg, dst, n, info);
+  rc = copy_owned(seg, dst, n, info, frame);
   ss_unlock(seg);
   return rc;
+}
+
+int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_lock,
+            ss_pubinfo *info) {
+  ss_frame frame;
+  return snapshot(seg, dst, n, timeout_ns, holds_lock, info, &frame);
+}
+
+int ss_view_begin(ss_segment *seg, int64_t timeout_ns, int holds_lock, ss_pubinfo *info,
+                  ss_frame *frame) {
+  return snapshot(seg, NULL, 0, timeout_ns, holds_lock, info, frame);
+}
+
+int ss_view_valid(const ss_segment *seg, const ss_frame *frame) {
+  /* SYNC POINT: pairs with (a): if the caller's loads of the slot saw any
+   * store of a newer write, this acquire fence makes the odd (or newer)
+   * slot seq visible here. */
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(&seg->hdr->slots.seq[frame->slot], memory_order_relaxed) ==
+         frame->slot_seq;
 }

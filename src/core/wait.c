@@ -15,6 +15,9 @@
  * sees a write in < 1 us; 50 us of spinning covers a producer that answers
  * promptly without burning a core for a slow one. See BENCHMARKS.md. */
 #define SS_DEFAULT_SPIN_NS 50000
+/* Longest a waiter keeps spinning past its budget while a write is in
+ * flight (a write_view held open must not burn a core for long). */
+#define SS_IN_FLIGHT_SPIN_NS 10000000
 /* Of the spin budget, this much is spent pausing before yielding begins. */
 #define SS_PAUSE_SPIN_NS 5000
 
@@ -80,7 +83,14 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
    * spinning: if the producer shares our core (2-core machines, busy
    * hosts), sched_yield lets it run instead of burning its time slice. */
   int64_t pause_end = now + SS_PAUSE_SPIN_NS;
-  for (unsigned i = 1; now < spin_end; i++) {
+  /* A write in flight means a publication is imminent: a big copy (4 MiB
+   * takes ~350 us here) outlasts the spin budget, and sleeping then costs a
+   * wake-up (~100 us on an idle VM core). So spinning goes on while the
+   * writer is copying, up to SS_IN_FLIGHT_SPIN_NS. */
+  int64_t flight_end = spin_ns > 0 ? now + SS_IN_FLIGHT_SPIN_NS : now;
+  if (flight_end > deadline) flight_end = deadline;
+  for (unsigned i = 1;; i++) {
+    if (now >= spin_end && (now >= flight_end || !ss_write_in_flight(seg))) break;
     if (now < pause_end) ss_cpu_relax(); else sched_yield();
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) { *count_out = c; return SS_OK; }

@@ -9,7 +9,12 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import _native
-from .errors import CorruptStreamError, InconsistentStreamError, StaleStreamError
+from .errors import (
+    CorruptStreamError,
+    FrameOverwrittenError,
+    InconsistentStreamError,
+    StaleStreamError,
+)
 
 _native.set_error_types(InconsistentStreamError, CorruptStreamError)
 
@@ -36,6 +41,7 @@ except _PackageNotFoundError:  # source tree imported without installation
 
 __all__ = [
     "CorruptStreamError",
+    "FrameOverwrittenError",
     "GPU_SUPPORTED_DTYPES",
     "InconsistentStreamError",
     "Publication",

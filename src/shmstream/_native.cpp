@@ -225,6 +225,35 @@ class Segment {
     return c;
   }
 
+  // Zero-copy: locates the published frame (after waiting for count >
+  // after when wait_new) without copying; the caller views the slot.
+  std::tuple<uint32_t, uint64_t, uint64_t, uint64_t, uint64_t> view(
+      uint64_t after, bool wait_new, int64_t timeout_ns, int64_t spin_ns, bool holds_lock) {
+    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
+    ss_pubinfo info{};
+    ss_frame frame{};
+    bool first = true;
+    int rc = chunked(timeout_ns, [&](int64_t chunk) {
+      if (wait_new) {
+        uint64_t c;
+        int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
+        first = false;
+        if (r) return r;
+      }
+      int64_t left = deadline == INT64_MAX ? (wait_new ? -1 : chunk) : deadline - ss_monotonic_ns();
+      int r = ss_view_begin(&seg, left < 0 && deadline != INT64_MAX ? 0 : left, holds_lock, &info, &frame);
+      if (r == SS_OK && wait_new && info.count <= after) return (int)SS_ETIMEDOUT;  // wait again
+      return r;
+    });
+    if (rc == SS_ETIMEDOUT)
+      raise(PyExc_TimeoutError, wait_new ? "timed out waiting for a new write on '" + name() + "'"
+                                         : "timed out waiting for a stable write on '" + name() +
+                                               "': a writer holds the lock (write in progress)");
+    if (rc) raise_status(rc, "read_view");
+    return {frame.slot, frame.slot_seq, info.count, info.frame_id, info.write_time_ns};
+  }
+
   // Waits for count > after, then reads; repeats if the snapshot it got is
   // not newer (a writer can race between the wait and the copy).
   std::tuple<uint64_t, uint64_t, uint64_t> read_new(nb::handle dst, uint64_t after,
@@ -489,6 +518,16 @@ NB_MODULE(_native, m) {
                           int64_t spin_ns) {
         return s.read_new(dst, after, to_ns(timeout), spin_ns);
       }, "dst"_a, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
+      .def("view", [](Segment &s, uint64_t after, bool wait_new, std::optional<double> timeout,
+                      int64_t spin_ns, bool holds_lock) {
+        return s.view(after, wait_new, to_ns(timeout), spin_ns, holds_lock);
+      }, "after"_a, "wait_new"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1, "holds_lock"_a = false,
+         "Locate the published frame without copying: (slot, slot_seq, count, frame_id, write_time_ns).")
+      .def("view_valid", [](Segment &s, uint32_t slot, uint64_t slot_seq) {
+        if (slot >= s.hdr()->id.slot_count) raise(PyExc_IndexError, "no such slot");
+        ss_frame f{slot, slot_seq};
+        return (bool)ss_view_valid(&s.seg, &f);
+      }, "slot"_a, "slot_seq"_a, "True while the slot still holds the frame view() located.")
       .def("wait_count", [](Segment &s, uint64_t after, std::optional<double> timeout, int64_t spin_ns) {
         return s.wait_count(after, to_ns(timeout), spin_ns);
       }, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)

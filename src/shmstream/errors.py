@@ -12,6 +12,13 @@ class StaleStreamError(RuntimeError):
     unlinked and created again since this handle was opened."""
 
 
+class FrameOverwrittenError(RuntimeError):
+    """A zero-copy view (``read_view``/``read_new_view``) was overwritten by
+    the writer while the block was still using it: what the block read may
+    mix two frames. Copy out what you need inside the block, create the
+    stream with more ``slots``, or use ``read()`` for a copy."""
+
+
 class CorruptStreamError(RuntimeError):
     """A segment's header failed validation (magic, layout version, checksum or
     sizes): it is corrupt, unfinished, or made by another shmstream version."""

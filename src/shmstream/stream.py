@@ -41,7 +41,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import _dtypes, _gpu, _native, _proc
-from .errors import CorruptStreamError, StaleStreamError
+from .errors import CorruptStreamError, FrameOverwrittenError, StaleStreamError
 
 __all__ = [
     "GPU_SUPPORTED_DTYPES",
@@ -308,6 +308,41 @@ class _LockScope:
         self._handle.release()
 
 
+class _ReadView:
+    """Returned by :meth:`SharedMemory.read_view` and
+    :meth:`SharedMemory.read_new_view`."""
+
+    __slots__ = ("_handle", "_new", "_timeout", "_spin", "_slot", "_slot_seq")
+
+    def __init__(self, handle: SharedMemory, new: bool, timeout: float | None,
+                 spin: int) -> None:
+        self._handle = handle
+        self._new = new
+        self._timeout = timeout
+        self._spin = spin
+        self._slot = -1
+        self._slot_seq = 0
+
+    def __enter__(self) -> Publication:
+        handle = self._handle
+        seg = handle._check_open("read a view of")
+        after = handle._seen if self._new else 0
+        self._slot, self._slot_seq, count, frame_id, wt = seg.view(
+            after, self._new, self._timeout, self._spin, handle._holds_lock()
+        )
+        missed = handle._record(count)
+        return Publication(handle._readonly_view(seg, self._slot), count, frame_id, wt / 1e9, missed)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        seg = self._handle._seg
+        if exc_type is None and seg is not None and not seg.view_valid(self._slot, self._slot_seq):
+            raise FrameOverwrittenError(
+                f"the frame of {self._handle.name!r} was overwritten while its view was in "
+                "use (a writer lapped the reader); copy what you need inside the block, "
+                "create the stream with more slots, or use read() for a copy"
+            )
+
+
 class _WriteView:
     """Returned by :meth:`SharedMemory.write_view_locked` and, with
     ``take_lock``, by :meth:`SharedMemory.write_view`."""
@@ -398,6 +433,7 @@ class SharedMemory:
         self._held = 0  # lock levels taken through this handle
         self._writing = False  # a write_view of this handle is open
         self._views: dict[int, np.ndarray] = {}  # slot -> payload view, on demand
+        self._ro_views: dict[int, np.ndarray] = {}  # slot -> read-only view
         # read_new waits for a count above max(_last_read, _wrote): the last
         # publication this handle read (the count at open before any read)
         # or wrote itself.
@@ -792,6 +828,29 @@ class SharedMemory:
             )
             self._views[slot] = view
         return view
+
+    def _readonly_view(self, seg: Any, slot: int) -> np.ndarray:
+        view = self._ro_views.get(slot)
+        if view is None:
+            view = self._payload_view(seg, slot).view()
+            view.flags.writeable = False
+            self._ro_views[slot] = view
+        return view
+
+    def read_view(self, *, timeout: float | None = None) -> _ReadView:
+        """``with shm.read_view() as pub:`` a zero-copy :class:`Publication`
+        of the latest frame: ``pub.payload`` is a read-only view of the shared
+        slot, valid inside the block only. No lock is held; the writer fills
+        the other slot meanwhile. On exit, FrameOverwrittenError if the
+        writer lapped the view (``slots - 1`` newer writes during the block,
+        or any write with ``slots=1``)."""
+        return _ReadView(self, False, timeout, self._spin)
+
+    def read_new_view(self, *, timeout: float | None = None) -> _ReadView:
+        """:meth:`read_view` of the first publication newer than what this
+        handle last saw (the rule of :meth:`read_new`); TimeoutError if none
+        arrives within ``timeout`` seconds."""
+        return _ReadView(self, True, timeout, self._spin)
 
     def write_view(self, *, timeout: float | None = None, frame_id: int | None = None) -> _WriteView:
         """``with shm.write_view() as a:`` fills the shared payload in place
@@ -1200,6 +1259,7 @@ class SharedMemory:
         self._seg = None
         self._wseg = None
         self._views = {}
+        self._ro_views = {}
         seg.cancel()  # wakes this handle's blocked readers with RuntimeError
 
     def unlink(self) -> None:

@@ -94,7 +94,7 @@ def open_memmap(path: str, rows: int, random_advice: bool = False):
 
 
 def open_direct_mmap(path: str, rows: int):
-    import direct_mmap  # the peer; built from its sdist (see docs/bench-direct.md)
+    import direct_mmap  # the peer; built from its sdist (see BENCHMARKS.md, "Direct-I/O array reader")
 
     a = direct_mmap.direct_mmap(path, (rows, COLS), "uint64")
 

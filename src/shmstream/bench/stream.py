@@ -10,8 +10,9 @@ Sections
       the responder waits for it, reads it and writes a 64 B ack on stream B.
       Round trips/s and p50/p95/p99 latency. Two rows per implementation:
       "copy" (the responder copies the request into its own array) and
-      "zero-copy" (it reads the sequence words in place: shmstream and
-      pyshmem with ``wait_for_count`` + ``with locked(): read(safe=False)``,
+      "zero-copy" (it reads the sequence words in place: shmstream with
+      ``read_new_view()``, pyshmem with ``wait_for_count`` +
+      ``with locked(): read(safe=False)``,
       iceoryx2 in the received sample, the raw baseline in the segment with
       a re-check of its published word). For 64 B also two wake-up rows:
       shmstream with ``spin_us=0`` on both ends (futex sleep at once) and a
@@ -636,9 +637,10 @@ def _check_req(s: int, expected: int, tail: int) -> None:
 def pong_stream(ready: Callable[[], None], a: str, b: str, payload: int, lib: str,
                 zero_copy: bool = False, spin_us: float | None = None) -> int:
     """Copy: ``read_new(out=)`` (pyshmem: ``wait_for_count`` + ``read(out=)``).
-    Zero-copy: ``wait_for_count(after=last)``, then the sequence words are
-    read from the live slot, ``with locked(): read(safe=False)``, and the ack
-    is written after the block."""
+    Zero-copy: shmstream ``with read_new_view() as pub:`` (no lock; a view of
+    the published slot, checked on exit); pyshmem ``wait_for_count`` then
+    ``with locked(): read(safe=False)``. The sequence words are read from the
+    live slot and the ack is written after the block."""
     pkg = importlib.import_module(lib)
     ha = pkg.open(a)
     hb = pkg.open(b)
@@ -653,7 +655,16 @@ def pong_stream(ready: Callable[[], None], a: str, b: str, payload: int, lib: st
         write = hb.write
         expected = 1
         na = ha.count
-        if zero_copy:
+        if zero_copy and lib == "shmstream":
+            read_new_view = ha.read_new_view
+            u64 = np.uint64
+
+            def get() -> tuple[int, int]:
+                with read_new_view(timeout=WAIT_S) as pub:
+                    v = pub.payload.view(u64)
+                    s, t = int(v[0]), int(v[last])
+                return s, t
+        elif zero_copy:
             wait_for_count, locked, read = ha.wait_for_count, ha.locked, ha.read
             u64 = np.uint64
 
@@ -849,7 +860,7 @@ def _pp_rows(peers: Peers, payload: int) -> list[tuple[str, str]]:
 
 _PP_VARIANT_TEXT = {
     ("shmstream", _PP_COPY): "copy: read_new(out=)",
-    ("shmstream", _PP_ZC): "zero-copy: locked() + read(safe=False)",
+    ("shmstream", _PP_ZC): "zero-copy: read_new_view()",
     ("shmstream", _PP_NOSPIN): "wake-up: copy, spin_us=0 both ends (futex)",
     ("pyshmem", _PP_COPY): "copy: wait_for_count + read(out=)",
     ("pyshmem", _PP_ZC): "zero-copy: locked() + read(safe=False)",

@@ -1,0 +1,158 @@
+"""shmstream channel binding (internal; use shmstream.channel)"""
+
+from shmstream.channel import (
+    _zc_array as array,
+    _zc_array_protocol as __array__,
+    _zc_data as data
+)
+
+
+ROLE_PRODUCER: int = 1
+
+ROLE_CONSUMER: int = 2
+
+MIN_CAPACITY: int = 4096
+
+MSG_HEADER_BYTES: int = 16
+
+MSG_ALIGN: int = 64
+
+MSG_ARRAY: int = 1
+
+MAX_META: int = 4000
+
+def set_error_types(arg0: object, arg1: object, arg2: object, arg3: object, arg4: object, /) -> None: ...
+
+def layout() -> dict: ...
+
+class Message:
+    """A received message: type_id, data (bytes) and, for arrays, .array."""
+
+    @property
+    def type_id(self) -> int: ...
+
+    @property
+    def data(self) -> object: ...
+
+    @property
+    def meta(self) -> object: ...
+
+    @property
+    def is_array(self) -> bool: ...
+
+    @property
+    def array(self) -> object:
+        """The message as a read-only ndarray (None for a bytes message)."""
+
+    def __len__(self) -> int: ...
+
+    def __repr__(self) -> str: ...
+
+class ZeroCopyMessage:
+    """
+    A message read in place. Valid inside its 'with' block; views taken from it (np.asarray, torch.from_dlpack, .data) keep its ring bytes from reuse until they are gone.
+    """
+
+    @property
+    def type_id(self) -> int: ...
+
+    @property
+    def meta(self) -> bytes: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    @property
+    def is_array(self) -> bool: ...
+
+    @property
+    def released(self) -> bool: ...
+
+    def release(self) -> None:
+        """Drop this message's hold on its ring bytes (views keep theirs)."""
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *args) -> bool: ...
+
+    def __dlpack__(self, **kwargs) -> object: ...
+
+    def __dlpack_device__(self) -> tuple: ...
+
+    @property
+    @property
+class Channel:
+    @staticmethod
+    def create(name: str, capacity: int, role: int, mode: int = 384) -> Channel: ...
+
+    @staticmethod
+    def open(name: str, role: int) -> Channel: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def segname(self) -> str: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def role(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def max_message(self, meta_len: int = 0) -> int: ...
+
+    @property
+    def batch(self) -> int: ...
+
+    @batch.setter
+    def batch(self, arg: int, /) -> None: ...
+
+    @property
+    def spin_ns(self) -> int: ...
+
+    @spin_ns.setter
+    def spin_ns(self, arg: int, /) -> None: ...
+
+    @property
+    def head(self) -> int: ...
+
+    @property
+    def tail(self) -> int: ...
+
+    @property
+    def pending(self) -> int: ...
+
+    @property
+    def pinned(self) -> int: ...
+
+    def end_info(self, role: int) -> tuple: ...
+
+    def peer_status(self) -> tuple: ...
+
+    def send(self, obj: object, type_id: int = 0, meta: object | None = None, timeout: float | None = None) -> None: ...
+
+    def send_many(self, items: object, type_id: int = 0, meta: object | None = None, timeout: float | None = None) -> int: ...
+
+    def loan(self, nbytes: int, meta: object | None = None, timeout: float | None = None) -> object: ...
+
+    def commit(self, nbytes: int, type_id: int = 0, array: bool = False) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def recv(self, timeout: float | None = None) -> Message: ...
+
+    def drain(self, max_messages: int, timeout: float | None = 0.0) -> list: ...
+
+    def recv_view(self, timeout: float | None = None) -> ZeroCopyMessage: ...
+
+    def drain_views(self, max_messages: int, timeout: float | None = 0.0) -> list: ...
+
+    def close(self) -> None: ...
+
+    def cancel(self) -> None: ...
