@@ -15,12 +15,15 @@
 #include <utility>
 #include <vector>
 
+#include "_binding.h"
 #include "shmstream.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace {
+
+using namespace ssb;
 
 // Exception types defined in shmstream.errors, handed over at import.
 PyObject *g_closed = PyExc_EOFError;         // ChannelClosedError
@@ -33,37 +36,6 @@ PyObject *g_corrupt = PyExc_ValueError;      // CorruptStreamError
 PyObject *g_decode = nullptr;
 
 constexpr size_t kGilFreeCopyBytes = 64 * 1024;
-constexpr int64_t kSignalCheckNs = 100'000'000;
-
-[[noreturn]] void raise(PyObject *type, const std::string &msg) {
-  PyErr_SetString(type, msg.c_str());
-  throw nb::python_error();
-}
-
-[[noreturn]] void raise_os(int err, const std::string &what) {
-  PyObject *args = Py_BuildValue("(is)", err, (what + ": " + std::strerror(err)).c_str());
-  PyErr_SetObject(PyExc_OSError, args);
-  Py_XDECREF(args);
-  throw nb::python_error();
-}
-
-int64_t to_ns(std::optional<double> timeout) {
-  if (!timeout) return -1;
-  if (std::isnan(*timeout) || *timeout < 0) raise(PyExc_ValueError, "timeout must be >= 0 or None");
-  double ns = *timeout * 1e9;
-  return ns > 9.2e18 ? INT64_MAX : (int64_t)ns;
-}
-
-// A C-contiguous buffer borrowed from any object with the buffer protocol.
-struct Buffer {
-  Py_buffer view{};
-  explicit Buffer(nb::handle obj) {
-    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
-  }
-  ~Buffer() { PyBuffer_Release(&view); }
-  Buffer(const Buffer &) = delete;
-  Buffer &operator=(const Buffer &) = delete;
-};
 
 // DLPack dtype for NumPy's dtype.str of a plain numeric type ("<f4", "|u1");
 // false for anything DLPack cannot describe (structured, strings, big-endian).

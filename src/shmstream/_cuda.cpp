@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "_binding.h"
 #include "shmstream.h"
 #include "shmstream_cuda.h"
 
@@ -25,27 +26,10 @@ using namespace nb::literals;
 
 namespace {
 
+using namespace ssb;
+
 PyObject *g_inconsistent = PyExc_RuntimeError;  // shmstream.InconsistentStreamError
 PyObject *g_gone = PyExc_RuntimeError;          // shmstream._gpu.GpuStreamGoneError
-
-[[noreturn]] void raise(PyObject *type, const std::string &msg) {
-  PyErr_SetString(type, msg.c_str());
-  throw nb::python_error();
-}
-
-[[noreturn]] void raise_os(int err, const std::string &what) {
-  PyObject *args = Py_BuildValue("(is)", err, (what + ": " + std::strerror(err)).c_str());
-  PyErr_SetObject(PyExc_OSError, args);
-  Py_XDECREF(args);
-  throw nb::python_error();
-}
-
-int64_t to_ns(std::optional<double> timeout) {
-  if (!timeout) return -1;
-  if (!(*timeout >= 0)) raise(PyExc_ValueError, "timeout must be >= 0 or None");
-  double ns = *timeout * 1e9;
-  return ns > 9.2e18 ? INT64_MAX : (int64_t)ns;
-}
 
 [[noreturn]] void raise_rc(int rc, const std::string &name, const ss_segment *seg, const char *op) {
   std::string n = "'" + name + "'";

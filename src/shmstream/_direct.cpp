@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 
+#include "_binding.h"
 #include "shmstream_direct.h"
 
 namespace nb = nanobind;
@@ -20,18 +21,7 @@ using namespace nb::literals;
 
 namespace {
 
-[[noreturn]] void raise(PyObject *type, const std::string &msg) {
-  PyErr_SetString(type, msg.c_str());
-  throw nb::python_error();
-}
-
-[[noreturn]] void raise_os(int err, const std::string &path) {
-  // OSError(errno, strerror, filename) picks the subclass (FileNotFoundError, ...).
-  PyObject *args = Py_BuildValue("(iss)", err, std::strerror(err), path.c_str());
-  PyErr_SetObject(PyExc_OSError, args);
-  Py_XDECREF(args);
-  throw nb::python_error();
-}
+using namespace ssb;
 
 [[noreturn]] void raise_status(int rc, const std::string &path, uint64_t need = 0) {
   switch (rc) {
@@ -54,20 +44,9 @@ namespace {
     case EINVAL:
       raise(PyExc_ValueError, "invalid read request (output size does not match the rows)");
     default:
-      raise_os(rc, path);
+      raise_os_path(rc, path);
   }
 }
-
-struct Buffer {
-  Py_buffer view{};
-  Buffer(nb::handle obj, bool writable) {
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) throw nb::python_error();
-  }
-  ~Buffer() { PyBuffer_Release(&view); }
-  Buffer(const Buffer &) = delete;
-  Buffer &operator=(const Buffer &) = delete;
-};
 
 class Reader {
  public:
@@ -166,7 +145,7 @@ NB_MODULE(_direct, m) {
       nb::gil_scoped_release nogil;
       rc = ss_file_evict(path.c_str());
     }
-    if (rc) raise_os(rc, path);
+    if (rc) raise_os_path(rc, path);
   }, "path"_a);
   m.def("resident", [](std::string path) {
     uint64_t res = 0, total = 0;
@@ -175,7 +154,7 @@ NB_MODULE(_direct, m) {
       nb::gil_scoped_release nogil;
       rc = ss_file_resident(path.c_str(), &res, &total);
     }
-    if (rc) raise_os(rc, path);
+    if (rc) raise_os_path(rc, path);
     return std::make_tuple(res, total);
   }, "path"_a, "Cached pages and total pages of the file: (resident, total).");
 }

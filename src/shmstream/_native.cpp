@@ -17,12 +17,15 @@
 #include <tuple>
 #include <vector>
 
+#include "_binding.h"
 #include "shmstream.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace {
+
+using namespace ssb;
 
 // Exception types defined in shmstream.errors, handed over at import.
 PyObject *g_inconsistent = PyExc_RuntimeError;
@@ -31,39 +34,6 @@ PyObject *g_corrupt = PyExc_ValueError;
 // Copies at least this large release the GIL; smaller ones finish faster
 // than the release/re-acquire round trip would.
 constexpr size_t kGilFreeCopyBytes = 32 * 1024;
-// Blocking calls come back to Python this often to honour Ctrl-C.
-constexpr int64_t kSignalCheckNs = 100'000'000;
-
-[[noreturn]] void raise(PyObject *type, const std::string &msg) {
-  PyErr_SetString(type, msg.c_str());
-  throw nb::python_error();
-}
-
-[[noreturn]] void raise_os(int err, const std::string &what) {
-  // OSError(errno, ...) picks the subclass: FileExistsError, ... .
-  PyObject *args = Py_BuildValue("(is)", err, (what + ": " + std::strerror(err)).c_str());
-  PyErr_SetObject(PyExc_OSError, args);
-  Py_XDECREF(args);
-  throw nb::python_error();
-}
-
-int64_t to_ns(std::optional<double> timeout) {
-  if (!timeout) return -1;
-  if (std::isnan(*timeout) || *timeout < 0) raise(PyExc_ValueError, "timeout must be >= 0 or None");
-  double ns = *timeout * 1e9;
-  return ns > 9.2e18 ? INT64_MAX : (int64_t)ns;
-}
-
-struct Buffer {
-  Py_buffer view{};
-  Buffer(nb::handle obj, bool writable) {
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) throw nb::python_error();
-  }
-  ~Buffer() { PyBuffer_Release(&view); }
-  Buffer(const Buffer &) = delete;
-  Buffer &operator=(const Buffer &) = delete;
-};
 
 class Segment {
  public:
