@@ -80,7 +80,13 @@ class ZeroCopyMessage:
     def __dlpack_device__(self) -> tuple: ...
 
     @property
+    def data(self) -> memoryview:
+        """The payload as a read-only memoryview (pins the ring bytes while alive)."""
+
     @property
+    def array(self) -> object:
+        """The payload as a read-only ndarray view (uint8 for a bytes message)."""
+
 class Channel:
     @staticmethod
     def create(name: str, capacity: int, role: int, mode: int = 384) -> Channel: ...
