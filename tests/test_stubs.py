@@ -36,6 +36,7 @@ def test_mypy_accepts_the_stubs():
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (pip install '.[test]')")
     stubs = [os.path.join(SRC_DIR, f"{m}.pyi") for m in MODULES]
-    result = subprocess.run([sys.executable, "-m", "mypy", *stubs],
+    # Only the stubs are checked, not the package modules they import.
+    result = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", *stubs],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
