@@ -326,6 +326,11 @@ NB_MODULE(_native, m) {
     return true;
   }, "segname"_a);
 
+  m.def("proc_alive", [](int32_t pid, uint64_t start_ticks) { return ss_proc_alive(pid, start_ticks) != 0; },
+        "pid"_a, "start_ticks"_a = 0,
+        "True if pid runs (not a zombie) and, when start_ticks is given, started then.");
+  m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
+        "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
   m.def("monotonic_ns", &ss_monotonic_ns);
 

@@ -47,6 +47,16 @@ def segment_name(name: str) -> str: ...
 
 def unlink_segname(segname: str) -> bool: ...
 
+def proc_alive(pid: int, start_ticks: int = 0) -> bool:
+    """
+    True if pid runs (not a zombie) and, when start_ticks is given, started then.
+    """
+
+def proc_start_ticks(pid: int) -> int:
+    """
+    Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.
+    """
+
 def default_spin_ns() -> int: ...
 
 def monotonic_ns() -> int: ...
