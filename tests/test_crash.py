@@ -238,3 +238,24 @@ def test_a_stream_outlives_its_creator_readable_and_writable_by_others(name, spa
         assert h.producer_alive() is False  # still the creator's liveness
     finally:
         h.close()
+
+
+def test_a_reader_that_died_waiting_for_the_lock_does_not_slow_writers_down(name):
+    # A reader in its lock fallback announces itself (notify.lock_readers at
+    # 2184) so writers step aside; if it dies there, the word stays set. The
+    # next write notices the stale announcement and clears it.
+    h = shmstream.create(name, shape=(4,), dtype=np.float32)
+    try:
+        offset, size = shmstream._native.layout()["lock_readers"]
+        path = "/dev/shm" + h.segment
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            f.write((3).to_bytes(size, "little"))
+        h.write(np.ones(4, np.float32))
+        with open(path, "rb") as f:
+            f.seek(offset)
+            assert int.from_bytes(f.read(size), "little") == 0
+        h.write(np.ones(4, np.float32))
+        assert h.count == 2
+    finally:
+        h.close()

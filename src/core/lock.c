@@ -22,10 +22,15 @@ static int lock_mutex(ss_segment *seg, int64_t timeout_ns);
 int ss_lock(ss_segment *seg, int64_t timeout_ns) {
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
-    if (timeout_ns == 0) return SS_ETIMEDOUT;
+    if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
     int64_t until = ss_monotonic_ns() + SS_READER_PRIORITY_NS;
     while (atomic_load_explicit(readers, memory_order_relaxed) > 0 && ss_monotonic_ns() < until)
       sched_yield();
+    /* Still announced after a whole step-aside: a live reader waiting for
+     * a free lock would have taken it by now, so this is a reader that died
+     * while waiting. Forget it, or every write would pay the step-aside. */
+    if (atomic_load_explicit(readers, memory_order_relaxed) > 0)
+      atomic_store_explicit(readers, 0, memory_order_relaxed);
   }
   return lock_mutex(seg, timeout_ns);
 }
@@ -34,7 +39,12 @@ int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   atomic_fetch_add_explicit(readers, 1, memory_order_relaxed);
   int rc = lock_mutex(seg, timeout_ns);
-  atomic_fetch_sub_explicit(readers, 1, memory_order_relaxed);
+  /* Saturating: a writer may have reset the word meanwhile (see ss_lock). */
+  uint32_t v = atomic_load_explicit(readers, memory_order_relaxed);
+  while (v > 0 && !atomic_compare_exchange_weak_explicit(readers, &v, v - 1,
+                                                         memory_order_relaxed,
+                                                         memory_order_relaxed)) {
+  }
   return rc;
 }
 
