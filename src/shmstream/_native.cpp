@@ -195,27 +195,38 @@ class Segment {
     return c;
   }
 
+  // Waits for count > after, then takes a snapshot with snap(left_ns, &info)
+  // (a copy or a view); repeats if the snapshot is not newer, since a writer
+  // can race between the wait and the snapshot.
+  template <class Snap>
+  int wait_newer(uint64_t after, int64_t timeout_ns, int64_t spin_ns, ss_pubinfo &info,
+                 Snap &&snap) {
+    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
+    bool first = true;
+    return chunked(timeout_ns, [&](int64_t chunk) {
+      uint64_t c;
+      int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
+      first = false;
+      if (r) return r;
+      int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
+      r = snap(deadline != INT64_MAX && left < 0 ? 0 : left, &info);
+      if (r == SS_OK && info.count <= after) return (int)SS_ETIMEDOUT;  // wait again
+      return r;
+    });
+  }
+
   // Zero-copy: locates the published frame (after waiting for count >
   // after when wait_new) without copying; the caller views the slot.
   std::tuple<uint32_t, uint64_t, uint64_t, uint64_t, uint64_t> view(
       uint64_t after, bool wait_new, int64_t timeout_ns, int64_t spin_ns, bool holds_lock) {
-    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
-    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
     ss_pubinfo info{};
     ss_frame frame{};
-    bool first = true;
-    int rc = chunked(timeout_ns, [&](int64_t chunk) {
-      if (wait_new) {
-        uint64_t c;
-        int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
-        first = false;
-        if (r) return r;
-      }
-      int64_t left = deadline == INT64_MAX ? (wait_new ? -1 : chunk) : deadline - ss_monotonic_ns();
-      int r = ss_view_begin(&seg, left < 0 && deadline != INT64_MAX ? 0 : left, holds_lock, &info, &frame);
-      if (r == SS_OK && wait_new && info.count <= after) return (int)SS_ETIMEDOUT;  // wait again
-      return r;
-    });
+    auto locate = [&](int64_t left, ss_pubinfo *i) {
+      return ss_view_begin(&seg, left, holds_lock, i, &frame);
+    };
+    int rc = wait_new ? wait_newer(after, timeout_ns, spin_ns, info, locate)
+                      : chunked(timeout_ns, [&](int64_t chunk) { return locate(chunk, &info); });
     if (rc == SS_ETIMEDOUT)
       raise(PyExc_TimeoutError, wait_new ? "timed out waiting for a new write on '" + name() + "'"
                                          : "timed out waiting for a stable write on '" + name() +
@@ -224,25 +235,13 @@ class Segment {
     return {frame.slot, frame.slot_seq, info.count, info.frame_id, info.write_time_ns};
   }
 
-  // Waits for count > after, then reads; repeats if the snapshot it got is
-  // not newer (a writer can race between the wait and the copy).
   std::tuple<uint64_t, uint64_t, uint64_t> read_new(nb::handle dst, uint64_t after,
                                                     int64_t timeout_ns, int64_t spin_ns) {
     Buffer b(dst, true);
     check_len(b, "destination");
-    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
-    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
     ss_pubinfo info{};
-    bool first = true;
-    int rc = chunked(timeout_ns, [&](int64_t chunk) {
-      uint64_t c;
-      int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
-      first = false;
-      if (r) return r;
-      int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
-      r = ss_read(&seg, b.view.buf, payload_bytes(), left < 0 && deadline != INT64_MAX ? 0 : left, 0, &info);
-      if (r == SS_OK && info.count <= after) return (int)SS_ETIMEDOUT;  // wait again
-      return r;
+    int rc = wait_newer(after, timeout_ns, spin_ns, info, [&](int64_t left, ss_pubinfo *i) {
+      return ss_read(&seg, b.view.buf, payload_bytes(), left, 0, i);
     });
     if (rc == SS_ETIMEDOUT)
       raise(PyExc_TimeoutError, "timed out waiting for a new write on '" + name() + "'");
