@@ -354,6 +354,23 @@ static ss_gpu *new_gpu(int ordinal) {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* The common end of create and attach: leave the context and, on success,
+ * register the handle (so an exit can find it) and hand it out; on failure
+ * destroy what was built. */
+static int finish_attach(ss_gpu *g, ss_gpu **out, int rc) {
+  pop();
+  if (rc) {
+    destroy(g);
+    return rc;
+  }
+  pthread_mutex_lock(&g_list_mu);
+  g->next = g_list;
+  g_list = g;
+  pthread_mutex_unlock(&g_list_mu);
+  *out = g;
+  return SS_OK;
+}
+
 int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **out) {
   *out = NULL;
   if (!(args->flags & SS_FLAG_GPU)) {
@@ -411,17 +428,9 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
     goto fail;
   }
   memcpy(g->instance_id, seg->hdr->id.instance_id, 16);
-  pop();
-  pthread_mutex_lock(&g_list_mu);
-  g->next = g_list;
-  g_list = g;
-  pthread_mutex_unlock(&g_list_mu);
-  *out = g;
-  return SS_OK;
+  return finish_attach(g, out, SS_OK);
 fail:
-  pop();
-  destroy(g);
-  return rc;
+  return finish_attach(g, out, rc);
 }
 
 static int validate_area(const ss_segment *seg) {
@@ -515,17 +524,9 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
     goto fail;
   }
   if ((rc = make_locals(g))) goto fail;
-  pop();
-  pthread_mutex_lock(&g_list_mu);
-  g->next = g_list;
-  g_list = g;
-  pthread_mutex_unlock(&g_list_mu);
-  *out = g;
-  return SS_OK;
+  return finish_attach(g, out, SS_OK);
 fail:
-  pop();
-  destroy(g);
-  return rc;
+  return finish_attach(g, out, rc);
 }
 
 static void unlist(ss_gpu *g) {
