@@ -124,7 +124,8 @@ typedef struct ss_publish_line {   /* 2112: written by the writer only */
   SS_ATOMIC(int32_t) writer_pid;   /* 2148 pid of the last/current writer */
   SS_ATOMIC(uint64_t) aborted;     /* 2152 writes aborted or abandoned */
   SS_ATOMIC(uint32_t) slot;        /* 2160 slot of the published frame */
-  uint8_t pad_[12];
+  uint32_t pad_;
+  SS_ATOMIC(uint64_t) writer_start_ticks; /* 2168 with writer_pid: who wrote */
 } ss_publish_line;
 
 typedef struct ss_notify_line {    /* 2176: the futex readers sleep on */
@@ -138,13 +139,31 @@ typedef struct ss_slot_line {      /* 2240: per-slot seqlocks, writer only */
   SS_ATOMIC(uint64_t) seq[SS_MAX_SLOTS]; /* odd while that slot is written */
 } ss_slot_line;
 
+/* 2304: the publish line as it was before the publish seqlock last went
+ * odd. Lock holders only; lets the takeover after a writer's death roll the
+ * metadata back exactly (docs/ABI.md, "Repair after a death"). */
+typedef struct ss_undo_line {
+  SS_ATOMIC(uint64_t) count;         /* 2304 */
+  SS_ATOMIC(uint64_t) frame_id;      /* 2312 */
+  SS_ATOMIC(uint64_t) write_time_ns; /* 2320 */
+  SS_ATOMIC(uint64_t) aborted;       /* 2328 */
+  SS_ATOMIC(uint32_t) slot;          /* 2336 */
+  SS_ATOMIC(uint32_t) state;         /* 2340 */
+  uint8_t pad_[24];
+} ss_undo_line;
+
+typedef struct ss_stream_area {    /* 2240: the stream kind's control lines */
+  ss_slot_line slots;              /* 2240 */
+  ss_undo_line undo;               /* 2304 */
+} ss_stream_area;
+
 typedef struct ss_header {
   ss_identity id;                  /* 0 */
   ss_lock_line lock;               /* 2048 */
   ss_publish_line pub;             /* 2112 */
   ss_notify_line notify;           /* 2176 */
   union {                          /* 2240: kind-specific control words */
-    ss_slot_line slots;            /* streams: per-slot seqlocks (2240..2303) */
+    ss_stream_area stream;         /* streams: slot seqlocks, undo line */
     uint8_t kind_area[SS_HEADER_BYTES - 2240]; /* channels: ss_ring_control */
   };
 } ss_header;
@@ -193,10 +212,18 @@ SS_PIN(pub.state, 2144);
 SS_PIN(pub.writer_pid, 2148);
 SS_PIN(pub.aborted, 2152);
 SS_PIN(pub.slot, 2160);
+SS_PIN(pub.writer_start_ticks, 2168);
 SS_PIN(notify.wake_seq, 2176);
 SS_PIN(notify.waiters, 2180);
 SS_PIN(notify.lock_readers, 2184);
-SS_PIN(slots.seq, 2240);
+SS_PIN(stream.slots.seq, 2240);
+SS_PIN(stream.undo.count, 2304);
+SS_PIN(stream.undo.frame_id, 2312);
+SS_PIN(stream.undo.write_time_ns, 2320);
+SS_PIN(stream.undo.aborted, 2328);
+SS_PIN(stream.undo.slot, 2336);
+SS_PIN(stream.undo.state, 2340);
+SS_STATIC_ASSERT(sizeof(ss_undo_line) == 64, "the undo line is one cache line");
 SS_PIN(kind_area, 2240);
 SS_STATIC_ASSERT(sizeof(ss_header) == SS_HEADER_BYTES, "header is 4096 bytes");
 SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes");
@@ -284,9 +311,23 @@ SS_API int ss_unlock(ss_segment *seg);
  * SS_EKIND: its payload is reached through include/shmstream_cuda.h. */
 SS_API uint32_t ss_write_begin(ss_segment *seg);
 SS_API uint32_t ss_published_slot(const ss_segment *seg);
-/* 1 while a writer is filling a slot (or died doing so). */
+/* 1 while a writer is filling a slot or replacing the metadata (or died
+ * doing either: the next lock holder repairs it). */
 SS_API int ss_write_in_flight(const ss_segment *seg);
 SS_API void ss_write_end(ss_segment *seg, const uint64_t *frame_id);
+
+/* ss_write_end with explicit metadata, for a mirror of another stream or a
+ * replay: write_time_ns 0 means now; count 0 means count + 1, otherwise it
+ * is the new count and must exceed the current one (the caller checks,
+ * holding the lock; a smaller value is raised to count + 1). */
+typedef struct ss_publish_meta {
+  const uint64_t *frame_id; /* NULL keeps the previous frame id */
+  uint64_t write_time_ns;
+  uint64_t count;
+} ss_publish_meta;
+SS_API void ss_write_end_ex(ss_segment *seg, const ss_publish_meta *meta);
+SS_API void ss_write_locked_ex(ss_segment *seg, const void *src, size_t n,
+                               const ss_publish_meta *meta);
 SS_API void ss_write_abort(ss_segment *seg);
 SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n,
                             const uint64_t *frame_id);
@@ -311,6 +352,14 @@ SS_API int ss_view_begin(ss_segment *seg, int64_t timeout_ns, int holds_lock, ss
                          ss_frame *frame);
 SS_API int ss_view_valid(const ss_segment *seg, const ss_frame *frame);
 
+/* The last complete publication, whatever the state says: copies the
+ * published slot under the lock (taking it over from a dead writer first,
+ * which repairs the stream) with its metadata; info->state tells whether a
+ * later write was aborted or abandoned. With one slot a failed write
+ * overwrote the only frame: SS_EINCONSISTENT then. */
+SS_API int ss_read_last_complete(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns,
+                                 int holds_lock, ss_pubinfo *info);
+
 /* ---- waiting (src/core/wait.c) ----------------------------------------- */
 
 /* Wait until count > after. Spins for spin_ns, then sleeps on the futex.
@@ -327,9 +376,33 @@ SS_API int ss_check_writer(ss_segment *seg);
 SS_API void ss_cancel(ss_segment *seg);
 SS_API int64_t ss_default_spin_ns(void);
 
-/* ---- clocks ------------------------------------------------------------ */
+/* ---- processes (src/core/proc.c) -------------------------------------- */
+
+/* Is pid alive and (when start_ticks is nonzero) the same process? Zombies
+ * count as dead. The one liveness check of the core and the bindings. */
+SS_API int ss_proc_alive(int32_t pid, uint64_t start_ticks);
+/* Start time of pid (/proc/<pid>/stat field 22), 0 if unknown. */
+SS_API uint64_t ss_proc_start_ticks(int32_t pid);
+
+/* ---- clocks (src/core/clock.c) ----------------------------------------- */
 SS_API int64_t ss_monotonic_ns(void);
 SS_API uint64_t ss_realtime_ns(void);
+/* The monotonic time timeout_ns from now; INT64_MAX (never) for a negative
+ * timeout or one so long that the sum would overflow. */
+SS_API int64_t ss_deadline_ns(int64_t timeout_ns);
+
+/* ---- fault injection (src/core/fault.c; tests only) --------------------- */
+
+/* Arm the crash point `point` (docs/ABI.md, "Crash points"): the nth time
+ * this process passes it, it raises SIGKILL on itself (SS_FAULT_SIGKILL) or
+ * calls _exit(SS_FAULT_EXIT_CODE) (SS_FAULT_EXIT). EINVAL for an unknown
+ * point. The environment variable SHMSTREAM_CRASH_AT="point[:nth[:exit]]"
+ * arms a point when the core is loaded. */
+enum ss_fault_action { SS_FAULT_SIGKILL = 0, SS_FAULT_EXIT = 1 };
+#define SS_FAULT_EXIT_CODE 86
+SS_API int ss_fault_arm(const char *point, uint32_t nth, int action);
+SS_API void ss_fault_disarm(void);
+SS_API const char *const *ss_fault_points(size_t *n);
 
 #ifdef __cplusplus
 } /* extern "C" */

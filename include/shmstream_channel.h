@@ -200,11 +200,6 @@ SS_API int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid);
 /* Make this handle's waits return SS_ECANCELLED (from another thread). */
 SS_API void ss_channel_cancel(ss_channel *ch);
 
-/* Is pid alive and (when start_ticks is nonzero) the same process? Zombies
- * count as dead. src/core/proc.c */
-SS_API int ss_proc_alive(int32_t pid, uint64_t start_ticks);
-SS_API uint64_t ss_proc_start_ticks(int32_t pid);
-
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

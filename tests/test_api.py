@@ -477,7 +477,7 @@ def test_publication_is_a_frozen_dataclass_with_the_documented_fields():
     )
     assert dataclasses.is_dataclass(pub)
     assert [f.name for f in dataclasses.fields(pub)] == [
-        "payload", "count", "frame_id", "write_time", "missed_publications"
+        "payload", "count", "frame_id", "write_time", "missed_publications", "state"
     ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         pub.count = 9

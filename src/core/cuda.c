@@ -455,8 +455,9 @@ static int validate_area(const ss_segment *seg) {
   return SS_OK;
 }
 
-static int creator_gone(pid_t pid) {
-  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+/* CUDA IPC memory lives as long as its exporter, the creator. */
+static int creator_gone(const ss_segment *seg) {
+  return !ss_proc_alive(seg->hdr->id.creator_pid, seg->hdr->id.creator_start_ticks);
 }
 
 int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
@@ -493,7 +494,7 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
               ordinal);
     return SS_ENOTGPU;
   }
-  if (creator_gone(seg->hdr->id.creator_pid)) {
+  if (creator_gone(seg)) {
     set_err("the process that created this GPU stream (pid %d) has exited; its device "
             "buffer was freed with it", (int)seg->hdr->id.creator_pid);
     return SS_EGPUGONE;
@@ -567,13 +568,12 @@ void ss_gpu_release_owned(const uint8_t instance_id[16]) {
 
 /* ---- waiting on the host without a device synchronize ------------------ */
 
-static int pid_dead(int32_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
-
 /* Poll event e until it completes. If the deadline passes: SS_ETIMEDOUT,
- * or SS_EPOISONED when the work belongs to a writer that has died (its
- * device work will never complete, and the stream that waits on it is
- * stuck). */
-static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, int32_t writer_pid) {
+ * or SS_EPOISONED when the work belongs to the stream's last writer
+ * (writer_of: the segment, else NULL for our own work) and that writer has
+ * died (its device work will never complete, and the stream that waits on
+ * it is stuck). */
+static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *writer_of) {
   int64_t start = ss_monotonic_ns();
   int64_t next_check = start + 100 * 1000000LL;
   for (unsigned spins = 0;; spins++) {
@@ -585,12 +585,11 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, int32_t writer_pid
     if (now >= next_check) {
       next_check = now + 100 * 1000000LL;
       /* A dead writer's record never happens: give it 1 s of grace. */
-      if (writer_pid && writer_pid != getpid() && pid_dead(writer_pid) &&
-          now - start > 1000 * 1000000LL) {
+      if (writer_of && !ss_writer_alive(writer_of) && now - start > 1000 * 1000000LL) {
         g->poisoned = 1;
         set_err("the writer (pid %d) died before its device copy completed; this process's "
                 "GPU mapping of the stream is stuck: close it and recreate the stream",
-                (int)writer_pid);
+                (int)atomic_load_explicit(&writer_of->hdr->pub.writer_pid, memory_order_relaxed));
         return SS_EPOISONED;
       }
     }
@@ -603,14 +602,10 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, int32_t writer_pid
   }
 }
 
-static int64_t deadline_of(int64_t timeout_ns) {
-  return timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
-}
-
 /* Entry checks shared by every operation; on success the context is pushed
  * and g->mu is held. */
 static int enter(ss_gpu *g, const ss_segment *seg) {
-  if (g->pid != getpid()) {
+  if (g->pid != ss_self_pid()) {
     set_err("this GPU stream handle was inherited through fork(); CUDA cannot be used in "
             "a forked child: open the stream again in a process started with 'spawn'");
     return SS_EFORK;
@@ -620,7 +615,7 @@ static int enter(ss_gpu *g, const ss_segment *seg) {
             "writer that died; close the handle and recreate the stream");
     return SS_EPOISONED;
   }
-  if (!g->owner && creator_gone(seg->hdr->id.creator_pid)) {
+  if (!g->owner && creator_gone(seg)) {
     /* CUDA IPC memory belongs to the exporting process: once it exits the
      * allocation is freed and using a mapping of it is undefined. */
     set_err("the process that created this GPU stream (pid %d) has exited; its device "
@@ -653,9 +648,8 @@ static int after_user(ss_gpu *g, uint64_t user_stream) {
  * process's are waited for on the device through the IPC event, after the
  * host has seen them complete when that writer may have died. */
 static int after_previous_writer(ss_gpu *g, ss_segment *seg, int64_t deadline) {
-  int32_t last = atomic_load_explicit(&seg->hdr->pub.writer_pid, memory_order_relaxed);
-  if (last && last != getpid() && pid_dead(last)) {
-    int rc = poll_event(g, g->ipc_event, deadline, last);
+  if (!ss_writer_alive(seg)) {
+    int rc = poll_event(g, g->ipc_event, deadline, seg);
     if (rc) return rc;
   }
   /* SYNC POINT (gpu w1): every earlier writer recorded the IPC event after
@@ -663,11 +657,6 @@ static int after_previous_writer(ss_gpu *g, ss_segment *seg, int64_t deadline) {
    * record is the last publication's, and our copy waits for it. */
   CU_TRY(cu.StreamWaitEvent(g->stream, g->ipc_event, 0), "cuStreamWaitEvent(IPC event)");
   return SS_OK;
-}
-
-/* The slot the write in flight fills (ss_write_begin returned it). */
-static uint32_t writing_slot(const ss_segment *seg) {
-  return (ss_published_slot(seg) + 1) % SS_GPU_SLOTS;
 }
 
 /* After the device copy into `dst_slot` was queued: record the IPC event,
@@ -693,7 +682,7 @@ static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const voi
         ss_write_abort(seg);
         return cu_fail("refreshing the CPU mirror (cuMemcpyDtoHAsync)", r);
       }
-      int rc = poll_event(g, g->ev_done, deadline, 0);
+      int rc = poll_event(g, g->ev_done, deadline, NULL);
       if (rc) {
         ss_write_abort(seg);
         return rc;
@@ -708,7 +697,7 @@ int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
                         uint64_t user_stream, const uint64_t *frame_id, int64_t timeout_ns) {
   int rc = enter(g, seg);
   if (rc) return rc;
-  int64_t deadline = deadline_of(timeout_ns);
+  int64_t deadline = ss_deadline_ns(timeout_ns);
   size_t n = g->payload_bytes;
   if ((rc = after_previous_writer(g, seg, deadline))) goto out;
   if (src_kind == SS_GPU_SRC_DEVICE && (rc = after_user(g, user_stream))) goto out;
@@ -737,7 +726,7 @@ int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
       rc = cu_fail("ordering the caller's stream after the copy", r);
   } else if (src_kind != SS_GPU_SRC_HOST) {
     if ((r = cu.EventRecord(g->ev_done, g->stream))) rc = cu_fail("cuEventRecord", r);
-    else rc = poll_event(g, g->ev_done, INT64_MAX, 0);
+    else rc = poll_event(g, g->ev_done, INT64_MAX, NULL);
   }
 out:
   leave(g);
@@ -747,7 +736,7 @@ out:
 int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns) {
   int rc = enter(g, seg);
   if (rc) return rc;
-  int64_t deadline = deadline_of(timeout_ns);
+  int64_t deadline = ss_deadline_ns(timeout_ns);
   if ((rc = after_previous_writer(g, seg, deadline))) goto out;
   uint32_t slot = ss_write_begin(seg);
   CUresult r = g->payload_bytes
@@ -772,8 +761,8 @@ out:
 }
 
 /* Queue "wait for the writers, copy slot, mark done" and wait for it. */
-static int copy_slot(ss_gpu *g, uint32_t slot, uint64_t dst, int64_t deadline,
-                     int32_t writer_pid) {
+static int copy_slot(ss_gpu *g, const ss_segment *seg, uint32_t slot, uint64_t dst,
+                     int64_t deadline) {
   CUresult r;
   /* SYNC POINT (gpu r1): the wait captures the IPC event's latest record,
    * which is at least the one of the publication whose count we read. */
@@ -784,101 +773,38 @@ static int copy_slot(ss_gpu *g, uint32_t slot, uint64_t dst, int64_t deadline,
                               g->stream)))
     return cu_fail("copying the payload from the stream's device buffer", r);
   if ((r = cu.EventRecord(g->ev_done, g->stream))) return cu_fail("cuEventRecord", r);
-  return poll_event(g, g->ev_done, deadline, writer_pid);
+  return poll_event(g, g->ev_done, deadline, seg);
 }
 
-static void load_info(const ss_publish_line *p, ss_pubinfo *info) {
-  info->count = atomic_load_explicit(&p->count, memory_order_relaxed);
-  info->frame_id = atomic_load_explicit(&p->frame_id, memory_order_relaxed);
-  info->write_time_ns = atomic_load_explicit(&p->write_time_ns, memory_order_relaxed);
-  info->state = atomic_load_explicit(&p->state, memory_order_relaxed);
-}
+typedef struct gpu_dst {
+  ss_gpu *g;
+  uint64_t dst;
+  int64_t deadline;
+} gpu_dst;
 
-#define SS_GPU_READ_TRIES 4
-#define SS_GPU_ODD_SPIN_NS 50000
-
-/* One optimistic attempt, as try_read in stream.c with a device copy.
- * Returns SS_OK / an error when done, 1 if the write in flight at the
- * first attempt (*arrival) is not published yet, 2 if the attempt was torn. */
-static int try_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, int64_t deadline,
-                        ss_pubinfo *info, uint64_t *arrival) {
-  ss_publish_line *p = &seg->hdr->pub;
-  uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
-  if (s1 & 1) return 2;
-  load_info(p, info);
-  int32_t writer = atomic_load_explicit(&p->writer_pid, memory_order_relaxed);
-  uint32_t slot = ss_published_slot(seg);
-  SS_ATOMIC(uint64_t) *sseq = &seg->hdr->slots.seq[slot];
-  uint64_t ss1 = atomic_load_explicit(sseq, memory_order_acquire);
-  int in_flight = ss_write_in_flight(seg);
-  /* SYNC POINT (gpu r0): the metadata, the published slot and its seq come
-   * from one publish-seqlock window; re-checked before any device work. */
-  atomic_thread_fence(memory_order_acquire);
-  if (atomic_load_explicit(&p->seq, memory_order_relaxed) != s1) return 2;
-  if (info->state != SS_STATE_VALID) return SS_EINCONSISTENT;
-  if (in_flight || (ss1 & 1)) {
-    /* Freshness, as on the CPU: wait for the write in flight when the read
-     * began; a newer one fills the other slot and does not hold us up. */
-    if (*arrival == UINT64_MAX) *arrival = s1;
-    if (s1 == *arrival || (ss1 & 1)) return 1;
-  }
-  int rc = copy_slot(g, slot, dst, deadline, writer);
-  if (rc) return rc;
-  /* SYNC POINT (gpu r2): our copy has completed (the host saw its event).
-   * A write into this device slot sets the slot's seq odd (ss_write_begin,
-   * release fence) before it queues its copy, so a copy that could have
-   * met it finds the slot's seq changed. */
-  atomic_thread_fence(memory_order_acquire);
-  return atomic_load_explicit(sseq, memory_order_relaxed) == ss1 ? SS_OK : 2;
+/* The copy step of the one snapshot routine (snapshot.c), on the device.
+ * SYNC POINT (gpu r2): it returns once our copy has completed (the host saw
+ * its event); the snapshot then re-checks the slot's seq: a write into this
+ * device slot sets it odd (ss_write_begin, release fence) before it queues
+ * its copy, so a copy that could have met it finds the seq changed. */
+static int copy_to_device(void *ctx, ss_segment *seg, uint32_t slot) {
+  gpu_dst *d = (gpu_dst *)ctx;
+  return copy_slot(d->g, seg, slot, d->dst, d->deadline);
 }
 
 int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream,
                 int64_t timeout_ns, int holds_lock, ss_pubinfo *info) {
   int rc = enter(g, seg);
   if (rc) return rc;
-  int64_t deadline = deadline_of(timeout_ns);
-  ss_publish_line *p = &seg->hdr->pub;
-  if ((rc = after_user(g, user_stream))) goto out;
-  if (holds_lock) goto locked_copy;
-  int64_t odd_until = 0;
-  uint64_t arrival = UINT64_MAX;
-  for (int torn = 0; torn < SS_GPU_READ_TRIES;) {
-    rc = try_gpu_read(g, seg, dst, deadline, info, &arrival);
-    if (rc != 1 && rc != 2) goto out;
-    if (rc == 2) {
-      torn++;
-      continue;
-    }
-    int64_t now = ss_monotonic_ns();
-    if (!odd_until) odd_until = now + SS_GPU_ODD_SPIN_NS;
-    if (now >= odd_until || now >= deadline) break;
-    ss_cpu_relax();
+  if ((rc = after_user(g, user_stream)) == SS_OK) {
+    gpu_dst d = {g, dst, ss_deadline_ns(timeout_ns)};
+    ss_snapshot_args a = {copy_to_device, &d, holds_lock, 0};
+    ss_frame frame;
+    /* SYNC POINT (gpu r0): the snapshot takes the metadata, the published
+     * slot and its seq from one publish-seqlock window (s1) before any
+     * device work. */
+    rc = ss_snapshot(seg, timeout_ns, &a, info, &frame);
   }
-  if (seg->readonly == 2) {
-    rc = SS_ETIMEDOUT; /* cannot take the lock through a read-only mapping */
-    goto out;
-  }
-  {
-    /* Fallback that always finishes, as on the CPU: no writer runs while
-     * we hold the lock, and a dead writer's frame is marked abandoned. */
-    int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
-    rc = ss_lock(seg, left < 0 && deadline != INT64_MAX ? 0 : left);
-    if (rc != SS_OK && rc != SS_EOWNERDEAD) goto out;
-    load_info(p, info);
-    int32_t writer = atomic_load_explicit(&p->writer_pid, memory_order_relaxed);
-    rc = info->state != SS_STATE_VALID
-             ? SS_EINCONSISTENT
-             : copy_slot(g, ss_published_slot(seg), dst, deadline, writer);
-    ss_unlock(seg);
-    goto out;
-  }
-locked_copy:
-  load_info(p, info);
-  rc = info->state != SS_STATE_VALID
-           ? SS_EINCONSISTENT
-           : copy_slot(g, ss_published_slot(seg), dst, deadline,
-                       atomic_load_explicit(&p->writer_pid, memory_order_relaxed));
-out:
   leave(g);
   return rc;
 }
@@ -887,7 +813,7 @@ int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream, int64_t 
                       uint64_t *slot_ptr) {
   int rc = enter(g, seg);
   if (rc) return rc;
-  int64_t deadline = deadline_of(timeout_ns);
+  int64_t deadline = ss_deadline_ns(timeout_ns);
   if ((rc = after_previous_writer(g, seg, deadline))) goto out;
   if ((rc = after_user(g, user_stream))) goto out;
   uint32_t published = ss_published_slot(seg);
@@ -905,7 +831,7 @@ int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream, int64_t 
     rc = cu_fail("preparing the in-place write slot", r);
     goto out;
   }
-  if (!user_stream && (rc = poll_event(g, g->ev_done, deadline, 0))) {
+  if (!user_stream && (rc = poll_event(g, g->ev_done, deadline, NULL))) {
     ss_write_abort(seg);
     goto out;
   }
@@ -926,7 +852,7 @@ int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
     ss_write_abort(seg);
     goto out;
   }
-  rc = finish_write(g, seg, writing_slot(seg), NULL, frame_id, INT64_MAX);
+  rc = finish_write(g, seg, ss_writing_slot(seg), NULL, frame_id, INT64_MAX);
 out:
   leave(g);
   return rc;

@@ -1,4 +1,13 @@
-/* Helpers shared by the core's source files; not part of the public ABI. */
+/* Helpers shared by the core's source files; not part of the public ABI.
+ *
+ * The files call each other without a circle:
+ *   clock.c, futex.c, proc.c, names.c, fault.c   leaves
+ *   mutex.c        a plain robust mutex                  (clock)
+ *   publish.c      the writer's protocol and the repair  (futex, clock)
+ *   stream_lock.c  the stream lock: mutex + repair + reader priority
+ *   snapshot.c     the reader's protocol                 (publish, stream_lock)
+ *   wait.c         waiting for a publication             (futex, publish, stream_lock)
+ */
 #ifndef SS_INTERNAL_H
 #define SS_INTERNAL_H
 
@@ -9,12 +18,78 @@
 uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h);
 #define SS_FNV_OFFSET 0xcbf29ce484222325ULL
 
-/* src/core/proc.c: start time of a process (/proc/<pid>/stat field 22), 0
- * if unknown; declared publicly in shmstream_channel.h too. */
-uint64_t ss_proc_start_ticks(int32_t pid);
+/* src/core/proc.c (ss_proc_alive and ss_proc_start_ticks are public).
+ * This process's pid and start time and this thread's tid, without a
+ * system call after the first (a fork child asks again). */
+int32_t ss_self_pid(void);
+int32_t ss_self_tid(void);
+uint64_t ss_self_start_ticks(void);
 
-/* Marks the frame of a writer that died mid-write (lock taken over). */
-void ss_mark_abandoned(ss_segment *seg);
+/* ---- src/core/fault.c: crash points (docs/ABI.md, "Crash points") ------- */
+
+extern SS_ATOMIC(int) ss_fault_armed_;
+void ss_fault_hit(const char *point);
+static inline int ss_fault_active(void) {
+  return __builtin_expect(atomic_load_explicit(&ss_fault_armed_, memory_order_relaxed), 0);
+}
+/* A death here must find every store before it done and none after it: the
+ * signal fence keeps the compiler from moving stores across the point (a
+ * SIGKILL is asynchronous, like a signal). No instruction is emitted. */
+#define SS_CRASH_POINT(name)                                 \
+  do {                                                       \
+    atomic_signal_fence(memory_order_seq_cst);               \
+    if (ss_fault_active()) ss_fault_hit(name);               \
+  } while (0)
+
+/* ---- src/core/futex.c ---------------------------------------------------- */
+
+/* Sleep while *addr == val, at most timeout_ns (< 0: no limit). Not
+ * FUTEX_PRIVATE: sleepers and wakers live in different processes. */
+void ss_futex_wait(SS_ATOMIC(uint32_t) *addr, uint32_t val, int64_t timeout_ns);
+/* Wake every sleeper; returns how many were woken. */
+int ss_futex_wake(SS_ATOMIC(uint32_t) *addr);
+
+/* ---- src/core/mutex.c: the plain robust mutex of the lock line ---------- */
+
+void ss_mutex_init(pthread_mutex_t *m);
+/* timeout_ns < 0 waits forever, 0 tries once. SS_OK or SS_EOWNERDEAD (held;
+ * the caller repairs what the dead owner left, then ss_mutex_consistent),
+ * SS_ETIMEDOUT, SS_EDEADLK, or a positive errno. The owner is recorded. */
+int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns);
+void ss_mutex_consistent(ss_lock_line *l);
+int ss_mutex_unlock(ss_lock_line *l);
+
+/* ---- src/core/publish.c: the writer's side ------------------------------- */
+
+/* After a lock takeover: finish what a dead writer left (docs/ABI.md,
+ * "Repair after a death"). Returns 1 if a frame was abandoned. */
+int ss_stream_repair(ss_segment *seg);
+/* Payload slots a reader may copy from (0 for a GPU stream without CPU
+ * mirror: its payload is on the device). */
+int ss_slotless(const ss_segment *seg);
+/* 0 if the last writer (writer_pid and its start time) has died; 1 if it
+ * runs, is this process, or nobody wrote yet. */
+int ss_writer_alive(const ss_segment *seg);
+/* The slot the next (or current) write fills: the one after the published. */
+uint32_t ss_writing_slot(const ss_segment *seg);
+
+/* ---- src/core/snapshot.c: the reader's side -------------------------------- */
+
+/* Copies slot `slot` of the published frame to the caller's destination
+ * (host memcpy, or a device copy for GPU streams); SS_OK or an error that
+ * ends the read. */
+typedef int (*ss_copy_fn)(void *ctx, ss_segment *seg, uint32_t slot);
+typedef struct ss_snapshot_args {
+  ss_copy_fn copy;   /* NULL: locate the frame only (a zero-copy view) */
+  void *ctx;
+  int holds_lock;    /* the caller holds the stream lock: copy directly */
+  int last_complete; /* ignore an aborted/abandoned state (slot_count > 1) */
+} ss_snapshot_args;
+/* The one snapshot loop: optimistic seqlock attempts, then the lock. */
+int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,
+                ss_frame *frame);
+
+/* ---- src/core/stream_lock.c ---------------------------------------------- */
 
 /* ss_lock for a reader's fallback: announced in notify.lock_readers, so
  * writers step aside for it. */

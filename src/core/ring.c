@@ -9,13 +9,9 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -50,11 +46,6 @@ static uint32_t payload_off(uint32_t meta_len) {
 }
 
 static uint64_t record_len(uint32_t off, uint64_t size) { return round_up(off + size, SS_MSG_ALIGN); }
-
-static long futex(SS_ATOMIC(uint32_t) *addr, int op, uint32_t val, const struct timespec *ts) {
-  /* Not FUTEX_PRIVATE_FLAG: waiter and waker live in different processes. */
-  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
-}
 
 static ss_ring_end_line *own_end(const ss_channel *ch, int role) {
   return role == SS_ROLE_PRODUCER ? &ch->ctl->producer : &ch->ctl->consumer;
@@ -114,8 +105,8 @@ static int map_mirror(ss_channel *ch) {
 /* ---- ownership ------------------------------------------------------------ */
 
 static uint64_t my_owner_word(void) {
-  int32_t pid = (int32_t)getpid();
-  uint64_t ticks = ss_proc_start_ticks(pid) & 0xffffffffull;
+  int32_t pid = ss_self_pid();
+  uint64_t ticks = ss_self_start_ticks() & 0xffffffffull;
   return (ticks << 32) | (uint32_t)pid;
 }
 
@@ -188,7 +179,7 @@ static void wake_line(ss_channel *ch, SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(u
   atomic_thread_fence(memory_order_seq_cst);
   if (force || atomic_load_explicit(waiters, memory_order_relaxed) > 0) {
     atomic_fetch_add_explicit(wake_seq, 1, memory_order_release);
-    futex(wake_seq, FUTEX_WAKE, INT_MAX, NULL);
+    ss_futex_wake(wake_seq);
   }
 }
 
@@ -203,7 +194,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
                       int64_t timeout_ns, uint64_t *out) {
   uint64_t v;
   int64_t now = ss_monotonic_ns();
-  int64_t deadline = timeout_ns < 0 ? INT64_MAX : now + timeout_ns;
+  int64_t deadline = ss_deadline_ns(timeout_ns);
   if (timeout_ns != 0 && ch->spin_ns > 0) {
     int64_t spin_end = now + (timeout_ns < 0 || ch->spin_ns < timeout_ns ? ch->spin_ns : timeout_ns);
     for (unsigned i = 1;; i++) {
@@ -246,9 +237,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     }
     int64_t until = deadline < ch->next_peer_check ? deadline : ch->next_peer_check;
     int64_t left = until - now;
-    if (left < 0) left = 0;
-    struct timespec ts = {(time_t)(left / SS_NS_PER_S), (long)(left % SS_NS_PER_S)};
-    futex(wake_seq, FUTEX_WAIT, w, &ts);
+    ss_futex_wait(wake_seq, w, left < 0 ? 0 : left);
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v >= target) { *out = v; return SS_OK; }
@@ -318,6 +307,7 @@ void ss_channel_detach(ss_channel *ch) {
   uint64_t mine = ch->owner_word;
   if (atomic_load_explicit(&e->owner, memory_order_relaxed) == mine) {
     atomic_store_explicit(&e->state, SS_END_CLOSED, memory_order_release);
+    SS_CRASH_POINT("ring.detach");
     atomic_compare_exchange_strong_explicit(&e->owner, &mine, 0, memory_order_release,
                                             memory_order_relaxed);
   }
@@ -356,9 +346,11 @@ void ss_channel_set_batch(ss_channel *ch, uint32_t batch) { ch->batch = batch ? 
 
 void ss_channel_flush(ss_channel *ch) {
   if (ch->role != SS_ROLE_PRODUCER || ch->head == ch->head_pub) return;
-  /* SYNC POINT: the release store of head publishes every record byte
+  SS_CRASH_POINT("ring.record");
+  /* SYNC POINT (h): the release store of head publishes every record byte
    * written before it; pairs with the consumer's acquire load of head. */
   atomic_store_explicit(&ch->ctl->head.pos, ch->head, memory_order_release);
+  SS_CRASH_POINT("ring.head");
   ch->head_pub = ch->head;
   ch->pending = 0;
   wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, 0);
@@ -462,14 +454,17 @@ int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
 void ss_channel_skip_rx(ss_channel *ch) {
   ch->rd += ch->rx_len;
   ch->rx_len = 0;
+  SS_CRASH_POINT("ring.read"); /* read, not yet released */
 }
 
 void ss_channel_release_rx(ss_channel *ch, uint64_t upto) {
   if (ch->role != SS_ROLE_CONSUMER || upto <= ch->tail || upto > ch->rd) return;
   ch->tail = upto;
-  /* SYNC POINT: the release store of tail orders our reads of the released
-   * bytes before the producer's reuse (it acquire-loads tail). */
+  SS_CRASH_POINT("ring.release");
+  /* SYNC POINT (t): the release store of tail orders our reads of the
+   * released bytes before the producer's reuse (it acquire-loads tail). */
   atomic_store_explicit(&ch->ctl->tail.pos, upto, memory_order_release);
+  SS_CRASH_POINT("ring.tail");
   /* SYNC POINT: the fence in wake_line orders the tail store before the
    * loads of waiters and want (the producer stores want, then waiters, then
    * fences, then re-reads tail). */

@@ -60,16 +60,6 @@ int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
   return SS_OK;
 }
 
-static void init_mutex(pthread_mutex_t *m) {
-  pthread_mutexattr_t a;
-  pthread_mutexattr_init(&a);
-  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
-  pthread_mutex_init(m, &a);
-  pthread_mutexattr_destroy(&a);
-}
-
 static void fill_random(uint8_t *out, size_t n) {
   size_t got = 0;
   while (got < n) {
@@ -137,9 +127,9 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   id->ndim = a->ndim;
   for (uint32_t i = 0; i < a->ndim; i++) id->shape[i] = a->shape[i];
   id->itemsize = a->itemsize;
-  id->creator_pid = (int32_t)getpid();
+  id->creator_pid = ss_self_pid();
   id->mode = a->mode ? a->mode : 0600;
-  id->creator_start_ticks = ss_proc_start_ticks((int32_t)getpid());
+  id->creator_start_ticks = ss_self_start_ticks();
   fill_random(id->instance_id, sizeof id->instance_id);
   id->created_ns = ss_realtime_ns();
   id->name_len = (uint32_t)name_len;
@@ -147,7 +137,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   id->dtype_len = (uint32_t)dtype_len;
   memcpy(id->dtype, a->dtype, dtype_len);
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
-  init_mutex(&h->lock.m.mutex);
+  ss_mutex_init(&h->lock.m.mutex);
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT: the magic is stored last with release order, so an opener
    * that acquire-loads a valid magic sees the whole initialised header. */
@@ -251,16 +241,4 @@ int ss_segment_unlink(const char *name, size_t len) {
 
 uint8_t *ss_slot(const ss_segment *seg, uint32_t slot) {
   return seg->base + seg->hdr->id.payload_offset + (size_t)slot * seg->hdr->id.slot_stride;
-}
-
-int64_t ss_monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * SS_NS_PER_S + ts.tv_nsec;
-}
-
-uint64_t ss_realtime_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * SS_NS_PER_S + (uint64_t)ts.tv_nsec;
 }

@@ -1,13 +1,8 @@
-/* Waiting for a publication: spin briefly, then sleep on the futex. */
+/* Waiting for a publication: spin briefly, then sleep on the futex.
+ * Protocol and labels: docs/ABI.md, "Wait". */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <limits.h>
 #include <sched.h>
-#include <linux/futex.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
 
@@ -31,14 +26,7 @@ int64_t ss_default_spin_ns(void) {
   return cached;
 }
 
-static long futex(SS_ATOMIC(uint32_t) *addr, int op, uint32_t val, const struct timespec *ts) {
-  /* Not FUTEX_PRIVATE_FLAG: waiter and waker live in different processes. */
-  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
-}
-
-void ss_wake_all(ss_segment *seg) {
-  futex(&seg->hdr->notify.wake_seq, FUTEX_WAKE, INT_MAX, NULL);
-}
+void ss_wake_all(ss_segment *seg) { ss_futex_wake(&seg->hdr->notify.wake_seq); }
 
 void ss_cancel(ss_segment *seg) {
   atomic_store_explicit(&seg->cancelled, 1, memory_order_release);
@@ -54,8 +42,14 @@ static int cancelled(ss_segment *seg) {
  * aborted or abandoned: no newer consistent frame is coming until a good
  * write, and the caller must hear why rather than time out. */
 static int inconsistent(const ss_publish_line *p) {
-  return atomic_load_explicit(&p->state, memory_order_relaxed) != SS_STATE_VALID &&
-         !(atomic_load_explicit(&p->seq, memory_order_acquire) & 1);
+  /* SYNC POINT (w1): the state with the publish seq even around it, so a
+   * state seen mid-window (a write replacing it) is not taken for the
+   * published one. */
+  uint64_t s = atomic_load_explicit(&p->seq, memory_order_acquire);
+  uint32_t st = atomic_load_explicit(&p->state, memory_order_relaxed);
+  atomic_thread_fence(memory_order_acquire);
+  return st != SS_STATE_VALID && !(s & 1) &&
+         atomic_load_explicit(&p->seq, memory_order_relaxed) == s;
 }
 
 int ss_check_writer(ss_segment *seg) {
@@ -77,7 +71,7 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
   if (c > after) { *count_out = c; return SS_OK; }
   int64_t now = ss_monotonic_ns();
-  int64_t deadline = timeout_ns < 0 ? INT64_MAX : now + timeout_ns;
+  int64_t deadline = ss_deadline_ns(timeout_ns);
   int64_t spin_end = now + (spin_ns < timeout_ns || timeout_ns < 0 ? spin_ns : timeout_ns);
   /* Pure pause-spinning for the first SS_PAUSE_SPIN_NS, then yield while
    * spinning: if the producer shares our core (2-core machines, busy
@@ -104,7 +98,7 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     if (cancelled(seg)) return SS_ECANCELLED;
     now = ss_monotonic_ns();
     if (now >= deadline) return SS_ETIMEDOUT;
-    /* SYNC POINT: the waker bumps wake_seq (release) after publishing the
+    /* SYNC POINT (c): the waker bumps wake_seq (release) after publishing the
      * count, then fences and reads waiters. We read wake_seq (acquire),
      * announce ourselves, fence, and re-check the count: either the waker
      * sees waiters > 0 and wakes us, or we see its count, or wake_seq has
@@ -118,9 +112,7 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
       if (c > after) { *count_out = c; return SS_OK; }
       return SS_ECANCELLED;
     }
-    int64_t left = deadline - now;
-    struct timespec ts = {(time_t)(left / SS_NS_PER_S), (long)(left % SS_NS_PER_S)};
-    futex(&nl->wake_seq, FUTEX_WAIT, w, deadline == INT64_MAX ? NULL : &ts);
+    ss_futex_wait(&nl->wake_seq, w, deadline == INT64_MAX ? -1 : deadline - now);
     atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) { *count_out = c; return SS_OK; }

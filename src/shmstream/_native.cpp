@@ -73,27 +73,6 @@ class Segment {
     }
   }
 
-  // Runs fn(chunk_ns) with the GIL released, in chunks of at most 100 ms,
-  // checking for signals between chunks, until it returns something other
-  // than SS_ETIMEDOUT or the whole timeout has passed.
-  template <class F>
-  int chunked(int64_t timeout_ns, F &&fn) {
-    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
-    for (;;) {
-      int64_t left = deadline == INT64_MAX ? kSignalCheckNs : deadline - ss_monotonic_ns();
-      if (left < 0) left = 0;
-      int64_t chunk = left < kSignalCheckNs ? left : kSignalCheckNs;
-      int rc;
-      {
-        nb::gil_scoped_release nogil;
-        rc = fn(chunk);
-      }
-      if (rc != SS_ETIMEDOUT) return rc;
-      if (PyErr_CheckSignals() != 0) throw nb::python_error();
-      if (deadline != INT64_MAX && ss_monotonic_ns() >= deadline) return SS_ETIMEDOUT;
-    }
-  }
-
   // Returns true if the lock was taken over from a dead owner.
   bool lock(int64_t timeout_ns) {
     int rc = ss_lock(&seg, 0);
@@ -119,16 +98,25 @@ class Segment {
             std::to_string(payload_bytes()) + " bytes)");
   }
 
-  uint64_t write(nb::handle src, std::optional<uint64_t> frame_id, bool locked, int64_t timeout_ns) {
+  // count (0: count + 1) and write_time_ns (0: now) are a mirror's or a
+  // replay's explicit metadata; a count must exceed the current one.
+  uint64_t write(nb::handle src, std::optional<uint64_t> frame_id, bool locked, int64_t timeout_ns,
+                 uint64_t count = 0, uint64_t write_time_ns = 0) {
     Buffer b(src, false);
     check_len(b, "source");
     if (!locked) lock(timeout_ns);
-    const uint64_t *fid = frame_id ? &*frame_id : nullptr;
+    uint64_t now = hdr()->pub.count.load(std::memory_order_relaxed);
+    if (count && count <= now) {
+      if (!locked) unlock();
+      raise(PyExc_ValueError, "count " + std::to_string(count) + " does not exceed the count of '" +
+            name() + "' (" + std::to_string(now) + "): a mirror's counts only grow");
+    }
+    ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
     if (payload_bytes() >= kGilFreeCopyBytes) {
       nb::gil_scoped_release nogil;
-      ss_write_locked(&seg, b.view.buf, payload_bytes(), fid);
+      ss_write_locked_ex(&seg, b.view.buf, payload_bytes(), &meta);
     } else {
-      ss_write_locked(&seg, b.view.buf, payload_bytes(), fid);
+      ss_write_locked_ex(&seg, b.view.buf, payload_bytes(), &meta);
     }
     uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
@@ -170,6 +158,36 @@ class Segment {
     return {info.count, info.frame_id, info.write_time_ns};
   }
 
+  // The last complete publication whatever the state: (count, frame_id,
+  // write_time_ns, state).
+  std::tuple<uint64_t, uint64_t, uint64_t, uint32_t> read_last_complete(nb::handle dst,
+                                                                         int64_t timeout_ns,
+                                                                         bool holds_lock) {
+    Buffer b(dst, true);
+    check_len(b, "destination");
+    ss_pubinfo info{};
+    int rc = holds_lock ? ss_read_last_complete(&seg, b.view.buf, payload_bytes(), 0, 1, &info)
+                        : chunked(timeout_ns, [&](int64_t chunk) {
+                            return ss_read_last_complete(&seg, b.view.buf, payload_bytes(), chunk,
+                                                         0, &info);
+                          });
+    if (rc == SS_ETIMEDOUT)
+      raise(PyExc_TimeoutError, "timed out waiting for the lock of '" + name() + "'");
+    if (rc == SS_EINCONSISTENT)
+      raise(g_inconsistent, "stream '" + name() + "' has one slot, and its last write failed "
+            "in place: no complete frame is left; the next successful write recovers it "
+            "(streams with slots >= 2 keep the last complete frame)");
+    if (rc) raise_status(rc, "read_last_complete");
+    return {info.count, info.frame_id, info.write_time_ns, info.state};
+  }
+
+  // Raises InconsistentStreamError if the published frame is aborted, or
+  // its writer died mid-write (the trylock takes over and repairs).
+  void check_writer() {
+    int rc = ss_check_writer(&seg);
+    if (rc) raise_status(rc, "read");
+  }
+
   // One chunk of waiting; between chunks, look for a writer that died
   // mid-write (its frame is then marked abandoned and we stop waiting).
   int wait_chunk(uint64_t after, int64_t chunk, int64_t spin_ns, uint64_t *c) {
@@ -202,7 +220,7 @@ class Segment {
   int wait_newer(uint64_t after, int64_t timeout_ns, int64_t spin_ns, ss_pubinfo &info,
                  Snap &&snap) {
     if (spin_ns < 0) spin_ns = ss_default_spin_ns();
-    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
+    int64_t deadline = ss_deadline_ns(timeout_ns);
     bool first = true;
     return chunked(timeout_ns, [&](int64_t chunk) {
       uint64_t c;
@@ -331,6 +349,7 @@ NB_MODULE(_native, m) {
   m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
         "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
+  def_fault_injection(m);
   m.def("monotonic_ns", &ss_monotonic_ns);
 
   // Offsets of every documented header field, for the ABI test.
@@ -349,7 +368,11 @@ NB_MODULE(_native, m) {
     F(lock.acquisitions, acquisitions);
     F(pub.seq, seq); F(pub.count, count); F(pub.frame_id, frame_id);
     F(pub.write_time_ns, write_time_ns); F(pub.state, state); F(pub.writer_pid, writer_pid);
-    F(pub.aborted, aborted); F(pub.slot, slot); F(slots.seq, slot_seq);
+    F(pub.aborted, aborted); F(pub.slot, slot);
+    F(pub.writer_start_ticks, writer_start_ticks); F(stream.slots.seq, slot_seq);
+    F(stream.undo.count, undo_count); F(stream.undo.frame_id, undo_frame_id);
+    F(stream.undo.write_time_ns, undo_write_time_ns); F(stream.undo.aborted, undo_aborted);
+    F(stream.undo.slot, undo_slot); F(stream.undo.state, undo_state);
     F(notify.wake_seq, wake_seq); F(notify.waiters, waiters); F(notify.lock_readers, lock_readers);
 #undef F
     return d;
@@ -448,6 +471,7 @@ NB_MODULE(_native, m) {
       .def_prop_ro("write_time_ns", [](Segment &s) { return s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed); })
       .def_prop_ro("state", [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })
       .def_prop_ro("writer_pid", [](Segment &s) { return s.hdr()->pub.writer_pid.load(std::memory_order_relaxed); })
+      .def_prop_ro("writer_start_ticks", [](Segment &s) { return s.hdr()->pub.writer_start_ticks.load(std::memory_order_relaxed); })
       .def_prop_ro("aborted", [](Segment &s) { return s.hdr()->pub.aborted.load(std::memory_order_relaxed); })
       .def_prop_ro("owner_pid", [](Segment &s) { return s.hdr()->lock.owner_pid.load(std::memory_order_relaxed); })
       .def_prop_ro("owner_tid", [](Segment &s) { return s.hdr()->lock.owner_tid.load(std::memory_order_relaxed); })
@@ -471,10 +495,12 @@ NB_MODULE(_native, m) {
            "Take the cross-process lock. Returns True if it was taken over from a dead owner.")
       .def("unlock", &Segment::unlock)
       .def("write", [](Segment &s, nb::handle src, std::optional<uint64_t> frame_id, bool locked,
-                       std::optional<double> timeout) {
-        return s.write(src, frame_id, locked, to_ns(timeout));
+                       std::optional<double> timeout, uint64_t count, uint64_t write_time_ns) {
+        return s.write(src, frame_id, locked, to_ns(timeout), count, write_time_ns);
       }, "src"_a, "frame_id"_a = nb::none(), "locked"_a = false, "timeout"_a = nb::none(),
-         "Publish src (frame_id None keeps the previous frame id). Returns the new count.")
+         "count"_a = 0, "write_time_ns"_a = 0,
+         "Publish src (frame_id None keeps the previous frame id; count and write_time_ns 0: "
+         "count + 1 and now). Returns the new count.")
       .def("write_begin", [](Segment &s) { return ss_write_begin(&s.seg); },
            "Start a write (lock held); returns the slot to fill.")
       .def("write_end", [](Segment &s, std::optional<uint64_t> frame_id) {
@@ -488,6 +514,13 @@ NB_MODULE(_native, m) {
       .def("read", [](Segment &s, nb::handle dst, std::optional<double> timeout, bool holds_lock) {
         return s.read(dst, to_ns(timeout), holds_lock);
       }, "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false)
+      .def("read_last_complete", [](Segment &s, nb::handle dst, std::optional<double> timeout,
+                                    bool holds_lock) {
+        return s.read_last_complete(dst, to_ns(timeout), holds_lock);
+      }, "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false,
+         "Copy the last complete publication whatever the state: (count, frame_id, "
+         "write_time_ns, state).")
+      .def("check_writer", &Segment::check_writer)
       .def("read_new", [](Segment &s, nb::handle dst, uint64_t after, std::optional<double> timeout,
                           int64_t spin_ns) {
         return s.read_new(dst, after, to_ns(timeout), spin_ns);

@@ -59,6 +59,15 @@ def proc_start_ticks(pid: int) -> int:
 
 def default_spin_ns() -> int: ...
 
+def fault_arm(point: str, nth: int = 1, exit: bool = False) -> None:
+    """
+    Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.
+    """
+
+def fault_disarm() -> None: ...
+
+def fault_points() -> list: ...
+
 def monotonic_ns() -> int: ...
 
 def layout() -> dict: ...
@@ -138,6 +147,9 @@ class Segment:
     def writer_pid(self) -> int: ...
 
     @property
+    def writer_start_ticks(self) -> int: ...
+
+    @property
     def aborted(self) -> int: ...
 
     @property
@@ -161,9 +173,9 @@ class Segment:
 
     def unlock(self) -> None: ...
 
-    def write(self, src: object, frame_id: int | None = None, locked: bool = False, timeout: float | None = None) -> int:
+    def write(self, src: object, frame_id: int | None = None, locked: bool = False, timeout: float | None = None, count: int = 0, write_time_ns: int = 0) -> int:
         """
-        Publish src (frame_id None keeps the previous frame id). Returns the new count.
+        Publish src (frame_id None keeps the previous frame id; count and write_time_ns 0: count + 1 and now). Returns the new count.
         """
 
     def write_begin(self) -> int:
@@ -176,6 +188,13 @@ class Segment:
     def clear(self, locked: bool = False, timeout: float | None = None) -> int: ...
 
     def read(self, dst: object, timeout: float | None = None, holds_lock: bool = False) -> tuple[int, int, int]: ...
+
+    def read_last_complete(self, dst: object, timeout: float | None = None, holds_lock: bool = False) -> tuple[int, int, int, int]:
+        """
+        Copy the last complete publication whatever the state: (count, frame_id, write_time_ns, state).
+        """
+
+    def check_writer(self) -> None: ...
 
     def read_new(self, dst: object, after: int, timeout: float | None = None, spin_ns: int = -1) -> tuple[int, int, int]: ...
 

@@ -101,6 +101,10 @@ class Publication:
     frame_id: int
     write_time: float
     missed_publications: int
+    #: "valid" for every read but :meth:`SharedMemory.read_last_complete`,
+    #: where "aborted" or "abandoned" says that a later write failed and this
+    #: is the last complete publication before it.
+    state: str = "valid"
 
 
 # ---- argument checks -------------------------------------------------------
@@ -166,16 +170,19 @@ def _check_dtype(dtype: Any) -> np.dtype:
     return _dtypes.normalize(dtype)
 
 
-def _check_frame_id(frame_id: Any) -> int:
+def _check_u64(what: str, value: Any, minimum: int = 0) -> int:
+    """An integer in [minimum, 2**64): the type of every shared counter."""
     try:
-        value = operator.index(frame_id)
+        checked = operator.index(value)
     except TypeError:
-        raise TypeError(
-            f"frame_id must be an integer or None, not {type(frame_id).__name__}"
-        ) from None
-    if not 0 <= value <= _MAX_FRAME_ID:
-        raise ValueError(f"frame_id must be in [0, 2**64), got {value}")
-    return value
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    if not minimum <= checked <= _MAX_FRAME_ID:
+        raise ValueError(f"{what} must be in [{minimum}, 2**64), got {checked}")
+    return checked
+
+
+def _check_frame_id(frame_id: Any) -> int:
+    return _check_u64("frame_id", frame_id)
 
 
 def _check_after(after: Any) -> int:
@@ -778,10 +785,25 @@ class SharedMemory:
             )
         return np.ascontiguousarray(array)
 
-    def write(self, value: Any, *, frame_id: int | None = None) -> None:
+    def write(
+        self,
+        value: Any,
+        *,
+        frame_id: int | None = None,
+        count: int | None = None,
+        write_time_ns: int | None = None,
+    ) -> None:
         """Publish a copy of ``value`` (converted like ``np.asarray(value,
         dtype)``; its shape must match). ``frame_id`` (any uint64) is stored
-        with the write; omitted, the previous one is kept."""
+        with the write; omitted, the previous one is kept.
+
+        For a mirror of another stream or a replay: ``count`` publishes the
+        write as that count (it must exceed the current one; readers count
+        the gap as missed writes) and ``write_time_ns`` (ns since the epoch)
+        replaces the clock's time."""
+        if count is not None or write_time_ns is not None:
+            self._write_with_metadata(value, frame_id, count, write_time_ns)
+            return
         seg = self._wseg
         if seg is None:
             seg = self._check_writable("write to")  # raises: closed or read-only
@@ -803,6 +825,21 @@ class SharedMemory:
                 np.ascontiguousarray(value), frame_id,
                 owner is not None and owner == _get_ident(),
             )
+
+    def _write_with_metadata(
+        self, value: Any, frame_id: int | None, count: int | None, write_time_ns: int | None
+    ) -> None:
+        seg = self._check_writable("write to")
+        value = self._coerce(value)
+        if frame_id is not None:
+            frame_id = _check_frame_id(frame_id)
+        count = 0 if count is None else _check_u64("count", count, minimum=1)
+        write_time_ns = (
+            0 if write_time_ns is None else _check_u64("write_time_ns", write_time_ns, minimum=1)
+        )
+        self._wrote = seg.write(
+            value, frame_id, self._holds_lock(), None, count, write_time_ns
+        )
 
     def write_locked(self, value: Any, *, frame_id: int | None = None) -> None:
         """:meth:`write` for a caller that already holds the lock."""
@@ -1021,16 +1058,30 @@ class SharedMemory:
         missed = self._record(count)
         return Publication(out, count, frame_id, wt / 1e9, missed)
 
+    def read_last_complete(
+        self, *, out: np.ndarray | None = None, timeout: float | None = None
+    ) -> Publication:
+        """The last complete publication, even while the stream reports a
+        failed write (an exception inside ``write_view``, or a writer that
+        died mid-write): for monitors that must show the last good frame.
+        ``pub.state`` is "valid" if no write failed since, else "aborted" or
+        "abandoned" (this frame is the one before the failed write). It
+        takes the stream lock when a write failed. A stream with
+        ``slots=1`` has no such frame after a failure: InconsistentStreamError."""
+        seg = self._check_open("read from")
+        out = _empty(self.shape, self.dtype) if out is None else self._check_out(out)
+        count, frame_id, wt, state = seg.read_last_complete(out, timeout, self._holds_lock())
+        missed = self._record(count)
+        return Publication(out, count, frame_id, wt / 1e9, missed, _STATE_NAMES.get(state, "?"))
+
     def _fail_if_invalid(self, seg: Any) -> None:
         """Before a wait: raise InconsistentStreamError at once if the
         published frame is aborted, or its writer died mid-write (a wait
         for the count would otherwise sit out its whole timeout)."""
-        if seg.state or (seg.write_in_flight and not _proc.alive(seg.writer_pid)):
-            scratch = _empty(self.size, np.uint8)
-            try:
-                seg.read(scratch, 0.0, self._holds_lock())
-            except TimeoutError:
-                pass  # a live writer after all: wait normally
+        if seg.state or seg.write_in_flight:
+            # A trylock in the core takes a dead writer's lock over (which
+            # repairs the stream) and raises; a live writer keeps it.
+            seg.check_writer()
 
     def _wait_read(
         self,
@@ -1581,6 +1632,7 @@ def _stat_of(seg: Any) -> dict[str, Any]:
         "owner_tid": int(seg.owner_tid) or None,
         "waiters": int(seg.waiters),
         "aborted_writes": int(seg.aborted),
+        "lock_acquisitions": int(seg.acquisitions),
         "created": seg.created_ns / 1e9,
         "mode": int(seg.mode),
         "kind": _KIND_NAMES.get(kind, kind),

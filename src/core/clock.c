@@ -1,0 +1,24 @@
+/* Clocks and deadlines, in nanoseconds. */
+#define _GNU_SOURCE
+#include <time.h>
+
+#include "internal.h"
+
+int64_t ss_monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * SS_NS_PER_S + ts.tv_nsec;
+}
+
+uint64_t ss_realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * SS_NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+int64_t ss_deadline_ns(int64_t timeout_ns) {
+  if (timeout_ns < 0) return INT64_MAX;
+  int64_t now = ss_monotonic_ns();
+  /* Saturate: a timeout of years (math.inf in Python) means never. */
+  return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
+}

@@ -1,0 +1,60 @@
+/* The lock line's mutex: process-shared, robust, error-checking. If its
+ * owner dies, the kernel's robust-futex list hands it to the next acquirer
+ * at once with EOWNERDEAD. This file knows nothing about streams: what a
+ * dead owner left behind is repaired by the caller (stream_lock.c). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <time.h>
+
+#include "internal.h"
+
+void ss_mutex_init(pthread_mutex_t *m) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
+int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns) {
+  pthread_mutex_t *m = &l->m.mutex;
+  int rc;
+  if (timeout_ns < 0) {
+    rc = pthread_mutex_lock(m);
+  } else if (timeout_ns == 0) {
+    rc = pthread_mutex_trylock(m);
+    if (rc == EBUSY) rc = ETIMEDOUT;
+  } else {
+    int64_t deadline = ss_deadline_ns(timeout_ns);
+    struct timespec ts = {(time_t)(deadline / SS_NS_PER_S), (long)(deadline % SS_NS_PER_S)};
+    rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+  }
+  int status;
+  switch (rc) {
+    case 0: status = SS_OK; break;
+    case EOWNERDEAD: status = SS_EOWNERDEAD; break;
+    case ETIMEDOUT: return SS_ETIMEDOUT;
+    case EDEADLK: return SS_EDEADLK;
+    default: return rc;
+  }
+  SS_CRASH_POINT("lock.acquired");
+  atomic_store_explicit(&l->owner_pid, ss_self_pid(), memory_order_relaxed);
+  atomic_store_explicit(&l->owner_tid, ss_self_tid(), memory_order_relaxed);
+  atomic_fetch_add_explicit(&l->acquisitions, 1, memory_order_relaxed);
+  return status;
+}
+
+void ss_mutex_consistent(ss_lock_line *l) { pthread_mutex_consistent(&l->m.mutex); }
+
+int ss_mutex_unlock(ss_lock_line *l) {
+  if (atomic_load_explicit(&l->owner_tid, memory_order_relaxed) != ss_self_tid() ||
+      atomic_load_explicit(&l->owner_pid, memory_order_relaxed) != ss_self_pid())
+    return SS_ENOTOWNER;
+  atomic_store_explicit(&l->owner_tid, 0, memory_order_relaxed);
+  atomic_store_explicit(&l->owner_pid, 0, memory_order_relaxed);
+  SS_CRASH_POINT("lock.unlock");
+  int rc = pthread_mutex_unlock(&l->m.mutex);
+  return rc == 0 ? SS_OK : (rc == EPERM ? SS_ENOTOWNER : rc);
+}

@@ -1,0 +1,57 @@
+/* The stream lock: the lock line's robust mutex (mutex.c) plus what is
+ * stream-specific about it: the takeover after a dead owner repairs the
+ * stream (publish.c) before anything else, and writers step aside for
+ * readers that fell back to the lock. */
+#define _GNU_SOURCE
+#include <sched.h>
+
+#include "internal.h"
+
+/* A writer that never pauses would win the mutex back every time (it is not
+ * fair), starving a reader that fell back to it. Writers therefore step
+ * aside while a reader waits, for at most this long. */
+#define SS_READER_PRIORITY_NS 2000000
+
+static int lock_and_repair(ss_segment *seg, int64_t timeout_ns) {
+  int rc = ss_mutex_lock(&seg->hdr->lock, timeout_ns);
+  if (rc == SS_EOWNERDEAD) {
+    /* The previous owner died holding the lock, maybe mid-write: repair
+     * before anyone reads (docs/ABI.md, "Repair after a death"). A death
+     * during the repair leaves the mutex owner-dead for the next one. */
+    SS_CRASH_POINT("lock.takeover");
+    ss_stream_repair(seg);
+    ss_mutex_consistent(&seg->hdr->lock);
+  }
+  return rc;
+}
+
+int ss_lock(ss_segment *seg, int64_t timeout_ns) {
+  SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
+  if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
+    if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
+    int64_t until = ss_monotonic_ns() + SS_READER_PRIORITY_NS;
+    while (atomic_load_explicit(readers, memory_order_relaxed) > 0 && ss_monotonic_ns() < until)
+      sched_yield();
+    /* Still announced after a whole step-aside: a live reader waiting for
+     * a free lock would have taken it by now, so this is a reader that died
+     * while waiting. Forget it, or every write would pay the step-aside. */
+    if (atomic_load_explicit(readers, memory_order_relaxed) > 0)
+      atomic_store_explicit(readers, 0, memory_order_relaxed);
+  }
+  return lock_and_repair(seg, timeout_ns);
+}
+
+int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
+  SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
+  atomic_fetch_add_explicit(readers, 1, memory_order_relaxed);
+  int rc = lock_and_repair(seg, timeout_ns);
+  /* Saturating: a writer may have reset the word meanwhile (see ss_lock). */
+  uint32_t v = atomic_load_explicit(readers, memory_order_relaxed);
+  while (v > 0 && !atomic_compare_exchange_weak_explicit(readers, &v, v - 1,
+                                                         memory_order_relaxed,
+                                                         memory_order_relaxed)) {
+  }
+  return rc;
+}
+
+int ss_unlock(ss_segment *seg) { return ss_mutex_unlock(&seg->hdr->lock); }
