@@ -60,11 +60,14 @@ enum ss_state {
   SS_STATE_ABANDONED = 2  /* the writer died mid-write: payload undefined */
 };
 
-/* Status codes returned by the core (0 is success, errno values are > 0). */
+/* Status codes returned by the core: one enum for every part, so no two
+ * codes collide (0 is success, errno values are > 0). The bindings turn
+ * each into an exception through one table (src/shmstream/_binding.h). */
 enum ss_status {
   SS_OK = 0,
+  /* streams and segments */
   SS_ETIMEDOUT = -1,    /* the deadline passed */
-  SS_ECANCELLED = -2,   /* ss_stream_cancel() was called on this handle */
+  SS_ECANCELLED = -2,   /* ss_cancel() was called on this handle */
   SS_EINCONSISTENT = -3,/* the published frame is aborted or abandoned */
   SS_ECORRUPT = -4,     /* header magic/checksum/size check failed */
   SS_EVERSION = -5,     /* a layout version this build does not read */
@@ -73,7 +76,26 @@ enum ss_status {
   SS_EDEADLK = -8,      /* this thread already holds the lock */
   SS_ENOTOWNER = -9,    /* unlock by a thread that does not hold the lock */
   SS_EBUSY = -10,       /* the segment is still being initialised */
-  SS_ENAME = -11        /* name empty, too long or containing NUL */
+  SS_ENAME = -11,       /* name empty, too long or containing NUL */
+  /* channels (include/shmstream_channel.h) */
+  SS_EPEERDEAD = -12,   /* the other end's process died */
+  SS_EPEERCLOSED = -13, /* the other end closed the channel */
+  SS_EATTACHED = -14,   /* this end is held by another live process */
+  SS_ETOOBIG = -15,     /* the message can never fit in the ring */
+  SS_EROLE = -16,       /* producer call on a consumer handle, etc. */
+  /* GPU streams (include/shmstream_cuda.h) */
+  SS_ECUDA = -17,       /* a CUDA driver call failed: ss_cuda_error() says which */
+  SS_ENOCUDA = -18,     /* libcuda.so.1 cannot be loaded, or cuInit failed */
+  SS_EGPUGONE = -19,    /* the stream's creator exited: its device buffer went with it */
+  SS_EPOISONED = -20,   /* device work of a writer that died never completed */
+  SS_EFORK = -21,       /* CUDA state inherited through fork() cannot be used */
+  SS_ENOTGPU = -22,     /* the segment is not a GPU stream, or its GPU area is bad */
+  /* the direct-I/O reader (include/shmstream_direct.h) */
+  SS_DIRECT_ESHORT = -23,     /* file shorter than offset + nbytes (open) */
+  SS_DIRECT_ECLOSED = -24,    /* the reader was closed */
+  SS_DIRECT_ERANGE = -25,     /* a requested row lies outside the array */
+  SS_DIRECT_ETRUNCATED = -26, /* the file shrank under a read */
+  SS_DIRECT_ENOTREG = -27     /* path is not a regular file */
 };
 
 /* ---- the on-memory header (4096 bytes at offset 0 of every segment) ---- */

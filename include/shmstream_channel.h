@@ -32,12 +32,8 @@ extern "C" {
 #define SS_MSG_ALIGN 64u         /* records start on 64-byte boundaries */
 #define SS_MSG_MAX_META 4000u    /* array metadata bytes per message */
 
-/* Channel status codes (continue enum ss_status). */
-#define SS_EPEERDEAD (-12)   /* the other end's process died */
-#define SS_EPEERCLOSED (-13) /* the other end closed the channel */
-#define SS_EATTACHED (-14)   /* this end is held by another live process */
-#define SS_ETOOBIG (-15)     /* the message can never fit in the ring */
-#define SS_EROLE (-16)       /* producer call on a consumer handle, etc. */
+/* Channel status codes (SS_EPEERDEAD ... SS_EROLE) are in enum ss_status
+ * (shmstream.h). */
 
 enum ss_role { SS_ROLE_PRODUCER = 1, SS_ROLE_CONSUMER = 2 };
 

@@ -24,13 +24,8 @@ extern "C" {
 #define SS_GPU_SLOTS 2u          /* device double buffer; slot i is guarded by the header's slot_seq[i], the published one is pub.slot */
 #define SS_GPU_SLOT_ALIGN 512u   /* device slots start on 512-byte boundaries */
 
-/* Status codes of the CUDA half (the core's enum ss_status continues here). */
-#define SS_ECUDA (-100)     /* a CUDA driver call failed: ss_cuda_error() says which */
-#define SS_ENOCUDA (-101)   /* libcuda.so.1 cannot be loaded, or cuInit failed */
-#define SS_EGPUGONE (-102)  /* the stream's creator exited: its device buffer went with it */
-#define SS_EPOISONED (-103) /* device work of a writer that died never completed */
-#define SS_EFORK (-104)     /* CUDA state inherited through fork() cannot be used */
-#define SS_ENOTGPU (-105)   /* the segment is not a GPU stream, or its GPU area is bad */
+/* Status codes of the CUDA half (SS_ECUDA ... SS_ENOTGPU) are in enum
+ * ss_status (shmstream.h). */
 
 /* The GPU area: written by the creator before the checksum and the magic,
  * immutable afterwards (it is part of the checksummed identity block). */

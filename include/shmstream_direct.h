@@ -12,7 +12,7 @@
  * with sequential pread.
  *
  * Return values follow the core: 0 is success, errno values are > 0, and the
- * SS_DIRECT_E* codes below are < 0.
+ * SS_DIRECT_E* codes of enum ss_status (shmstream.h) are < 0.
  */
 #ifndef SHMSTREAM_DIRECT_H
 #define SHMSTREAM_DIRECT_H
@@ -25,14 +25,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum ss_direct_status {
-  SS_DIRECT_ESHORT = -101,     /* file shorter than offset + nbytes (open) */
-  SS_DIRECT_ECLOSED = -102,    /* the reader was closed */
-  SS_DIRECT_ERANGE = -103,     /* a requested row lies outside the array */
-  SS_DIRECT_ETRUNCATED = -104, /* the file shrank under a read */
-  SS_DIRECT_ENOTREG = -105     /* path is not a regular file */
-};
 
 enum ss_direct_mode {
   SS_DIRECT_MODE_DIRECT = 1,  /* O_DIRECT for cold data, mapping for cached */

@@ -29,17 +29,26 @@ def test_no_arguments_prints_help_and_returns_1(capsys):
         assert command in out
 
 
-def test_list_prints_user_visible_names(name, capsys):
+def test_list_prints_a_table_with_the_kind_and_the_user_visible_name(name, capsys):
     with shmstream.create(name, shape=(2,), dtype=np.float32):
         assert cli.main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert name in lines
+    assert lines[0].split() == ["KIND", "SIZE", "CREATOR", "NAME"]
+    row = [line for line in lines if line.endswith(name)]
+    assert len(row) == 1 and row[0].split()[0] == "stream"
+    assert f"{os.getpid()} (alive)" in row[0]
     assert not any(line.endswith(("_meta", "_gpu")) for line in lines)
+
+
+def test_list_names_prints_bare_stream_names_as_pyshmem_does(name, capsys):
+    with shmstream.create(name, shape=(2,), dtype=np.float32):
+        assert cli.main(["list", "--names"]) == 0
+    assert name in capsys.readouterr().out.splitlines()
 
 
 def test_ls_is_an_alias_of_list(name, capsys):
     with shmstream.create(name, shape=(2,)):
-        assert cli.main(["ls"]) == 0
+        assert cli.main(["ls", "--names"]) == 0
     assert name in capsys.readouterr().out.splitlines()
 
 

@@ -164,7 +164,7 @@ def test_after_the_creator_dies_readers_get_a_clear_error_not_a_hang(name, mirro
     assert host(r.read()).tolist() == list(range(8))
     os.kill(p.pid, signal.SIGKILL)
     p.join(10)
-    from shmstream._gpu import GpuStreamGoneError
+    from shmstream import GpuStreamGoneError
 
     t0 = time.monotonic()
     with pytest.raises(GpuStreamGoneError, match="exited"):

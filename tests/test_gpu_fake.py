@@ -78,7 +78,7 @@ def test_write_then_read_round_trips_through_the_device_buffer(fake_driver, mirr
         # and a CPU-only build is not used (results stay CudaArray above)
         torch = sys.modules.get("torch")
         assert torch is None or not torch.cuda.is_available()
-        from shmstream import _gpu
+        from shmstream.gpu import device as _gpu
         assert _gpu._torch() is None
     """)
 
@@ -241,7 +241,7 @@ def test_a_dead_creator_makes_payload_reads_fail_clearly(fake_driver):
             "h.write(np.array([5, 6], np.float32))\\n"
         )
         subprocess.run([sys.executable, "-c", child], check=True)
-        from shmstream._gpu import GpuStreamGoneError
+        from shmstream import GpuStreamGoneError
         try:
             shmstream.open(NAME, gpu_device="cuda:0")
             raise AssertionError("attached to a dead creator's device buffer")

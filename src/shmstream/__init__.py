@@ -8,31 +8,19 @@ publication counters. Importing shmstream never imports torch.
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from . import _native
+from . import _native  # noqa: F401  (loads the core; its errors come from .errors)
 from .errors import (
     CorruptStreamError,
     FrameOverwrittenError,
+    GpuStreamGoneError,
     InconsistentStreamError,
     StaleStreamError,
 )
-
-_native.set_error_types(InconsistentStreamError, CorruptStreamError)
-
-from .stream import (  # noqa: E402  (the error types must be set first)
-    GPU_SUPPORTED_DTYPES,
-    Publication,
-    SharedMemory,
-    create,
-    gpu_available,
-    list_streams,
-    locked_many,
-    open,
-    purge,
-    stat,
-    stream,
-    unlink,
-    unlink_quiet,
-)
+from .publication import Publication
+from .stream import SharedMemory, create, open, stream, unlink, unlink_quiet
+from ._locked_many import locked_many
+from .gpu import GPU_SUPPORTED_DTYPES, gpu_available
+from .registry import list_streams, purge, stat
 
 try:
     __version__ = _version("shmstream")
@@ -43,6 +31,7 @@ __all__ = [
     "CorruptStreamError",
     "FrameOverwrittenError",
     "GPU_SUPPORTED_DTYPES",
+    "GpuStreamGoneError",
     "InconsistentStreamError",
     "Publication",
     "SharedMemory",

@@ -1,11 +1,13 @@
 // Helpers shared by the extension modules (src/shmstream/_*.cpp): status
-// codes and errno values become Python exceptions, timeouts become
-// nanoseconds, buffers are borrowed through the buffer protocol. Header-only:
-// each module is its own shared object.
+// codes and errno values become Python exceptions (one table), timeouts
+// become nanoseconds, waits are chunked for Ctrl-C, buffers are borrowed
+// through the buffer protocol. Header-only: each module is its own shared
+// object.
 #pragma once
 
 #include <nanobind/nanobind.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +15,8 @@
 #include <string>
 
 #include "shmstream.h"
+#include "shmstream_channel.h"
+#include "shmstream_direct.h"
 
 namespace ssb {
 
@@ -24,6 +28,12 @@ constexpr int64_t kSignalCheckNs = 100'000'000;
 [[noreturn]] inline void raise(PyObject *type, const std::string &msg) {
   PyErr_SetString(type, msg.c_str());
   throw nb::python_error();
+}
+
+// The rule every name follows (docs/ABI.md, "Names"); the Python checks
+// read it from _native.NAME_RULE.
+inline std::string name_rule() {
+  return "1 to " + std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL";
 }
 
 // OSError(errno, "<what>: <strerror>"): OSError picks the subclass
@@ -41,6 +51,191 @@ constexpr int64_t kSignalCheckNs = 100'000'000;
   PyErr_SetObject(PyExc_OSError, args);
   Py_XDECREF(args);
   throw nb::python_error();
+}
+
+// ---- status codes -> exceptions: the one table --------------------------
+
+// shmstream.errors' exception types, looked up when a module is imported
+// (load_error_types) so that every module raises the same classes.
+inline PyObject *g_inconsistent = PyExc_RuntimeError;  // InconsistentStreamError
+inline PyObject *g_corrupt = PyExc_ValueError;         // CorruptStreamError
+inline PyObject *g_closed = PyExc_EOFError;            // ChannelClosedError
+inline PyObject *g_broken = PyExc_BrokenPipeError;     // ChannelBrokenError
+inline PyObject *g_busy = PyExc_RuntimeError;          // ChannelBusyError
+inline PyObject *g_gone = PyExc_RuntimeError;          // GpuStreamGoneError
+
+inline void load_error_types() {
+  nb::module_ errors = nb::module_::import_("shmstream.errors");
+  auto take = [&](PyObject *&slot, const char *name) {
+    nb::object t = errors.attr(name);
+    slot = t.release().ptr();  // held for the life of the process
+  };
+  take(g_inconsistent, "InconsistentStreamError");
+  take(g_corrupt, "CorruptStreamError");
+  take(g_closed, "ChannelClosedError");
+  take(g_broken, "ChannelBrokenError");
+  take(g_busy, "ChannelBusyError");
+  take(g_gone, "GpuStreamGoneError");
+}
+
+// Who failed and how: fills the $kind, $name, $op and $detail of a message.
+// `when` picks a row for one operation or one side ("producer",
+// "consumer", "abandoned", ...); empty matches the generic rows only.
+struct ErrorContext {
+  const char *kind;      // "stream", "GPU stream", "channel", "shared array", "DirectArray"
+  std::string name;      // the object's name (a path for DirectArray)
+  const char *op;        // "read", "send", "open", ...
+  const char *when = ""; // a side or state: "producer", "consumer", "abandoned"
+  std::string detail = "";
+};
+
+enum class Raise { Type, OsWhat, OsPath };
+
+struct StatusRow {
+  int status;
+  const char *kind;   // nullptr: any kind
+  const char *when;   // nullptr: any; else must equal ctx.op or ctx.when
+  PyObject *const *type;
+  const char *text;   // with $kind $name $op $detail
+  Raise how = Raise::Type;
+};
+
+// Every error the bindings raise for a status code, in one place. The first
+// row that matches (status, kind, when) wins, so specific rows come first.
+inline const StatusRow kStatusTable[] = {
+    // -- waits that ran out
+    {SS_ETIMEDOUT, "stream", "read", &PyExc_TimeoutError,
+     "timed out waiting for a stable write on '$name': a writer holds the lock (write in progress)"},
+    {SS_ETIMEDOUT, "GPU stream", "read", &PyExc_TimeoutError,
+     "timed out waiting for a stable write on GPU stream '$name': a writer holds the lock (write in progress)"},
+    {SS_ETIMEDOUT, nullptr, "read_new", &PyExc_TimeoutError, "timed out waiting for a new write on '$name'"},
+    {SS_ETIMEDOUT, nullptr, "wait", &PyExc_TimeoutError,
+     "timed out waiting for stream '$name' to pass count $detail"},
+    {SS_ETIMEDOUT, nullptr, "lock", &PyExc_TimeoutError,
+     "timed out waiting for shared memory lock of '$name' (held by pid $detail)"},
+    {SS_ETIMEDOUT, nullptr, "read_last_complete", &PyExc_TimeoutError,
+     "timed out waiting for the lock of '$name'"},
+    {SS_ETIMEDOUT, "channel", "producer", &PyExc_TimeoutError,
+     "$op on '$name' timed out: the ring is full (the consumer is not keeping up)"},
+    {SS_ETIMEDOUT, "channel", "consumer", &PyExc_TimeoutError, "$op on '$name' timed out: no message arrived"},
+    {SS_ETIMEDOUT, nullptr, nullptr, &PyExc_TimeoutError, "$op on $kind '$name' timed out"},
+    // -- handles closed under a waiter
+    {SS_ECANCELLED, "channel", nullptr, &PyExc_RuntimeError, "channel '$name' was closed while $op was waiting"},
+    {SS_ECANCELLED, nullptr, nullptr, &PyExc_RuntimeError,
+     "$kind '$name' was closed while a read was waiting; open it again with shmstream.open('$name')"},
+    // -- failed writes
+    {SS_EINCONSISTENT, nullptr, "read_last_complete", &g_inconsistent,
+     "stream '$name' has one slot, and its last write failed in place: no complete frame is left; "
+     "the next successful write recovers it (streams with slots >= 2 keep the last complete frame)"},
+    {SS_EINCONSISTENT, nullptr, "abandoned", &g_inconsistent,
+     "the writer of '$name' exited (process died) in the middle of a write, so no consistent "
+     "payload is published; the next successful write recovers the stream"},
+    {SS_EINCONSISTENT, nullptr, nullptr, &g_inconsistent,
+     "the last write to '$name' was aborted (an exception inside write_view), so no consistent "
+     "payload is published; the next successful write recovers the stream"},
+    // -- the lock
+    {SS_EDEADLK, nullptr, nullptr, &PyExc_RuntimeError,
+     "this thread already holds the lock of '$name' through another handle; release it there first"},
+    {SS_ENOTOWNER, nullptr, nullptr, &PyExc_RuntimeError,
+     "release of '$name' by a thread that does not hold its lock"},
+    // -- names and headers
+    {SS_ENAME, nullptr, nullptr, &PyExc_ValueError, "invalid $kind name '$name': a name is $detail"},
+    {SS_EKIND, nullptr, nullptr, &PyExc_ValueError,
+     "'$name' is a shared-memory object of another kind (not a $kind)"},
+    {SS_ECORRUPT, "channel", "open", &g_corrupt,
+     "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
+     "remove it with shmstream.unlink_channel('$name')"},
+    {SS_EVERSION, "channel", "open", &g_corrupt,
+     "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
+     "remove it with shmstream.unlink_channel('$name')"},
+    {SS_EBUSY, "channel", "open", &g_corrupt,
+     "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
+     "remove it with shmstream.unlink_channel('$name')"},
+    {SS_ECORRUPT, "channel", nullptr, &g_corrupt, "channel '$name' holds an impossible record header (corrupt ring)"},
+    {SS_ECORRUPT, nullptr, nullptr, &g_corrupt,
+     "segment of '$name' is corrupt or not a shmstream segment (bad magic, checksum or size); "
+     "remove it with shmstream.unlink('$name')"},
+    {SS_EVERSION, nullptr, nullptr, &g_corrupt,
+     "segment of '$name' has an unknown layout version; it was made by another shmstream version; "
+     "upgrade, or remove it with shmstream.unlink('$name')"},
+    {SS_EBUSY, nullptr, "peek", nullptr,
+     "segment $name is still being created (or its creator died while creating it)", Raise::OsWhat},
+    {SS_EBUSY, nullptr, nullptr, &g_corrupt,
+     "segment of '$name' was never finished by its creator; remove it with shmstream.unlink('$name')"},
+    // -- channels
+    {SS_EPEERDEAD, "channel", "producer", &g_broken,
+     "the consumer of '$name' died and the ring is full; a new consumer can take over with "
+     "shmstream.open_channel('$name')"},
+    {SS_EPEERDEAD, "channel", "consumer", &g_closed,
+     "the producer of '$name' died; every message it published has been received; a new producer "
+     "can take over with shmstream.open_channel('$name', role='producer')"},
+    {SS_EPEERCLOSED, "channel", "producer", &g_broken,
+     "the consumer of '$name' closed the channel; nothing reads what is sent until a new consumer "
+     "attaches with shmstream.open_channel('$name')"},
+    {SS_EPEERCLOSED, "channel", "consumer", &g_closed,
+     "the producer of '$name' closed the channel and every message has been received (end of stream)"},
+    {SS_EATTACHED, "channel", nullptr, &g_busy,
+     "channel '$name' already has a live $detail; a channel has one producer and one consumer "
+     "(close the other handle first)"},
+    {SS_ETOOBIG, "channel", nullptr, &PyExc_ValueError, "message is larger than the ring of '$name' can ever hold"},
+    {SS_EROLE, "channel", nullptr, &PyExc_RuntimeError, "$op is not possible on this end of '$name'$detail"},
+    {EEXIST, "channel", nullptr, nullptr,
+     "channel '$name' already exists; attach with shmstream.open_channel('$name') or remove it with "
+     "shmstream.unlink_channel('$name')", Raise::OsWhat},
+    {ENOENT, "channel", nullptr, nullptr,
+     "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
+    {EINVAL, "channel", "create", &PyExc_ValueError,
+     "capacity must be a power of two between 4096 and 2**40 bytes"},
+    {ESTALE, "channel", nullptr, &g_corrupt, "channel '$name' was removed and created again while attaching; retry"},
+    // -- GPU streams
+    {SS_EGPUGONE, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
+    {SS_EPOISONED, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
+    {SS_ENOCUDA, nullptr, nullptr, &PyExc_RuntimeError, "CUDA support is not available: $detail"},
+    {SS_EFORK, nullptr, nullptr, &PyExc_RuntimeError, "$op on GPU stream '$name': $detail"},
+    {SS_ECUDA, nullptr, nullptr, &PyExc_RuntimeError, "$op on GPU stream '$name': $detail"},
+    {SS_ENOTGPU, nullptr, nullptr, &PyExc_ValueError, "GPU stream '$name': $detail"},
+    // -- the direct-I/O reader ($name is the file's path)
+    {SS_DIRECT_ESHORT, nullptr, nullptr, &PyExc_ValueError,
+     "file '$name' has $detail; check shape, dtype and offset"},
+    {SS_DIRECT_ENOTREG, nullptr, nullptr, &PyExc_ValueError, "'$name' is not a regular file"},
+    {SS_DIRECT_ECLOSED, nullptr, nullptr, &PyExc_ValueError,
+     "read from a closed DirectArray ('$name'); open a new one to read again"},
+    {SS_DIRECT_ERANGE, nullptr, nullptr, &PyExc_IndexError,
+     "row index out of range for the DirectArray on '$name'"},
+    {SS_DIRECT_ETRUNCATED, nullptr, nullptr, &PyExc_OSError,
+     "file '$name' became shorter than the array while reading"},
+    {EINVAL, "DirectArray", nullptr, &PyExc_ValueError,
+     "invalid read request (output size does not match the rows)"},
+    {0, "DirectArray", nullptr, nullptr, "$name", Raise::OsPath},  // any other errno
+};
+
+inline std::string fill(const char *text, const ErrorContext &c) {
+  std::string out;
+  for (const char *p = text; *p; p++) {
+    auto is = [&](const char *key) { return std::strncmp(p, key, std::strlen(key)) == 0; };
+    if (is("$kind")) { out += c.kind; p += 4; }
+    else if (is("$name")) { out += c.name; p += 4; }
+    else if (is("$op")) { out += c.op; p += 2; }
+    else if (is("$detail")) { out += c.detail; p += 6; }
+    else out += *p;
+  }
+  return out;
+}
+
+// Raise the exception of status rc (an ss_status or an errno value).
+[[noreturn]] inline void raise_status(int rc, const ErrorContext &c) {
+  for (const StatusRow &r : kStatusTable) {
+    bool status_ok = r.status == rc || (r.status == 0 && rc > 0);
+    if (!status_ok || (r.kind && std::strcmp(r.kind, c.kind) != 0)) continue;
+    if (r.when && std::strcmp(r.when, c.op) != 0 && std::strcmp(r.when, c.when) != 0) continue;
+    std::string msg = fill(r.text, c);
+    if (r.how == Raise::OsPath) raise_os_path(rc, c.name);
+    if (r.how == Raise::OsWhat) raise_os(rc == SS_EBUSY ? EAGAIN : rc, msg);
+    raise(*r.type, msg);
+  }
+  if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
+  raise(PyExc_RuntimeError, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed (status " +
+                                std::to_string(rc) + ")");
 }
 
 // None or math.inf -> -1 (wait for ever); seconds -> nanoseconds. A wait

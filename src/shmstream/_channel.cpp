@@ -25,11 +25,6 @@ namespace {
 
 using namespace ssb;
 
-// Exception types defined in shmstream.errors, handed over at import.
-PyObject *g_closed = PyExc_EOFError;         // ChannelClosedError
-PyObject *g_broken = PyExc_BrokenPipeError;  // ChannelBrokenError
-PyObject *g_busy = PyExc_RuntimeError;       // ChannelBusyError
-PyObject *g_corrupt = PyExc_ValueError;      // CorruptStreamError
 // (meta: bytes, buffer) -> ndarray, for copied array messages. A raw, never
 // released reference: a global nb::object would be decref'd by a static
 // destructor after the interpreter has finalized (a fatal error at exit).
@@ -164,66 +159,26 @@ class Channel {
   bool producer() const { return ch.role == SS_ROLE_PRODUCER; }
 
   [[noreturn]] void raise_status(int rc, const char *op) {
-    std::string n = "'" + name_ + "'";
-    int32_t peer = 0;
-    if (ch.ctl) ss_channel_peer_status(&ch, &peer);
-    switch (rc) {
-      case SS_ETIMEDOUT:
-        if (producer())
-          raise(PyExc_TimeoutError, std::string(op) + " on " + n + " timed out: the ring is full "
-                "(the consumer is not keeping up)");
-        raise(PyExc_TimeoutError, std::string(op) + " on " + n + " timed out: no message arrived");
-      case SS_ECANCELLED:
-        raise(PyExc_RuntimeError, "channel " + n + " was closed while " + op + " was waiting");
-      case SS_EPEERDEAD:
-        if (producer())
-          raise(g_broken, "the consumer of " + n + " died and the ring is full; a new consumer "
-                "can take over with shmstream.open_channel(" + n + ")");
-        raise(g_closed, "the producer of " + n + " died; every message it published has been "
-              "received; a new producer can take over with shmstream.open_channel(" + n +
-              ", role='producer')");
-      case SS_EPEERCLOSED:
-        if (producer())
-          raise(g_broken, "the consumer of " + n + " closed the channel; nothing reads what is "
-                "sent until a new consumer attaches with shmstream.open_channel(" + n + ")");
-        raise(g_closed, "the producer of " + n + " closed the channel and every message has "
-              "been received (end of stream)");
-      case SS_ECORRUPT:
-        raise(g_corrupt, "channel " + n + " holds an impossible record header (corrupt ring)");
-      case SS_ETOOBIG:
-        raise(PyExc_ValueError, "message is larger than the ring of " + n + " can ever hold");
-      case SS_EROLE:
-        raise(PyExc_RuntimeError, std::string(op) + " is not possible on this end of " + n +
-              (ch.tx_open ? " (a zero-copy send is still open)" : ""));
-      default:
-        if (rc > 0) raise_os(rc, std::string(op) + " " + n);
-        raise(PyExc_RuntimeError, std::string(op) + " " + n + " failed (status " +
-              std::to_string(rc) + ")");
-    }
+    std::string detail = rc == SS_EROLE && ch.tx_open ? " (a zero-copy send is still open)" : "";
+    ssb::raise_status(rc, {"channel", name_, op, producer() ? "producer" : "consumer", detail});
   }
 
-  // fn(chunk_ns) with the GIL released, in chunks of at most 100 ms with a
-  // signal check between them; spins only in the first chunk.
+  // fn(chunk_ns) through the one chunked wait (_binding.h); spins only in
+  // the first chunk.
   template <class F>
   int chunked(int64_t timeout_ns, F &&fn) {
-    int64_t deadline = timeout_ns < 0 ? INT64_MAX : ss_monotonic_ns() + timeout_ns;
     int64_t spin = ch.spin_ns;
+    bool first = true;
     int rc;
-    for (;;) {
-      int64_t left = deadline == INT64_MAX ? kSignalCheckNs : deadline - ss_monotonic_ns();
-      if (left < 0) left = 0;
-      int64_t chunk = left < kSignalCheckNs ? left : kSignalCheckNs;
-      {
-        nb::gil_scoped_release nogil;
-        rc = fn(chunk);
-      }
-      ch.spin_ns = 0;
-      if (rc != SS_ETIMEDOUT) break;
-      if (PyErr_CheckSignals() != 0) {
-        ch.spin_ns = spin;
-        throw nb::python_error();
-      }
-      if (deadline != INT64_MAX && ss_monotonic_ns() >= deadline) break;
+    try {
+      rc = ssb::chunked(timeout_ns, [&](int64_t chunk) {
+        if (!first) ch.spin_ns = 0;
+        first = false;
+        return fn(chunk);
+      });
+    } catch (...) {
+      ch.spin_ns = spin;
+      throw;
     }
     ch.spin_ns = spin;
     return rc;
@@ -482,39 +437,22 @@ class Channel {
 
 Pin::~Pin() { chan->unpin(end); }
 
+// (pid, state, attaches, takeovers, alive) of one end of a ring.
+nb::tuple end_info(ss_ring_control *ctl, int role) {
+  ss_ring_end_line *e = role == SS_ROLE_PRODUCER ? &ctl->producer : &ctl->consumer;
+  uint64_t o = e->owner.load();
+  bool alive = o && ss_proc_alive((int32_t)(o & 0xffffffffu), o >> 32);
+  return nb::make_tuple((int32_t)(o & 0xffffffffu), e->state.load(), e->attaches.load(),
+                        e->takeovers.load(), alive);
+}
+
 void check_create_rc(Channel *c, int rc, const std::string &name, bool creating) {
   if (rc == SS_OK) return;
-  std::string n = "'" + name + "'";
   delete c;
-  switch (rc) {
-    case SS_ENAME:
-      raise(PyExc_ValueError, "invalid channel name " + n + ": it must be 1 to " +
-            std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
-    case EEXIST:
-      raise_os(rc, "channel " + n + " already exists; attach with shmstream.open_channel(" + n +
-               ") or remove it with shmstream.unlink_channel(" + n + ")");
-    case ENOENT:
-      raise_os(rc, "no channel " + n + "; create it with shmstream.channel(" + n + ", capacity=...)");
-    case EINVAL:
-      raise(PyExc_ValueError, "capacity must be a power of two between " +
-            std::to_string(SS_CHANNEL_MIN_CAPACITY) + " and 2**40 bytes");
-    case SS_EKIND:
-      raise(PyExc_ValueError, n + " is a shared-memory object of another kind (not a channel)");
-    case SS_ECORRUPT:
-    case SS_EVERSION:
-    case SS_EBUSY:
-      raise(g_corrupt, "segment of " + n + " is not a valid channel (bad magic, version, "
-            "checksum or ring size); remove it with shmstream.unlink_channel(" + n + ")");
-    case ESTALE:
-      raise(g_corrupt, "channel " + n + " was removed and created again while attaching; retry");
-    case SS_EATTACHED:
-      raise(g_busy, std::string("channel ") + n + " already has a live " +
-            (creating ? "end" : "end of that role") + "; a channel has one producer and one "
-            "consumer (close the other handle first)");
-    default:
-      if (rc > 0) raise_os(rc, n);
-      raise(PyExc_RuntimeError, "cannot attach to " + n + " (status " + std::to_string(rc) + ")");
-  }
+  std::string detail = rc == SS_ENAME       ? name_rule()
+                       : rc == SS_EATTACHED ? (creating ? "end" : "end of that role")
+                                            : "";
+  ssb::raise_status(rc, {"channel", name, creating ? "create" : "open", "", detail});
 }
 
 }  // namespace
@@ -530,17 +468,33 @@ NB_MODULE(_channel, m) {
   m.attr("MSG_ARRAY") = (int)SS_MSG_ARRAY;
   m.attr("MAX_META") = SS_MSG_MAX_META;
 
-  m.def("set_error_types", [](nb::handle closed, nb::handle broken, nb::handle busy,
-                              nb::handle corrupt, nb::handle decode) {
-    for (nb::handle h : {closed, broken, busy, corrupt}) Py_INCREF(h.ptr());
-    g_closed = closed.ptr();
-    g_broken = broken.ptr();
-    g_busy = busy.ptr();
-    g_corrupt = corrupt.ptr();
+  load_error_types();
+  m.def("set_decoder", [](nb::handle decode) {
     Py_XINCREF(decode.ptr());
     Py_XDECREF(g_decode);
     g_decode = decode.ptr();
   });
+
+  // A channel's ring words read from its header alone (no attach, no ring
+  // mapping): for shmstream.stat and the registry.
+  m.def("peek", [](const std::string &segname) {
+    ss_segment seg{};
+    int rc = ss_segment_peek(&seg, segname.c_str());
+    if (rc == SS_OK && seg.hdr->id.kind != SS_KIND_CHANNEL) rc = SS_EKIND;
+    if (rc != SS_OK) {
+      ss_segment_close(&seg);
+      ssb::raise_status(rc, {"channel", segname, "peek", "", ""});
+    }
+    ss_ring_control *ctl = (ss_ring_control *)((uint8_t *)seg.hdr + SS_RING_CONTROL_OFFSET);
+    nb::dict d;
+    d["capacity"] = seg.hdr->id.payload_bytes;
+    d["head"] = ctl->head.pos.load();
+    d["tail"] = ctl->tail.pos.load();
+    d["producer"] = end_info(ctl, SS_ROLE_PRODUCER);
+    d["consumer"] = end_info(ctl, SS_ROLE_CONSUMER);
+    ss_segment_close(&seg);
+    return d;
+  }, "segname"_a, "capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).");
 
   // Offsets of the ring control words and the record header, for the ABI test.
   m.def("layout", []() {
@@ -647,12 +601,9 @@ NB_MODULE(_channel, m) {
       .def_prop_ro("pending", [](Channel &c) { return c.ch.pending; })
       .def_prop_ro("pinned", [](Channel &c) { return c.pins.size(); })
       .def("end_info", [](Channel &c, int role) {
-        // (pid, state, attaches, takeovers) of one end, for stat and tests.
+        // (pid, state, attaches, takeovers, alive) of one end, for stat and tests.
         if (!c.ch.ctl) raise(PyExc_RuntimeError, "channel is closed");
-        ss_ring_end_line *e = role == SS_ROLE_PRODUCER ? &c.ch.ctl->producer : &c.ch.ctl->consumer;
-        uint64_t o = e->owner.load();
-        return nb::make_tuple((int32_t)(o & 0xffffffffu), e->state.load(), e->attaches.load(),
-                              e->takeovers.load());
+        return end_info(c.ch.ctl, role);
       }, "role"_a)
       .def("peer_status", [](Channel &c) {
         // 0 ok, or the negative status (dead / closed), and the peer's pid.

@@ -30,7 +30,12 @@ MSG_ARRAY: int = 1
 
 MAX_META: int = 4000
 
-def set_error_types(arg0: object, arg1: object, arg2: object, arg3: object, arg4: object, /) -> None: ...
+def set_decoder(arg: object, /) -> None: ...
+
+def peek(segname: str) -> dict:
+    """
+    capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).
+    """
 
 def layout() -> dict: ...
 

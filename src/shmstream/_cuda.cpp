@@ -28,47 +28,10 @@ namespace {
 
 using namespace ssb;
 
-PyObject *g_inconsistent = PyExc_RuntimeError;  // shmstream.InconsistentStreamError
-PyObject *g_gone = PyExc_RuntimeError;          // shmstream._gpu.GpuStreamGoneError
-
 [[noreturn]] void raise_rc(int rc, const std::string &name, const ss_segment *seg, const char *op) {
-  std::string n = "'" + name + "'";
-  std::string why = ss_cuda_error();
-  switch (rc) {
-    case SS_ETIMEDOUT:
-      raise(PyExc_TimeoutError, std::string(op) + " on GPU stream " + n + " timed out");
-    case SS_EINCONSISTENT:
-      if (seg && seg->hdr &&
-          seg->hdr->pub.state.load(std::memory_order_relaxed) == SS_STATE_ABANDONED)
-        raise(g_inconsistent, "the writer of " + n +
-              " exited (process died) in the middle of a write, so no consistent payload is "
-              "published; the next successful write recovers the stream");
-      raise(g_inconsistent, "the last write to " + n +
-            " was aborted (an exception inside write_view), so no consistent payload is "
-            "published; the next successful write recovers the stream");
-    case SS_EGPUGONE:
-    case SS_EPOISONED:
-      raise(g_gone, "GPU stream " + n + ": " + why);
-    case SS_ENOCUDA:
-      raise(PyExc_RuntimeError, "CUDA support is not available: " + why);
-    case SS_EFORK:
-    case SS_ECUDA:
-      raise(PyExc_RuntimeError, std::string(op) + " on GPU stream " + n + ": " + why);
-    case SS_ENOTGPU:
-      raise(PyExc_ValueError, "GPU stream " + n + ": " + why);
-    case SS_ECORRUPT:
-    case SS_EVERSION:
-    case SS_EBUSY:
-      raise(PyExc_ValueError, "segment of " + n + " is corrupt, unfinished or of another "
-            "layout version (status " + std::to_string(rc) + "); remove it with "
-            "shmstream.unlink(" + n + ")");
-    case SS_EKIND:
-      raise(PyExc_ValueError, n + " is a shared-memory object of another kind (not a stream)");
-    default:
-      if (rc > 0) raise_os(rc, std::string(op) + " " + n);
-      raise(PyExc_RuntimeError, std::string(op) + " " + n + " failed (status " +
-            std::to_string(rc) + ")");
-  }
+  bool abandoned = seg && seg->hdr &&
+                   seg->hdr->pub.state.load(std::memory_order_relaxed) == SS_STATE_ABANDONED;
+  ssb::raise_status(rc, {"GPU stream", name, op, abandoned ? "abandoned" : "", ss_cuda_error()});
 }
 
 std::string hex(const uint8_t *b, size_t n) {
@@ -187,12 +150,7 @@ NB_MODULE(_cuda, m) {
   m.attr("SLOTS") = SS_GPU_SLOTS;
   m.attr("AREA_VERSION") = SS_GPU_AREA_VERSION;
 
-  m.def("set_error_types", [](nb::handle inconsistent, nb::handle gone) {
-    Py_INCREF(inconsistent.ptr());
-    Py_INCREF(gone.ptr());
-    g_inconsistent = inconsistent.ptr();
-    g_gone = gone.ptr();
-  });
+  load_error_types();
 
   // (usable, reason): loads libcuda and counts devices, at most once.
   m.def("probe", []() {
@@ -330,16 +288,12 @@ NB_MODULE(_cuda, m) {
       .def("read", [](GpuStream &s, uint64_t dst, uint64_t user_stream, std::optional<double> timeout,
                       bool holds_lock) {
         ss_gpu *g = s.g("read from");
-        int64_t t = to_ns(timeout);
         ss_pubinfo info{};
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_gpu_read(g, &s.seg, dst, user_stream, t, holds_lock, &info);
-        }
-        if (rc == SS_ETIMEDOUT)
-          raise(PyExc_TimeoutError, "timed out waiting for a stable write on GPU stream '" +
-                s.name + "': a writer holds the lock (write in progress)");
+        // A read waits in chunks (Ctrl-C); each chunk is a whole snapshot
+        // attempt, so a timed-out chunk leaves nothing half done.
+        int rc = chunked(to_ns(timeout), [&](int64_t chunk) {
+          return ss_gpu_read(g, &s.seg, dst, user_stream, chunk, holds_lock, &info);
+        });
         if (rc) s.fail(rc, "read");
         return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
       }, "dst"_a, "user_stream"_a = 0, "timeout"_a = nb::none(), "holds_lock"_a = false)

@@ -24,28 +24,14 @@ namespace {
 using namespace ssb;
 
 [[noreturn]] void raise_status(int rc, const std::string &path, uint64_t need = 0) {
-  switch (rc) {
-    case SS_DIRECT_ESHORT: {
-      struct stat st {};
-      ::stat(path.c_str(), &st);
-      raise(PyExc_ValueError, "file '" + path + "' has " + std::to_string(st.st_size) +
-                                  " bytes, fewer than offset + array bytes = " +
-                                  std::to_string(need) + "; check shape, dtype and offset");
-    }
-    case SS_DIRECT_ENOTREG:
-      raise(PyExc_ValueError, "'" + path + "' is not a regular file");
-    case SS_DIRECT_ECLOSED:
-      raise(PyExc_ValueError, "read from a closed DirectArray ('" + path +
-                                  "'); open a new one to read again");
-    case SS_DIRECT_ERANGE:
-      raise(PyExc_IndexError, "row index out of range for the DirectArray on '" + path + "'");
-    case SS_DIRECT_ETRUNCATED:
-      raise(PyExc_OSError, "file '" + path + "' became shorter than the array while reading");
-    case EINVAL:
-      raise(PyExc_ValueError, "invalid read request (output size does not match the rows)");
-    default:
-      raise_os_path(rc, path);
+  std::string detail;
+  if (rc == SS_DIRECT_ESHORT) {
+    struct stat st {};
+    ::stat(path.c_str(), &st);
+    detail = std::to_string(st.st_size) + " bytes, fewer than offset + array bytes = " +
+             std::to_string(need);
   }
+  ssb::raise_status(rc, {"DirectArray", path, "read", "", detail});
 }
 
 class Reader {

@@ -60,3 +60,17 @@ def plain_name(dt: np.dtype) -> str:
     if dt.names is None and dt.subdtype is None:
         return dt.name if dt.kind not in "USMm" else dt.str
     return encode(dt)
+
+
+def config_text(dt: np.dtype) -> str:
+    """pyshmem-style dtype text ('float32') that gives ``dt`` back through
+    ``create(dtype=...)``; the exact description where the short name would
+    lose something (byte order, structure)."""
+    text = plain_name(dt)
+    try:
+        back = decode(text) if text[:1] in "[(" else np.dtype(text)
+        if normalize(back) == dt:
+            return text
+    except (TypeError, ValueError, SyntaxError):
+        pass
+    return encode(dt) if dt.names is not None else dt.str

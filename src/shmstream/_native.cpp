@@ -27,13 +27,18 @@ namespace {
 
 using namespace ssb;
 
-// Exception types defined in shmstream.errors, handed over at import.
-PyObject *g_inconsistent = PyExc_RuntimeError;
-PyObject *g_corrupt = PyExc_ValueError;
-
 // Copies at least this large release the GIL; smaller ones finish faster
 // than the release/re-acquire round trip would.
 constexpr size_t kGilFreeCopyBytes = 32 * 1024;
+
+const char *kind_text(int kind) {
+  switch (kind) {
+    case SS_KIND_STREAM: return "stream";
+    case SS_KIND_CHANNEL: return "channel";
+    case SS_KIND_ARRAY: return "shared array";
+    default: return "shared-memory object";
+  }
+}
 
 class Segment {
  public:
@@ -46,31 +51,12 @@ class Segment {
   ss_header *hdr() { return seg.hdr; }
   size_t payload_bytes() const { return (size_t)hdr()->id.payload_bytes; }
 
-  [[noreturn]] void raise_status(int rc, const char *op) {
-    std::string n = "'" + name() + "'";
-    switch (rc) {
-      case SS_ETIMEDOUT:
-        raise(PyExc_TimeoutError, std::string(op) + " on " + n + " timed out");
-      case SS_ECANCELLED:
-        raise(PyExc_RuntimeError, "stream " + n +
-              " was closed while a read was waiting; open it again with shmstream.open(" + n + ")");
-      case SS_EINCONSISTENT:
-        if (hdr()->pub.state.load(std::memory_order_relaxed) == SS_STATE_ABANDONED)
-          raise(g_inconsistent, "the writer of " + n +
-                " exited (process died) in the middle of a write, so no consistent payload is "
-                "published; the next successful write recovers the stream");
-        raise(g_inconsistent, "the last write to " + n +
-              " was aborted (an exception inside write_view), so no consistent payload is "
-              "published; the next successful write recovers the stream");
-      case SS_EDEADLK:
-        raise(PyExc_RuntimeError, "this thread already holds the lock of " + n +
-              " through another handle; release it there first");
-      case SS_ENOTOWNER:
-        raise(PyExc_RuntimeError, "release of " + n + " by a thread that does not hold its lock");
-      default:
-        if (rc > 0) raise_os(rc, std::string(op) + " " + n);
-        raise(PyExc_RuntimeError, std::string(op) + " " + n + " failed (status " + std::to_string(rc) + ")");
-    }
+  // "stream" or "shared array": the kind the error messages name.
+  const char *kind_name() const { return kind_text(hdr()->id.kind); }
+
+  [[noreturn]] void raise_status(int rc, const char *op, std::string detail = "") {
+    bool abandoned = hdr()->pub.state.load(std::memory_order_relaxed) == SS_STATE_ABANDONED;
+    ssb::raise_status(rc, {kind_name(), name(), op, abandoned ? "abandoned" : "", detail});
   }
 
   // Returns true if the lock was taken over from a dead owner.
@@ -80,10 +66,7 @@ class Segment {
       rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_lock(&seg, chunk); });
     if (rc == SS_OK) return false;
     if (rc == SS_EOWNERDEAD) return true;
-    if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "timed out waiting for shared memory lock of '" + name() +
-            "' (held by pid " + std::to_string(hdr()->lock.owner_pid.load()) + ")");
-    raise_status(rc, "lock");
+    raise_status(rc, "lock", std::to_string(hdr()->lock.owner_pid.load()));
   }
 
   void unlock() {
@@ -151,9 +134,6 @@ class Segment {
         return ss_read(&seg, b.view.buf, payload_bytes(), chunk, 0, &info);
       });
     }
-    if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "timed out waiting for a stable write on '" + name() +
-            "': a writer holds the lock (write in progress)");
     if (rc) raise_status(rc, "read");
     return {info.count, info.frame_id, info.write_time_ns};
   }
@@ -171,12 +151,6 @@ class Segment {
                             return ss_read_last_complete(&seg, b.view.buf, payload_bytes(), chunk,
                                                          0, &info);
                           });
-    if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "timed out waiting for the lock of '" + name() + "'");
-    if (rc == SS_EINCONSISTENT)
-      raise(g_inconsistent, "stream '" + name() + "' has one slot, and its last write failed "
-            "in place: no complete frame is left; the next successful write recovers it "
-            "(streams with slots >= 2 keep the last complete frame)");
     if (rc) raise_status(rc, "read_last_complete");
     return {info.count, info.frame_id, info.write_time_ns, info.state};
   }
@@ -206,10 +180,7 @@ class Segment {
       first = false;
       return r;
     });
-    if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "timed out waiting for stream '" + name() + "' to pass count " +
-            std::to_string(after));
-    if (rc) raise_status(rc, "wait");
+    if (rc) raise_status(rc, "wait", std::to_string(after));
     return c;
   }
 
@@ -245,11 +216,7 @@ class Segment {
     };
     int rc = wait_new ? wait_newer(after, timeout_ns, spin_ns, info, locate)
                       : chunked(timeout_ns, [&](int64_t chunk) { return locate(chunk, &info); });
-    if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, wait_new ? "timed out waiting for a new write on '" + name() + "'"
-                                         : "timed out waiting for a stable write on '" + name() +
-                                               "': a writer holds the lock (write in progress)");
-    if (rc) raise_status(rc, "read_view");
+    if (rc) raise_status(rc, wait_new ? "read_new" : "read");
     return {frame.slot, frame.slot_seq, info.count, info.frame_id, info.write_time_ns};
   }
 
@@ -261,8 +228,6 @@ class Segment {
     int rc = wait_newer(after, timeout_ns, spin_ns, info, [&](int64_t left, ss_pubinfo *i) {
       return ss_read(&seg, b.view.buf, payload_bytes(), left, 0, i);
     });
-    if (rc == SS_ETIMEDOUT)
-      raise(PyExc_TimeoutError, "timed out waiting for a new write on '" + name() + "'");
     if (rc) raise_status(rc, "read_new");
     return {info.count, info.frame_id, info.write_time_ns};
   }
@@ -270,29 +235,11 @@ class Segment {
 
 Segment *make_segment() { return new Segment(); }
 
-void check_open_rc(Segment *s, int rc, const std::string &name) {
+// create, open or peek failed: the error names what was asked for.
+void check_open_rc(Segment *s, int rc, const std::string &name, int kind, const char *op) {
   if (rc == SS_OK) return;
   delete s;
-  std::string n = "'" + name + "'";
-  switch (rc) {
-    case SS_ENAME:
-      raise(PyExc_ValueError, "invalid stream name " + n + ": it must be 1 to " +
-            std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
-    case SS_ECORRUPT:
-      raise(g_corrupt, "segment of " + n + " is corrupt or not a shmstream segment "
-            "(bad magic, checksum or size); remove it with shmstream.unlink(" + n + ")");
-    case SS_EVERSION:
-      raise(g_corrupt, "segment of " + n + " has an unknown layout version; it was made by "
-            "another shmstream version; upgrade, or remove it with shmstream.unlink(" + n + ")");
-    case SS_EBUSY:
-      raise(g_corrupt, "segment of " + n + " was never finished by its creator; remove it "
-            "with shmstream.unlink(" + n + ")");
-    case SS_EKIND:
-      raise(PyExc_ValueError, n + " is a shared-memory object of another kind (not a stream)");
-    default:
-      if (rc > 0) raise_os(rc, n);
-      raise(PyExc_RuntimeError, "cannot open " + n + " (status " + std::to_string(rc) + ")");
-  }
+  ssb::raise_status(rc, {kind_text(kind), name, op, "", rc == SS_ENAME ? name_rule() : ""});
 }
 
 }  // namespace
@@ -320,18 +267,13 @@ NB_MODULE(_native, m) {
   m.attr("STATE_ABORTED") = (int)SS_STATE_ABORTED;
   m.attr("STATE_ABANDONED") = (int)SS_STATE_ABANDONED;
 
-  m.def("set_error_types", [](nb::handle inconsistent, nb::handle corrupt) {
-    Py_INCREF(inconsistent.ptr());
-    Py_INCREF(corrupt.ptr());
-    g_inconsistent = inconsistent.ptr();
-    g_corrupt = corrupt.ptr();
-  }, "inconsistent"_a, "corrupt"_a);
+  load_error_types();
+  m.attr("NAME_RULE") = name_rule();
 
   m.def("segment_name", [](const std::string &name) {
     char out[SS_SEGMENT_NAME_MAX];
-    if (ss_segment_name(name.data(), name.size(), out) != SS_OK)
-      raise(PyExc_ValueError, "invalid stream name '" + name + "': it must be 1 to " +
-            std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
+    int rc = ss_segment_name(name.data(), name.size(), out);
+    if (rc != SS_OK) ssb::raise_status(rc, {"shared-memory object", name, "name", "", name_rule()});
     return std::string(out);
   }, "name"_a);
 
@@ -389,9 +331,6 @@ NB_MODULE(_native, m) {
           raise(PyExc_ValueError, "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
         if (dtype.size() > SS_MAX_DTYPE_BYTES)
           raise(PyExc_ValueError, "dtype description is longer than " + std::to_string(SS_MAX_DTYPE_BYTES) + " bytes");
-        if (name.find('\0') != std::string::npos || name.empty() || name.size() > SS_MAX_NAME_BYTES)
-          raise(PyExc_ValueError, "invalid stream name '" + name + "': it must be 1 to " +
-                std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL");
         Segment *s = make_segment();
         ss_create_args a{};
         a.name = name.c_str();
@@ -409,7 +348,7 @@ NB_MODULE(_native, m) {
           nb::gil_scoped_release nogil;
           rc = ss_segment_create(&s->seg, &a);
         }
-        check_open_rc(s, rc, name);
+        check_open_rc(s, rc, name, kind, "create");
         return s;
       }, "name"_a, "kind"_a, "shape"_a, "itemsize"_a, "dtype"_a, "flags"_a = 0, "mode"_a = 0600,
          "payload_bytes"_a = 0, "slots"_a = SS_DEFAULT_SLOTS, nb::rv_policy::take_ownership)
@@ -420,18 +359,13 @@ NB_MODULE(_native, m) {
           nb::gil_scoped_release nogil;
           rc = ss_segment_open(&s->seg, name.data(), name.size(), (uint32_t)kind, readonly);
         }
-        check_open_rc(s, rc, name);
+        check_open_rc(s, rc, name, kind, "open");
         return s;
       }, "name"_a, "kind"_a = 0, "readonly"_a = false, nb::rv_policy::take_ownership)
       .def_static("peek", [](const std::string &segname) {
         Segment *s = make_segment();
         int rc = ss_segment_peek(&s->seg, segname.c_str());
-        if (rc == SS_EBUSY) {
-          delete s;
-          raise_os(EAGAIN, "segment " + segname + " is still being created (or its creator died "
-                   "while creating it)");
-        }
-        check_open_rc(s, rc, segname);
+        check_open_rc(s, rc, segname, 0, "peek");
         return s;
       }, "segname"_a, nb::rv_policy::take_ownership,
          "Map only the header of a segment, by segment name (for list and stat).")

@@ -41,7 +41,7 @@ STATE_ABORTED: int = 1
 
 STATE_ABANDONED: int = 2
 
-def set_error_types(inconsistent: object, corrupt: object) -> None: ...
+NAME_RULE: str = '1 to 255 UTF-8 bytes without NUL'
 
 def segment_name(name: str) -> str: ...
 

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import _channel, _dtypes, _native
+from . import _channel, _checks, _dtypes, _native
 from .errors import (
     ChannelBrokenError,
     ChannelBusyError,
@@ -92,9 +92,7 @@ def _decode(meta: bytes, data: Any) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
-_channel.set_error_types(
-    ChannelClosedError, ChannelBrokenError, ChannelBusyError, CorruptStreamError, _decode
-)
+_channel.set_decoder(_decode)
 
 
 # ---- zero-copy message views (ZeroCopyMessage is defined in C++) -----------
@@ -220,21 +218,13 @@ class _End:
     def spin_ns(self, value: int) -> None:
         self._ch.spin_ns = value
 
-    def _end(self, role: int) -> dict:
-        pid, state, attaches, takeovers = self._ch.end_info(role)
-        return {"pid": pid, "state": ("none", "attached", "closed")[state] if state < 3 else state,
-                "attaches": attaches, "takeovers": takeovers}
-
     def stat(self) -> dict:
-        """Both ends' owners and the ring indices."""
-        return {
-            "name": self.name,
-            "capacity": self.capacity,
-            "head": self._ch.head,
-            "tail": self._ch.tail,
-            "producer": self._end(_channel.ROLE_PRODUCER),
-            "consumer": self._end(_channel.ROLE_CONSUMER),
-        }
+        """Both ends' owners and the ring indices (the fields of
+        ``shmstream.stat(name)`` for a channel)."""
+        return _stat_dict(
+            self.name, self.capacity, self._ch.head, self._ch.tail,
+            self._ch.end_info(_channel.ROLE_PRODUCER), self._ch.end_info(_channel.ROLE_CONSUMER),
+        )
 
     def close(self) -> None:
         """Give up this end (the peer sees a clean close) and drop the mapping
@@ -270,9 +260,7 @@ class ChannelProducer(_End):
 
     @batch.setter
     def batch(self, value: int) -> None:
-        if int(value) < 1:
-            raise ValueError("batch must be >= 1")
-        self._ch.batch = int(value)
+        self._ch.batch = _checks.check_int("batch", value, minimum=1)
 
     def send(self, obj: Any, type_id: int = 0, timeout: float | None = None) -> None:
         """Copy ``obj`` (bytes, any buffer, an ndarray, or a DLPack tensor)
@@ -329,17 +317,13 @@ class ChannelProducer(_End):
         if dtype is None and shape is None:
             if nbytes is None:
                 raise TypeError("send_zero_copy needs nbytes, or dtype and shape")
-            n = int(nbytes)
-            if n < 0:
-                raise ValueError("nbytes must be >= 0")
+            n = _checks.check_int("nbytes", nbytes, minimum=0)
             self._check_fits(n, None)
             return _Loan(self._ch, n, None, type_id, timeout, None, None)
-        dt = _dtypes.normalize(dtype if dtype is not None else np.uint8)
-        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape or ())
-        if any(s < 0 for s in shp):
-            raise ValueError(f"negative dimension in shape {shp}")
+        dt = _checks.check_dtype(dtype if dtype is not None else np.uint8)
+        shp = _checks.check_shape(() if shape is None else shape)
         n = math.prod(shp) * dt.itemsize
-        if nbytes is not None and int(nbytes) != n:
+        if nbytes is not None and _checks.check_int("nbytes", nbytes) != n:
             raise ValueError(f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)")
         meta = _array_meta(dt, shp)
         self._check_fits(n, meta)
@@ -407,6 +391,34 @@ class ChannelConsumer(_End):
         return self._ch.end_info(_channel.ROLE_PRODUCER)[0]
 
 
+_END_STATES = ("none", "attached", "closed")
+
+
+def _end_dict(info: tuple) -> dict:
+    pid, state, attaches, takeovers, alive = info
+    return {"pid": pid, "state": _END_STATES[state] if state < len(_END_STATES) else state,
+            "alive": bool(alive), "attaches": attaches, "takeovers": takeovers}
+
+
+def _stat_dict(name: str, capacity: int, head: int, tail: int, producer: tuple,
+               consumer: tuple) -> dict:
+    return {
+        "name": name,
+        "capacity": capacity,
+        "head": head,
+        "tail": tail,
+        "queued_bytes": head - tail,
+        "producer": _end_dict(producer),
+        "consumer": _end_dict(consumer),
+    }
+
+
+def stat_of_segment(name: str, segname: str) -> dict:
+    """A channel's ``stat`` read from its header alone (no attach)."""
+    d = _channel.peek(segname)
+    return _stat_dict(name, d["capacity"], d["head"], d["tail"], d["producer"], d["consumer"])
+
+
 def _role(role: str) -> int:
     try:
         return _ROLES[role]
@@ -416,12 +428,6 @@ def _role(role: str) -> int:
 
 def _wrap(ch: Any) -> ChannelProducer | ChannelConsumer:
     return ChannelProducer(ch) if ch.role == _channel.ROLE_PRODUCER else ChannelConsumer(ch)
-
-
-def _check_name(name: Any) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"channel name must be a str, not {type(name).__name__}")
-    return name
 
 
 def channel(
@@ -435,10 +441,8 @@ def channel(
     """Create the channel ``name`` with a ring of ``capacity`` bytes (a power
     of two >= 4096) and attach as ``role`` (the producer by default).
     FileExistsError if the name exists (attach with ``open_channel``)."""
-    _check_name(name)
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
-        raise TypeError(f"capacity must be an int, not {type(capacity).__name__}")
-    capacity = int(capacity)
+    _checks.check_name(name, "channel")
+    capacity = _checks.check_int("capacity", capacity)
     if capacity < _channel.MIN_CAPACITY or capacity & (capacity - 1):
         raise ValueError(
             f"capacity must be a power of two >= {_channel.MIN_CAPACITY} bytes, not {capacity}"
@@ -456,7 +460,7 @@ def open_channel(
     default). ChannelBusyError if a live process holds that end; a dead
     holder's end is taken over. FileNotFoundError if there is no such
     channel (create it with ``channel``)."""
-    _check_name(name)
+    _checks.check_name(name, "channel")
     ch = _wrap(_channel.Channel.open(name, _role(role)))
     if batch != 1 and isinstance(ch, ChannelProducer):
         ch.batch = batch
@@ -465,4 +469,4 @@ def open_channel(
 
 def unlink_channel(name: str) -> bool:
     """Remove the channel's name. True if it existed."""
-    return _native.unlink_segname(_native.segment_name(_check_name(name)))
+    return _native.unlink_segname(_native.segment_name(_checks.check_name(name, "channel")))

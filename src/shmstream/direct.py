@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _direct
+from . import _checks, _direct
 
 __all__ = ["DirectArray", "direct_mmap", "DEFAULT_CACHE_BYTES"]
 
@@ -28,18 +28,6 @@ DEFAULT_CACHE_BYTES: int = _direct.DEFAULT_CACHE_BYTES
 # Filesystems (by st_dev) already warned about: one warning each per process.
 _warned_devices: set[int] = set()
 _warn_lock = threading.Lock()
-
-
-def _normalize_shape(shape: Any) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        shape = (shape,)
-    try:
-        dims = tuple(operator.index(n) for n in shape)
-    except TypeError:
-        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
-    if any(n < 0 for n in dims):
-        raise ValueError(f"shape must not have negative dimensions: {dims}")
-    return dims
 
 
 def _warn_buffered(path: str) -> None:
@@ -103,21 +91,14 @@ class DirectArray:
     def __init__(self, path: Any, shape: Any, dtype: Any, offset: int = 0, *,
                  use_page_cache: bool = True,
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        dt = np.dtype(dtype)
-        if dt.hasobject:
-            raise TypeError(f"dtype {dt} holds Python objects, which cannot be read from a "
-                            "file; use a fixed-size dtype")
+        dt = _checks.check_dtype(dtype)
         if dt.itemsize == 0:
             raise TypeError(f"dtype {dt} has no size; give a sized dtype such as 'S8'")
-        self._shape = _normalize_shape(shape)
+        self._shape = _checks.check_shape(shape, max_ndim=None)
         self._dtype = dt
-        self._offset = operator.index(offset)
-        if self._offset < 0:
-            raise ValueError(f"offset must be >= 0, not {self._offset}")
-        cache_bytes = operator.index(cache_bytes)
-        if cache_bytes < 0:
-            raise ValueError(f"cache_bytes must be >= 0 (0 turns the block cache off), "
-                             f"not {cache_bytes}")
+        self._offset = _checks.check_int("offset", offset, minimum=0)
+        cache_bytes = _checks.check_int("cache_bytes (0 turns the block cache off)", cache_bytes,
+                                        minimum=0)
         self._path = os.fspath(path)
         self._nbytes = math.prod(self._shape) * dt.itemsize
         self._closed = False

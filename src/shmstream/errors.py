@@ -39,3 +39,10 @@ class ChannelBrokenError(BrokenPipeError):
 class ChannelBusyError(RuntimeError):
     """The channel end (producer or consumer) is held by another live process
     or handle: a channel has exactly one of each."""
+
+
+class GpuStreamGoneError(RuntimeError):
+    """The device buffer of a GPU stream is gone: the process that created it
+    exited (CUDA IPC memory belongs to its exporter), or a writer died before
+    its device copy completed. Metadata, and a CPU mirror if there is one,
+    stay readable; recreate the stream to go on."""

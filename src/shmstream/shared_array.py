@@ -24,8 +24,8 @@ mapped in every process that still holds a view, and is freed by the kernel
 when the last mapping goes (so nothing can ever point at unmapped memory).
 Attaching processes never unlink (a fork child that inherited the creator's
 objects neither: the unlink checks the pid), and nothing here touches
-``multiprocessing.resource_tracker``. ``purge_dead_arrays()`` removes what
-creators that died left behind.
+``multiprocessing.resource_tracker``. ``shmstream.purge()`` (the registry)
+removes what creators that died left behind.
 
 Access. Workers attach read-only by default (the array's ``WRITEABLE`` flag
 is off and cannot be turned on, because its base is a read-only buffer);
@@ -41,12 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes, _native, _proc
+from . import _checks, _dtypes, _native
 from .errors import StaleStreamError
 
-__all__ = ["SharedArray", "SharedRecArray", "share", "purge_dead_arrays"]
+__all__ = ["SharedArray", "SharedRecArray", "share"]
 
-SHM_DIR = "/dev/shm"
 #: Names made by ``share(array)`` without a name start with this.
 AUTO_PREFIX = "array-"
 
@@ -266,8 +265,7 @@ class SharedArray(np.ndarray):
     def open(cls, name: str, *, writable: bool = False) -> "SharedArray":
         """Attach to a shared array by name (the ``name`` given to
         :func:`share`, or ``shm_name``). Read-only unless ``writable``."""
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        _checks.check_name(name, "shared array")
         try:
             seg = _native.Segment.open(name, _native.KIND_ARRAY, not writable)
         except FileNotFoundError:
@@ -344,7 +342,7 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
         )
     a = np.asanyarray(array)
     try:
-        dt = _dtypes.normalize(a.dtype)
+        dt = _checks.check_dtype(a.dtype)
     except TypeError as exc:
         raise TypeError(
             f"share() cannot put this array in shared memory: {exc}. For text, "
@@ -353,8 +351,8 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
         ) from None
     if name is None:
         name = f"{AUTO_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-    elif not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, not {type(name).__name__}")
+    else:
+        _checks.check_name(name, "shared array")
     if a.ndim > _native.MAX_NDIM:
         raise ValueError(
             f"share() supports at most {_native.MAX_NDIM} dimensions, got {a.ndim}; "
@@ -386,31 +384,3 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
         _native.unlink_segname(seg.segname)
         raise
     return out
-
-
-def purge_dead_arrays() -> list[str]:
-    """Remove array segments (``KIND_ARRAY``: shared arrays and loader slots)
-    whose creator process is dead. Returns the names removed."""
-    removed: list[str] = []
-    prefix = _native.SEGMENT_PREFIX.lstrip("/")
-    try:
-        entries = os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return removed
-    for fname in entries:
-        if not fname.startswith(prefix):
-            continue
-        try:
-            seg = _native.Segment.peek("/" + fname)
-            kind, pid, ticks, name = seg.kind, seg.creator_pid, seg.creator_start_ticks, seg.name
-            del seg
-        except Exception:  # noqa: BLE001 - vanished, corrupt or foreign: not ours to judge
-            continue
-        if kind != _native.KIND_ARRAY or _proc.alive(pid, ticks):
-            continue
-        try:
-            if _native.unlink_segname("/" + fname):
-                removed.append(name)
-        except OSError:
-            pass
-    return removed

@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     import shmstream
 
     if not shmstream.gpu_available():
-        from shmstream import _gpu
+        from shmstream.gpu import device as _gpu
 
         print(f"shmstream bench gpu: no CUDA device: {_gpu.unavailable_reason()}", file=sys.stderr)
         return 1

@@ -38,18 +38,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from . import _cuda, _dtypes, _native
-from .errors import InconsistentStreamError
-
-
-class GpuStreamGoneError(RuntimeError):
-    """The device buffer of a GPU stream is gone: the process that created it
-    exited (CUDA IPC memory belongs to its exporter), or a writer died before
-    its device copy completed. Metadata, and a CPU mirror if there is one,
-    stay readable; recreate the stream to go on."""
-
-
-_cuda.set_error_types(InconsistentStreamError, GpuStreamGoneError)
+from .. import _cuda, _dtypes, _native
 
 #: dtypes a CUDA stream can hold (the payload is copied as bytes; these are
 #: the ones every DLPack consumer, torch included, maps to a tensor dtype).
@@ -261,96 +250,9 @@ class _SlotOwner:
 # ---- doors -----------------------------------------------------------------
 
 
-def create(
-    name: str, dims: tuple[int, ...], dt: np.dtype, gpu_device: Any,
-    cpu_mirror: bool | None, notify: bool, mode: int,
-) -> Any:
-    """``shmstream.create(..., gpu_device=...)`` (arguments already checked
-    by the stream module, except the GPU ones)."""
-    from .stream import _duplicate_name_error  # noqa: PLC0415 (import cycle)
-
-    index = parse_device(gpu_device)
-    if index is None:
-        raise TypeError("create() needs an explicit gpu_device such as 'cuda:0'")
-    if dt not in GPU_SUPPORTED_DTYPES:
-        supported = ", ".join(sorted(str(d) for d in GPU_SUPPORTED_DTYPES))
-        raise ValueError(
-            f"dtype {dt} is not supported for GPU shared memory; supported: {supported}"
-        )
-    if cpu_mirror is not None and not isinstance(cpu_mirror, (bool, np.bool_)):
-        raise TypeError(f"cpu_mirror must be True, False or None, not {cpu_mirror!r}")
-    _check_index(name, gpu_device, index)
-    flags = _native.FLAG_GPU
-    if cpu_mirror:
-        flags |= _native.FLAG_CPU_MIRROR
-    if notify:
-        flags |= _native.FLAG_NOTIFY
-    try:
-        gs = _cuda.GpuStream.create(
-            name, list(dims), dt.itemsize, _dtypes.encode(dt), flags, mode, index
-        )
-    except FileExistsError:
-        raise _duplicate_name_error(name) from None
-    segment = _native.Segment.open(name, _native.KIND_STREAM, False)
-    if segment.instance_id != gs.instance_id:  # replaced in between: not ours
-        gs.close()
-        raise RuntimeError(f"stream {name!r} was replaced while it was being created")
-    from ._gpu_handle import GpuSharedMemory  # noqa: PLC0415
-
-    handle = GpuSharedMemory(segment, owner=True)
-    handle._attach(gs)
-    return handle
-
-
-def open(segment: Any, name: str, gpu_device: Any, readonly: bool) -> Any:  # noqa: A001
-    """``shmstream.open(name, gpu_device=...)`` of a GPU stream."""
-    from ._gpu_handle import GpuSharedMemory  # noqa: PLC0415
-
-    mirror = bool(int(segment.flags) & _native.FLAG_CPU_MIRROR)
-    if gpu_device is False:
-        if not mirror:
-            raise ValueError(
-                f"{name!r} is a GPU stream without a CPU mirror; cannot open it "
-                "CPU-only (recreate it with cpu_mirror=True, or open it with "
-                "gpu_device='cuda:N')"
-            )
-        return GpuSharedMemory(segment, readonly=readonly)
-    if gpu_device is None:
-        # pyshmem's rule: attach to the stream's device when this process can;
-        # otherwise a handle without a device (metadata, lock, CPU mirror).
-        if not gpu_available():
-            return GpuSharedMemory(segment, readonly=readonly)
-        try:
-            return open(segment, name, True, readonly)
-        except (GpuStreamGoneError, RuntimeError, ValueError) as exc:
-            handle = GpuSharedMemory(segment, readonly=readonly)
-            handle._attach_error = str(exc)
-            return handle
-    index = parse_device(gpu_device)
-    if not gpu_available():
-        unsupported(name, gpu_device)
-    if index is None:  # gpu_device=True: wherever the buffer lives
-        index = _cuda.device_by_uuid(bytes(segment.gpu_area)[8:24])
-        if index < 0:
-            raise RuntimeError(
-                f"GPU stream {name!r} lives on a device this process cannot see "
-                "(check CUDA_VISIBLE_DEVICES)"
-            )
-    else:
-        _check_index(name, gpu_device, index)
-    gs = _cuda.GpuStream.attach(name, index, bool(readonly))
-    if gs.instance_id != segment.instance_id:
-        gs.close()
-        raise RuntimeError(f"stream {name!r} was replaced while it was being opened")
-    handle = GpuSharedMemory(segment, readonly=readonly)
-    handle._attach(gs)
-    return handle
-
-
 __all__ = [
     "CudaArray",
     "GPU_SUPPORTED_DTYPES",
-    "GpuStreamGoneError",
     "gpu_available",
     "parse_device",
     "stat_device",

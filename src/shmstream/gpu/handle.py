@@ -1,5 +1,6 @@
-"""The handle of a GPU stream (see ``_gpu`` for the rules and docs/gpu.md for
-the design). Imported only when a GPU stream is created or opened.
+"""The handle of a GPU stream (see ``device`` for the rules and docs/gpu.md
+for the design): a :class:`shmstream.SharedMemory` whose payload copies go
+through the CUDA half of the core.
 
 STATUS: written without a GPU; the device paths are unverified.
 """
@@ -12,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _cuda, _native, _proc
-from ._gpu import _DL_CODE, CudaArray, _SlotOwner, _torch, _torch_dtype
-from .errors import InconsistentStreamError
-from .stream import Publication, SharedMemory, _remaining
+from .. import _checks, _cuda, _native, _proc
+from .._waiting import _remaining
+from ..errors import InconsistentStreamError
+from ..publication import Publication
+from ..stream import SharedMemory
+from .device import _DL_CODE, CudaArray, _SlotOwner, _torch, _torch_dtype
 
 
 class GpuSharedMemory(SharedMemory):
@@ -170,12 +173,11 @@ class GpuSharedMemory(SharedMemory):
     def write(self, value: Any, *, frame_id: int | None = None) -> None:
         """Publish a copy of ``value`` (a CUDA tensor of any framework, a
         NumPy array or a CPU tensor) to the device buffer."""
-        from .stream import _check_frame_id  # noqa: PLC0415
 
         self._check_writable("write to")
         if self._gs is None:
             raise self._unattached("write to")
-        fid = None if frame_id is None else _check_frame_id(frame_id)
+        fid = None if frame_id is None else _checks.check_u64("frame_id", frame_id)
         self.acquire()
         try:
             self._publish(value, fid)
@@ -183,14 +185,13 @@ class GpuSharedMemory(SharedMemory):
             self.release()
 
     def write_locked(self, value: Any, *, frame_id: int | None = None) -> None:
-        from .stream import _check_frame_id  # noqa: PLC0415
 
         self._check_writable("write to")
         if not self._holds_lock():
             raise RuntimeError("write_locked() requires an active 'with shm.locked()' block")
         if self._gs is None:
             raise self._unattached("write to")
-        self._publish(value, None if frame_id is None else _check_frame_id(frame_id))
+        self._publish(value, None if frame_id is None else _checks.check_u64("frame_id", frame_id))
 
     def clear(self) -> None:
         self._check_writable("clear")
@@ -347,10 +348,9 @@ class GpuSharedMemory(SharedMemory):
             raise self._closed_error(operation)
         if self._gs is None:
             raise self._unattached(operation.replace("read ", "read ", 1))
-        from .stream import _spin_ns  # noqa: PLC0415
 
         self._fail_if_invalid(seg)
-        spin = self._spin if spin_us is None else _spin_ns(spin_us)
+        spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seg.wait_count(after, _remaining(deadline), spin)

@@ -1,0 +1,174 @@
+"""Argument checks shared by every part: streams, GPU streams, channels,
+shared arrays, the loader and the direct reader. One rule and one message
+for each kind of argument, so the parts cannot drift apart.
+
+Each check returns the normalised value or raises the exception a Python
+user expects (TypeError for a wrong type, ValueError for a wrong value),
+naming the argument.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes, _native
+
+#: The largest value of a shared 64-bit counter (count, frame id, time).
+MAX_U64 = 2**64 - 1
+
+#: The rule every name follows (streams, channels, shared arrays, loader
+#: slots): the C core's ss_segment_name() says the same.
+NAME_RULE: str = _native.NAME_RULE
+
+
+def check_name(name: Any, what: str = "stream") -> str:
+    """A name of 1 to 255 UTF-8 bytes without NUL (docs/ABI.md, "Names")."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} name must be a str, not {type(name).__name__}")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} name {name!r} cannot be encoded as UTF-8 (lone surrogate); "
+            f"a name is {NAME_RULE}"
+        ) from None
+    if not name or "\x00" in name or size > _native.MAX_NAME_BYTES:
+        reason = (
+            "is empty" if not name
+            else "contains a NUL character" if "\x00" in name
+            else f"is {size} UTF-8 bytes long"
+        )
+        raise ValueError(f"invalid {what} name {name!r}: it {reason}; a name is {NAME_RULE}")
+    return name
+
+
+def check_int(what: str, value: Any, minimum: int | None = None) -> int:
+    """An integer (a bool, a float or a string is refused, not truncated)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an integer, not {value!r}")
+    try:
+        checked = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
+    if minimum is not None and checked < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {checked}")
+    return checked
+
+
+def check_u64(what: str, value: Any, minimum: int = 0) -> int:
+    """An integer in [minimum, 2**64): the type of every shared counter."""
+    checked = check_int(what, value)
+    if not minimum <= checked <= MAX_U64:
+        raise ValueError(f"{what} must be in [{minimum}, 2**64), got {checked}")
+    return checked
+
+
+def check_dim(dim: Any) -> int:
+    return check_int("shape dimensions", dim, minimum=0)
+
+
+def check_shape(shape: Any, max_ndim: int | None = _native.MAX_NDIM) -> tuple[int, ...]:
+    """An int or a sequence of non-negative ints (no bools, no floats), of
+    at most ``max_ndim`` dimensions (a segment header holds 8; None: any)."""
+    if isinstance(shape, (str, bytes, bool, np.bool_)):
+        raise TypeError(f"shape must be a tuple of integers, not {shape!r}")
+    if isinstance(shape, (int, np.integer)):
+        return (check_dim(shape),)
+    try:
+        items = list(shape)
+    except TypeError:
+        raise TypeError(f"shape must be a tuple of integers, not {type(shape).__name__}") from None
+    dims = tuple(check_dim(d) for d in items)
+    if max_ndim is not None and len(dims) > max_ndim:
+        raise ValueError(
+            f"shape {dims} has {len(dims)} dimensions; at most {max_ndim} are supported"
+        )
+    return dims
+
+
+def check_dtype(dtype: Any) -> np.dtype:
+    """A fixed-size NumPy dtype (object dtypes refused), also given as the
+    description text that ``stat()`` and ``to_config()`` print."""
+    if isinstance(dtype, str) and dtype[:1] in "[(":
+        try:
+            return _dtypes.normalize(_dtypes.decode(dtype))
+        except (ValueError, SyntaxError, TypeError):
+            pass
+    return _dtypes.normalize(dtype)
+
+
+def check_after(after: Any) -> int:
+    """A count to wait past: a non-negative integer (ValueError otherwise,
+    as documented for read_after and wait_for_count)."""
+    try:
+        value = operator.index(after)
+    except TypeError:
+        raise ValueError(f"after must be an integer, not {type(after).__name__} {after!r}") from None
+    if value < 0:
+        raise ValueError(f"after must be non-negative, got {value}")
+    return value
+
+
+def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
+    """Seconds to wait: None or ``math.inf`` wait for ever, 0 does not
+    wait. A negative or NaN value is a ValueError; anything but a real
+    number a TypeError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"{what} must be a number of seconds, math.inf or None, not "
+            f"{type(timeout).__name__} {timeout!r}"
+        )
+    value = float(timeout)
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{what} must be >= 0 seconds, math.inf or None, got {timeout!r}")
+    return value
+
+
+def spin_ns(spin_us: Any) -> int:
+    """The spin budget in ns for the core (-1: the default)."""
+    if spin_us is None:
+        return -1
+    if isinstance(spin_us, (bool, np.bool_)) or not isinstance(spin_us, numbers.Real):
+        raise TypeError(f"spin_us must be a number of microseconds or None, not {spin_us!r}")
+    value = float(spin_us)
+    if not value >= 0:
+        raise ValueError(f"spin_us must be >= 0 or None, got {spin_us!r}")
+    return int(min(value, 1e12) * 1000)
+
+
+def check_mode(mode: Any) -> int:
+    if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or not 0 < mode <= 0o777:
+        raise ValueError(f"mode must be permission bits like 0o600, got {mode!r}")
+    return int(mode)
+
+
+def check_slots(slots: Any) -> int:
+    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or not (
+        1 <= slots <= _native.MAX_SLOTS
+    ):
+        raise ValueError(f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}")
+    return int(slots)
+
+
+def missing_name_error(name: str, what: str = "shared memory",
+                       create: str = "shmstream.create({name!r}, ...)") -> FileNotFoundError:
+    exc = FileNotFoundError(
+        f"{what} {name!r} does not exist; create it with {create.format(name=name)} first"
+    )
+    exc.errno = 2  # ENOENT
+    return exc
+
+
+def duplicate_name_error(name: str, what: str = "shared memory",
+                         attach: str = "shmstream.open({name!r})") -> FileExistsError:
+    exc = FileExistsError(
+        f"{what} {name!r} already exists; use {attach.format(name=name)} to attach to it"
+    )
+    exc.errno = 17  # EEXIST
+    return exc

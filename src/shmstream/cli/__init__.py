@@ -1,0 +1,79 @@
+"""The ``shmstream`` command: list, inspect, watch, remove and measure what
+shmstream keeps in shared memory.
+
+``main(argv) -> int`` is the console script. Each subcommand lives in its
+own module and registers its parser here; every library call looks its
+function up on the package at call time (``package().purge``), so tests can
+monkeypatch it. Errors print one line to stderr and return 1 (argparse's
+usage errors return 2); nothing here prints a traceback for a user mistake.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from . import demo, objects, watch
+from ._common import PROG, USER_ERRORS, error, one_line, package
+
+#: Modules that add subcommands: each has register(subparsers) -> {name: handler}.
+_COMMAND_MODULES = (objects, watch, demo)
+
+
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Inspect, watch, remove and benchmark shmstream's shared-memory objects "
+        "(streams, channels, shared arrays, loader slots).",
+        epilog="Examples: 'shmstream list', 'shmstream watch cam/left', "
+        "'shmstream demo --seconds 3', 'shmstream bench stream --quick'.",
+    )
+    parser.add_argument("--version", action="version",
+                        version=f"{PROG} {package().__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="command")
+    commands: dict[str, Callable[..., int]] = {}
+    for module in _COMMAND_MODULES:
+        commands.update(module.register(sub))
+    bench_p = sub.add_parser(
+        "bench",
+        help="run a benchmark part against its peers (default part: stream); "
+        "'shmstream bench --help' lists the parts",
+        add_help=False,
+    )
+    bench_p.add_argument("args", nargs=argparse.REMAINDER, help="PART [options]")
+    return parser, commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``shmstream`` command line; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        # The benchmark owns its options; hand everything after "bench" over.
+        from .. import bench
+
+        try:
+            return bench.main(argv[1:])
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return 130
+    parser, commands = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version (0) or a usage error (2)
+        return int(exc.code or 0)
+    command = commands.get(args.command or "")
+    if command is None:
+        parser.print_help()
+        return 1
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except USER_ERRORS as exc:
+        error(one_line(exc))
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Helpers every ``shmstream`` subcommand uses: the package looked up at
+call time (so tests can monkeypatch it), one-line errors, readable rates and
+ages."""
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from typing import Any
+
+PROG = "shmstream"
+
+# Exceptions that mean "the user asked for something that cannot be done"
+# (missing stream, bad name, read-only, timeout...). Anything else is a bug
+# and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # FileNotFoundError, FileExistsError, PermissionError, ...
+    ValueError,
+    TypeError,
+    RuntimeError,
+    TimeoutError,
+)
+
+
+def package() -> Any:
+    """The library package, imported at call time."""
+    return importlib.import_module("shmstream")
+
+
+def error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def fmt_age(age: float) -> str:
+    if math.isinf(age):
+        return "never written"
+    if age < 1e-3:
+        return f"{age * 1e6:.0f} us"
+    if age < 1.0:
+        return f"{age * 1e3:.1f} ms"
+    return f"{age:.1f} s"
+
+
+def fmt_rate(hz: float) -> str:
+    if hz >= 1e6:
+        return f"{hz / 1e6:.2f} MHz"
+    if hz >= 1e3:
+        return f"{hz / 1e3:.2f} kHz"
+    return f"{hz:.1f} Hz"
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def status_line(line: str, tty: bool) -> None:
+    """A progress line: rewritten in place on a terminal, one per refresh
+    otherwise (logs, pipes)."""
+    sys.stdout.write(("\r" + line + "\x1b[K") if tty else (line + "\n"))
+    sys.stdout.flush()

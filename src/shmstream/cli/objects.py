@@ -1,0 +1,123 @@
+"""``shmstream list | stat | unlink | purge``: what lives in /dev/shm, built
+on the registry (``shmstream.registry``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from ..registry import KINDS, readable, remove, scan
+from ._common import fmt_bytes, package
+
+
+def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
+    list_p = sub.add_parser(
+        "list",
+        aliases=["ls"],
+        help="list every shmstream object in /dev/shm: streams, GPU streams, channels, "
+        "shared arrays, loader slots (a table: KIND, SIZE, CREATOR, NAME)",
+    )
+    list_p.add_argument("--kind", choices=KINDS, action="append",
+                        help="only this kind (repeatable)")
+    list_p.add_argument("--names", action="store_true",
+                        help="print bare names, one per line (pyshmem's output; streams only "
+                        "unless --kind is given)")
+    list_p.add_argument("--json", action="store_true", help="print a JSON list of objects")
+
+    stat_p = sub.add_parser(
+        "stat", help="print an object's metadata, read from its header without attaching")
+    stat_p.add_argument("name", metavar="NAME", help="stream, channel or shared array name")
+    stat_p.add_argument("--json", action="store_true",
+                        help="one JSON object, raw values (mode as an int, UNIX times)")
+
+    unlink_p = sub.add_parser(
+        "unlink",
+        aliases=["rm"],
+        help="destroy objects by name; exit status 0 whether or not each existed "
+        "(a missing name is reported on stderr), 1 for an invalid name",
+    )
+    unlink_p.add_argument("names", nargs="+", metavar="NAME", help="names")
+
+    purge_p = sub.add_parser(
+        "purge",
+        help="remove ALL streams (pyshmem's purge), and the channels, shared arrays and "
+        "loader slots nobody uses any more (creator dead); print what was removed",
+    )
+    purge_p.add_argument(
+        "--include-cuda-orphans", action="store_true",
+        help="also remove PyTorch IPC files /dev/shm/cuda.shm.* whose process is dead",
+    )
+    return {"list": cmd_list, "ls": cmd_list, "stat": cmd_stat, "unlink": cmd_unlink,
+            "rm": cmd_unlink, "purge": cmd_purge}
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.names:
+        kinds = args.kind or ["stream", "gpu-stream"]
+        names = (package().list_streams() if kinds == ["stream", "gpu-stream"]
+                 else sorted(e.name for e in scan(kinds) if e.name is not None))
+        for name in names:
+            print(name)
+        if not names:
+            print("nothing found", file=sys.stderr)
+        return 0
+    entries = scan(args.kind)
+    if args.json:
+        print(json.dumps([e.__dict__ for e in entries]))
+        return 0
+    if not entries:
+        print("nothing found" + (f" of kind {', '.join(args.kind)}" if args.kind else ""),
+              file=sys.stderr)
+        return 0
+    rows = [(e.kind, fmt_bytes(e.bytes),
+             "-" if e.creator_pid is None
+             else f"{e.creator_pid} ({'alive' if e.creator_alive else 'dead'})",
+             e.name if e.name is not None else e.segname) for e in entries]
+    widths = [max(len(r[i]) for r in rows + [("KIND", "SIZE", "CREATOR", "")]) for i in range(3)]
+    print(f"{'KIND':<{widths[0]}}  {'SIZE':>{widths[1]}}  {'CREATOR':<{widths[2]}}  NAME")
+    for kind, size, creator, name in rows:
+        print(f"{kind:<{widths[0]}}  {size:>{widths[1]}}  {creator:<{widths[2]}}  {name}")
+    return 0
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(str(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    info = dict(package().stat(args.name))
+    if args.json:
+        print(json.dumps(info, default=str, sort_keys=False))
+        return 0
+    shown = readable(info)
+    if shown.get("lock_owner") is not None:
+        shown["lock_owner"] = (f"{shown['lock_owner']} "
+                               f"({'alive' if shown.get('lock_owner_alive') else 'dead'})")
+    shown.pop("lock_owner_alive", None)
+    width = max((len(k) for k in shown), default=0) + 2
+    for key, value in shown.items():
+        print(f"{key + ':':<{width}}{_format_value(value)}")
+    return 0
+
+
+def cmd_unlink(args: argparse.Namespace) -> int:
+    for name in args.names:
+        if remove(name):
+            print(f"unlinked {name!r}")
+        else:
+            print(f"nothing named {name!r} to unlink", file=sys.stderr)
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    removed = list(package().purge(include_cuda_orphans=args.include_cuda_orphans) or [])
+    for name in removed:
+        print(f"purged {name!r}")
+    print(f"removed {len(removed)} object(s)" if removed else "nothing to purge",
+          file=sys.stderr)
+    return 0
