@@ -391,6 +391,19 @@ SS_API int ss_read_last_complete(ss_segment *seg, void *dst, size_t n, int64_t t
 SS_API int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns,
                          int64_t spin_ns, uint64_t *count_out);
 SS_API void ss_wake_all(ss_segment *seg);
+
+/* read_new: wait until a publication newer than `after` (a count) exists,
+ * then copy it into dst (n bytes) like ss_read, with its metadata; the
+ * first publication after `after` is never missed (level-triggered), and a
+ * writer that races the copy makes it wait again. A writer that died
+ * mid-write ends the wait with SS_EINCONSISTENT at the next 100 ms chunk.
+ * Returns SS_OK, SS_ETIMEDOUT, SS_ECANCELLED or SS_EINCONSISTENT. A caller
+ * that must react to signals passes timeouts of <= 100 ms and loops. */
+SS_API int ss_read_new(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
+                       int64_t spin_ns, ss_pubinfo *info);
+/* The zero-copy form: locates the new publication (see ss_view_begin). */
+SS_API int ss_read_new_view(ss_segment *seg, uint64_t after, int64_t timeout_ns,
+                            int64_t spin_ns, ss_pubinfo *info, ss_frame *frame);
 /* Between waits: SS_EINCONSISTENT if the last write was aborted, or its
  * writer died mid-write (detected by a trylock that takes the dead owner's
  * lock over and marks the frame abandoned); SS_OK otherwise. */

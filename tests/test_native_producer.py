@@ -1,7 +1,9 @@
-"""A C program that includes include/shmstream.h publishes to a stream that
-Python reads: the header and the core are the ABI, no Python involved."""
+"""C programs that include include/shmstream.h write to and read from
+streams that Python also uses: the header and the core are the ABI, no
+Python involved (examples/c_stream_writer.c, examples/c_stream_reader.c)."""
 import glob
 import os
+import re
 import shutil
 import subprocess
 
@@ -13,20 +15,29 @@ import shmstream
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def c_writer(tmp_path_factory):
+def _compile(tmp_path_factory, example: str) -> str:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler on PATH")
-    exe = str(tmp_path_factory.mktemp("c") / "c_stream_writer")
+    exe = str(tmp_path_factory.mktemp("c") / example)
     sources = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c")))
     subprocess.run(
         [cc, "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
-         os.path.join(ROOT, "examples", "c_stream_writer.c"), *sources,
-         "-lpthread", "-o", exe],
+         os.path.join(ROOT, "examples", f"{example}.c"), *sources,
+         "-lpthread", "-ldl", "-o", exe],
         check=True,
     )
     return exe
+
+
+@pytest.fixture(scope="module")
+def c_writer(tmp_path_factory):
+    return _compile(tmp_path_factory, "c_stream_writer")
+
+
+@pytest.fixture(scope="module")
+def c_reader(tmp_path_factory):
+    return _compile(tmp_path_factory, "c_stream_reader")
 
 
 def test_c_writer_frames_are_read_whole_by_python(c_writer, name):
@@ -62,4 +73,30 @@ def test_python_writes_are_seen_by_the_c_core_layout(c_writer, name):
         subprocess.run([c_writer, name, "2"], check=True, capture_output=True)
         assert h.count == 3
         assert h.frame_id == 2
+    shmstream.unlink(name)
+
+
+def test_c_reader_follows_a_python_writer_with_whole_frames_and_exact_miss_counts(
+    c_reader, name
+):
+    # Python writes frames as fast as it can until the C reader has read 50
+    # of them; every frame the reader got was whole (else exit 3) and what
+    # it skipped is counted exactly: read + missed = counts advanced.
+    with shmstream.create(name, shape=(64, 64), dtype=np.float32) as h:
+        reader = subprocess.Popen([c_reader, name, "50"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            k = 0
+            while reader.poll() is None and k < 10_000_000:
+                k += 1
+                h.write(np.full((64, 64), k, np.float32), frame_id=k)
+            out, err = reader.communicate(timeout=60)
+        finally:
+            reader.kill()
+    assert reader.returncode == 0, err
+    m = re.match(r"read (\d+) frames from .*, missed (\d+) writes, counts (\d+)\.\.(\d+)", out)
+    assert m, out
+    got, missed, first, last = (int(g) for g in m.groups())
+    assert got == 50
+    assert got + missed == last - first
     shmstream.unlink(name)

@@ -6,7 +6,7 @@
  *   publish.c      the writer's protocol and the repair  (futex, clock)
  *   stream_lock.c  the stream lock: mutex + repair + reader priority
  *   snapshot.c     the reader's protocol                 (publish, stream_lock)
- *   wait.c         waiting for a publication             (futex, publish, stream_lock)
+ *   wait.c         waiting for a publication, read_new   (futex, publish, stream_lock, snapshot)
  */
 #ifndef SS_INTERNAL_H
 #define SS_INTERNAL_H
@@ -85,6 +85,12 @@ typedef struct ss_snapshot_args {
   int holds_lock;    /* the caller holds the stream lock: copy directly */
   int last_complete; /* ignore an aborted/abandoned state (slot_count > 1) */
 } ss_snapshot_args;
+/* The copy step of a CPU read: memcpy of the slot into ctx's buffer. */
+typedef struct ss_host_dst {
+  void *dst;
+  size_t n;
+} ss_host_dst;
+int ss_copy_to_host(void *ctx, ss_segment *seg, uint32_t slot);
 /* The one snapshot loop: optimistic seqlock attempts, then the lock. */
 int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,
                 ss_frame *frame);
@@ -94,6 +100,9 @@ int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, 
 /* ss_lock for a reader's fallback: announced in notify.lock_readers, so
  * writers step aside for it. */
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns);
+
+/* n rounded up to a multiple of a (a > 0). */
+static inline uint64_t ss_round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
 static inline void ss_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -83,7 +83,7 @@ static void wake_waiters(ss_segment *seg) {
   atomic_fetch_add_explicit(&nl->wake_seq, 1, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   SS_CRASH_POINT("stream.c");
-  if (atomic_load_explicit(&nl->waiters, memory_order_relaxed) > 0) ss_wake_all(seg);
+  if (atomic_load_explicit(&nl->waiters, memory_order_relaxed) > 0) ss_futex_wake(&nl->wake_seq);
 }
 
 /* SYNC POINT (u): the publish line as it is, into the undo line, before

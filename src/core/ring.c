@@ -38,14 +38,12 @@ static_assert(offsetof(ss_msg_header, type_id) == 4 && offsetof(ss_msg_header, f
 /* A waiting end checks that its peer is alive this often. */
 #define SS_PEER_CHECK_NS (100 * 1000 * 1000LL)
 
-static uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
-
 static uint32_t payload_off(uint32_t meta_len) {
-  return meta_len ? (uint32_t)round_up(SS_MSG_HEADER_BYTES + meta_len, SS_MSG_ALIGN)
+  return meta_len ? (uint32_t)ss_round_up(SS_MSG_HEADER_BYTES + meta_len, SS_MSG_ALIGN)
                   : SS_MSG_HEADER_BYTES;
 }
 
-static uint64_t record_len(uint32_t off, uint64_t size) { return round_up(off + size, SS_MSG_ALIGN); }
+static uint64_t record_len(uint32_t off, uint64_t size) { return ss_round_up(off + size, SS_MSG_ALIGN); }
 
 static ss_ring_end_line *own_end(const ss_channel *ch, int role) {
   return role == SS_ROLE_PRODUCER ? &ch->ctl->producer : &ch->ctl->consumer;

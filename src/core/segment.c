@@ -17,8 +17,6 @@
  * stored the magic. Creation takes microseconds; this is generous. */
 #define SS_INIT_WAIT_NS (2 * SS_NS_PER_S)
 
-static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
 uint64_t ss_identity_checksum(const ss_identity *id) {
   /* magic is hashed as zero: the creator stores it last. */
   uint64_t h = ss_fnv1a64((const uint8_t *)id + 8, offsetof(ss_identity, checksum) - 8,
@@ -89,7 +87,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   }
   uint32_t slots = a->slots ? a->slots : SS_DEFAULT_SLOTS;
   if (slots > SS_MAX_SLOTS) return EINVAL;
-  size_t stride = round_up(payload, SS_PAYLOAD_ALIGN);
+  size_t stride = ss_round_up(payload, SS_PAYLOAD_ALIGN);
   if ((a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR))
     stride = 0; /* performance-mode GPU stream: the payload is on the device */
   size_t total = SS_HEADER_BYTES + stride * slots;

@@ -127,13 +127,8 @@ int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, 
 
 /* ---- CPU reads ------------------------------------------------------------ */
 
-typedef struct cpu_dst {
-  void *dst;
-  size_t n;
-} cpu_dst;
-
-static int copy_to_host(void *ctx, ss_segment *seg, uint32_t slot) {
-  cpu_dst *d = (cpu_dst *)ctx;
+int ss_copy_to_host(void *ctx, ss_segment *seg, uint32_t slot) {
+  ss_host_dst *d = (ss_host_dst *)ctx;
   memcpy(d->dst, ss_slot(seg, slot), d->n);
   return SS_OK;
 }
@@ -141,8 +136,8 @@ static int copy_to_host(void *ctx, ss_segment *seg, uint32_t slot) {
 static int cpu_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_lock,
                     int last_complete, ss_pubinfo *info) {
   if (ss_slotless(seg)) return SS_EKIND;
-  cpu_dst d = {dst, n};
-  ss_snapshot_args a = {copy_to_host, &d, holds_lock, last_complete};
+  ss_host_dst d = {dst, n};
+  ss_snapshot_args a = {ss_copy_to_host, &d, holds_lock, last_complete};
   ss_frame frame;
   return ss_snapshot(seg, timeout_ns, &a, info, &frame);
 }

@@ -119,3 +119,44 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     if (inconsistent(p)) return SS_EINCONSISTENT;
   }
 }
+
+/* ---- read_new: wait for a newer publication, then take it ---------------- */
+
+/* One step of read_new: wait until count > after (then take a snapshot), or
+ * until the deadline; between waits, a writer that died mid-write is taken
+ * over (the stream repaired) and reported. If a writer raced between the
+ * wait and the snapshot, the snapshot may be the same publication: wait
+ * again. */
+static int read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                      const ss_snapshot_args *a, ss_pubinfo *info, ss_frame *frame) {
+  int64_t deadline = ss_deadline_ns(timeout_ns);
+  if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+  for (;;) {
+    int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
+    if (left < 0 && deadline != INT64_MAX) left = 0;
+    uint64_t c;
+    int rc = ss_wait_count(seg, after, left, spin_ns, &c);
+    if (rc == SS_ETIMEDOUT && ss_check_writer(seg) == SS_EINCONSISTENT) return SS_EINCONSISTENT;
+    if (rc) return rc;
+    left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
+    rc = ss_snapshot(seg, left < 0 && deadline != INT64_MAX ? 0 : left, a, info, frame);
+    if (rc != SS_OK || info->count > after) return rc;
+    spin_ns = 0; /* spin only before the first sleep */
+  }
+}
+
+int ss_read_new(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
+                int64_t spin_ns, ss_pubinfo *info) {
+  if (ss_slotless(seg)) return SS_EKIND;
+  ss_host_dst d = {dst, n};
+  ss_snapshot_args a = {ss_copy_to_host, &d, 0, 0};
+  ss_frame frame;
+  return read_newer(seg, after, timeout_ns, spin_ns, &a, info, &frame);
+}
+
+int ss_read_new_view(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                     ss_pubinfo *info, ss_frame *frame) {
+  if (ss_slotless(seg)) return SS_EKIND;
+  ss_snapshot_args a = {NULL, NULL, 0, 0};
+  return read_newer(seg, after, timeout_ns, spin_ns, &a, info, frame);
+}

@@ -170,52 +170,41 @@ class Segment {
     return r;
   }
 
-  uint64_t wait_count(uint64_t after, int64_t timeout_ns, int64_t spin_ns) {
+  // fn(chunk, spin) through chunked(): the spin budget only in the first
+  // chunk, later chunks go straight to the futex.
+  template <class F>
+  int chunked_spinning(int64_t timeout_ns, int64_t spin_ns, F &&fn) {
     if (spin_ns < 0) spin_ns = ss_default_spin_ns();
-    uint64_t c = 0;
     bool first = true;
-    int rc = chunked(timeout_ns, [&](int64_t chunk) {
-      // Spin only on the first chunk; later chunks go straight to the futex.
-      int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
+    return chunked(timeout_ns, [&](int64_t chunk) {
+      int r = fn(chunk, first ? spin_ns : 0);
       first = false;
       return r;
+    });
+  }
+
+  uint64_t wait_count(uint64_t after, int64_t timeout_ns, int64_t spin_ns) {
+    uint64_t c = 0;
+    int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
+      return wait_chunk(after, chunk, spin, &c);
     });
     if (rc) raise_status(rc, "wait", std::to_string(after));
     return c;
   }
 
-  // Waits for count > after, then takes a snapshot with snap(left_ns, &info)
-  // (a copy or a view); repeats if the snapshot is not newer, since a writer
-  // can race between the wait and the snapshot.
-  template <class Snap>
-  int wait_newer(uint64_t after, int64_t timeout_ns, int64_t spin_ns, ss_pubinfo &info,
-                 Snap &&snap) {
-    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
-    int64_t deadline = ss_deadline_ns(timeout_ns);
-    bool first = true;
-    return chunked(timeout_ns, [&](int64_t chunk) {
-      uint64_t c;
-      int r = wait_chunk(after, chunk, first ? spin_ns : 0, &c);
-      first = false;
-      if (r) return r;
-      int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
-      r = snap(deadline != INT64_MAX && left < 0 ? 0 : left, &info);
-      if (r == SS_OK && info.count <= after) return (int)SS_ETIMEDOUT;  // wait again
-      return r;
-    });
-  }
-
-  // Zero-copy: locates the published frame (after waiting for count >
-  // after when wait_new) without copying; the caller views the slot.
+  // Zero-copy: locates the published frame (the first one newer than after
+  // when wait_new) without copying; the caller views the slot.
   std::tuple<uint32_t, uint64_t, uint64_t, uint64_t, uint64_t> view(
       uint64_t after, bool wait_new, int64_t timeout_ns, int64_t spin_ns, bool holds_lock) {
     ss_pubinfo info{};
     ss_frame frame{};
-    auto locate = [&](int64_t left, ss_pubinfo *i) {
-      return ss_view_begin(&seg, left, holds_lock, i, &frame);
-    };
-    int rc = wait_new ? wait_newer(after, timeout_ns, spin_ns, info, locate)
-                      : chunked(timeout_ns, [&](int64_t chunk) { return locate(chunk, &info); });
+    int rc = wait_new
+                 ? chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
+                     return ss_read_new_view(&seg, after, chunk, spin, &info, &frame);
+                   })
+                 : chunked(timeout_ns, [&](int64_t chunk) {
+                     return ss_view_begin(&seg, chunk, holds_lock, &info, &frame);
+                   });
     if (rc) raise_status(rc, wait_new ? "read_new" : "read");
     return {frame.slot, frame.slot_seq, info.count, info.frame_id, info.write_time_ns};
   }
@@ -225,8 +214,8 @@ class Segment {
     Buffer b(dst, true);
     check_len(b, "destination");
     ss_pubinfo info{};
-    int rc = wait_newer(after, timeout_ns, spin_ns, info, [&](int64_t left, ss_pubinfo *i) {
-      return ss_read(&seg, b.view.buf, payload_bytes(), left, 0, i);
+    int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
+      return ss_read_new(&seg, b.view.buf, payload_bytes(), after, chunk, spin, &info);
     });
     if (rc) raise_status(rc, "read_new");
     return {info.count, info.frame_id, info.write_time_ns};

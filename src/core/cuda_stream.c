@@ -1,11 +1,6 @@
-/* GPU streams: the CUDA driver API loaded at run time, a device double
- * buffer shared through CUDA IPC, and an inter-process event that orders
- * every writer's copy before the readers' copies.
- *
- * No CUDA header is used: the few driver types and constants are declared
- * below, and the entry points are resolved with dlopen/dlsym the first time
- * a GPU stream is made or opened. Without libcuda.so.1 every call returns
- * SS_ENOCUDA with a message naming it.
+/* GPU streams, the stream half: a device double buffer shared through CUDA
+ * IPC, and an inter-process event that orders every writer's copy before
+ * the readers' copies (the driver half is cuda_driver.c).
  *
  * Protocol (docs/gpu.md has the long form):
  *   - the segment has two slot seqlocks (slot_count 2, the header's slot
@@ -39,249 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "shmstream_cuda.h"
-
-/* ---- the driver API, declared here (cuda.h is not needed) -------------- */
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-typedef unsigned long long CUdeviceptr;
-typedef struct { char reserved[64]; } CUipcMemHandle;
-typedef struct { char reserved[64]; } CUipcEventHandle;
-typedef struct { char bytes[16]; } CUuuid;
-
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_NOT_READY 600
-#define CU_EVENT_DISABLE_TIMING 0x2
-#define CU_EVENT_INTERPROCESS 0x4
-#define CU_STREAM_NON_BLOCKING 0x1
-#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
-#define CU_MEMHOSTALLOC_PORTABLE 0x1
-
-static struct {
-  CUresult (*Init)(unsigned);
-  CUresult (*DeviceGetCount)(int *);
-  CUresult (*DeviceGet)(CUdevice *, int);
-  CUresult (*DeviceGetUuid)(CUuuid *, CUdevice);
-  CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*CtxPushCurrent)(CUcontext);
-  CUresult (*CtxPopCurrent)(CUcontext *);
-  CUresult (*MemAlloc)(CUdeviceptr *, size_t);
-  CUresult (*MemFree)(CUdeviceptr);
-  CUresult (*MemHostAlloc)(void **, size_t, unsigned);
-  CUresult (*MemFreeHost)(void *);
-  CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
-  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
-  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
-  CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
-  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-  CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
-  CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
-  CUresult (*IpcCloseMemHandle)(CUdeviceptr);
-  CUresult (*IpcGetEventHandle)(CUipcEventHandle *, CUevent);
-  CUresult (*IpcOpenEventHandle)(CUevent *, CUipcEventHandle);
-  CUresult (*EventCreate)(CUevent *, unsigned);
-  CUresult (*EventDestroy)(CUevent);
-  CUresult (*EventRecord)(CUevent, CUstream);
-  CUresult (*EventQuery)(CUevent);
-  CUresult (*StreamCreate)(CUstream *, unsigned);
-  CUresult (*StreamDestroy)(CUstream);
-  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
-  CUresult (*GetErrorString)(CUresult, const char **);
-  CUresult (*GetErrorName)(CUresult, const char **);
-} cu;
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_init_rc = SS_ENOCUDA;
-static char g_init_msg[512];
-static pid_t g_init_pid;
-static __thread char t_err[512];
-
-static void set_err(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(t_err, sizeof t_err, fmt, ap);
-  va_end(ap);
-}
-
-const char *ss_cuda_error(void) { return t_err; }
-
-/* Record a failing driver call; returns SS_ECUDA. */
-static int cu_fail(const char *what, CUresult r) {
-  const char *name = NULL, *desc = NULL;
-  if (cu.GetErrorName) cu.GetErrorName(r, &name);
-  if (cu.GetErrorString) cu.GetErrorString(r, &desc);
-  set_err("%s failed: %s (%d): %s", what, name ? name : "CUDA error", r,
-          desc ? desc : "no description");
-  return SS_ECUDA;
-}
-#define CU_TRY(call, what)                  \
-  do {                                      \
-    CUresult r_ = (call);                   \
-    if (r_ != CUDA_SUCCESS) return cu_fail(what, r_); \
-  } while (0)
-
-static void *sym(void *lib, const char *const *names) {
-  for (; *names; names++) {
-    void *p = dlsym(lib, *names);
-    if (p) return p;
-  }
-  return NULL;
-}
-
-static void load_once(void) {
-  g_init_pid = getpid();
-  const char *path = getenv("SHMSTREAM_LIBCUDA");
-  if (!path || !*path) path = "libcuda.so.1";
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    const char *why = dlerror();
-    snprintf(g_init_msg, sizeof g_init_msg,
-             "%s not found: the CUDA driver is not installed or not on the library path "
-             "(%s); GPU streams need an NVIDIA driver", path, why ? why : "dlopen failed");
-    return;
-  }
-#define LOAD(field, ...)                                                   \
-  do {                                                                     \
-    static const char *const names_[] = {__VA_ARGS__, NULL};              \
-    *(void **)&cu.field = sym(lib, names_);                                \
-    if (!cu.field) {                                                       \
-      snprintf(g_init_msg, sizeof g_init_msg,                              \
-               "%s lacks the CUDA driver entry point %s (driver too old?)", path, names_[0]); \
-      return;                                                              \
-    }                                                                      \
-  } while (0)
-  LOAD(Init, "cuInit");
-  LOAD(DeviceGetCount, "cuDeviceGetCount");
-  LOAD(DeviceGet, "cuDeviceGet");
-  LOAD(DeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid");
-  LOAD(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-  LOAD(CtxPushCurrent, "cuCtxPushCurrent_v2", "cuCtxPushCurrent");
-  LOAD(CtxPopCurrent, "cuCtxPopCurrent_v2", "cuCtxPopCurrent");
-  LOAD(MemAlloc, "cuMemAlloc_v2", "cuMemAlloc");
-  LOAD(MemFree, "cuMemFree_v2", "cuMemFree");
-  LOAD(MemHostAlloc, "cuMemHostAlloc");
-  LOAD(MemFreeHost, "cuMemFreeHost");
-  LOAD(MemsetD8, "cuMemsetD8_v2", "cuMemsetD8");
-  LOAD(MemsetD8Async, "cuMemsetD8Async");
-  LOAD(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync");
-  LOAD(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync");
-  LOAD(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync");
-  LOAD(MemcpyDtoH, "cuMemcpyDtoH_v2", "cuMemcpyDtoH");
-  LOAD(IpcGetMemHandle, "cuIpcGetMemHandle");
-  LOAD(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle");
-  LOAD(IpcCloseMemHandle, "cuIpcCloseMemHandle");
-  LOAD(IpcGetEventHandle, "cuIpcGetEventHandle");
-  LOAD(IpcOpenEventHandle, "cuIpcOpenEventHandle");
-  LOAD(EventCreate, "cuEventCreate");
-  LOAD(EventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
-  LOAD(EventRecord, "cuEventRecord");
-  LOAD(EventQuery, "cuEventQuery");
-  LOAD(StreamCreate, "cuStreamCreate");
-  LOAD(StreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy");
-  LOAD(StreamWaitEvent, "cuStreamWaitEvent");
-  LOAD(GetErrorString, "cuGetErrorString");
-  LOAD(GetErrorName, "cuGetErrorName");
-#undef LOAD
-  CUresult r = cu.Init(0);
-  if (r != CUDA_SUCCESS) {
-    const char *name = NULL;
-    cu.GetErrorName(r, &name);
-    snprintf(g_init_msg, sizeof g_init_msg,
-             "cuInit failed: %s (%d); no usable CUDA device in this process",
-             name ? name : "CUDA error", r);
-    return;
-  }
-  g_init_rc = SS_OK;
-}
-
-int ss_cuda_init(void) {
-  pthread_once(&g_once, load_once);
-  if (g_init_rc != SS_OK) {
-    set_err("%s", g_init_msg);
-    return g_init_rc;
-  }
-  if (getpid() != g_init_pid) {
-    set_err("CUDA was initialised in the parent of this forked process; CUDA cannot be "
-            "used after fork(): start worker processes with the 'spawn' method");
-    return SS_EFORK;
-  }
-  return SS_OK;
-}
-
-/* ---- contexts: the device's primary context, pushed around each call --- */
-
-#define SS_MAX_DEVICES 64
-static CUcontext g_ctx[SS_MAX_DEVICES];
-static pthread_mutex_t g_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static int get_ctx(int ordinal, CUcontext *out) {
-  int rc = ss_cuda_init();
-  if (rc) return rc;
-  if (ordinal < 0 || ordinal >= SS_MAX_DEVICES) {
-    set_err("CUDA device ordinal %d is out of range", ordinal);
-    return SS_ECUDA;
-  }
-  pthread_mutex_lock(&g_ctx_mu);
-  if (!g_ctx[ordinal]) {
-    CUdevice dev;
-    CUresult r = cu.DeviceGet(&dev, ordinal);
-    if (r == CUDA_SUCCESS) r = cu.DevicePrimaryCtxRetain(&g_ctx[ordinal], dev);
-    if (r != CUDA_SUCCESS) {
-      pthread_mutex_unlock(&g_ctx_mu);
-      return cu_fail("opening CUDA device (cuDeviceGet/cuDevicePrimaryCtxRetain)", r);
-    }
-  }
-  *out = g_ctx[ordinal];
-  pthread_mutex_unlock(&g_ctx_mu);
-  return SS_OK;
-}
-
-static int push(int ordinal) {
-  CUcontext c = NULL;
-  int rc = get_ctx(ordinal, &c);
-  if (rc) return rc;
-  CU_TRY(cu.CtxPushCurrent(c), "cuCtxPushCurrent");
-  return SS_OK;
-}
-
-static void pop(void) {
-  CUcontext c = NULL;
-  cu.CtxPopCurrent(&c);
-}
-
-int ss_cuda_device_count(int *count) {
-  int rc = ss_cuda_init();
-  if (rc) return rc;
-  CU_TRY(cu.DeviceGetCount(count), "cuDeviceGetCount");
-  return SS_OK;
-}
-
-int ss_cuda_device_uuid(int ordinal, uint8_t uuid[16]) {
-  int rc = ss_cuda_init();
-  if (rc) return rc;
-  CUdevice dev;
-  CUuuid u;
-  CU_TRY(cu.DeviceGet(&dev, ordinal), "cuDeviceGet");
-  CU_TRY(cu.DeviceGetUuid(&u, dev), "cuDeviceGetUuid");
-  memcpy(uuid, u.bytes, 16);
-  return SS_OK;
-}
-
-int ss_cuda_device_by_uuid(const uint8_t uuid[16]) {
-  int n = 0;
-  if (ss_cuda_device_count(&n)) return -1;
-  for (int i = 0; i < n; i++) {
-    uint8_t u[16];
-    if (ss_cuda_device_uuid(i, u) == SS_OK && memcmp(u, uuid, 16) == 0) return i;
-  }
-  return -1;
-}
+#include "cuda_internal.h"
 
 /* ---- attachments: one per stream generation per process ---------------- */
 
@@ -321,7 +74,7 @@ int ss_gpu_is_owner(const ss_gpu *g) { return g->owner; }
 
 static void destroy(ss_gpu *g) {
   /* Runs with the device context pushed, or tries to push it. */
-  int pushed = push(g->ordinal) == SS_OK;
+  int pushed = ss_cuda_push(g->ordinal) == SS_OK;
   if (g->stream) cu.StreamDestroy(g->stream);
   if (g->ev_user) cu.EventDestroy(g->ev_user);
   if (g->ev_done) cu.EventDestroy(g->ev_done);
@@ -330,7 +83,7 @@ static void destroy(ss_gpu *g) {
     if (g->owner) cu.MemFree(g->base);
     else cu.IpcCloseMemHandle(g->base);
   }
-  if (pushed) pop();
+  if (pushed) ss_cuda_pop();
   pthread_mutex_destroy(&g->mu);
   free(g);
 }
@@ -352,13 +105,11 @@ static ss_gpu *new_gpu(int ordinal) {
   return g;
 }
 
-static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
 /* The common end of create and attach: leave the context and, on success,
  * register the handle (so an exit can find it) and hand it out; on failure
  * destroy what was built. */
 static int finish_attach(ss_gpu *g, ss_gpu **out, int rc) {
-  pop();
+  ss_cuda_pop();
   if (rc) {
     destroy(g);
     return rc;
@@ -374,7 +125,7 @@ static int finish_attach(ss_gpu *g, ss_gpu **out, int rc) {
 int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **out) {
   *out = NULL;
   if (!(args->flags & SS_FLAG_GPU)) {
-    set_err("ss_gpu_create needs SS_FLAG_GPU in the create flags");
+    ss_cuda_set_err("ss_gpu_create needs SS_FLAG_GPU in the create flags");
     return SS_ENOTGPU;
   }
   uint64_t payload = args->payload_bytes;
@@ -382,18 +133,18 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
     payload = args->itemsize;
     for (uint32_t i = 0; i < args->ndim; i++) payload *= args->shape[i];
   }
-  int rc = push(ordinal);
+  int rc = ss_cuda_push(ordinal);
   if (rc) return rc;
   ss_gpu *g = new_gpu(ordinal);
   if (!g) {
-    pop();
-    set_err("out of host memory");
+    ss_cuda_pop();
+    ss_cuda_set_err("out of host memory");
     return ENOMEM;
   }
   g->owner = 1;
   g->creator_pid = getpid();
   g->payload_bytes = payload;
-  g->slot_stride = round_up(payload ? payload : 1, SS_GPU_SLOT_ALIGN);
+  g->slot_stride = ss_round_up(payload ? payload : 1, SS_GPU_SLOT_ALIGN);
   /* One slot seqlock per device slot (a CPU mirror gets as many CPU slots). */
   args->slots = SS_GPU_SLOTS;
   ss_gpu_area area;
@@ -408,15 +159,15 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
   CUipcMemHandle mh;
   CUipcEventHandle eh;
   if ((rc = ss_cuda_device_uuid(ordinal, area.device_uuid))) goto fail;
-  if ((r = cu.MemAlloc(&g->base, area.alloc_bytes))) { rc = cu_fail("cuMemAlloc of the stream's device buffer", r); goto fail; }
+  if ((r = cu.MemAlloc(&g->base, area.alloc_bytes))) { rc = ss_cu_fail("cuMemAlloc of the stream's device buffer", r); goto fail; }
   /* Both slots start zeroed, like a CPU stream's payload (synchronous). */
-  if ((r = cu.MemsetD8(g->base, 0, area.alloc_bytes))) { rc = cu_fail("cuMemsetD8", r); goto fail; }
-  if ((r = cu.IpcGetMemHandle(&mh, g->base))) { rc = cu_fail("cuIpcGetMemHandle", r); goto fail; }
+  if ((r = cu.MemsetD8(g->base, 0, area.alloc_bytes))) { rc = ss_cu_fail("cuMemsetD8", r); goto fail; }
+  if ((r = cu.IpcGetMemHandle(&mh, g->base))) { rc = ss_cu_fail("cuIpcGetMemHandle", r); goto fail; }
   if ((r = cu.EventCreate(&g->ipc_event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING))) {
-    rc = cu_fail("cuEventCreate(CU_EVENT_INTERPROCESS)", r);
+    rc = ss_cu_fail("cuEventCreate(CU_EVENT_INTERPROCESS)", r);
     goto fail;
   }
-  if ((r = cu.IpcGetEventHandle(&eh, g->ipc_event))) { rc = cu_fail("cuIpcGetEventHandle", r); goto fail; }
+  if ((r = cu.IpcGetEventHandle(&eh, g->ipc_event))) { rc = ss_cu_fail("cuIpcGetEventHandle", r); goto fail; }
   if ((rc = make_locals(g))) goto fail;
   memcpy(area.mem_handle, &mh, sizeof mh);
   memcpy(area.event_handle, &eh, sizeof eh);
@@ -424,7 +175,7 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
   rc = ss_segment_create(seg, args);
   args->gpu_area = NULL;
   if (rc) {
-    set_err("creating the stream's segment failed (status %d)", rc);
+    ss_cuda_set_err("creating the stream's segment failed (status %d)", rc);
     goto fail;
   }
   memcpy(g->instance_id, seg->hdr->id.instance_id, 16);
@@ -437,18 +188,18 @@ static int validate_area(const ss_segment *seg) {
   const ss_gpu_area *a = area_of(seg);
   uint64_t payload = seg->hdr->id.payload_bytes;
   if (!(seg->hdr->id.flags & SS_FLAG_GPU)) {
-    set_err("not a GPU stream");
+    ss_cuda_set_err("not a GPU stream");
     return SS_ENOTGPU;
   }
   if (a->version != SS_GPU_AREA_VERSION || a->slot_count != SS_GPU_SLOTS ||
       a->slot_stride < payload || a->slot_stride % SS_GPU_SLOT_ALIGN ||
       a->alloc_bytes != a->slot_stride * SS_GPU_SLOTS) {
-    set_err("the GPU area of this stream is of an unknown version or inconsistent "
+    ss_cuda_set_err("the GPU area of this stream is of an unknown version or inconsistent "
             "(version %u, %u slots)", a->version, a->slot_count);
     return SS_ENOTGPU;
   }
   if (seg->hdr->id.slot_count != SS_GPU_SLOTS) {
-    set_err("this GPU stream has %u slot seqlocks, not %u (unknown layout)",
+    ss_cuda_set_err("this GPU stream has %u slot seqlocks, not %u (unknown layout)",
             seg->hdr->id.slot_count, SS_GPU_SLOTS);
     return SS_ENOTGPU;
   }
@@ -472,7 +223,7 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
     if (g->pid == getpid() && memcmp(g->instance_id, inst, 16) == 0 && !g->owner_released) {
       if (g->ordinal != ordinal) {
         pthread_mutex_unlock(&g_list_mu);
-        set_err("this process already attached the stream on CUDA device %d", g->ordinal);
+        ss_cuda_set_err("this process already attached the stream on CUDA device %d", g->ordinal);
         return SS_ENOTGPU;
       }
       g->refs++;
@@ -487,22 +238,22 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   if (memcmp(uuid, a->device_uuid, 16) != 0) {
     int right = ss_cuda_device_by_uuid(a->device_uuid);
     if (right < 0)
-      set_err("the stream's device buffer is on a GPU this process cannot see "
+      ss_cuda_set_err("the stream's device buffer is on a GPU this process cannot see "
               "(check CUDA_VISIBLE_DEVICES)");
     else
-      set_err("the stream's device buffer is on cuda:%d of this process, not cuda:%d", right,
+      ss_cuda_set_err("the stream's device buffer is on cuda:%d of this process, not cuda:%d", right,
               ordinal);
     return SS_ENOTGPU;
   }
   if (creator_gone(seg)) {
-    set_err("the process that created this GPU stream (pid %d) has exited; its device "
+    ss_cuda_set_err("the process that created this GPU stream (pid %d) has exited; its device "
             "buffer was freed with it", (int)seg->hdr->id.creator_pid);
     return SS_EGPUGONE;
   }
-  if ((rc = push(ordinal))) return rc;
+  if ((rc = ss_cuda_push(ordinal))) return rc;
   ss_gpu *g = new_gpu(ordinal);
   if (!g) {
-    pop();
+    ss_cuda_pop();
     return ENOMEM;
   }
   memcpy(g->instance_id, inst, 16);
@@ -516,12 +267,12 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   CUresult r = cu.IpcOpenMemHandle(&g->base, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
   if (r) {
     g->base = 0;
-    rc = cu_fail("cuIpcOpenMemHandle (is the creating process still running?)", r);
+    rc = ss_cu_fail("cuIpcOpenMemHandle (is the creating process still running?)", r);
     goto fail;
   }
   if ((r = cu.IpcOpenEventHandle(&g->ipc_event, eh))) {
     g->ipc_event = NULL;
-    rc = cu_fail("cuIpcOpenEventHandle", r);
+    rc = ss_cu_fail("cuIpcOpenEventHandle", r);
     goto fail;
   }
   if ((rc = make_locals(g))) goto fail;
@@ -579,7 +330,7 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *
   for (unsigned spins = 0;; spins++) {
     CUresult r = cu.EventQuery(e);
     if (r == CUDA_SUCCESS) return SS_OK;
-    if (r != CUDA_ERROR_NOT_READY) return cu_fail("cuEventQuery", r);
+    if (r != CUDA_ERROR_NOT_READY) return ss_cu_fail("cuEventQuery", r);
     int64_t now = ss_monotonic_ns();
     if (now >= deadline) return SS_ETIMEDOUT;
     if (now >= next_check) {
@@ -587,7 +338,7 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *
       /* A dead writer's record never happens: give it 1 s of grace. */
       if (writer_of && !ss_writer_alive(writer_of) && now - start > 1000 * 1000000LL) {
         g->poisoned = 1;
-        set_err("the writer (pid %d) died before its device copy completed; this process's "
+        ss_cuda_set_err("the writer (pid %d) died before its device copy completed; this process's "
                 "GPU mapping of the stream is stuck: close it and recreate the stream",
                 (int)atomic_load_explicit(&writer_of->hdr->pub.writer_pid, memory_order_relaxed));
         return SS_EPOISONED;
@@ -606,25 +357,25 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *
  * and g->mu is held. */
 static int enter(ss_gpu *g, const ss_segment *seg) {
   if (g->pid != ss_self_pid()) {
-    set_err("this GPU stream handle was inherited through fork(); CUDA cannot be used in "
+    ss_cuda_set_err("this GPU stream handle was inherited through fork(); CUDA cannot be used in "
             "a forked child: open the stream again in a process started with 'spawn'");
     return SS_EFORK;
   }
   if (g->poisoned) {
-    set_err("this process's GPU mapping of the stream is stuck behind device work of a "
+    ss_cuda_set_err("this process's GPU mapping of the stream is stuck behind device work of a "
             "writer that died; close the handle and recreate the stream");
     return SS_EPOISONED;
   }
   if (!g->owner && creator_gone(seg)) {
     /* CUDA IPC memory belongs to the exporting process: once it exits the
      * allocation is freed and using a mapping of it is undefined. */
-    set_err("the process that created this GPU stream (pid %d) has exited; its device "
+    ss_cuda_set_err("the process that created this GPU stream (pid %d) has exited; its device "
             "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
             "stay readable); recreate the stream",
             (int)seg->hdr->id.creator_pid);
     return SS_EGPUGONE;
   }
-  int rc = push(g->ordinal);
+  int rc = ss_cuda_push(g->ordinal);
   if (rc) return rc;
   pthread_mutex_lock(&g->mu);
   return SS_OK;
@@ -632,7 +383,7 @@ static int enter(ss_gpu *g, const ss_segment *seg) {
 
 static void leave(ss_gpu *g) {
   pthread_mutex_unlock(&g->mu);
-  pop();
+  ss_cuda_pop();
 }
 
 /* Make our private stream wait for work queued on the caller's stream. */
@@ -669,7 +420,7 @@ static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const voi
   CUresult r = cu.EventRecord(g->ipc_event, g->stream);
   if (r) {
     ss_write_abort(seg);
-    return cu_fail("cuEventRecord(IPC event)", r);
+    return ss_cu_fail("cuEventRecord(IPC event)", r);
   }
   if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) {
     uint8_t *mirror = ss_slot(seg, dst_slot); /* CPU slot i mirrors device slot i */
@@ -680,7 +431,7 @@ static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const voi
       if (r == CUDA_SUCCESS) r = cu.EventRecord(g->ev_done, g->stream);
       if (r) {
         ss_write_abort(seg);
-        return cu_fail("refreshing the CPU mirror (cuMemcpyDtoHAsync)", r);
+        return ss_cu_fail("refreshing the CPU mirror (cuMemcpyDtoHAsync)", r);
       }
       int rc = poll_event(g, g->ev_done, deadline, NULL);
       if (rc) {
@@ -712,7 +463,7 @@ int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
   }
   if (r) {
     ss_write_abort(seg);
-    rc = cu_fail("copying the payload to the device", r);
+    rc = ss_cu_fail("copying the payload to the device", r);
     goto out;
   }
   const void *host = src_kind == SS_GPU_SRC_DEVICE ? NULL : (const void *)(uintptr_t)src;
@@ -723,9 +474,9 @@ int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
   if (src_kind == SS_GPU_SRC_DEVICE && user_stream) {
     if ((r = cu.EventRecord(g->ev_done, g->stream)) ||
         (r = cu.StreamWaitEvent((CUstream)(uintptr_t)user_stream, g->ev_done, 0)))
-      rc = cu_fail("ordering the caller's stream after the copy", r);
+      rc = ss_cu_fail("ordering the caller's stream after the copy", r);
   } else if (src_kind != SS_GPU_SRC_HOST) {
-    if ((r = cu.EventRecord(g->ev_done, g->stream))) rc = cu_fail("cuEventRecord", r);
+    if ((r = cu.EventRecord(g->ev_done, g->stream))) rc = ss_cu_fail("cuEventRecord", r);
     else rc = poll_event(g, g->ev_done, INT64_MAX, NULL);
   }
 out:
@@ -744,14 +495,14 @@ int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns) {
                    : CUDA_SUCCESS;
   if (r) {
     ss_write_abort(seg);
-    rc = cu_fail("cuMemsetD8Async", r);
+    rc = ss_cu_fail("cuMemsetD8Async", r);
     goto out;
   }
   if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) memset(ss_slot(seg, slot), 0, g->payload_bytes);
   /* The mirror is already zero: finish without a device-to-host copy. */
   if ((r = cu.EventRecord(g->ipc_event, g->stream))) {
     ss_write_abort(seg);
-    rc = cu_fail("cuEventRecord(IPC event)", r);
+    rc = ss_cu_fail("cuEventRecord(IPC event)", r);
     goto out;
   }
   ss_write_end(seg, NULL);
@@ -767,12 +518,12 @@ static int copy_slot(ss_gpu *g, const ss_segment *seg, uint32_t slot, uint64_t d
   /* SYNC POINT (gpu r1): the wait captures the IPC event's latest record,
    * which is at least the one of the publication whose count we read. */
   if ((r = cu.StreamWaitEvent(g->stream, g->ipc_event, 0)))
-    return cu_fail("cuStreamWaitEvent(IPC event)", r);
+    return ss_cu_fail("cuStreamWaitEvent(IPC event)", r);
   if (g->payload_bytes &&
       (r = cu.MemcpyDtoDAsync((CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot), g->payload_bytes,
                               g->stream)))
-    return cu_fail("copying the payload from the stream's device buffer", r);
-  if ((r = cu.EventRecord(g->ev_done, g->stream))) return cu_fail("cuEventRecord", r);
+    return ss_cu_fail("copying the payload from the stream's device buffer", r);
+  if ((r = cu.EventRecord(g->ev_done, g->stream))) return ss_cu_fail("cuEventRecord", r);
   return poll_event(g, g->ev_done, deadline, seg);
 }
 
@@ -828,7 +579,7 @@ int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream, int64_t 
     r = cu.StreamWaitEvent((CUstream)(uintptr_t)user_stream, g->ev_done, 0);
   if (r) {
     ss_write_abort(seg);
-    rc = cu_fail("preparing the in-place write slot", r);
+    rc = ss_cu_fail("preparing the in-place write slot", r);
     goto out;
   }
   if (!user_stream && (rc = poll_event(g, g->ev_done, deadline, NULL))) {
@@ -863,45 +614,3 @@ void ss_gpu_view_abort(ss_gpu *g, ss_segment *seg) {
   ss_write_abort(seg);
 }
 
-/* ---- helpers for the bindings ------------------------------------------ */
-
-int ss_cuda_alloc(int ordinal, size_t n, uint64_t *ptr) {
-  int rc = push(ordinal);
-  if (rc) return rc;
-  CUdeviceptr p = 0;
-  CUresult r = cu.MemAlloc(&p, n ? n : 1);
-  pop();
-  if (r) return cu_fail("cuMemAlloc", r);
-  *ptr = p;
-  return SS_OK;
-}
-
-void ss_cuda_free(int ordinal, uint64_t ptr) {
-  if (push(ordinal) != SS_OK) return;
-  cu.MemFree((CUdeviceptr)ptr);
-  pop();
-}
-
-int ss_cuda_host_alloc(size_t n, void **ptr) {
-  int rc = push(0);
-  if (rc) return rc;
-  CUresult r = cu.MemHostAlloc(ptr, n ? n : 1, CU_MEMHOSTALLOC_PORTABLE);
-  pop();
-  if (r) return cu_fail("cuMemHostAlloc", r);
-  return SS_OK;
-}
-
-void ss_cuda_host_free(void *ptr) {
-  if (push(0) != SS_OK) return;
-  cu.MemFreeHost(ptr);
-  pop();
-}
-
-int ss_cuda_copy_to_host(int ordinal, void *dst, uint64_t src, size_t n) {
-  int rc = push(ordinal);
-  if (rc) return rc;
-  CUresult r = n ? cu.MemcpyDtoH(dst, (CUdeviceptr)src, n) : CUDA_SUCCESS;
-  pop();
-  if (r) return cu_fail("cuMemcpyDtoH", r);
-  return SS_OK;
-}

@@ -1,0 +1,146 @@
+"""The layers stay layers: no import cycle among the package's modules (lazy
+imports inside functions included), no circle of calls among the C core's
+files, and no source file so long that it holds several jobs."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "src" / "shmstream"
+CORE = ROOT / "src" / "core"
+
+#: Lines above which a source file has several jobs (generated stubs and
+#: recorded benchmark results are not code a person writes).
+MAX_LINES = 800
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    found: list[list[str]] = []
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(u: str) -> None:
+        color[u] = 1
+        stack.append(u)
+        for v in sorted(edges[u]):
+            if color.get(v) == 1:
+                found.append(stack[stack.index(v):] + [v])
+            elif not color.get(v):
+                visit(v)
+        stack.pop()
+        color[u] = 2
+
+    for u in sorted(edges):
+        if not color.get(u):
+            visit(u)
+    return found
+
+
+# ---- Python -----------------------------------------------------------------------
+
+
+def _python_modules() -> dict[str, Path]:
+    mods = {}
+    for path in PKG.rglob("*.py"):
+        name = ".".join(path.relative_to(PKG.parent).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = path
+    return mods
+
+
+def _import_graph() -> dict[str, set[str]]:
+    mods = _python_modules()
+    extensions = {f"shmstream.{p.stem}" for p in PKG.glob("_*.cpp")}
+    edges: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name.startswith("shmstream"))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = parts[: len(parts) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if not target.startswith("shmstream"):
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    if sub in extensions:
+                        continue  # compiled modules import nothing of ours
+                    targets.add(sub if sub in mods else target)
+        edges[mod] = {t for t in targets if t in mods and t != mod}
+    return edges
+
+
+def test_the_import_graph_is_built_from_every_module():
+    edges = _import_graph()
+    assert "shmstream.stream" in edges and "shmstream.gpu.handle" in edges
+    assert "shmstream.stream" in edges["shmstream.gpu.handle"]
+
+
+def test_no_module_of_the_package_imports_itself_back_through_others():
+    cycles = _cycles(_import_graph())
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_stream_layer_never_imports_the_gpu_layer():
+    edges = _import_graph()
+    for mod in ("shmstream.stream", "shmstream._reading", "shmstream._waiting"):
+        assert not any(t.startswith("shmstream.gpu") for t in edges[mod]), mod
+
+
+# ---- C ------------------------------------------------------------------------------
+
+
+def _c_source(path: Path) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", path.read_text(), flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return re.sub(r'"(\\.|[^"\\])*"', '""', text)
+
+
+def _call_graph() -> dict[str, set[str]]:
+    sources = {p.name: _c_source(p) for p in sorted(CORE.glob("*.c"))}
+    defined = {}
+    for name, text in sources.items():
+        for m in re.finditer(r"^[A-Za-z_][\w \*]*?\b(ss_\w+)\s*\([^;{]*\)\s*\{", text, flags=re.M):
+            defined[m.group(1)] = name
+    edges: dict[str, set[str]] = {name: set() for name in sources}
+    for name, text in sources.items():
+        for m in re.finditer(r"\b(ss_\w+)\s*\(", text):
+            where = defined.get(m.group(1))
+            if where and where != name:
+                edges[name].add(where)
+    return edges
+
+
+def test_the_call_graph_is_built_from_every_core_file():
+    edges = _call_graph()
+    assert "mutex.c" in edges["stream_lock.c"] and "publish.c" in edges["snapshot.c"]
+
+
+def test_no_circle_of_calls_among_the_core_files():
+    cycles = _cycles(_call_graph())
+    assert not cycles, "call circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_robust_mutex_knows_nothing_about_streams():
+    assert _call_graph()["mutex.c"] <= {"clock.c", "proc.c", "fault.c"}
+
+
+# ---- size ---------------------------------------------------------------------------
+
+
+def test_no_source_file_is_over_800_lines():
+    long = []
+    for pattern in ("src/**/*.py", "src/**/*.c", "src/**/*.cpp", "src/**/*.h", "include/*.h"):
+        for path in ROOT.glob(pattern):
+            n = len(path.read_text().splitlines())
+            if n > MAX_LINES:
+                long.append(f"{path.relative_to(ROOT)} ({n})")
+    assert not long, f"files over {MAX_LINES} lines: {long}"
