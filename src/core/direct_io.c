@@ -166,7 +166,7 @@ int ss_dio_submit_wait(ss_dio_ctx *c, int fd, ss_dio_op *ops, size_t n) {
     c->sq_array[idx] = idx;
     ops[i].res = -EAGAIN;
   }
-  /* SYNC POINT: the kernel reads the entries after it sees the new tail. */
+  /* SYNC POINT (io1): the kernel reads the entries after it sees the new tail. */
   __atomic_store_n(c->sq_tail, tail + (unsigned)n, __ATOMIC_RELEASE);
   size_t done = 0;
   unsigned to_submit = (unsigned)n;
@@ -190,7 +190,7 @@ int ss_dio_submit_wait(ss_dio_ctx *c, int fd, ss_dio_op *ops, size_t n) {
       return err;
     }
     if (to_submit) to_submit -= (unsigned)r > to_submit ? to_submit : (unsigned)r;
-    /* SYNC POINT: acquire the tail so the completion entries are visible. */
+    /* SYNC POINT (io2): acquire the tail so the completion entries are visible. */
     unsigned head = *c->cq_head;
     unsigned ctail = __atomic_load_n(c->cq_tail, __ATOMIC_ACQUIRE);
     while (head != ctail) {
@@ -199,7 +199,7 @@ int ss_dio_submit_wait(ss_dio_ctx *c, int fd, ss_dio_op *ops, size_t n) {
       head++;
       done++;
     }
-    /* SYNC POINT: release the slots back to the kernel. */
+    /* SYNC POINT (io3): release the slots back to the kernel. */
     __atomic_store_n(c->cq_head, head, __ATOMIC_RELEASE);
   }
   return 0;

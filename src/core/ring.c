@@ -120,7 +120,7 @@ static int claim(ss_channel *ch, int role) {
   do {
     takeover = cur != 0;
     if (takeover && owner_alive(cur)) return SS_EATTACHED;
-    /* SYNC POINT: the claim is one CAS on the owner word, so of two
+    /* SYNC POINT (o1): the claim is one CAS on the owner word, so of two
      * processes claiming (or taking over) at once exactly one wins; acquire
      * pairs with the previous owner's release in ss_channel_detach. */
   } while (!atomic_compare_exchange_strong_explicit(&e->owner, &cur, mine, memory_order_acq_rel,
@@ -130,7 +130,7 @@ static int claim(ss_channel *ch, int role) {
   atomic_store_explicit(&e->state, SS_END_ATTACHED, memory_order_release);
   ch->role = role;
   ch->owner_word = mine;
-  /* SYNC POINT: acquire loads of both indices: a new producer continues at
+  /* SYNC POINT (o2): acquire loads of both indices: a new producer continues at
    * the published head (a dead one's unpublished records are dropped), a new
    * consumer at the released tail (a dead one's unreleased messages are
    * delivered again). */
@@ -145,7 +145,7 @@ static int claim(ss_channel *ch, int role) {
 static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
   ss_ring_end_line *e = own_end(ch, ch->role == SS_ROLE_PRODUCER ? SS_ROLE_CONSUMER
                                                                  : SS_ROLE_PRODUCER);
-  /* SYNC POINT: owner then state, both acquire; detach stores state before
+  /* SYNC POINT (o4): owner then state, both acquire; detach stores state before
    * clearing the owner, so an empty owner with CLOSED means a clean close. */
   uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
   if (peer_pid) *peer_pid = (int32_t)(o & 0xffffffffull);
@@ -172,7 +172,7 @@ int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
 static void wake_line(ss_channel *ch, SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
                       int force) {
   (void)ch;
-  /* SYNC POINT: pairs with the waiter's fence in wait_index: either we see
+  /* SYNC POINT (k1): pairs with the waiter's fence in wait_index (k2): either we see
    * its waiters count, or it sees the index we stored before this fence. */
   atomic_thread_fence(memory_order_seq_cst);
   if (force || atomic_load_explicit(waiters, memory_order_relaxed) > 0) {
@@ -220,7 +220,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     }
     if (cancelled(ch)) return SS_ECANCELLED;
     if (now >= deadline) return SS_ETIMEDOUT;
-    /* SYNC POINT: read wake_seq, announce ourselves, fence, re-check the
+    /* SYNC POINT (k2): read wake_seq, announce ourselves, fence, re-check the
      * index: either the waker (store index; fence; read waiters) sees us
      * and bumps wake_seq, or we see its index, or wake_seq has moved and
      * FUTEX_WAIT returns at once. No lost wake-up. */
@@ -299,7 +299,7 @@ void ss_channel_detach(ss_channel *ch) {
   }
   /* Bytes still pinned by views (skip_rx without release_rx) stay unreleased:
    * the next consumer receives those messages again. */
-  /* SYNC POINT: state CLOSED, then the owner word cleared, both release:
+  /* SYNC POINT (o3): state CLOSED, then the owner word cleared, both release:
    * a peer that acquire-loads an empty owner sees CLOSED and (producer)
    * every head published before. Only our own claim is cleared. */
   uint64_t mine = ch->owner_word;
@@ -345,7 +345,7 @@ void ss_channel_set_batch(ss_channel *ch, uint32_t batch) { ch->batch = batch ? 
 void ss_channel_flush(ss_channel *ch) {
   if (ch->role != SS_ROLE_PRODUCER || ch->head == ch->head_pub) return;
   SS_CRASH_POINT("ring.record");
-  /* SYNC POINT (h): the release store of head publishes every record byte
+  /* SYNC POINT (h1): the release store of head publishes every record byte
    * written before it; pairs with the consumer's acquire load of head. */
   atomic_store_explicit(&ch->ctl->head.pos, ch->head, memory_order_release);
   SS_CRASH_POINT("ring.head");
@@ -371,15 +371,16 @@ int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_
   if (len > ch->capacity) return SS_ETOOBIG;
   if (consumer_closed(ch)) return SS_EPEERCLOSED;
   if (ch->head + len - ch->tail_cache > ch->capacity) {
-    /* SYNC POINT: acquire load of tail: the consumer's reads of the bytes
+    /* SYNC POINT (t2): acquire load of tail: the consumer's reads of the bytes
      * it released happen before we overwrite them. */
     ch->tail_cache = atomic_load_explicit(&ch->ctl->tail.pos, memory_order_acquire);
     if (ch->head + len - ch->tail_cache > ch->capacity) {
       /* The consumer cannot free room for messages it cannot see. */
       ss_channel_flush(ch);
       uint64_t t;
-      /* Relaxed: the waiter's seq_cst fence in wait_index orders it before
-       * the consumer's check (one producer, so one want). */
+      /* SYNC POINT (w1): want is stored (relaxed) before waiting; the
+       * waiter's seq_cst fence in wait_index (k2) orders it before the
+       * consumer's check (k3) (one producer, so one want). */
       atomic_store_explicit(&ch->ctl->space.want, ch->head + len - ch->capacity,
                             memory_order_relaxed);
       int rc = wait_index(ch, &ch->ctl->tail.pos, ch->head + len - ch->capacity,
@@ -418,7 +419,7 @@ void ss_channel_rollback_tx(ss_channel *ch) { ch->tx_open = 0; }
 int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
   if (ch->role != SS_ROLE_CONSUMER) return SS_EROLE;
   if (ch->rd == ch->head_cache) {
-    /* SYNC POINT: acquire load of head pairs with the producer's release
+    /* SYNC POINT (h2): acquire load of head pairs with the producer's release
      * store: every byte of the records before head is visible. */
     ch->head_cache = atomic_load_explicit(&ch->ctl->head.pos, memory_order_acquire);
     if (ch->rd == ch->head_cache) {
@@ -459,11 +460,11 @@ void ss_channel_release_rx(ss_channel *ch, uint64_t upto) {
   if (ch->role != SS_ROLE_CONSUMER || upto <= ch->tail || upto > ch->rd) return;
   ch->tail = upto;
   SS_CRASH_POINT("ring.release");
-  /* SYNC POINT (t): the release store of tail orders our reads of the
+  /* SYNC POINT (t1): the release store of tail orders our reads of the
    * released bytes before the producer's reuse (it acquire-loads tail). */
   atomic_store_explicit(&ch->ctl->tail.pos, upto, memory_order_release);
   SS_CRASH_POINT("ring.tail");
-  /* SYNC POINT: the fence in wake_line orders the tail store before the
+  /* SYNC POINT (k3): the fence in wake_line orders the tail store before the
    * loads of waiters and want (the producer stores want, then waiters, then
    * fences, then re-reads tail). */
   atomic_thread_fence(memory_order_seq_cst);

@@ -137,7 +137,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
   ss_mutex_init(&h->lock.m.mutex);
   id->checksum = ss_identity_checksum(id);
-  /* SYNC POINT: the magic is stored last with release order, so an opener
+  /* SYNC POINT (m): the magic is stored last with release order, so an opener
    * that acquire-loads a valid magic sees the whole initialised header. */
   atomic_store_explicit(&id->magic, SS_MAGIC, memory_order_release);
 
