@@ -152,9 +152,11 @@ typedef struct ss_publish_line {   /* 2112: written by the writer only */
 
 typedef struct ss_notify_line {    /* 2176: the futex readers sleep on */
   SS_ATOMIC(uint32_t) wake_seq;    /* 2176 bumped after every publish */
-  SS_ATOMIC(uint32_t) waiters;     /* 2180 readers asleep or about to be */
+  SS_ATOMIC(uint32_t) waiters;     /* 2180 sleepers without a slot (streams) */
   SS_ATOMIC(uint32_t) lock_readers;/* 2184 readers falling back to the lock */
-  uint8_t pad_[52];
+  uint32_t pad0_;
+  SS_ATOMIC(uint64_t) sleepers;    /* 2192 bit i: sleeper slot i is taken */
+  uint8_t pad_[40];
 } ss_notify_line;
 
 typedef struct ss_slot_line {      /* 2240: per-slot seqlocks, writer only */
@@ -174,9 +176,15 @@ typedef struct ss_undo_line {
   uint8_t pad_[24];
 } ss_undo_line;
 
+#define SS_SLEEPER_SLOTS 64u
+
 typedef struct ss_stream_area {    /* 2240: the stream kind's control lines */
   ss_slot_line slots;              /* 2240 */
   ss_undo_line undo;               /* 2304 */
+  uint8_t reserved_[64];           /* 2368 (history, later) */
+  /* 2432: who sleeps on the stream: pid | start-time low 32 bits << 32,
+   * 0 = free (docs/ABI.md, "Sleeper table"). */
+  SS_ATOMIC(uint64_t) sleeper[SS_SLEEPER_SLOTS];
 } ss_stream_area;
 
 typedef struct ss_header {
@@ -238,6 +246,7 @@ SS_PIN(pub.writer_start_ticks, 2168);
 SS_PIN(notify.wake_seq, 2176);
 SS_PIN(notify.waiters, 2180);
 SS_PIN(notify.lock_readers, 2184);
+SS_PIN(notify.sleepers, 2192);
 SS_PIN(stream.slots.seq, 2240);
 SS_PIN(stream.undo.count, 2304);
 SS_PIN(stream.undo.frame_id, 2312);
@@ -246,6 +255,8 @@ SS_PIN(stream.undo.aborted, 2328);
 SS_PIN(stream.undo.slot, 2336);
 SS_PIN(stream.undo.state, 2340);
 SS_STATIC_ASSERT(sizeof(ss_undo_line) == 64, "the undo line is one cache line");
+SS_PIN(stream.sleeper, 2432);
+SS_STATIC_ASSERT(sizeof(ss_notify_line) == 64, "the notify line is one cache line");
 SS_PIN(kind_area, 2240);
 SS_STATIC_ASSERT(sizeof(ss_header) == SS_HEADER_BYTES, "header is 4096 bytes");
 SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes");
@@ -260,6 +271,7 @@ typedef struct ss_segment {
   size_t map_bytes;
   int readonly;
   SS_ATOMIC(int) cancelled; /* set by ss_stream_cancel: waiters give up */
+  int64_t next_heal_ns;     /* monotonic time before which no sleeper heal runs */
   char segname[SS_SEGMENT_NAME_MAX];
 } ss_segment;
 

@@ -119,6 +119,7 @@ typedef struct ss_channel {
   uint64_t head_cache;      /* last head read */
   uint64_t rx_len;          /* record length of the acquired message */
   int64_t next_peer_check;  /* rate limit of liveness checks */
+  int64_t next_heal_ns;     /* rate limit of dead-sleeper checks (heal_line) */
   uint64_t peer_dead;       /* peer owner word found dead (sticky) */
 } ss_channel;
 

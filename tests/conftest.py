@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 import pytest
@@ -22,6 +23,8 @@ import support
 #: Every name this session makes starts with this token, so leftovers can be
 #: told apart from segments of other processes that use /dev/shm meanwhile.
 SESSION_TOKEN = f"t{uuid.uuid4().hex[:8]}"
+#: A name made by another run of this suite (another session's token).
+_OTHER_SESSION = re.compile(r"t[0-9a-f]{8}-")
 
 
 def _segments() -> set[str]:
@@ -72,10 +75,15 @@ def no_segments_left_behind():
     ours, unattributed = [], []
     for segname in sorted(_segments() - before):
         head = _header(os.path.join(support.SHM_DIR, segname))
-        if segname.startswith(support.SEGMENT_PREFIX + SESSION_TOKEN) or _stored_name(
-            head
-        ).startswith(SESSION_TOKEN):
+        stored = _stored_name(head)
+        if segname.startswith(support.SEGMENT_PREFIX + SESSION_TOKEN) or stored.startswith(
+            SESSION_TOKEN
+        ):
             ours.append(segname)
+        elif _OTHER_SESSION.match(stored) or _OTHER_SESSION.match(
+            segname.removeprefix(support.SEGMENT_PREFIX)
+        ):
+            continue  # a concurrent run of this suite names its segments so
         elif _creator_gone_or_me(head):
             unattributed.append(segname)
     for segname in ours:  # certainly this session's: clean up

@@ -175,12 +175,17 @@ class HeaderWords:
         self._map.close()
 
 
+def sleepers(words: HeaderWords) -> int:
+    """Readers asleep (or about to be) on a stream: its sleeper bits plus
+    the slot-less ``waiters`` count (docs/ABI.md, "Wait")."""
+    return bin(words.u64("sleepers")).count("1") + words.u32("waiters")
+
+
 def wait_for_waiter(name: str, timeout: float = WAIT) -> None:
-    """Return once a reader sleeps (or is about to) in a wait on ``name``:
-    the header's ``waiters`` word counts them."""
+    """Return once a reader sleeps (or is about to) in a wait on ``name``."""
     words = HeaderWords(name)
     try:
-        wait_until(lambda: words.u32("waiters") > 0, timeout, f"a reader waiting on {name!r}")
+        wait_until(lambda: sleepers(words) > 0, timeout, f"a reader waiting on {name!r}")
     finally:
         words.close()
 

@@ -506,3 +506,43 @@ def test_create_from_config_defaults_dtype_to_float32(name):
         assert h.dtype == np.float32 and h.shape == (3,)
     finally:
         h.close()
+
+
+# ---- from the former surface smoke test --------------------------------------
+
+
+def test_readonly_handles_refuse_writes_and_old_generations_are_stale(name):
+    s = shmstream.create(name, shape=(2,))
+    ro = shmstream.open(name, readonly=True)
+    assert ro.readonly is True
+    for call in (lambda: ro.write(np.ones(2)), ro.clear, ro.acquire, ro.unlink,
+                 lambda: ro.read(safe=False)):
+        with pytest.raises(PermissionError, match="read-only"):
+            call()
+    ro.read()
+    old_id = s.instance_id
+    shmstream.unlink(name)
+    s2 = shmstream.create(name, shape=(2,))
+    assert s2.instance_id != old_id and len(old_id) == 32
+    s.write(np.ones(2))
+    assert (s2.read() == 0).all()
+    with pytest.raises(shmstream.StaleStreamError, match="newer generation"):
+        s.unlink()
+    ro.close()
+    s2.close()
+
+
+def test_dlpack_gives_a_snapshot_and_closed_handles_refuse(name):
+    s = shmstream.create(name, shape=(2,))
+    assert s.age == float("inf") and s.is_stale(60)
+    s.write(np.ones(2))
+    assert not s.is_stale(60) and s.producer_alive()
+    with pytest.raises(ValueError, match="max_age must be positive"):
+        s.is_stale(0)
+    snap = np.from_dlpack(s)
+    s.write(np.zeros(2))
+    assert (snap == 1).all() and s.__dlpack_device__() == (1, 0)
+    assert "count:        2" in s.describe() and "notify:" in s.describe()
+    s.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        s.__dlpack__()

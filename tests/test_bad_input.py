@@ -391,3 +391,41 @@ def test_a_readonly_handle_refuses_mutation_with_read_only(shm, operation):
     finally:
         ro.close()
     assert shmstream.open(shm.name).count == 1  # still exists
+
+
+# ---- from the former surface smoke test --------------------------------------
+
+
+def test_errors_name_what_to_do_for_names_and_arguments(name):
+    with pytest.raises(TypeError):
+        shmstream.create(b"x", shape=(1,))
+    with pytest.raises(ValueError):
+        shmstream.create("", shape=(1,))
+    with pytest.raises(ValueError):
+        shmstream.create("é" * 200, shape=(1,))
+    with pytest.raises(ValueError):
+        shmstream.create(name, shape=(-1,))
+    with pytest.raises(TypeError):
+        shmstream.create(name, shape=(True,))
+    with pytest.raises(TypeError):
+        shmstream.create(name, shape=(2,), dtype=object)
+    with pytest.raises(ValueError, match="size does not match"):
+        shmstream.create(name, shape=(2,), size=3)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        shmstream.open(name)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        shmstream.create(name, shape=(2,), gpu_device="cuda:0")
+    s = shmstream.create(name, shape=(2,))
+    with pytest.raises(FileExistsError, match=r"use shmstream.open\("):
+        shmstream.create(name, shape=(2,))
+    assert repr(s) == f"SharedMemory(name={name!r}, shape=(2,), dtype='float32', gpu_device=None)"
+    assert name in shmstream.list_streams()
+    st = shmstream.stat(name)
+    assert st["shape"] == [2] and st["dtype"] == "float32" and st["creator_alive"]
+    cfg = s.to_config()
+    s.unlink()
+    shmstream.unlink(name)  # silent
+    s2 = shmstream.SharedMemory.create_from_config(cfg)
+    assert s2.dtype == np.float32
+    s2.close()
+    assert not hasattr(s2, "create") and not hasattr(s2, "open")

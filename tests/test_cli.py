@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import shmstream
+import support
 from shmstream import cli
 
 
@@ -91,8 +93,13 @@ def test_unlink_destroys_each_name_and_returns_0(capsys):
         for n in names:
             with pytest.raises(FileNotFoundError):
                 shmstream.open(n)
-        # silent for names that do not exist
+        captured = capsys.readouterr()
+        assert all(f"unlinked {n!r}" in captured.out for n in names)
+        # names that do not exist: exit status 0, and the text says so
         assert cli.main(["unlink", *names]) == 0
+        captured = capsys.readouterr()
+        assert "unlinked" not in captured.out
+        assert all(f"nothing named {n!r}" in captured.err for n in names)
     finally:
         for n in names:
             shmstream.unlink(n)
@@ -148,24 +155,24 @@ def test_watch_refreshes_count_times_then_exits_0(name, capsys):
 
 def test_watch_sees_a_writer_in_another_process(name, capsys):
     h = shmstream.create(name, shape=(4,), dtype=np.float32)
+    code = (
+        "import shmstream, numpy as np\n"
+        f"h = shmstream.open({name!r})\n"
+        "i = 0\n"
+        "while True:\n"  # until killed
+        "    i += 1; h.write(np.full(4, i, np.float32))\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
     try:
-        code = (
-            "import shmstream, numpy as np, time\n"
-            f"h = shmstream.open({name!r})\n"
-            "for i in range(200):\n"
-            "    h.write(np.full(4, i, np.float32)); time.sleep(0.002)\n"
-            "h.close()\n"
-        )
-        child = subprocess.Popen([sys.executable, "-c", code])
-        try:
-            assert cli.main(["watch", name, "--interval", "0.2", "--count", "2"]) == 0
-        finally:
-            child.wait(timeout=30)
+        support.wait_until(lambda: h.count > 0, what="the other process writing")
+        assert cli.main(["watch", name, "--interval", "0.2", "--count", "2"]) == 0
     finally:
+        child.kill()
+        child.wait(timeout=30)
         h.close()
     out = capsys.readouterr().out
     counts = [int(l.split("count ")[1].split()[0]) for l in out.splitlines() if "count " in l]
-    assert len(counts) == 2 and counts[-1] > 0
+    assert len(counts) == 2 and counts[0] > 0 and counts[1] >= counts[0]
 
 
 def test_watch_missing_stream_fails_cleanly(capsys):
@@ -183,6 +190,60 @@ def test_demo_runs_and_leaves_no_stream(capsys):
     assert "written" in out and "read" in out
     assert "removed" in out and demo_stream in out
     assert demo_stream not in shmstream.list_streams()
+
+
+def _children_of(pid: int) -> set[int]:
+    kids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                kids.add(int(entry))
+    return kids
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_demo_stopped_by_a_signal_stops_its_children_and_removes_its_stream(sig):
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "shmstream.cli", "demo", "--seconds", "600", "--shape", "8x8",
+         "--rate", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    stream = f"shmstream-demo-{demo.pid}"
+    try:
+        # the demo is running once its producer has published frames
+        support.wait_until(
+            lambda: stream in shmstream.list_streams() and shmstream.stat(stream)["count"] > 0,
+            what="the demo's producer writing",
+        )
+        children = _children_of(demo.pid)
+        assert len(children) >= 2
+        demo.send_signal(sig)
+        out, err = demo.communicate(timeout=support.WAIT)
+    finally:
+        demo.kill()
+    assert demo.returncode == 0, err
+    assert f"stopped by {sig.name}" in out and "removed" in out
+    assert "leaked" not in err  # no resource_tracker warnings
+    assert stream not in shmstream.list_streams()
+    support.wait_until(lambda: all(_gone(c) for c in children), what="the demo's children ending")
+
+
+def test_version_prints_the_package_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert shmstream.__version__ in capsys.readouterr().out
 
 
 def test_bench_unknown_part_lists_known_parts(capsys):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import shmstream
+import support
 from support import WAIT
 
 SHAPE = (256, 256)
@@ -259,3 +260,77 @@ def test_a_reader_that_died_waiting_for_the_lock_does_not_slow_writers_down(name
         assert h.count == 2
     finally:
         h.close()
+
+
+# ---- a reader killed while asleep leaves no phantom sleeper -------------------------
+
+
+def child_sleep_in_read_new(stream_name):
+    h = shmstream.open(stream_name)
+    h.read_new(timeout=WAIT)  # killed while asleep here
+
+
+def test_a_reader_killed_asleep_is_forgotten_after_one_write(name, spawn):
+    # Its sleeper bit would make every later write a FUTEX_WAKE syscall for
+    # nobody; the first write that wakes nobody checks the sleeper's pid and
+    # clears it.
+    h = shmstream.create(name, shape=(16,), dtype=np.float32)
+    try:
+        child = spawn(child_sleep_in_read_new, name)
+        support.wait_for_waiter(name)
+        assert shmstream.stat(name)["waiters"] == 1
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        h.write(np.ones(16, np.float32))
+        assert shmstream.stat(name)["waiters"] == 0
+        words = support.HeaderWords(name)
+        assert words.u64("sleepers") == 0 and words.u32("waiters") == 0
+        words.close()
+    finally:
+        h.close()
+
+
+def child_sleep_in_recv(chan):
+    rx = shmstream.open_channel(chan)
+    rx.recv(timeout=WAIT)  # killed while asleep here
+
+
+def test_a_channel_consumer_killed_asleep_is_forgotten_by_the_producer(make_name, spawn):
+    chan = make_name("chan")
+    tx = shmstream.channel(chan, 1 << 16)
+    words = None
+    try:
+        child = spawn(child_sleep_in_recv, chan)
+        words = support.HeaderWords(chan)  # the consumer sleeps on the notify line
+        support.wait_until(lambda: words.u32("waiters") == 1, what="the consumer asleep")
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        tx.send(b"nobody listens")
+        assert words.u32("waiters") == 0
+        # a new consumer takes the dead end over and gets the message
+        rx = shmstream.open_channel(chan)
+        assert rx.recv(timeout=WAIT).data == b"nobody listens"
+        rx.close()
+    finally:
+        if words is not None:
+            words.close()
+        tx.close()
+
+
+# ---- from the former surface smoke test --------------------------------------
+
+
+def test_a_writer_that_exits_inside_write_view_leaves_the_stream_invalid(name):
+    s = shmstream.create(name, shape=(4,))
+    s.write(np.ones(4))
+    pid = os.fork()
+    if pid == 0:
+        with shmstream.open(name).write_view() as v:
+            v[:] = 7
+            os._exit(0)
+    os.waitpid(pid, 0)
+    with pytest.raises(shmstream.InconsistentStreamError, match="exited"):
+        s.read(timeout=1)
+    s.write(np.zeros(4))
+    assert (s.read() == 0).all()
+    s.close()

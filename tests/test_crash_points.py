@@ -66,6 +66,8 @@ MODE_POINTS = {
 
 REPAIR_POINTS = ["lock.takeover", "repair.r1", "repair.r3", "repair.r4"]
 
+SLEEP_POINTS = ["sleep.claim", "sleep.release"]
+
 CHANNEL_POINTS = ["ring.record", "ring.head", "ring.read", "ring.tail", "ring.release",
                   "ring.detach"]
 
@@ -90,7 +92,7 @@ def test_docs_abi_lists_exactly_the_cores_crash_points():
 
 
 def test_every_stream_and_channel_point_is_tested_here():
-    covered = set(STREAM_POINTS) | set(REPAIR_POINTS) | set(CHANNEL_POINTS)
+    covered = set(STREAM_POINTS) | set(REPAIR_POINTS) | set(CHANNEL_POINTS) | set(SLEEP_POINTS)
     assert covered == set(_native.fault_points())
 
 
@@ -345,6 +347,69 @@ def test_the_debugger_reproduction_of_issue_10(name, spawn, ctx):
             h.read()
         assert shmstream.stat(name)["lock_acquisitions"] == before
     finally:
+        h.close()
+
+
+# ---- sleepers -----------------------------------------------------------------------------
+
+
+def child_sleep_then_die(stream_name, point):
+    h = shmstream.open(stream_name)
+    _native.fault_arm(point)
+    h.read_new(timeout=support.WAIT)  # claims a sleeper slot, sleeps, is woken, releases it
+    return "survived"
+
+
+@pytest.mark.parametrize("point", SLEEP_POINTS)
+def test_a_reader_killed_claiming_or_releasing_its_sleeper_slot_leaves_no_phantom(
+    name, spawn, point
+):
+    h = shmstream.create(name, shape=(4,), dtype=np.int64)
+    words = support.HeaderWords(name)
+    try:
+        child = spawn(child_sleep_then_die, name, point)
+        if point == "sleep.release":  # it dies on its way out of a sleep
+            support.wait_for_waiter(name)
+            h.write(np.full(4, 1, np.int64), frame_id=1)
+        assert child.join() == -signal.SIGKILL
+        # no sleeper bit is left: writes make no wake-up syscall for nobody
+        assert words.u64("sleepers") == 0 and shmstream.stat(name)["waiters"] == 0
+        # and a live reader still sleeps and is woken
+        reader = shmstream.open(name)
+        got = []
+        t = threading.Thread(target=lambda: got.append(reader.read_new(timeout=support.WAIT)))
+        t.start()
+        support.wait_for_waiter(name)
+        h.write(np.full(4, 7, np.int64), frame_id=7)
+        t.join(support.WAIT)
+        assert got and got[0].tolist() == [7, 7, 7, 7]
+        reader.close()
+    finally:
+        words.close()
+        h.close()
+
+
+def test_a_full_sleeper_table_of_dead_owners_is_taken_over_by_the_next_sleeper(name):
+    h = shmstream.create(name, shape=(4,), dtype=np.int64)
+    offset, size = _native.layout()["sleeper"]
+    dead = 0x7FFFFFF0  # a pid that does not run (pid_max is far below)
+    support.patch_bytes(support.segment_path(name), offset,
+                        (dead | (1 << 32)).to_bytes(8, "little") * (size // 8))
+    reader = shmstream.open(name)
+    got = []
+    t = threading.Thread(target=lambda: got.append(reader.read_new(timeout=support.WAIT)))
+    try:
+        t.start()
+        support.wait_for_waiter(name)  # it sleeps in a slot it took over
+        words = support.HeaderWords(name)
+        assert bin(words.u64("sleepers")).count("1") == 1
+        words.close()
+        h.write(np.full(4, 3, np.int64), frame_id=3)
+        t.join(support.WAIT)
+        assert got and got[0].tolist() == [3, 3, 3, 3]
+    finally:
+        reader.close()
+        t.join(support.WAIT)
         h.close()
 
 

@@ -176,3 +176,25 @@ def test_float_nan_and_infinity_bit_patterns_survive(name):
         assert h.read().tobytes() == data.tobytes()
     finally:
         h.close()
+
+
+# ---- from the former surface smoke test --------------------------------------
+
+
+def test_structured_and_zero_size_streams_round_trip(name):
+    dt = np.dtype([("a", "<f4"), ("b", "S3"), ("c", "<i8", (2,))])
+    s = shmstream.create(name, shape=(4,), dtype=dt)
+    x = np.zeros(4, dt)
+    x["a"] = [1, 2, 3, 4]
+    s.write(x)
+    r = shmstream.open(name)
+    assert r.dtype == dt and (r.read() == x).all()
+    s2 = shmstream.SharedMemory.create_from_config({**s.to_config(), "name": name + "2"})
+    assert s2.dtype == dt
+    s2.unlink()
+    r.close()
+    s.unlink()
+    z = shmstream.create(name, shape=(0, 3))
+    z.write(np.zeros((0, 3)))
+    assert z.read().shape == (0, 3)
+    z.close()

@@ -8,6 +8,7 @@ test_bad_input.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import asyncio
 import math
 import os
@@ -868,3 +869,117 @@ def test_read_new_async_on_a_closed_handle_raises(name, notify):
     h.close()
     with pytest.raises(RuntimeError, match="closed shared memory"):
         asyncio.run(h.read_new_async(timeout=0.05))
+
+
+# ---- from the former surface smoke test --------------------------------------
+
+
+def test_a_round_trip_updates_count_frame_id_and_missed_writes(name):
+    w = shmstream.create(name, shape=(2, 3), dtype=np.int16)
+    r = shmstream.open(name)
+    for i in range(3):
+        w.write(np.full((2, 3), i), frame_id=2**64 - 1 - i)
+    assert r.read()[0, 0] == 2
+    assert (r.last_read_count, r.missed_writes, r.total_missed_writes) == (3, 2, 2)
+    w.write(np.zeros((2, 3)))
+    r.read()
+    assert (r.missed_writes, r.total_missed_writes) == (0, 2)
+    assert r.frame_id == 2**64 - 3
+    pub = r.read_publication()
+    assert pub.frame_id == 2**64 - 3 and pub.count == 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pub.count = 1
+    out = np.empty((2, 3), np.int16)
+    assert r.read(out=out) is out
+    with pytest.raises(ValueError, match="expected shape"):
+        w.write(np.zeros(5))
+    r.close()
+    w.close()
+
+
+def test_read_new_is_level_triggered_and_close_wakes_a_waiting_read(name):
+    s = shmstream.create(name, shape=(1,), notify=True)
+    r = shmstream.open(name)
+    s.write(np.ones(1))
+    assert r.read_new(timeout=1)[0] == 1  # written before the call: not missed
+    with pytest.raises(TimeoutError):
+        r.read_new(timeout=0.1)
+    assert r.wait_for_count(after=0, timeout=0) == 1
+    errors = []
+
+    def waiter():
+        try:
+            r.read_new()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    support.wait_for_waiter(name)  # the read sleeps
+    r.close()
+    t.join(WAIT)
+    assert not t.is_alive() and "closed while a read was waiting" in errors[0]
+    with pytest.raises(RuntimeError, match="closed shared memory"):
+        r.read()
+    with pytest.raises(RuntimeError, match="closed shared memory"):
+        r.count
+    assert shmstream.stat(name)["notify"] is True
+    s.close()
+
+
+def test_read_new_async_waits_without_blocking_the_loop(name):
+    s = shmstream.create(name, shape=(2,), notify=True)
+    r = shmstream.open(name)
+
+    async def main():
+        task = asyncio.ensure_future(r.read_new_async(timeout=WAIT))
+        # the executor thread sleeps in the native wait
+        await asyncio.get_running_loop().run_in_executor(None, support.wait_for_waiter, name)
+        s.write(np.arange(2))
+        got = await task
+        with pytest.raises(TimeoutError):
+            await r.read_new_async(timeout=0.1)
+        out = np.empty(2, np.float32)
+        s.write(np.ones(2))
+        assert await r.read_new_async(timeout=1, out=out) is out
+        return got
+
+    assert list(asyncio.run(main())) == [0, 1]
+    r.close()
+    s.close()
+
+
+@pytest.mark.parametrize("notify", [False, True])
+@pytest.mark.parametrize(
+    "call",
+    ["read_new", "read_new_publication", "read_after", "read_after_publication",
+     "wait_for_count", "read_new_async"],
+)
+def test_close_wakes_every_kind_of_blocking_read(name, call, notify):
+    s = shmstream.create(name, shape=(1,), notify=notify)
+    r = shmstream.open(name)
+    errors = []
+
+    def waiter():
+        try:
+            if call == "read_new_async":
+                asyncio.run(r.read_new_async())
+            elif call.startswith("read_after"):
+                getattr(r, call)(5)
+            elif call == "wait_for_count":
+                r.wait_for_count(after=5)
+            else:
+                getattr(r, call)()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    support.wait_for_waiter(name)  # the read sleeps
+    r.close()
+    t.join(WAIT)
+    assert not t.is_alive()
+    assert "closed while a read was waiting" in errors[0]
+    with pytest.raises(RuntimeError, match="closed shared memory"):
+        asyncio.run(r.read_new_async(timeout=0.1))
+    s.close()

@@ -372,3 +372,86 @@ def test_a_forked_child_does_not_inherit_the_parents_held_lock(shm):
         shm.release()
     assert os.waitstatus_to_exitcode(status) == 0
     assert shm.count == 0
+
+
+# ---- from the former surface smoke test --------------------------------------
+
+
+def test_the_lock_is_reentrant_and_an_aborted_view_leaves_the_stream_invalid(name):
+    s = shmstream.create(name, shape=(3,))
+    other = shmstream.open(name)
+    s.acquire()
+    s.acquire()
+    s.write_locked(np.ones(3))
+    with s.write_view_locked() as v:
+        v[:] = 5
+    s.release()
+    s.release()
+    with pytest.raises(RuntimeError, match="unlocked"):
+        s.release()
+    with pytest.raises(RuntimeError, match="write_locked"):
+        s.write_locked(np.ones(3))
+    assert (other.read() == 5).all()
+    with pytest.raises(KeyError):
+        with s.write_view() as v:
+            v[:] = 9
+            raise KeyError
+    with pytest.raises(shmstream.InconsistentStreamError):
+        other.read(timeout=0.1)
+    with pytest.raises(shmstream.InconsistentStreamError):
+        other.read_new(timeout=0.1)
+    s.write(np.zeros(3))
+    assert (other.read() == 0).all()
+    # another thread holds the lock
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with s.write_view():
+            held.set()
+            done.wait(5)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    with pytest.raises(TimeoutError):
+        other.acquire(timeout=0.05)
+    with pytest.raises(RuntimeError, match="another thread owns its lock"):
+        s.close()
+    other.close()  # a different handle closes fine
+    with pytest.raises(TimeoutError, match="stable write"):
+        shmstream.open(name).read(timeout=0.1)
+    done.set()
+    t.join()
+    s.close()
+
+
+def test_a_fork_child_does_not_inherit_the_lock(name):
+    s = shmstream.create(name, shape=(1,))
+    with s.locked():
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                s.write_locked(np.ones(1))
+                code = 1
+            except RuntimeError:
+                pass
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    s.close()
+
+
+def test_locked_many_and_the_temporary_stream_context(name):
+    with shmstream.stream(name, shape=(1,)) as a, shmstream.stream(name + "b", shape=(1,)) as b:
+        with shmstream.locked_many([b, a]) as hs:
+            assert hs == (b, a)
+            with a.write_view_locked() as v:
+                v[:] = 1
+        with pytest.raises(ValueError, match="unique"):
+            with shmstream.locked_many([a, a]):
+                pass
+        with pytest.raises(ValueError):
+            with shmstream.locked_many([a], poll_interval=0):
+                pass
+    assert name not in shmstream.list_streams()

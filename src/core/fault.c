@@ -26,7 +26,7 @@ static const char *const k_points[] = {
     "stream.meta",   "stream.count", "stream.b2",    "stream.c",     "lock.acquired",
     "lock.takeover", "repair.r1",   "repair.r3",     "repair.r4",    "lock.unlock",
     "ring.record",   "ring.head",   "ring.read",     "ring.tail",    "ring.release",
-    "ring.detach",
+    "ring.detach",   "sleep.claim", "sleep.release",
 };
 #define N_POINTS (sizeof k_points / sizeof k_points[0])
 

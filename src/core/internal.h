@@ -2,6 +2,7 @@
  *
  * The files call each other without a circle:
  *   clock.c, futex.c, proc.c, names.c, fault.c   leaves
+ *   sleepers.c     who sleeps on a stream                (proc, clock)
  *   mutex.c        a plain robust mutex                  (clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
  *   stream_lock.c  the stream lock: mutex + repair + reader priority
@@ -48,6 +49,14 @@ static inline int ss_fault_active(void) {
 void ss_futex_wait(SS_ATOMIC(uint32_t) *addr, uint32_t val, int64_t timeout_ns);
 /* Wake every sleeper; returns how many were woken. */
 int ss_futex_wake(SS_ATOMIC(uint32_t) *addr);
+
+/* ---- src/core/sleepers.c: who sleeps on a stream -------------------------- */
+
+/* Take a sleeper slot for this thread's coming sleep (-1: table full). */
+int ss_sleeper_claim(ss_segment *seg);
+void ss_sleeper_release(ss_segment *seg, int slot);
+/* Clear the slots of sleepers that died asleep (rate-limited per handle). */
+void ss_heal_sleepers(ss_segment *seg);
 
 /* ---- src/core/mutex.c: the plain robust mutex of the lock line ---------- */
 

@@ -83,7 +83,11 @@ static void wake_waiters(ss_segment *seg) {
   atomic_fetch_add_explicit(&nl->wake_seq, 1, memory_order_release);
   atomic_thread_fence(memory_order_seq_cst);
   SS_CRASH_POINT("stream.c");
-  if (atomic_load_explicit(&nl->waiters, memory_order_relaxed) > 0) ss_futex_wake(&nl->wake_seq);
+  uint64_t sleepers = atomic_load_explicit(&nl->sleepers, memory_order_relaxed);
+  if ((sleepers | atomic_load_explicit(&nl->waiters, memory_order_relaxed)) == 0) return;
+  /* Somebody sleeps, or did: a sleeper killed asleep leaves its bit, and
+   * then nobody wakes. Heal so later writes make no syscall. */
+  if (ss_futex_wake(&nl->wake_seq) == 0 && sleepers) ss_heal_sleepers(seg);
 }
 
 /* SYNC POINT (u): the publish line as it is, into the undo line, before

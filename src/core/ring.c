@@ -126,7 +126,14 @@ static int claim(ss_channel *ch, int role) {
   } while (!atomic_compare_exchange_strong_explicit(&e->owner, &cur, mine, memory_order_acq_rel,
                                                     memory_order_acquire));
   atomic_fetch_add_explicit(&e->attaches, 1, memory_order_relaxed);
-  if (takeover) atomic_fetch_add_explicit(&e->takeovers, 1, memory_order_relaxed);
+  if (takeover) {
+    atomic_fetch_add_explicit(&e->takeovers, 1, memory_order_relaxed);
+    /* The dead owner may have died asleep, still counted on the line this
+     * end sleeps on; it was the only sleeper there, and we do not sleep yet. */
+    SS_ATOMIC(uint32_t) *line = role == SS_ROLE_PRODUCER ? &ch->ctl->space.waiters
+                                                         : &ch->seg.hdr->notify.waiters;
+    atomic_store_explicit(line, 0, memory_order_relaxed);
+  }
   atomic_store_explicit(&e->state, SS_END_ATTACHED, memory_order_release);
   ch->role = role;
   ch->owner_word = mine;
@@ -169,15 +176,36 @@ int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
 /* Wake the sleepers of a line if any. `index` is the value just stored;
  * with `want` (the producer's space line) a sleeper whose target is not
  * reached yet is left asleep: no syscall per released message. */
+/* How often a waker may check whether the sleeper it failed to wake died. */
+#define SS_HEAL_INTERVAL_NS (100 * 1000 * 1000LL)
+
+/* A line's sleeper count stays > 0 if its only possible sleeper (the end
+ * that sleeps there) died asleep, and every publish would then make a
+ * FUTEX_WAKE for nobody. When a wake woke nobody, the waker checks that
+ * end's owner and, if it is dead, takes the count back to 0 (a CAS, so a
+ * new owner's own count is never lost). A takeover also resets it. */
+static void heal_line(ss_channel *ch, SS_ATOMIC(uint32_t) *waiters, ss_ring_end_line *sleeper) {
+  int64_t now = ss_monotonic_ns();
+  if (now < ch->next_heal_ns) return;
+  ch->next_heal_ns = now + SS_HEAL_INTERVAL_NS;
+  uint32_t w = atomic_load_explicit(waiters, memory_order_relaxed);
+  uint64_t o = atomic_load_explicit(&sleeper->owner, memory_order_acquire);
+  if (w && (o == 0 || !owner_alive(o)))
+    atomic_compare_exchange_strong_explicit(waiters, &w, 0, memory_order_relaxed,
+                                            memory_order_relaxed);
+}
+
+/* Wake the sleepers of a line if any (`force`: whether or not any is
+ * counted). `sleeper` is the end that sleeps on the line. */
 static void wake_line(ss_channel *ch, SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
-                      int force) {
-  (void)ch;
+                      ss_ring_end_line *sleeper, int force) {
   /* SYNC POINT (k1): pairs with the waiter's fence in wait_index (k2): either we see
    * its waiters count, or it sees the index we stored before this fence. */
   atomic_thread_fence(memory_order_seq_cst);
-  if (force || atomic_load_explicit(waiters, memory_order_relaxed) > 0) {
+  uint32_t counted = atomic_load_explicit(waiters, memory_order_relaxed);
+  if (force || counted > 0) {
     atomic_fetch_add_explicit(wake_seq, 1, memory_order_release);
-    ss_futex_wake(wake_seq);
+    if (ss_futex_wake(wake_seq) == 0 && counted > 0) heal_line(ch, waiters, sleeper);
   }
 }
 
@@ -312,9 +340,10 @@ void ss_channel_detach(ss_channel *ch) {
   ch->role = 0;
   /* Wake the peer if it sleeps, so it learns at once. */
   if (role == SS_ROLE_PRODUCER)
-    wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, 1);
+    wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters,
+              &ch->ctl->consumer, 1);
   else
-    wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, 1);
+    wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, &ch->ctl->producer, 1);
 }
 
 void ss_channel_close(ss_channel *ch) {
@@ -334,8 +363,9 @@ uint64_t ss_channel_max_message(const ss_channel *ch, uint32_t meta_len) {
 void ss_channel_cancel(ss_channel *ch) {
   atomic_store_explicit(&ch->seg.cancelled, 1, memory_order_release);
   if (!ch->ctl) return;
-  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, 1);
-  wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, 1);
+  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, &ch->ctl->consumer,
+            1);
+  wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, &ch->ctl->producer, 1);
 }
 
 /* ---- producer ------------------------------------------------------------- */
@@ -351,7 +381,8 @@ void ss_channel_flush(ss_channel *ch) {
   SS_CRASH_POINT("ring.head");
   ch->head_pub = ch->head;
   ch->pending = 0;
-  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, 0);
+  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, &ch->ctl->consumer,
+            0);
 }
 
 static int consumer_closed(const ss_channel *ch) {
@@ -471,7 +502,7 @@ void ss_channel_release_rx(ss_channel *ch, uint64_t upto) {
   ss_ring_sleep_line *sl = &ch->ctl->space;
   if (atomic_load_explicit(&sl->waiters, memory_order_relaxed) > 0 &&
       upto >= atomic_load_explicit(&sl->want, memory_order_relaxed))
-    wake_line(ch, &sl->wake_seq, &sl->waiters, 1);
+    wake_line(ch, &sl->wake_seq, &sl->waiters, &ch->ctl->producer, 1);
 }
 
 void ss_channel_commit_rx(ss_channel *ch) {

@@ -64,10 +64,18 @@ int ss_check_writer(ss_segment *seg) {
   return inconsistent(p) ? SS_EINCONSISTENT : SS_OK;
 }
 
+/* A reader whose mapping is read-only (someone else's segment shared
+ * read-only) cannot announce itself: nobody will wake it, so it sleeps in
+ * short naps and re-checks. */
+#define SS_POLL_SLOT (-2)
+#define SS_POLL_NAP_NS 1000000LL
+
+static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int slot,
+                       uint64_t *count_out);
+
 int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   uint64_t *count_out) {
   ss_publish_line *p = &seg->hdr->pub;
-  ss_notify_line *nl = &seg->hdr->notify;
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
   if (c > after) { *count_out = c; return SS_OK; }
   int64_t now = ss_monotonic_ns();
@@ -94,26 +102,45 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
       now = ss_monotonic_ns();
     }
   }
+  /* Announce ourselves for the whole sleep: a sleeper slot (z1, z2) that a
+   * writer can check for liveness, or, if all 64 are taken, the waiters
+   * count around each futex wait. */
+  int slot = seg->readonly == 2 ? SS_POLL_SLOT : ss_sleeper_claim(seg);
+  int rc = sleep_until(seg, after, deadline, slot, count_out);
+  ss_sleeper_release(seg, slot);
+  return rc;
+}
+
+/* The sleeping half of ss_wait_count, between claiming and releasing the
+ * sleeper slot. */
+static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int slot,
+                       uint64_t *count_out) {
+  ss_publish_line *p = &seg->hdr->pub;
+  ss_notify_line *nl = &seg->hdr->notify;
   for (;;) {
     if (cancelled(seg)) return SS_ECANCELLED;
-    now = ss_monotonic_ns();
+    int64_t now = ss_monotonic_ns();
     if (now >= deadline) return SS_ETIMEDOUT;
     /* SYNC POINT (c): the waker bumps wake_seq (release) after publishing the
-     * count, then fences and reads waiters. We read wake_seq (acquire),
-     * announce ourselves, fence, and re-check the count: either the waker
-     * sees waiters > 0 and wakes us, or we see its count, or wake_seq has
-     * moved and FUTEX_WAIT returns at once. No lost wake-up. */
+     * count, then fences and reads the sleeper bits and waiters. We read
+     * wake_seq (acquire), are announced (slot bit, or waiters), fence, and
+     * re-check the count: either the waker sees us and wakes us, or we see
+     * its count, or wake_seq has moved and FUTEX_WAIT returns at once. No
+     * lost wake-up. */
+    int counted = slot == -1; /* no slot: announced in the waiters count */
     uint32_t w = atomic_load_explicit(&nl->wake_seq, memory_order_acquire);
-    atomic_fetch_add_explicit(&nl->waiters, 1, memory_order_relaxed);
+    if (counted) atomic_fetch_add_explicit(&nl->waiters, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    c = atomic_load_explicit(&p->count, memory_order_relaxed);
+    uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
     if (c > after || cancelled(seg)) {
-      atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
+      if (counted) atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
       if (c > after) { *count_out = c; return SS_OK; }
       return SS_ECANCELLED;
     }
-    ss_futex_wait(&nl->wake_seq, w, deadline == INT64_MAX ? -1 : deadline - now);
-    atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
+    int64_t left = deadline == INT64_MAX ? -1 : deadline - now;
+    if (slot == SS_POLL_SLOT && (left < 0 || left > SS_POLL_NAP_NS)) left = SS_POLL_NAP_NS;
+    ss_futex_wait(&nl->wake_seq, w, left);
+    if (counted) atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) { *count_out = c; return SS_OK; }
     if (inconsistent(p)) return SS_EINCONSISTENT;

@@ -238,12 +238,32 @@ inline std::string fill(const char *text, const ErrorContext &c) {
                                 std::to_string(rc) + ")");
 }
 
-// None or math.inf -> -1 (wait for ever); seconds -> nanoseconds. A wait
-// longer than ~292 years is for ever too: the core's deadlines saturate.
-inline int64_t to_ns(std::optional<double> timeout) {
-  if (!timeout || (std::isinf(*timeout) && *timeout > 0)) return -1;
-  if (!(*timeout >= 0)) raise(PyExc_ValueError, "timeout must be >= 0, math.inf or None");
-  double ns = *timeout * 1e9;
+// A timeout argument: None or math.inf -> -1 (wait for ever); a number of
+// seconds -> nanoseconds (a wait longer than ~292 years is for ever too:
+// the core's deadlines saturate). NaN or negative: ValueError; anything but
+// a real number (a str, a bool): TypeError naming the argument. Every
+// binding takes its timeouts through this, as a plain object, so the user
+// sees this message rather than nanobind's "incompatible arguments".
+inline int64_t to_ns(nb::handle timeout, const char *what = "timeout") {
+  if (timeout.is_none()) return -1;
+  PyObject *o = timeout.ptr();
+  double t = -1.0;
+  bool real = !PyBool_Check(o) && !PyUnicode_Check(o) && !PyBytes_Check(o) &&
+              (PyFloat_Check(o) || PyLong_Check(o) || PyNumber_Check(o));
+  if (real) {
+    t = PyFloat_AsDouble(o);
+    if (t == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      real = false;
+    }
+  }
+  if (!real)
+    raise(PyExc_TypeError, std::string(what) + " must be a number of seconds, math.inf or None, "
+          "not " + Py_TYPE(o)->tp_name);
+  if (std::isinf(t) && t > 0) return -1;
+  if (!(t >= 0))
+    raise(PyExc_ValueError, std::string(what) + " must be >= 0 seconds, math.inf or None");
+  double ns = t * 1e9;
   return ns >= 9.2e18 ? -1 : (int64_t)ns;
 }
 

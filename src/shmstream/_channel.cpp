@@ -613,14 +613,14 @@ NB_MODULE(_channel, m) {
         return nb::make_tuple(rc, pid);
       })
       .def("send", [](Channel &c, nb::handle obj, uint32_t type_id, nb::handle meta,
-                      std::optional<double> timeout) {
+                      nb::handle timeout) {
         c.send(obj, type_id, meta, to_ns(timeout));
       }, "obj"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
       .def("send_many", [](Channel &c, nb::handle items, uint32_t type_id, nb::handle meta,
-                           std::optional<double> timeout) {
+                           nb::handle timeout) {
         return c.send_many(items, type_id, meta, to_ns(timeout));
       }, "items"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
-      .def("loan", [](Channel &c, size_t nbytes, nb::handle meta, std::optional<double> timeout) {
+      .def("loan", [](Channel &c, size_t nbytes, nb::handle meta, nb::handle timeout) {
         return c.loan(nbytes, meta, to_ns(timeout));
       }, "nbytes"_a, "meta"_a = nb::none(), "timeout"_a = nb::none())
       .def("commit", [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
@@ -629,15 +629,15 @@ NB_MODULE(_channel, m) {
       }, "nbytes"_a, "type_id"_a = 0, "array"_a = false)
       .def("rollback", [](Channel &c) { ss_channel_rollback_tx(&c.ch); })
       .def("flush", [](Channel &c) { ss_channel_flush(&c.ch); })
-      .def("recv", [](Channel &c, std::optional<double> timeout) { return c.recv(to_ns(timeout)); },
+      .def("recv", [](Channel &c, nb::handle timeout) { return c.recv(to_ns(timeout)); },
            "timeout"_a = nb::none())
-      .def("drain", [](Channel &c, size_t max, std::optional<double> timeout) {
+      .def("drain", [](Channel &c, size_t max, nb::handle timeout) {
         return c.drain(max, to_ns(timeout));
       }, "max_messages"_a, "timeout"_a = 0.0)
-      .def("recv_view", [](Channel &c, std::optional<double> timeout) {
+      .def("recv_view", [](Channel &c, nb::handle timeout) {
         return c.recv_view(to_ns(timeout));
       }, "timeout"_a = nb::none())
-      .def("drain_views", [](Channel &c, size_t max, std::optional<double> timeout) {
+      .def("drain_views", [](Channel &c, size_t max, nb::handle timeout) {
         return c.drain_views(max, to_ns(timeout));
       }, "max_messages"_a, "timeout"_a = 0.0)
       .def("close", &Channel::close)

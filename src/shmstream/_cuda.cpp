@@ -239,7 +239,7 @@ NB_MODULE(_cuda, m) {
         return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(&s.seg));
       })
       .def("write", [](GpuStream &s, uint64_t src, int kind, uint64_t user_stream,
-                       std::optional<uint64_t> frame_id, std::optional<double> timeout) {
+                       std::optional<uint64_t> frame_id, nb::handle timeout) {
         ss_gpu *g = s.g("write to");
         const uint64_t *fid = frame_id ? &*frame_id : nullptr;
         int64_t t = to_ns(timeout);
@@ -253,7 +253,7 @@ NB_MODULE(_cuda, m) {
       }, "src"_a, "kind"_a, "user_stream"_a = 0, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
          "Publish payload_bytes at address src (the caller holds the stream lock).")
       .def("write_host", [](GpuStream &s, nb::handle buffer, bool pinned,
-                            std::optional<uint64_t> frame_id, std::optional<double> timeout) {
+                            std::optional<uint64_t> frame_id, nb::handle timeout) {
         ss_gpu *g = s.g("write to");
         Py_buffer view{};
         if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
@@ -274,7 +274,7 @@ NB_MODULE(_cuda, m) {
         if (rc) s.fail(rc, "write");
         return s.count();
       }, "buffer"_a, "pinned"_a = false, "frame_id"_a = nb::none(), "timeout"_a = nb::none())
-      .def("clear", [](GpuStream &s, std::optional<double> timeout) {
+      .def("clear", [](GpuStream &s, nb::handle timeout) {
         ss_gpu *g = s.g("clear");
         int64_t t = to_ns(timeout);
         int rc;
@@ -285,7 +285,7 @@ NB_MODULE(_cuda, m) {
         if (rc) s.fail(rc, "clear");
         return s.count();
       }, "timeout"_a = nb::none())
-      .def("read", [](GpuStream &s, uint64_t dst, uint64_t user_stream, std::optional<double> timeout,
+      .def("read", [](GpuStream &s, uint64_t dst, uint64_t user_stream, nb::handle timeout,
                       bool holds_lock) {
         ss_gpu *g = s.g("read from");
         ss_pubinfo info{};
@@ -297,7 +297,7 @@ NB_MODULE(_cuda, m) {
         if (rc) s.fail(rc, "read");
         return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
       }, "dst"_a, "user_stream"_a = 0, "timeout"_a = nb::none(), "holds_lock"_a = false)
-      .def("view_begin", [](GpuStream &s, uint64_t user_stream, std::optional<double> timeout) {
+      .def("view_begin", [](GpuStream &s, uint64_t user_stream, nb::handle timeout) {
         ss_gpu *g = s.g("write to");
         int64_t t = to_ns(timeout);
         uint64_t ptr = 0;

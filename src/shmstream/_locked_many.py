@@ -6,6 +6,7 @@ import math
 import time
 from typing import Any, Sequence
 
+from . import _checks
 from ._waiting import _remaining
 from .stream import SharedMemory
 
@@ -32,12 +33,11 @@ class _LockedMany:
             if previous.name == current.name:
                 raise ValueError("locked_many() requires unique stream names")
         timeout = self._timeout
-        if timeout is not None and float(timeout) < 0.0:
-            raise ValueError("timeout must be non-negative")
+        timeout = _checks.check_timeout(timeout)
         poll_interval = float(self._poll_interval)
         if not math.isfinite(poll_interval) or poll_interval <= 0.0:
             raise ValueError("poll_interval must be positive")
-        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        deadline = None if timeout is None or math.isinf(timeout) else time.monotonic() + timeout
         if all(type(handle) is SharedMemory for handle in ordered):
             acquired: list[SharedMemory] = []
             self._exit = acquired

@@ -305,6 +305,7 @@ NB_MODULE(_native, m) {
     F(stream.undo.write_time_ns, undo_write_time_ns); F(stream.undo.aborted, undo_aborted);
     F(stream.undo.slot, undo_slot); F(stream.undo.state, undo_state);
     F(notify.wake_seq, wake_seq); F(notify.waiters, waiters); F(notify.lock_readers, lock_readers);
+    F(notify.sleepers, sleepers); F(stream.sleeper, sleeper);
 #undef F
     return d;
   });
@@ -399,7 +400,11 @@ NB_MODULE(_native, m) {
       .def_prop_ro("owner_pid", [](Segment &s) { return s.hdr()->lock.owner_pid.load(std::memory_order_relaxed); })
       .def_prop_ro("owner_tid", [](Segment &s) { return s.hdr()->lock.owner_tid.load(std::memory_order_relaxed); })
       .def_prop_ro("acquisitions", [](Segment &s) { return s.hdr()->lock.acquisitions.load(std::memory_order_relaxed); })
-      .def_prop_ro("waiters", [](Segment &s) { return s.hdr()->notify.waiters.load(std::memory_order_relaxed); })
+      .def_prop_ro("waiters", [](Segment &s) {
+        // readers asleep: the sleeper bits, and those without a slot
+        return __builtin_popcountll(s.hdr()->notify.sleepers.load(std::memory_order_relaxed)) +
+               s.hdr()->notify.waiters.load(std::memory_order_relaxed);
+      })
       .def("publication", [](Segment &s) {
         // Metadata of the published frame, consistent with each other.
         for (;;) {
@@ -413,12 +418,12 @@ NB_MODULE(_native, m) {
           if (s1 & 1) return std::make_tuple(c, f, t);  // mid-write: last published values
         }
       })
-      .def("lock", [](Segment &s, std::optional<double> timeout) { return s.lock(to_ns(timeout)); },
+      .def("lock", [](Segment &s, nb::handle timeout) { return s.lock(to_ns(timeout)); },
            "timeout"_a = nb::none(),
            "Take the cross-process lock. Returns True if it was taken over from a dead owner.")
       .def("unlock", &Segment::unlock)
       .def("write", [](Segment &s, nb::handle src, std::optional<uint64_t> frame_id, bool locked,
-                       std::optional<double> timeout, uint64_t count, uint64_t write_time_ns) {
+                       nb::handle timeout, uint64_t count, uint64_t write_time_ns) {
         return s.write(src, frame_id, locked, to_ns(timeout), count, write_time_ns);
       }, "src"_a, "frame_id"_a = nb::none(), "locked"_a = false, "timeout"_a = nb::none(),
          "count"_a = 0, "write_time_ns"_a = 0,
@@ -431,24 +436,24 @@ NB_MODULE(_native, m) {
         return s.hdr()->pub.count.load(std::memory_order_relaxed);
       }, "frame_id"_a = nb::none())
       .def("write_abort", [](Segment &s) { ss_write_abort(&s.seg); })
-      .def("clear", [](Segment &s, bool locked, std::optional<double> timeout) {
+      .def("clear", [](Segment &s, bool locked, nb::handle timeout) {
         return s.clear(locked, to_ns(timeout));
       }, "locked"_a = false, "timeout"_a = nb::none())
-      .def("read", [](Segment &s, nb::handle dst, std::optional<double> timeout, bool holds_lock) {
+      .def("read", [](Segment &s, nb::handle dst, nb::handle timeout, bool holds_lock) {
         return s.read(dst, to_ns(timeout), holds_lock);
       }, "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false)
-      .def("read_last_complete", [](Segment &s, nb::handle dst, std::optional<double> timeout,
+      .def("read_last_complete", [](Segment &s, nb::handle dst, nb::handle timeout,
                                     bool holds_lock) {
         return s.read_last_complete(dst, to_ns(timeout), holds_lock);
       }, "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false,
          "Copy the last complete publication whatever the state: (count, frame_id, "
          "write_time_ns, state).")
       .def("check_writer", &Segment::check_writer)
-      .def("read_new", [](Segment &s, nb::handle dst, uint64_t after, std::optional<double> timeout,
+      .def("read_new", [](Segment &s, nb::handle dst, uint64_t after, nb::handle timeout,
                           int64_t spin_ns) {
         return s.read_new(dst, after, to_ns(timeout), spin_ns);
       }, "dst"_a, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
-      .def("view", [](Segment &s, uint64_t after, bool wait_new, std::optional<double> timeout,
+      .def("view", [](Segment &s, uint64_t after, bool wait_new, nb::handle timeout,
                       int64_t spin_ns, bool holds_lock) {
         return s.view(after, wait_new, to_ns(timeout), spin_ns, holds_lock);
       }, "after"_a, "wait_new"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1, "holds_lock"_a = false,
@@ -458,7 +463,7 @@ NB_MODULE(_native, m) {
         ss_frame f{slot, slot_seq};
         return (bool)ss_view_valid(&s.seg, &f);
       }, "slot"_a, "slot_seq"_a, "True while the slot still holds the frame view() located.")
-      .def("wait_count", [](Segment &s, uint64_t after, std::optional<double> timeout, int64_t spin_ns) {
+      .def("wait_count", [](Segment &s, uint64_t after, nb::handle timeout, int64_t spin_ns) {
         return s.wait_count(after, to_ns(timeout), spin_ns);
       }, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
       .def("payload", [](Segment &s, uint32_t slot) {

@@ -166,14 +166,14 @@ class Segment:
 
     def publication(self) -> tuple[int, int, int]: ...
 
-    def lock(self, timeout: float | None = None) -> bool:
+    def lock(self, timeout: object | None = None) -> bool:
         """
         Take the cross-process lock. Returns True if it was taken over from a dead owner.
         """
 
     def unlock(self) -> None: ...
 
-    def write(self, src: object, frame_id: int | None = None, locked: bool = False, timeout: float | None = None, count: int = 0, write_time_ns: int = 0) -> int:
+    def write(self, src: object, frame_id: int | None = None, locked: bool = False, timeout: object | None = None, count: int = 0, write_time_ns: int = 0) -> int:
         """
         Publish src (frame_id None keeps the previous frame id; count and write_time_ns 0: count + 1 and now). Returns the new count.
         """
@@ -185,20 +185,20 @@ class Segment:
 
     def write_abort(self) -> None: ...
 
-    def clear(self, locked: bool = False, timeout: float | None = None) -> int: ...
+    def clear(self, locked: bool = False, timeout: object | None = None) -> int: ...
 
-    def read(self, dst: object, timeout: float | None = None, holds_lock: bool = False) -> tuple[int, int, int]: ...
+    def read(self, dst: object, timeout: object | None = None, holds_lock: bool = False) -> tuple[int, int, int]: ...
 
-    def read_last_complete(self, dst: object, timeout: float | None = None, holds_lock: bool = False) -> tuple[int, int, int, int]:
+    def read_last_complete(self, dst: object, timeout: object | None = None, holds_lock: bool = False) -> tuple[int, int, int, int]:
         """
         Copy the last complete publication whatever the state: (count, frame_id, write_time_ns, state).
         """
 
     def check_writer(self) -> None: ...
 
-    def read_new(self, dst: object, after: int, timeout: float | None = None, spin_ns: int = -1) -> tuple[int, int, int]: ...
+    def read_new(self, dst: object, after: int, timeout: object | None = None, spin_ns: int = -1) -> tuple[int, int, int]: ...
 
-    def view(self, after: int, wait_new: bool, timeout: float | None = None, spin_ns: int = -1, holds_lock: bool = False) -> tuple[int, int, int, int, int]:
+    def view(self, after: int, wait_new: bool, timeout: object | None = None, spin_ns: int = -1, holds_lock: bool = False) -> tuple[int, int, int, int, int]:
         """
         Locate the published frame without copying: (slot, slot_seq, count, frame_id, write_time_ns).
         """
@@ -206,7 +206,7 @@ class Segment:
     def view_valid(self, slot: int, slot_seq: int) -> bool:
         """True while the slot still holds the frame view() located."""
 
-    def wait_count(self, after: int, timeout: float | None = None, spin_ns: int = -1) -> int: ...
+    def wait_count(self, after: int, timeout: object | None = None, spin_ns: int = -1) -> int: ...
 
     def payload(self, slot: int = 0) -> Annotated[NDArray[numpy.uint8], dict(shape=(None,))]: ...
 

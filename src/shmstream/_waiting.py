@@ -179,8 +179,7 @@ class Waiting:
         write before the call counts). TimeoutError after ``timeout``."""
         seg = self._check_open("wait for a write on")
         baseline = _checks.check_after(after)
-        if timeout is not None and timeout < 0:
-            raise ValueError("timeout must be non-negative")
+        _checks.check_timeout(timeout)
         self._fail_if_invalid(seg)
         spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
         return int(seg.wait_count(baseline, timeout, spin))
@@ -213,8 +212,7 @@ class Waiting:
         self, seg: Any, after: int, timeout: float | None, dst: Any, spin_us: float | None
     ) -> int:
         spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
-        if timeout is not None and not timeout >= 0:
-            raise ValueError("timeout must be >= 0 or None")
+        timeout = _checks.check_timeout(timeout)
         stop = threading.Event()
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(
