@@ -108,3 +108,33 @@ def test_a_create_whose_header_fits_but_not_its_payload_fails_with_ENOSPC():
         """
     )
     assert out == "ok"
+
+
+def test_the_enospc_message_says_how_many_bytes_are_needed_and_free():
+    out = run(
+        """
+        import errno
+        import numpy as np
+        import shmstream
+        for make in (
+            lambda: shmstream.create("big", shape=(10, 1024, 1024), dtype=np.uint8),  # 2 x 10 MiB
+            lambda: shmstream.channel("big ring", 1 << 24),
+            lambda: shmstream.share(np.zeros(2 << 20, np.float64), name="big array"),
+        ):
+            try:
+                make()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                text = str(exc)
+                assert "needs" in text and "bytes free" in text, text
+                print(text)
+            else:
+                raise AssertionError("a create larger than /dev/shm succeeded")
+        """,
+        size="4m",
+    )
+    stream_line, channel_line, array_line = out.splitlines()
+    assert "needs 20975616 bytes" in stream_line and "2 slot(s) of 10485760 bytes" in stream_line
+    assert "needs 16781312 bytes" in channel_line
+    assert "needs 16781312 bytes" in array_line
+    assert "4194304 bytes free" in stream_line

@@ -19,13 +19,14 @@ protocol are in docs/ABI.md ("Channels").
 """
 from __future__ import annotations
 
+import errno
 import math
 import struct
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import _channel, _checks, _dtypes, _native
+from . import _channel, _checks, _dtypes, _native, _space
 from .errors import (
     ChannelBrokenError,
     ChannelBusyError,
@@ -447,7 +448,13 @@ def channel(
         raise ValueError(
             f"capacity must be a power of two >= {_channel.MIN_CAPACITY} bytes, not {capacity}"
         )
-    ch = _wrap(_channel.Channel.create(name, capacity, _role(role), mode))
+    try:
+        ch = _wrap(_channel.Channel.create(name, capacity, _role(role), mode))
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise _space.no_space_error(name, "channel", _space.segment_bytes(capacity, 1),
+                                    f"a ring of {capacity} bytes and a 4096-byte header") from None
     if batch != 1 and isinstance(ch, ChannelProducer):
         ch.batch = batch
     return ch

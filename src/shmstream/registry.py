@@ -24,6 +24,7 @@ import time
 from typing import Any, Iterable
 
 from . import _checks, _dtypes, _native, _proc
+from ._space import SHM_DIR
 from . import channel as _channel_mod
 from .errors import CorruptStreamError
 from .gpu import device as _gpu_device
@@ -32,7 +33,6 @@ from .publication import STATE_NAMES
 __all__ = ["Entry", "KINDS", "LOADER_SLOT_PREFIX", "list_streams", "purge", "purge_abandoned",
            "remove", "scan", "stat"]
 
-SHM_DIR = "/dev/shm"
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
 #: User names of the DataLoader transport's slot segments start with this.
 LOADER_SLOT_PREFIX = "loader-"

@@ -33,6 +33,7 @@ is off and cannot be turned on, because its base is a read-only buffer);
 """
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import threading
@@ -41,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _dtypes, _native
+from . import _checks, _dtypes, _native, _space
 from .errors import StaleStreamError
 
 __all__ = ["SharedArray", "SharedRecArray", "share"]
@@ -365,8 +366,14 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
         # Too long for the header: pickled handles carry the exact dtype;
         # the header says "records of this size".
         text = f"|V{dt.itemsize}"
-    seg = _native.Segment.create(name, _native.KIND_ARRAY, list(a.shape), dt.itemsize,
-                                 text, 0, mode, 0, 1)  # one slot: no writer/reader hand-off
+    try:
+        seg = _native.Segment.create(name, _native.KIND_ARRAY, list(a.shape), dt.itemsize,
+                                     text, 0, mode, 0, 1)  # one slot: no writer/reader hand-off
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise _space.no_space_error(name, "shared array", _space.segment_bytes(a.nbytes, 1),
+                                    f"{a.nbytes} bytes of data and a 4096-byte header") from None
     try:
         m = _Mapping(seg, owner=True)
         with _mappings_lock:

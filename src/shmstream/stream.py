@@ -32,6 +32,7 @@ Differences from pyshmem 1.4.0 (a strict superset otherwise):
 """
 from __future__ import annotations
 
+import errno
 import math
 import threading
 import time
@@ -40,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _checks, _dtypes, _native, _proc
+from . import _checks, _dtypes, _native, _proc, _space
 from ._lockstate import HANDLES, lock_state_for
 from ._reading import Reading
 from ._scopes import LockScope, WriteView
@@ -186,6 +187,14 @@ class SharedMemory(Reading, Waiting):
             )
         except FileExistsError:
             raise _checks.duplicate_name_error(name) from None
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise _space.no_space_error(
+                name, "stream", _space.segment_bytes(expected, slots),
+                f"{slots} slot(s) of {expected} bytes, each rounded up to a page, and a "
+                "4096-byte header",
+            ) from None
         return cls(segment, owner=True)
 
     @classmethod
