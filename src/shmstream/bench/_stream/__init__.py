@@ -1,4 +1,4 @@
-"""The stream benchmark's pieces (``shmstream bench stream`` is ``..stream``):
+"""The pieces of the stream benchmark (its command line is ``bench/stream.py``):
 
 - ``peer``: the interface every measured implementation provides, the
   records it returns, the protocol constants and the run's names;

@@ -11,7 +11,9 @@ builds the timed loop and hands it to the scenario, which does the rest:
   of two worker processes -> ``FanReader``.
 
 Variants name the rows a peer has in each scenario; a peer without rows in
-a scenario leaves its variants empty.
+a scenario leaves its variants empty. The loops a peer builds are the timed
+code itself, written out for that peer (no call per iteration that the
+other peers do not pay); everything around them is the scenario's.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._common import BenchError, call_quietly
+from .._common import BenchError, call_quietly, peer_version
 from .._rawshm import raw_unlink
 
 STOP = (1 << 64) - 1  # sequence number that ends a responder / reader
@@ -99,7 +101,6 @@ class Peer:
 
     name = ""  # its key in --peers and in the records
     module = ""  # imported to tell whether it is installed here
-    dist = ""  # its distribution, for the version in its label
     install_hint: str | None = None  # a missing peer's cells; None: the reason
     roundtrip_variants: tuple[str, ...] = ()
     pingpong_variants: dict[str, str] = {}  # variant -> how the responder reads
@@ -122,11 +123,11 @@ class Peer:
         return None
 
     def label(self) -> str:
-        from .._common import peer_version
+        """The name in the tables: the distribution and its version."""
+        return f"{self.name} {peer_version(self.name) or ''}".strip()
 
-        return f"{self.name} {peer_version(self.dist or self.name) or ''}".strip()
-
-    # parent side
+    # parent side: make what the row needs (named through ``names``, so a
+    # failed run still removes it) and return the loop
     def roundtrip(self, variant: str, shape: tuple[int, ...], names: Names) -> RoundTrip:
         raise NotImplementedError
 
@@ -145,6 +146,7 @@ class Peer:
         raise NotImplementedError
 
     def fan_reader(self, payload: int, buf: Any, **kwargs: Any) -> FanReader:
+        """Attach to the writer's ``kwargs`` and read frames into ``buf``."""
         raise NotImplementedError
 
 
