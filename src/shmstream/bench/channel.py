@@ -35,6 +35,15 @@ MSG32 = b"m" * 32
 FRAME_N = 256
 
 
+def _spawn(target, *args, events: int = 1):
+    """Start ``target(*args, *events)`` in a fresh spawned process; returns
+    (process, *events)."""
+    evs = [SPAWN.Event() for _ in range(events)]
+    p = SPAWN.Process(target=target, args=(*args, *evs))
+    p.start()
+    return (p, *evs)
+
+
 def _frames_result(rate: float) -> dict[str, float]:
     return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
 
@@ -68,9 +77,7 @@ def shm_thr(n, batched):
     n -= n % 256
     name = _name("thr")
     rx = shmstream.channel(name, 1 << 20, role="consumer")
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_shm_thr_producer, args=(name, n, batched, ready))
-    p.start()
+    p, ready = _spawn(_shm_thr_producer, name, n, batched)
     try:
         ready.set()
         got = 0
@@ -120,9 +127,7 @@ def shm_ping(n):
     a, b = _name("ping"), _name("pong")
     tx = shmstream.channel(a, 1 << 16)
     rx = shmstream.channel(b, 1 << 16, role="consumer")
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_shm_pong, args=(a, b, ready))
-    p.start()
+    p, ready = _spawn(_shm_pong, a, b)
     try:
         ready.wait(60)
         return latency_summary(ping_latencies(tx.send, MSG32, rx.recv, n))
@@ -185,9 +190,7 @@ def shm_frames(n, batched):
     n -= n % 256
     name = _name("frames")
     rx = shmstream.channel(name, 1 << 22, role="consumer")
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_shm_frames_producer, args=(name, n, ready))
-    p.start()
+    p, ready = _spawn(_shm_frames_producer, name, n)
     try:
         ready.set()
         return _frames_consume(rx, n, batched)
@@ -283,10 +286,8 @@ def zmq_thr(n, frames=False):
     s = ctx.socket(zmq.PULL)
     s.setsockopt(zmq.RCVHWM, 100000)
     s.bind(addr)
-    ready = SPAWN.Event()
     payload = bytes(FRAME_N * 4) if frames else MSG32
-    p = SPAWN.Process(target=_zmq_push, args=(addr, n, payload, ready))
-    p.start()
+    p, ready = _spawn(_zmq_push, addr, n, payload)
     try:
         ready.set()
         recv = s.recv
@@ -338,9 +339,7 @@ def zmq_ping(n):
     ctx = zmq.Context()
     s = ctx.socket(zmq.PAIR)
     s.bind(addr)
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_zmq_pong, args=(addr, ready))
-    p.start()
+    p, ready = _spawn(_zmq_pong, addr)
     try:
         ready.wait(60)
         lat = ping_latencies(s.send, MSG32, s.recv, n)
@@ -402,9 +401,7 @@ def iox_thr(n, frames=False):
     name = _name("iox")
     iox2, node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
     sub = svc.subscriber_builder().buffer_size(1024).create()
-    ready, go = SPAWN.Event(), SPAWN.Event()
-    p = SPAWN.Process(target=_iox_pub, args=(name, n, frames, ready, go))
-    p.start()
+    p, ready, go = _spawn(_iox_pub, name, n, frames, events=2)
     try:
         ready.wait(60)
         go.set()
@@ -458,9 +455,7 @@ def iox_ping(n):
     _, _, sb = _iox_service(b, _P32, 16)
     pub = _iox_publisher(iox2, sa)
     sub = sb.subscriber_builder().create()
-    ready, stop = SPAWN.Event(), SPAWN.Event()
-    p = SPAWN.Process(target=_iox_pong, args=(a, b, ready, stop))
-    p.start()
+    p, ready, stop = _spawn(_iox_pong, a, b, events=2)
     try:
         ready.wait(60)
         # the untimed first round trips also wait until the pong side is
