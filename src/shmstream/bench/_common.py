@@ -1,7 +1,10 @@
-"""Helpers shared by the benchmark parts: peers, statistics, tables, results,
-persistent spawn workers, and shared-memory hygiene for the raw baseline.
+"""What every benchmark part shares: measurement scaffolding (calibration,
+timed runs, round-trip latencies), statistics, formatting, Markdown tables,
+progress lines, and the results document (environment, records, errors,
+tables) written with ``--json``.
 
-Nothing here runs inside a timed loop.
+The timed loops themselves belong to each part (a call per iteration would
+be measured too); what is here runs around them.
 """
 from __future__ import annotations
 
@@ -10,14 +13,13 @@ import datetime as _dt
 import importlib
 import importlib.metadata
 import json
-import multiprocessing as mp
 import os
 import platform
 import statistics
 import sys
 import time
-import traceback
-from typing import Any, Callable, Iterator, Sequence
+from array import array
+from typing import Any, Callable, Sequence
 
 NA_HINT = "n/a (pip install shmstream[bench])"
 
@@ -25,6 +27,12 @@ NA_HINT = "n/a (pip install shmstream[bench])"
 class BenchError(RuntimeError):
     """A measurement failed its own checks (sequence mismatch, torn frame in
     shmstream, missed-counter mismatch, a worker died or timed out)."""
+
+
+def call_quietly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Cleanup that must not hide the error that made it run."""
+    with contextlib.suppress(Exception):
+        fn(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- peers
@@ -46,11 +54,83 @@ def try_import(module: str) -> tuple[Any | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
+# ---------------------------------------------------------- measurement
+
+
+def calibrate(loop: Callable[[int], Any], seconds: float) -> int:
+    """Warm ``loop(n)`` up and return an iteration count that takes about
+    ``seconds``. ``loop`` runs n iterations of the work and returns when
+    they are done (a GPU loop synchronises before it returns)."""
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        loop(n)
+        dt = time.perf_counter() - t0
+        if dt >= min(0.05, seconds / 2) or n >= 1 << 24:
+            return max(1, int(n * seconds / max(dt, 1e-9)))
+        n *= 4 if dt < 0.005 else 2
+
+
+def time_loop(loop: Callable[[int], Any], n: int) -> float:
+    """Seconds taken by ``loop(n)``."""
+    t0 = time.perf_counter_ns()
+    loop(n)
+    return (time.perf_counter_ns() - t0) / 1e9
+
+
+def loop_rate(loop: Callable[[int], Any], seconds: float) -> float:
+    """Iterations per second of ``loop`` over about ``seconds``, after a
+    warm-up (the calibration)."""
+    n = calibrate(loop, seconds)
+    return n / time_loop(loop, n)
+
+
+def ping_latencies(send: Callable[[Any], Any], msg: Any, recv: Callable[[], Any],
+                   n: int, warm: int = 1000) -> array:
+    """Nanoseconds of each of ``n`` round trips ``send(msg)`` then ``recv()``
+    (polled again while it returns None), after ``warm`` untimed ones."""
+    clock = time.perf_counter_ns
+    for _ in range(warm):
+        send(msg)
+        while recv() is None:
+            pass
+    lat = array("q", bytes(8 * n))
+    for i in range(n):
+        t = clock()
+        send(msg)
+        got = recv()
+        while got is None:
+            got = recv()
+        lat[i] = clock() - t
+    return lat
+
+
 # ----------------------------------------------------------- statistics
 
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
+
+
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
+    """The ``qs`` percentiles of ``values`` (linear interpolation, NumPy's
+    default), one float each; NaN for no values."""
+    import numpy as np
+
+    if len(values) == 0:
+        return [float("nan")] * len(qs)
+    return [float(v) for v in np.percentile(np.asarray(values, dtype=np.float64), list(qs))]
+
+
+def latency_summary(ns: Sequence[float], qs: Sequence[int] = (50, 99),
+                    unit: str = "us") -> dict[str, float]:
+    """``{"p50_us": ..., "p99_us": ...}`` from latencies in ns (``unit`` "ns"
+    or "us" names the unit of the values and of the keys)."""
+    scale = {"ns": 1.0, "us": 1e3}[unit]
+    return {f"p{q}_{unit}": v / scale for q, v in zip(qs, percentiles(ns, qs))}
+
+
+# ----------------------------------------------------------- formatting
 
 
 def fmt_hz(hz: float, unit: str = "Hz") -> str:
@@ -65,13 +145,18 @@ def fmt_hz(hz: float, unit: str = "Hz") -> str:
     return f"{hz:.1f}{sep}{unit}"
 
 
-def fmt_ratio(ours: float, theirs: float) -> str:
-    if not (ours == ours and theirs == theirs) or theirs <= 0:
+def fmt_ratio(ours: float | None, theirs: float | None, digits: int = 2,
+              after: str = "") -> str:
+    """How many times ``theirs`` ``ours`` is: "x2.57" (or "2.57×" with
+    ``after="×"``); "-" when either is missing."""
+    if ours is None or theirs is None or not (ours == ours and theirs == theirs) or theirs <= 0:
         return "-"
-    return f"x{ours / theirs:.2f}"
+    r = ours / theirs
+    return f"{r:.{digits}f}{after}" if after else f"x{r:.{digits}f}"
 
 
 def fmt_us(ns: float) -> str:
+    """A latency given in ns, written in us: 3.8, 138."""
     if ns != ns:
         return "-"
     us = ns / 1e3
@@ -79,6 +164,7 @@ def fmt_us(ns: float) -> str:
 
 
 def fmt_bytes(n: int) -> str:
+    """64 B, 64 KiB, 4 MiB for binary sizes, 40 kB, 2.56 GB for others."""
     if n >= 1 << 20 and n % (1 << 20) == 0:
         return f"{n >> 20} MiB"
     if (1 << 10) <= n < (1 << 20) and n % (1 << 10) == 0:
@@ -92,13 +178,31 @@ def fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def fmt_fields(values: dict[str, Any]) -> str:
+    """``key=value`` pairs of one measurement: large numbers with thousands
+    separators, small ones with two decimals; an ``error`` entry alone."""
+    if "error" in values:
+        return str(values["error"])
+    return "  ".join(f"{k}={v:,.0f}" if v >= 1000 else f"{k}={v:.2f}" for k, v in values.items())
+
+
 # ---------------------------------------------------------------- tables
 
 
 def render_table(headers: list[str], rows: list[list[str]], title: str = "",
-                 left: int = 1) -> str:
-    """A Markdown pipe table, columns padded so it also reads as plain text.
-    The first ``left`` columns are left-aligned, the rest right-aligned."""
+                 left: int = 1, compact: bool = False) -> str:
+    """A Markdown pipe table. By default columns are padded so it also reads
+    as plain text, the first ``left`` columns left-aligned and the rest
+    right-aligned; ``compact`` writes the cells as they are."""
+    parts = []
+    if title:
+        parts.append(title)
+        parts.append("")
+    if compact:
+        parts.append("| " + " | ".join(headers) + " |")
+        parts.append("|" + "---|" * len(headers))
+        parts.extend("| " + " | ".join(r) + " |" for r in rows)
+        return "\n".join(parts)
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -110,10 +214,6 @@ def render_table(headers: list[str], rows: list[list[str]], title: str = "",
             out.append(cell.ljust(widths[i]) if i < left else cell.rjust(widths[i]))
         return "| " + " | ".join(out) + " |"
 
-    parts = []
-    if title:
-        parts.append(title)
-        parts.append("")
     parts.append(line(headers))
     parts.append("|" + "|".join(
         ("-" * (w + 2)) if i < left else ("-" * (w + 1) + ":") for i, w in enumerate(widths)
@@ -126,27 +226,42 @@ def progress(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
+def emit(res: Results, table: str) -> None:
+    """Print a result table (and a blank line) and keep it for the JSON."""
+    res.tables.append(table)
+    print(table)
+    print(flush=True)
+
+
 # --------------------------------------------------------------- results
 
 
+def environment(part: str, argv: Sequence[str]) -> dict[str, Any]:
+    """Where and when a part ran: command, date, Python, platform, CPUs,
+    load average, versions of shmstream and the usual peers."""
+    return {
+        "part": part,
+        "command": "python -m shmstream.bench " + " ".join([part, *argv]),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_start": _loadavg(),
+        "versions": {
+            d: peer_version(d)
+            for d in ("shmstream", "pyshmem", "iceoryx2", "numpy")
+        },
+    }
+
+
 class Results:
-    """Raw measurements plus metadata; written as JSON with ``--json``."""
+    """Raw measurements plus metadata; written as JSON with ``--json``:
+    ``{"meta", "records", "errors", "tables"}`` and whatever part-specific
+    sections ``dump`` is given."""
 
     def __init__(self, part: str, argv: Sequence[str]) -> None:
-        self.meta: dict[str, Any] = {
-            "part": part,
-            "command": "python -m shmstream.bench " + " ".join([part, *argv]),
-            "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "loadavg_start": _loadavg(),
-            "versions": {
-                d: peer_version(d)
-                for d in ("shmstream", "pyshmem", "iceoryx2", "numpy")
-            },
-        }
+        self.meta: dict[str, Any] = environment(part, argv)
         self.records: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.tables: list[str] = []
@@ -158,13 +273,14 @@ class Results:
         self.errors.append(message)
         print(f"[bench] ERROR: {message}", file=sys.stderr, flush=True)
 
-    def dump(self, path: str) -> None:
+    def dump(self, path: str, **sections: Any) -> None:
         self.meta["loadavg_end"] = _loadavg()
         doc = {
             "meta": self.meta,
             "records": self.records,
             "errors": self.errors,
             "tables": self.tables,
+            **sections,
         }
         with open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1, default=str)
@@ -176,131 +292,3 @@ def _loadavg() -> list[float] | None:
         return list(os.getloadavg())
     except OSError:
         return None
-
-
-# ------------------------------------------------------- spawn workers
-
-
-def _worker_main(conn: Any, module: str) -> None:
-    """Body of a persistent worker: run tasks named by the parent until told
-    to stop. A task gets ``ready`` (a callable that tells the parent it is set
-    up) and returns a picklable result. A task sent with file descriptors
-    (``Worker.start(..., fds=[...])``) gets its copies as ``fds=``."""
-    import signal
-    from multiprocessing import reduction
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    mod = importlib.import_module(module)
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        task, kwargs, nfds = msg
-        if nfds:
-            kwargs["fds"] = [reduction.recv_handle(conn) for _ in range(nfds)]
-        try:
-            result = getattr(mod, task)(lambda: conn.send(("ready", None)), **kwargs)
-            conn.send(("done", result))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            conn.send(("error", f"{task}: {detail}"))
-
-
-class Worker:
-    """A spawned process that runs task functions of ``module`` on request,
-    so process start-up is paid once per benchmark run, not per measurement."""
-
-    def __init__(self, module: str, ctx: Any | None = None) -> None:
-        ctx = ctx or mp.get_context("spawn")
-        self._conn: Any
-        self._conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, module), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def start(self, task: str, fds: Sequence[int] = (), **kwargs: Any) -> None:
-        """Run ``task(ready, **kwargs)`` in the worker. ``fds`` are passed
-        over the worker's socket (SCM_RIGHTS); the caller may close its
-        copies as soon as this returns."""
-        from multiprocessing import reduction
-
-        self._conn.send((task, kwargs, len(fds)))
-        for fd in fds:
-            reduction.send_handle(self._conn, fd, self.proc.pid)
-
-    def expect(self, kind: str, timeout: float = 60.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while not self._conn.poll(0.05):
-            if not self.proc.is_alive():
-                raise BenchError(f"worker {self.proc.pid} died (exit code {self.proc.exitcode})")
-            if time.monotonic() > deadline:
-                raise BenchError(f"worker {self.proc.pid} sent nothing for {timeout:.0f} s")
-        try:
-            got, payload = self._conn.recv()
-        except (EOFError, OSError):
-            self.proc.join(timeout=1)
-            raise BenchError(
-                f"worker {self.proc.pid} died (exit code {self.proc.exitcode})"
-            ) from None
-        if got == "error":
-            raise BenchError(str(payload))
-        if got != kind:
-            raise BenchError(f"worker sent {got!r}, expected {kind!r}")
-        return payload
-
-    def close(self) -> None:
-        try:
-            self._conn.send(None)
-        except (OSError, ValueError):
-            pass
-        self.proc.join(timeout=5)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(timeout=5)
-        self._conn.close()
-
-
-# ----------------------------------------- multiprocessing.shared_memory
-
-
-@contextlib.contextmanager
-def no_resource_tracker() -> Iterator[None]:
-    """Keep ``multiprocessing.resource_tracker`` out of the raw baseline: it
-    would unlink segments other processes still use and print leak warnings.
-    (Python 3.13 has ``track=False``; this works on every version.)"""
-    from multiprocessing import resource_tracker
-
-    saved = resource_tracker.register, resource_tracker.unregister
-    resource_tracker.register = lambda *a, **k: None  # type: ignore[assignment]
-    resource_tracker.unregister = lambda *a, **k: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        resource_tracker.register, resource_tracker.unregister = saved
-
-
-def raw_shm(name: str, size: int = 0, create: bool = False) -> Any:
-    from multiprocessing import shared_memory
-
-    with no_resource_tracker():
-        return shared_memory.SharedMemory(name=name, create=create, size=size)
-
-
-def raw_unlink(name: str) -> None:
-    from multiprocessing import shared_memory
-
-    with no_resource_tracker():
-        try:
-            seg = shared_memory.SharedMemory(name=name)
-        except FileNotFoundError:
-            return
-        seg.close()
-        seg.unlink()
-
-
-def call_quietly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    with contextlib.suppress(Exception):
-        fn(*args, **kwargs)

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from ..shared_array import share
-from ._common import BenchError, Results, median, progress, raw_shm, raw_unlink, render_table
+from ._common import BenchError, Results, emit, fmt_ratio, median, progress, render_table
+from ._rawshm import raw_shm, raw_unlink
 
 METHODS = ("shmstream", "pickled", "stdlib shm")
 DTYPE = np.dtype([("t", "M8[ns]"), ("x", "f8"), ("s", "U6")])
@@ -162,9 +163,9 @@ def main(argv: list[str]) -> int:
         rows.append([
             m,
             f"{wall[m]:.3f}",
-            f"x{wall['pickled'] / wall[m]:.1f}",
+            fmt_ratio(wall["pickled"], wall[m], digits=1),
             f"{priv[m] / 1e6:.0f}",
-            f"x{priv['pickled'] / priv[m]:.1f}",
+            fmt_ratio(priv["pickled"], priv[m], digits=1),
         ])
     title = (f"{opts.rows:,} records x {DTYPE.itemsize} B ({arr.nbytes / 1e6:.0f} MB), "
              f"np.nansum of the float column in {opts.workers} {opts.start_method} workers, "
@@ -173,16 +174,15 @@ def main(argv: list[str]) -> int:
         ["method", "pool work (s)", "speed-up vs pickled", "private MB / worker",
          "less memory vs pickled"],
         rows, title)
-    results.tables.append(table)
-    print(table)
-    print()
+    emit(results, table)
     print(f"one-time copy into shared memory: share() {share_s:.3f} s, "
           f"stdlib SharedMemory + copy {stdlib_s:.3f} s")
     speed = wall["pickled"] / wall["shmstream"]
     mem = priv["pickled"] / priv["shmstream"]
     verdict = "met" if speed >= 10 and mem >= 10 else "NOT met"
     print(f"target >= 10x faster and >= 10x less private memory than pickled: "
-          f"x{speed:.1f} and x{mem:.1f}: {verdict}")
+          f"{fmt_ratio(wall['pickled'], wall['shmstream'], digits=1)} and "
+          f"{fmt_ratio(priv['pickled'], priv['shmstream'], digits=1)}: {verdict}")
     results.meta.update(speedup=speed, memory_ratio=mem)
     if opts.json:
         results.dump(opts.json)

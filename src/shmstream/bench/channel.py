@@ -19,21 +19,33 @@ from __future__ import annotations
 import argparse
 import ctypes
 import glob
-import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 
+from ._common import Results, fmt_fields, latency_summary, median, ping_latencies
+
 SPAWN = mp.get_context("spawn")
 MSG32 = b"m" * 32
 FRAME_N = 256
+
+
+def _spawn(target, *args, events: int = 1):
+    """Start ``target(*args, *events)`` in a fresh spawned process; returns
+    (process, *events)."""
+    evs = [SPAWN.Event() for _ in range(events)]
+    p = SPAWN.Process(target=target, args=(*args, *evs))
+    p.start()
+    return (p, *evs)
+
+
+def _frames_result(rate: float) -> dict[str, float]:
+    return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
 
 
 def _name(tag: str) -> str:
@@ -65,9 +77,7 @@ def shm_thr(n, batched):
     n -= n % 256
     name = _name("thr")
     rx = shmstream.channel(name, 1 << 20, role="consumer")
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_shm_thr_producer, args=(name, n, batched, ready))
-    p.start()
+    p, ready = _spawn(_shm_thr_producer, name, n, batched)
     try:
         ready.set()
         got = 0
@@ -117,20 +127,10 @@ def shm_ping(n):
     a, b = _name("ping"), _name("pong")
     tx = shmstream.channel(a, 1 << 16)
     rx = shmstream.channel(b, 1 << 16, role="consumer")
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_shm_pong, args=(a, b, ready))
-    p.start()
+    p, ready = _spawn(_shm_pong, a, b)
     try:
         ready.wait(60)
-        out = []
-        clock = time.perf_counter_ns
-        for i in range(n + 1000):
-            t = clock()
-            tx.send(MSG32)
-            rx.recv()
-            if i >= 1000:
-                out.append(clock() - t)
-        return _lat(out)
+        return latency_summary(ping_latencies(tx.send, MSG32, rx.recv, n))
     finally:
         tx.close()
         p.join(10)
@@ -181,9 +181,7 @@ def _frames_consume(rx, n, batched, proc=None):
             with recv() as m:
                 from_dlpack(m)
             got += 1
-    dt = time.perf_counter() - t0
-    fps = (n - first) / dt
-    return {"frames_per_s": fps, "GB_per_s": fps * FRAME_N * 4 / 1e9}
+    return _frames_result((n - first) / (time.perf_counter() - t0))
 
 
 def shm_frames(n, batched):
@@ -192,9 +190,7 @@ def shm_frames(n, batched):
     n -= n % 256
     name = _name("frames")
     rx = shmstream.channel(name, 1 << 22, role="consumer")
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_shm_frames_producer, args=(name, n, ready))
-    p.start()
+    p, ready = _spawn(_shm_frames_producer, name, n)
     try:
         ready.set()
         return _frames_consume(rx, n, batched)
@@ -261,8 +257,7 @@ def dlpack_ceiling(n):
     t0 = time.perf_counter()
     for _ in range(n):
         from_dlpack(a)
-    rate = n / (time.perf_counter() - t0)
-    return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
+    return _frames_result(n / (time.perf_counter() - t0))
 
 
 # ---- pyzmq ipc:// ----------------------------------------------------------------------
@@ -291,10 +286,8 @@ def zmq_thr(n, frames=False):
     s = ctx.socket(zmq.PULL)
     s.setsockopt(zmq.RCVHWM, 100000)
     s.bind(addr)
-    ready = SPAWN.Event()
     payload = bytes(FRAME_N * 4) if frames else MSG32
-    p = SPAWN.Process(target=_zmq_push, args=(addr, n, payload, ready))
-    p.start()
+    p, ready = _spawn(_zmq_push, addr, n, payload)
     try:
         ready.set()
         recv = s.recv
@@ -315,9 +308,7 @@ def zmq_thr(n, frames=False):
         dt = time.perf_counter() - t0
         p.join(60)
         rate = (n - 1) / dt
-        if frames:
-            return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
-        return {"msgs_per_s": rate}
+        return _frames_result(rate) if frames else {"msgs_per_s": rate}
     finally:
         p.kill()
         s.close(linger=0)
@@ -348,21 +339,12 @@ def zmq_ping(n):
     ctx = zmq.Context()
     s = ctx.socket(zmq.PAIR)
     s.bind(addr)
-    ready = SPAWN.Event()
-    p = SPAWN.Process(target=_zmq_pong, args=(addr, ready))
-    p.start()
+    p, ready = _spawn(_zmq_pong, addr)
     try:
         ready.wait(60)
-        out = []
-        clock = time.perf_counter_ns
-        for i in range(n + 1000):
-            t = clock()
-            s.send(MSG32)
-            s.recv()
-            if i >= 1000:
-                out.append(clock() - t)
+        lat = ping_latencies(s.send, MSG32, s.recv, n)
         s.send(b"stop")
-        return _lat(out)
+        return latency_summary(lat)
     finally:
         p.join(10)
         p.kill()
@@ -419,9 +401,7 @@ def iox_thr(n, frames=False):
     name = _name("iox")
     iox2, node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
     sub = svc.subscriber_builder().buffer_size(1024).create()
-    ready, go = SPAWN.Event(), SPAWN.Event()
-    p = SPAWN.Process(target=_iox_pub, args=(name, n, frames, ready, go))
-    p.start()
+    p, ready, go = _spawn(_iox_pub, name, n, frames, events=2)
     try:
         ready.wait(60)
         go.set()
@@ -450,9 +430,7 @@ def iox_thr(n, frames=False):
                 t0 = time.perf_counter()
         dt = time.perf_counter() - t0
         rate = (n - 1) / dt
-        if frames:
-            return {"frames_per_s": rate, "GB_per_s": rate * FRAME_N * 4 / 1e9}
-        return {"msgs_per_s": rate}
+        return _frames_result(rate) if frames else {"msgs_per_s": rate}
     finally:
         p.join(30)
         p.kill()
@@ -477,25 +455,12 @@ def iox_ping(n):
     _, _, sb = _iox_service(b, _P32, 16)
     pub = _iox_publisher(iox2, sa)
     sub = sb.subscriber_builder().create()
-    ready, stop = SPAWN.Event(), SPAWN.Event()
-    p = SPAWN.Process(target=_iox_pong, args=(a, b, ready, stop))
-    p.start()
+    p, ready, stop = _spawn(_iox_pong, a, b, events=2)
     try:
         ready.wait(60)
-        # wait until the pong side is connected (a first ping comes back)
-        payload = _P32()
-        receive = sub.receive
-        out = []
-        clock = time.perf_counter_ns
-        for i in range(n + 1000):
-            t = clock()
-            pub.send_copy(payload)
-            s = receive()
-            while s is None:
-                s = receive()
-            if i >= 1000:
-                out.append(clock() - t)
-        return _lat(out)
+        # the untimed first round trips also wait until the pong side is
+        # connected (a first ping comes back)
+        return latency_summary(ping_latencies(pub.send_copy, _P32(), sub.receive, n))
     finally:
         stop.set()
         p.join(10)
@@ -503,11 +468,6 @@ def iox_ping(n):
 
 
 # ---- driver -----------------------------------------------------------------------------
-
-
-def _lat(ns):
-    ns.sort()
-    return {"p50_us": ns[len(ns) // 2] / 1e3, "p99_us": ns[int(len(ns) * 0.99)] / 1e3}
 
 
 def _scenarios(quick: bool):
@@ -536,6 +496,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario names to run")
     ap.add_argument("--json", help="write raw results here")
     args = ap.parse_args(argv)
+    res = Results("channel", argv or [])
     scen = _scenarios(args.quick)
     if args.only:
         keep = set(args.only.split(","))
@@ -544,40 +505,34 @@ def main(argv=None) -> int:
     for r in range(args.rounds):
         for kind, peer, fn in scen:
             try:
-                res = fn()
+                got = fn()
             except Exception as exc:  # a peer that fails is reported, not fatal
-                res = {"error": f"{type(exc).__name__}: {exc}"}
-            if res is None:
-                res = {"error": "skipped (no C compiler or sources)"}
-            raw.setdefault((kind, peer), []).append(res)
-            print(f"round {r + 1}: {kind:7s} {peer:36s} {_fmt(res)}", flush=True)
+                got = {"error": f"{type(exc).__name__}: {exc}"}
+            if got is None:
+                got = {"error": "skipped (no C compiler or sources)"}
+            raw.setdefault((kind, peer), []).append(got)
+            res.add(scenario=kind, peer=peer, round=r, **got)
+            if "error" in got:
+                res.errors.append(f"{kind} {peer} round {r + 1}: {got['error']}")
+            print(f"round {r + 1}: {kind:7s} {peer:36s} {fmt_fields(got)}", flush=True)
     print()
+    env = res.meta
     print(f"# shmstream bench channel ({args.rounds} interleaved rounds, medians) on "
-          f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+          f"{env['machine']}, {env['cpu_count']} CPUs, Python {env['python']}")
     summary = {}
     for (kind, peer), runs in raw.items():
         good = [x for x in runs if "error" not in x]
         if not good:
             summary[(kind, peer)] = runs[-1]
             continue
-        summary[(kind, peer)] = {k: statistics.median(x[k] for x in good) for k in good[0]}
+        summary[(kind, peer)] = {k: median([x[k] for x in good]) for k in good[0]}
     for (kind, peer), med in summary.items():
-        print(f"{kind:7s} {peer:36s} {_fmt(med)}")
+        print(f"{kind:7s} {peer:36s} {fmt_fields(med)}")
     _targets(summary)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"raw": {f"{k[0]}|{k[1]}": v for k, v in raw.items()},
-                       "median": {f"{k[0]}|{k[1]}": v for k, v in summary.items()}}, f, indent=1)
+        res.dump(args.json, raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},
+                 median={f"{k[0]}|{k[1]}": v for k, v in summary.items()})
     return 0
-
-
-def _fmt(res: dict) -> str:
-    if "error" in res:
-        return res["error"]
-    parts = []
-    for k, v in res.items():
-        parts.append(f"{k}={v:,.0f}" if v >= 1000 else f"{k}={v:.2f}")
-    return "  ".join(parts)
 
 
 def _targets(s: dict) -> None:

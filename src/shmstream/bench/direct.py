@@ -21,7 +21,6 @@ Bytes read from disk come from /proc/self/io. The file is made in a temp dir
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import random
@@ -37,15 +36,12 @@ import numpy as np
 
 from .. import _direct
 from ..direct import DirectArray
+from ._common import Results, fmt_ratio, progress, render_table
 
 COLS = 40
 SPAN = 30000
 STEP = 1000
 READERS = ["np.memmap", "np.memmap+MADV_RANDOM", "direct-mmap", "shmstream.DirectArray"]
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def disk_read_bytes() -> int:
@@ -173,8 +169,7 @@ def choose_starts(rows: int, tasks: int, seed: int) -> list[int]:
 
 def table(res: dict, readers: list[str], thread_counts: list[int]) -> str:
     base, ours = "np.memmap", "shmstream.DirectArray"
-    head = ["pass", "threads"] + readers + ["np.memmap / ours"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for kind in ("cold", "again", "cached"):
         for t in thread_counts:
             row = ["again (warm)" if kind == "again" else kind, str(t)]
@@ -182,9 +177,9 @@ def table(res: dict, readers: list[str], thread_counts: list[int]) -> str:
                 v = res.get((r, kind, t))
                 row.append("—" if v is None else f"{v['s']:.4f} s ({v['mb']:.0f} MB)")
             b, o = res.get((base, kind, t)), res.get((ours, kind, t))
-            row.append(f"{b['s'] / o['s']:.2f}×" if b and o else "—")
-            lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+            row.append(fmt_ratio(b["s"], o["s"], after="×") if b and o else "—")
+            rows.append(row)
+    return render_table(["pass", "threads"] + readers + ["np.memmap / ours"], rows, compact=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import direct_mmap  # noqa: F401
         except Exception as e:  # noqa: BLE001 - any import failure skips the peer
-            log(f"direct-mmap unavailable ({e!r}); skipping it")
+            progress(f"direct-mmap unavailable ({e!r}); skipping it")
             readers.remove("direct-mmap")
     # direct-mmap opens (and never closes) one descriptor per read.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -216,16 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = args.rows * COLS * 8
     tmp = tempfile.mkdtemp(prefix="shmstream-bench-direct-", dir=args.dir)
     res: dict = {}
+    report = Results("direct", argv or [])
+    report.meta["io_backend"] = _direct.io_backend()
     try:
         free = shutil.disk_usage(tmp).free
         if free < nbytes + (1 << 30):
-            log(f"not enough free disk in {tmp}: {free / 1e9:.1f} GB free, need {nbytes / 1e9:.1f} GB + 1 GB")
+            progress(f"not enough free disk in {tmp}: {free / 1e9:.1f} GB free, need {nbytes / 1e9:.1f} GB + 1 GB")
             return 1
         path = os.path.join(tmp, "array.bin")
-        log(f"making {path}: ({args.rows}, {COLS}) uint64, {nbytes / 1e9:.2f} GB")
+        progress(f"making {path}: ({args.rows}, {COLS}) uint64, {nbytes / 1e9:.2f} GB")
         make_file(path, args.rows)
         starts = choose_starts(args.rows, args.tasks, args.seed)
-        log(f"{len(starts)} tasks arr[i:i+{SPAN}:{STEP}], io backend {_direct.io_backend()}")
+        progress(f"{len(starts)} tasks arr[i:i+{SPAN}:{STEP}], io backend {_direct.io_backend()}")
 
         def timed(reader: str, kind: str, threads: int, getitem, extra: str = "") -> None:
             before = disk_read_bytes()
@@ -233,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             mb = (disk_read_bytes() - before) / 1e6
             check(results, starts)
             res[(reader, kind, threads)] = {"s": s, "mb": mb}
-            log(f"  {kind:6s} {threads:2d} threads  {reader:24s} {s:7.3f} s  {mb:8.1f} MB from disk{extra}")
+            report.add(reader=reader, **{"pass": kind}, threads=threads, s=s, mb=mb)
+            progress(f"  {kind:6s} {threads:2d} threads  {reader:24s} {s:7.3f} s  {mb:8.1f} MB from disk{extra}")
 
         for threads in thread_counts:
             for reader in readers:
@@ -245,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     close()
         resident, total = load_into_cache(path)
-        log(f"file loaded into the page cache: {resident}/{total} pages")
+        progress(f"file loaded into the page cache: {resident}/{total} pages")
         for threads in thread_counts:
             for reader in readers:
                 getitem, close = OPENERS[reader](path, args.rows)
@@ -258,14 +256,16 @@ def main(argv: list[str] | None = None) -> int:
 
     cmd = "shmstream bench direct" + (" " + " ".join(argv) if argv else "")
     print(f"`{cmd}` — {len(starts)} tasks, file {nbytes / 1e9:.2f} GB, io backend {_direct.io_backend()}, "
-          f"{os.cpu_count()} CPUs\n")
-    print(table(res, readers, thread_counts))
+          f"{report.meta['cpu_count']} CPUs\n")
+    text = table(res, readers, thread_counts)
+    report.tables.append(text)
+    print(text)
     print("\nseconds per pass (MB read from disk, /proc/self/io)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"argv": argv, "tasks": len(starts), "bytes": nbytes,
-                       "results": [{"reader": r, "pass": k, "threads": t, **v}
-                                   for (r, k, t), v in res.items()]}, f, indent=1)
+        # "argv", "tasks", "bytes", "results": what this file held before it
+        # had the common sections
+        report.dump(args.json, argv=argv, tasks=len(starts), bytes=nbytes,
+                     results=report.records)
     return 0
 
 

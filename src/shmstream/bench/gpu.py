@@ -17,21 +17,38 @@ c. cross-process ping-pong: 64 KiB float32 payloads echoed by a spawned
 Needs a CUDA device and torch (the tensors and the matmul); pyshmem is
 optional (its column says n/a without it). STATUS: written on a machine
 without a GPU; never run. docs/gpu.md says how to run it.
+
+Method: each rate is taken over about ``--seconds`` after a calibration
+that also warms up (``_common.loop_rate``), with the device synchronised at
+the end of every timed loop; ping-pong latencies come after 100 untimed
+round trips (``_common.ping_latencies``).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import sys
-import time
 import uuid
 from typing import Any, Callable
 
 import numpy as np
 
+from ._common import (
+    Results,
+    emit,
+    fmt_hz,
+    fmt_ratio,
+    fmt_us,
+    latency_summary,
+    loop_rate,
+    ping_latencies,
+    render_table,
+)
+
 SIZES = (100, 1000, 10000)
 PING_BYTES = 64 * 1024
+PING_WARM = 100  # untimed round trips before the timed ones
+IMPLS = ("shmstream", "pyshmem")
 
 
 def _lib(impl: str) -> Any:
@@ -44,20 +61,15 @@ def _lib(impl: str) -> Any:
     return pyshmem
 
 
-def _rate(fn: Callable[[], Any], seconds: float, sync: Callable[[], None]) -> float:
-    """Calls per second of fn over about `seconds` (after a warm-up)."""
-    for _ in range(3):
-        fn()
-    sync()
-    n, t0 = 0, time.perf_counter()
-    deadline = t0 + seconds
-    while True:
-        fn()
-        n += 1
-        if n % 8 == 0 and time.perf_counter() >= deadline:
-            break
-    sync()
-    return n / (time.perf_counter() - t0)
+def _synced(step: Callable[[], Any], sync: Callable[[], None]) -> Callable[[int], None]:
+    """``loop(n)``: n steps, then wait for the device, so a timed loop
+    counts the work it queued."""
+    def loop(n: int) -> None:
+        for _ in range(n):
+            step()
+        sync()
+
+    return loop
 
 
 def _roundtrip(impl: str, size: int, mirror: bool, seconds: float, torch: Any) -> float:
@@ -72,7 +84,7 @@ def _roundtrip(impl: str, size: int, mirror: bool, seconds: float, torch: Any) -
             h.write(src)
             h.read()
 
-        return _rate(step, seconds, torch.cuda.synchronize)
+        return loop_rate(_synced(step, torch.cuda.synchronize), seconds)
     finally:
         h.close()
         lib.unlink(name)
@@ -92,7 +104,7 @@ def _matvec(impl: str, n: int, resident: bool, seconds: float, torch: Any) -> fl
             y = m.read() @ v.read()
             del y
 
-        return _rate(step, seconds, torch.cuda.synchronize)
+        return loop_rate(_synced(step, torch.cuda.synchronize), seconds)
     finally:
         for h, nm in ((m, f"bench-gpu-m-{tag}"), (v, f"bench-gpu-v-{tag}")):
             h.close()
@@ -103,8 +115,8 @@ def _echo(impl: str, ping: str, pong: str, rounds: int, ready: Any) -> None:
     lib = _lib(impl)
     a = lib.open(ping, gpu_device="cuda:0")
     b = lib.open(pong, gpu_device="cuda:0")
+    seen = a.count  # before ready: the first request may come right after it
     ready.set()
-    seen = a.count
     for _ in range(rounds):
         x = a.read_after(seen, timeout=30)
         seen = a.last_read_count
@@ -113,7 +125,7 @@ def _echo(impl: str, ping: str, pong: str, rounds: int, ready: Any) -> None:
     b.close()
 
 
-def _pingpong(impl: str, rounds: int, torch: Any) -> tuple[float, float, float]:
+def _pingpong(impl: str, rounds: int, torch: Any) -> dict[str, float]:
     lib = _lib(impl)
     tag = uuid.uuid4().hex[:10]
     ping, pong = f"bench-gpu-ping-{tag}", f"bench-gpu-pong-{tag}"
@@ -122,39 +134,29 @@ def _pingpong(impl: str, rounds: int, torch: Any) -> tuple[float, float, float]:
     b = lib.create(pong, shape=shape, dtype=np.float32, gpu_device="cuda:0")
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
-    p = ctx.Process(target=_echo, args=(impl, ping, pong, rounds, ready))
-    p.start()
+    p = ctx.Process(target=_echo, args=(impl, ping, pong, PING_WARM + rounds, ready))
     try:
+        p.start()
         if not ready.wait(120):
             raise RuntimeError(f"{impl} echo process did not start")
         src = torch.rand(shape, device="cuda:0")
-        lat = []
         seen = b.count
-        t0 = time.perf_counter()
-        for _ in range(rounds):
-            t = time.perf_counter()
-            a.write(src)
-            b.read_after(seen, timeout=30)
+
+        def recv() -> Any:
+            nonlocal seen
+            got = b.read_after(seen, timeout=30)
             seen = b.last_read_count
-            lat.append(time.perf_counter() - t)
-        total = time.perf_counter() - t0
+            return got
+
+        lat = ping_latencies(a.write, src, recv, rounds, warm=PING_WARM)
         p.join(60)
-        lat_us = np.array(lat) * 1e6
-        return rounds / total, float(np.percentile(lat_us, 50)), float(np.percentile(lat_us, 99))
+        return {"rate": rounds / (sum(lat) / 1e9), **latency_summary(lat)}
     finally:
         if p.is_alive():
             p.kill()
         for h, nm in ((a, ping), (b, pong)):
             h.close()
             lib.unlink(nm)
-
-
-def _ratio(ours: float, theirs: float | None) -> str:
-    return "-" if not theirs else f"x{ours / theirs:.2f}"
-
-
-def _fmt(x: float | None, unit: str = "") -> str:
-    return "n/a" if x is None else f"{x:,.1f}{unit}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
     seconds = 0.3 if args.quick else args.seconds
     sizes = SIZES[:2] if args.quick else SIZES
+    res = Results("gpu", argv or [])
+    res.meta["versions"]["torch"] = torch.__version__
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
@@ -198,46 +202,59 @@ def main(argv: list[str] | None = None) -> int:
         "matvec": [],
         "pingpong": [],
     }
+    res.meta["device"] = results["device"]
+
+    def cells(hz: dict[str, float], per_call: float, unit: str) -> list[str]:
+        """A shmstream and a pyshmem cell (rate, and rate x per_call in
+        ``unit``), and the ratio."""
+        out = [f"{fmt_hz(hz[i])}, {hz[i] * per_call:.2f} {unit}" if i in hz else "n/a"
+               for i in IMPLS]
+        return out + [fmt_ratio(hz["shmstream"], hz.get("pyshmem"))]
 
     print(f"GPU: {results['device']}  torch {torch.__version__}  peers: {', '.join(impls)}")
-    print("\na. round trip write+read, float32 (Hz; payload GB/s)")
-    print(f"{'shape':>12} {'mode':>12} {'shmstream':>22} {'pyshmem':>22} {'ratio':>7}")
+    print()
+    rows = []
     for size in sizes:
         nbytes = size * size * 4
         for mirror in (False, True):
             hz = {i: _roundtrip(i, size, mirror, seconds, torch) for i in impls}
-            row = {"size": size, "cpu_mirror": mirror, "hz": hz, "bytes": nbytes}
-            results["roundtrip"].append(row)
-            cells = [
-                f"{_fmt(hz.get(i))} Hz {(hz[i] * nbytes / 1e9 if i in hz else 0):6.2f} GB/s"
-                if i in hz else "n/a" for i in ("shmstream", "pyshmem")
-            ]
+            results["roundtrip"].append({"size": size, "cpu_mirror": mirror, "hz": hz,
+                                         "bytes": nbytes})
+            for i, v in hz.items():
+                res.add(section="a", impl=i, size=size, cpu_mirror=mirror, hz=v, bytes=nbytes)
             mode = "cpu_mirror" if mirror else "performance"
-            print(f"{size}x{size:<7} {mode:>12} {cells[0]:>22} {cells[1]:>22} "
-                  f"{_ratio(hz['shmstream'], hz.get('pyshmem')):>7}")
+            rows.append([f"{size}x{size}", mode, *cells(hz, nbytes / 1e9, "GB/s")])
+    emit(res, render_table(["shape", "mode", *IMPLS, "ratio"], rows,
+                           "a. round trip write+read, float32 (Hz; payload GB/s)", left=2))
 
     n = args.matvec_n
-    flops = 2.0 * n * n
-    print(f"\nb. matrix-vector pipeline, N={n} (Hz; GFLOP/s)")
+    rows = []
     for resident in (False, True):
         hz = {i: _matvec(i, n, resident, seconds, torch) for i in impls}
         results["matvec"].append({"n": n, "device_vector": resident, "hz": hz})
+        for i, v in hz.items():
+            res.add(section="b", impl=i, n=n, device_vector=resident, hz=v)
         label = "device vector" if resident else "host upload"
-        cells = [f"{hz[i]:,.1f} Hz {hz[i] * flops / 1e9:7.2f} GFLOP/s" if i in hz else "n/a"
-                 for i in ("shmstream", "pyshmem")]
-        print(f"{label:>14} {cells[0]:>30} {cells[1]:>30} "
-              f"{_ratio(hz['shmstream'], hz.get('pyshmem')):>7}")
+        rows.append([label, *cells(hz, 2.0 * n * n / 1e9, "GFLOP/s")])
+    emit(res, render_table(["vector", *IMPLS, "ratio"], rows,
+                           f"b. matrix-vector pipeline, N={n} (Hz; GFLOP/s)"))
 
     rounds = 200 if args.quick else args.rounds
-    print(f"\nc. cross-process ping-pong, {PING_BYTES // 1024} KiB, {rounds} round trips")
+    rows = []
     for impl in impls:
-        rate, p50, p99 = _pingpong(impl, rounds, torch)
-        results["pingpong"].append({"impl": impl, "rate": rate, "p50_us": p50, "p99_us": p99})
-        print(f"{impl:>10}: {rate:,.0f} round trips/s  p50 {p50:.1f} us  p99 {p99:.1f} us")
+        r = _pingpong(impl, rounds, torch)
+        results["pingpong"].append({"impl": impl, **r})
+        res.add(section="c", impl=impl, bytes=PING_BYTES, round_trips=rounds, **r)
+        rows.append([impl, fmt_hz(r["rate"], "/s"), fmt_us(r["p50_us"] * 1e3),
+                     fmt_us(r["p99_us"] * 1e3)])
+    emit(res, render_table(["implementation", "round trips/s", "p50 us", "p99 us"], rows,
+                           f"c. cross-process ping-pong, {PING_BYTES // 1024} KiB, "
+                           f"{rounds} round trips"))
 
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        # "device" ... "pingpong": what this file held before it had the
+        # common sections
+        res.dump(args.json, **results)
     return 0
 
 

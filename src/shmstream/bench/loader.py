@@ -27,7 +27,7 @@ import time
 import warnings
 from typing import Any
 
-from ._common import BenchError, Results, median, progress, render_table
+from ._common import BenchError, Results, emit, fmt_ratio, median, progress, render_table
 
 DEFAULT_SIZES = "500x1K/32,200x50K/64,100x500K/64,100x1M/32"
 
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
             f"{n}x{_h(dim)} bs {bs}", f"{batch_bytes / 1e6:.2f}",
             f"{t:.1f}", f"{t * avg_bytes / 1e6:.0f}",
             f"{s:.1f}", f"{s * avg_bytes / 1e6:.0f}",
-            f"x{ratio:.2f}", f">= x{target}", "met" if ratio >= target else "NOT met",
+            fmt_ratio(s, t), f">= x{target}", "met" if ratio >= target else "NOT met",
         ])
     title = (f"float32 datasets, num_workers={opts.workers}, persistent workers, start method "
              f"{opts.start_method or 'torch default'}, consumer "
@@ -116,8 +116,7 @@ def main(argv: list[str]) -> int:
     table = render_table(
         ["dataset", "batch MB", "torch batches/s", "torch MB/s", "shmstream batches/s",
          "shmstream MB/s", "ratio", "target", "verdict"], rows, title)
-    results.tables.append(table)
-    print(table)
+    emit(results, table)
     if opts.json:
         results.dump(opts.json)
     return 0
