@@ -28,8 +28,6 @@ import numpy as np
 
 from . import _channel, _checks, _dtypes, _native, _space
 from .errors import (
-    ChannelBrokenError,
-    ChannelBusyError,
     ChannelClosedError,
     CorruptStreamError,
 )

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import _cuda, _dtypes, _native
+from .. import _cuda, _native
 
 #: dtypes a CUDA stream can hold (the payload is copied as bytes; these are
 #: the ones every DLPack consumer, torch included, maps to a tensor dtype).

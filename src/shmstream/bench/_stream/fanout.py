@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -16,10 +16,7 @@ from .._common import (BenchError, Results, call_quietly, emit, fmt_bytes, fmt_h
 from .._rawshm import raw_shm, raw_unlink
 from .._workers import Worker
 from .peer import ABORT, STOP, WAIT_S, Names, Peer
-from .peers import OURS, make_peer
-
-if TYPE_CHECKING:
-    from ..stream import Peers
+from .peers import OURS, Peers, make_peer
 
 PAYLOAD = 64 << 10
 

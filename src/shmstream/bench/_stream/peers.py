@@ -3,6 +3,7 @@ chooses from, in their default order; ``PIPE`` runs in every run (the
 wake-up reference)."""
 from __future__ import annotations
 
+from .._common import try_import
 from .peer import Peer
 from .peer_iceoryx2 import Iceoryx2Peer
 from .peer_mpshm import MpshmPeer
@@ -25,3 +26,32 @@ def make_peer(name: str, self_module: str = "shmstream") -> Peer:
     if name == OURS:
         peer.module = self_module
     return peer
+
+
+class Peers:
+    """The peers of this run (``--peers``, in that order, and the os.pipe
+    reference), which of them can run here, and why not."""
+
+    def __init__(self, self_module: str, wanted: list[str]) -> None:
+        self.self_module = self_module
+        self.wanted: list[Peer] = [make_peer(name, self_module) for name in wanted]
+        self.pipe = make_peer(PIPE)
+        self.ours = next(p for p in self.wanted if p.name == OURS)
+        self.missing: dict[str, str] = {}
+        for peer in [*self.wanted, self.pipe]:
+            mod, why = try_import(peer.module)
+            if mod is not None:
+                why = peer.unusable(mod)
+            if mod is None or why:
+                self.missing[peer.name] = why or "not importable"
+
+    def ok(self, peer: Peer) -> bool:
+        return peer.name not in self.missing
+
+    def na(self, peer: Peer) -> str:
+        """What a missing peer's cells say."""
+        return peer.install_hint or f"n/a ({self.missing.get(peer.name, '')})"
+
+    @property
+    def available(self) -> list[Peer]:
+        return [p for p in self.wanted if self.ok(p)]

@@ -10,16 +10,13 @@ import argparse
 import os
 import time
 from array import array
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .._common import (BenchError, Results, emit, fmt_bytes, fmt_hz, fmt_ratio, fmt_us, median,
     percentiles, progress, render_table)
 from .._workers import Worker
 from .peer import COPY, STOP, WAIT_S, ZERO_COPY, Names, Peer
-from .peers import OURS, make_peer
-
-if TYPE_CHECKING:
-    from ..stream import Peers
+from .peers import OURS, Peers, make_peer
 
 PAYLOADS = (64, 64 << 10, 4 << 20)
 WAKEUP_PAYLOAD = PAYLOADS[0]

@@ -3,17 +3,13 @@ round-trip rows for each shape, round-robin, median of the repeats."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .._common import (Results, calibrate, call_quietly, emit, fmt_bytes, fmt_hz, fmt_ratio,
     median, progress, render_table, time_loop)
 from .peer import Names, Peer, RoundTrip
-from .peers import OURS
-
-if TYPE_CHECKING:
-    from ..stream import Peers
+from .peers import OURS, Peers
 
 SHAPES = ((100, 100), (128, 128), (1000, 1000))
 HUGE_SHAPE = (10000, 10000)
