@@ -1,9 +1,10 @@
-"""shmstream.torch.DataLoader: batches through reused shared-memory slots.
+"""shmstream.torch.DataLoader: batches through the loader's pool of reused
+shared-memory slots.
 
 Each edge case a real loader meets is one test. Workers are real processes
-(fork, torch's default here, plus one spawn test); the tests synchronise on
-the loader's own batches. Every test checks that /dev/shm holds no loader
-slot afterwards.
+(fork, torch's default here, plus spawn and forkserver tests); the tests
+synchronise on the loader's own batches and on child processes' exits.
+Every test checks that /dev/shm holds no pool root or slot file afterwards.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import gc
 import os
 import subprocess
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -20,24 +22,29 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import shmstream.torch as st  # noqa: E402
+from shmstream import _loader_pool as lp  # noqa: E402
 from shmstream.torch import DataLoader, ShmTransportWarning  # noqa: E402
 
+from support import private_shm_available, run_in_private_shm  # noqa: E402
+
 SHM = "/dev/shm"
+ROOT_FILE_PREFIX = "shmstream-" + lp.ROOT_PREFIX
 
 
-def _slots_in_shm() -> set[str]:
-    return {f for f in os.listdir(SHM) if f.startswith("shmstream-loader-")}
+def _pool_files() -> set[str]:
+    return {f for f in os.listdir(SHM)
+            if f.startswith(ROOT_FILE_PREFIX) or f.startswith(lp.SLOT_FILE_PREFIX)}
 
 
 @pytest.fixture(autouse=True)
 def nothing_left_in_dev_shm():
-    before = _slots_in_shm()
+    before = _pool_files()
     yield
     gc.collect()
-    left = _slots_in_shm() - before
+    left = _pool_files() - before
     for f in left:
         os.unlink(os.path.join(SHM, f))
-    assert not left, f"loader slots left in /dev/shm: {sorted(left)}"
+    assert not left, f"loader pool files left in /dev/shm: {sorted(left)}"
 
 
 class Rows(torch.utils.data.Dataset):
@@ -63,11 +70,21 @@ def slot_backed(t: torch.Tensor) -> bool:
     ptr = t.data_ptr()
     with open("/proc/self/maps") as f:
         for line in f:
-            if "shmstream-loader-" in line:
+            if lp.SLOT_FILE_PREFIX in line:
                 lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
                 if lo <= ptr < hi:
                     return True
     return False
+
+
+def slot_files(loader) -> list[str]:
+    return sorted(lp.list_slot_files(loader._shm_pool.token).get(loader._shm_pool.token, []))
+
+
+def states(loader) -> list[int]:
+    table = loader._shm_pool.table
+    with table.locked():
+        return [int(table.line(k)[lp._STATE]) for k in range(table.nslots)]
 
 
 # ---------------------------------------------------------------- basics
@@ -86,14 +103,14 @@ def test_slots_are_created_once_and_reused():
     ds = Rows(n=200)
     loader = DataLoader(ds, batch_size=4, num_workers=2)  # prefetch_factor 2 + 2 slots each
     aliased = 0
-    it = iter(loader)
-    for n, b in enumerate(it):
+    for n, b in enumerate(loader):
         aliased += slot_backed(b["x"])
         assert torch.equal(b["x"], ds.data[b["i"]])
-        # At most workers x slots mappings, however many batches went by.
-        assert len([k for k in st._mapped if it._token in k]) <= 2 * 4
-    assert n == 49 and aliased >= 45  # the first batch of each worker sizes the slots
-    del it, b
+        assert loader.stats()["slots"] <= 2 * 4  # however many batches went by
+    s = loader.stats()
+    assert n == 49 and aliased == s["fresh"] + s["reused"] == 50 - s["fallbacks"]
+    assert s["fresh"] == s["slots"] <= 8 and s["reused"] >= 42
+    del b
 
 
 def test_num_workers_zero_is_torchs_loader():
@@ -305,7 +322,7 @@ def no_space_in_worker(worker_id):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device (simulated)")
 
-    st._Slot.__init__ = full
+    lp.create_slot_file = full
 
 
 def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
@@ -316,7 +333,10 @@ def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
         got = list(loader)
     ours = [w for w in caught if issubclass(w.category, ShmTransportWarning)]
     assert len(ours) == 1 and "/dev/shm" in str(ours[0].message)
+    assert "simulated" in str(ours[0].message)
     assert len(got) == 8 and all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
+    s = loader.stats()
+    assert s["fallbacks"] == s["fallback_reasons"]["error"] == 8 and s["slots"] == 0
     del got
 
 
@@ -370,7 +390,7 @@ def test_the_pin_memory_thread_path_builds_the_batch_and_frees_the_slot(monkeypa
         monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self.clone())
     b = torch.utils.data._utils.pin_memory.pin_memory(desc)
     assert torch.equal(b["x"], ds.data[:4]) and not slot_backed(b["x"])
-    assert st._mapped[desc.segname].ctrl[st._STATE] == st._FREE
+    assert states(it._loader)[desc.k] == lp.FREE
     del it, b, desc
 
 

@@ -208,15 +208,21 @@ def _cmd_purge(args: argparse.Namespace) -> int:
     removed = list(removed or [])
     for name in removed:
         print(f"purged {name!r}")
-    # Live owners' arrays are in use; only what dead creators left goes.
+    # Live owners' loader pools and arrays are in use; only what dead
+    # creators left goes. Loader pools first: their slot files are not
+    # segments, and the pool's root (an array segment) says who owns them.
+    from ._loader_pool import purge_dead_loader_pools
     from .shared_array import purge_dead_arrays
 
+    pools = purge_dead_loader_pools()
+    for name in pools:
+        print(f"purged loader pool {name!r} (its loader process is dead)")
     orphans = purge_dead_arrays()
     for name in orphans:
         print(f"purged array {name!r} (its creator is dead)")
-    if removed or orphans:
-        print(f"removed {len(removed)} stream(s), {len(orphans)} orphaned array(s)",
-              file=sys.stderr)
+    if removed or orphans or pools:
+        print(f"removed {len(removed)} stream(s), {len(orphans)} orphaned array(s), "
+              f"{len(pools)} orphaned loader pool(s)", file=sys.stderr)
     else:
         print("no streams found", file=sys.stderr)
     return 0
