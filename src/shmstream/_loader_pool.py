@@ -456,14 +456,18 @@ class PoolClient:
         A fresh slot's line is set up here (generation, capacity, total);
         slots evicted to make room are removed."""
         t = self.table
-        fit, empty, small = None, None, []
+        fit, fit_key, empty, small = None, None, None, []
         for k in range(t.nslots):
             e = t.line(k)
             st = e[_STATE]
             if st == FREE:
                 if e[_CAP] >= need:
-                    if fit is None or e[_CAP] < t.line(fit)[_CAP]:
-                        fit = k
+                    # Best fit, among the slots this worker has mapped first
+                    # (a new mapping maps every page of the slot).
+                    mapped = self.maps.get(k, (None,))[0] == e[_GEN]
+                    key = (not mapped, int(e[_CAP]))
+                    if fit is None or key < fit_key:
+                        fit, fit_key = k, key
                 else:
                     small.append(k)
             elif st == EMPTY and empty is None:

@@ -86,8 +86,8 @@ def _build_parser() -> argparse.ArgumentParser:
     purge_p = sub.add_parser(
         "purge",
         help=(
-            "remove ALL shmstream streams, and the shared arrays and loader slots "
-            "whose creating process is dead; print their names"
+            "remove ALL shmstream streams, and the DataLoader slot pools and shared "
+            "arrays whose creating process is dead; print their names"
         ),
     )
     purge_p.add_argument(

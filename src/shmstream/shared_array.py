@@ -389,7 +389,7 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
 
 
 def purge_dead_arrays() -> list[str]:
-    """Remove array segments (``KIND_ARRAY``: shared arrays and loader slots)
+    """Remove array segments (``KIND_ARRAY``: shared arrays and DataLoader pool roots)
     whose creator process is dead. Returns the names removed."""
     removed: list[str] = []
     prefix = _native.SEGMENT_PREFIX.lstrip("/")
