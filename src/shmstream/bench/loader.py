@@ -14,10 +14,12 @@ What is timed: whole epochs, from ``iter(loader)`` to exhaustion, worker
 start-up included (it is the same for both loaders), in two regimes:
 ``default`` (``persistent_workers=False``: new workers every epoch, measured
 first) and ``persistent`` (``persistent_workers=True``). Each round builds a
-fresh loader of each kind (order alternating torch, shmstream / shmstream,
-torch) and runs ``--epochs`` epochs; the ratio is torch's median epoch time
-over shmstream's, over every epoch of every round. The first epoch of a
-fresh loader (slot pool empty) is also reported on its own. ``--touch``
+fresh loader of each kind and runs ``--epochs`` epochs of each, interleaved
+(order alternating torch, shmstream / shmstream, torch); the ratio is
+torch's median epoch time over shmstream's, over every epoch of every round.
+The first epoch of a fresh loader (slot pool empty) is also reported on its
+own, and the last shmstream loader's pool: batches delivered from fresh and
+reused slots and through torch's path, and the pool's size. ``--touch``
 makes the consumer sum every batch; by default it only receives them. Every
 batch's first and last element and its labels are checked.
 """
@@ -88,21 +90,22 @@ def main(argv: list[str]) -> int:
             firsts: dict[str, list[float]] = {k: [] for k in kinds}
             stats: dict[str, Any] = {}
             for rnd in range(opts.rounds):
-                order = list(kinds) if rnd % 2 == 0 else list(reversed(list(kinds)))
-                for name in order:
-                    loader = kinds[name](ds, **kwargs)
-                    for ep in range(opts.epochs):
-                        secs = _epoch(loader, n, opts.touch)
+                # A fresh loader of each kind; their epochs interleave (order
+                # alternating) so both see the same moments of a noisy machine.
+                loaders = {name: make(ds, **kwargs) for name, make in kinds.items()}
+                for ep in range(opts.epochs):
+                    order = list(kinds) if (rnd + ep) % 2 == 0 else list(reversed(list(kinds)))
+                    for name in order:
+                        secs = _epoch(loaders[name], n, opts.touch)
                         times[name].append(secs)
                         if ep == 0:
                             firsts[name].append(secs)
                         results.add(regime=regime, size=label, loader=name, round=rnd, epoch=ep,
                                     seconds=secs, batch_bytes=bs * dim * 4)
                         progress(f"{regime} {label}: {name} epoch {ep + 1} {secs * 1e3:.0f} ms")
-                    if hasattr(loader, "stats"):
-                        stats = loader.stats()
-                    del loader
-                    gc.collect()
+                stats = loaders["shmstream"].stats()
+                loaders.clear()
+                gc.collect()
             if stats:
                 results.add(regime=regime, size=label, loader="shmstream", pool_stats=stats)
             rows.append(_row(n, dim, bs, times, firsts, stats))
@@ -113,7 +116,8 @@ def main(argv: list[str]) -> int:
                  f"{opts.rounds} fresh loaders x {opts.epochs} epochs")
         table = render_table(
             ["dataset", "batch MB", "batches/epoch", "torch ms/epoch", "shmstream ms/epoch",
-             "ratio", "1st epoch ratio", "target", "verdict", "slot batches fresh/reused/torch"],
+             "ratio", "1st epoch ratio", "target", "verdict", "batches fresh/reused/torch",
+             "pool MB"],
             rows, title)
         results.tables.append(table)
         print(table)
@@ -136,6 +140,7 @@ def _row(n: int, dim: int, bs: int, times: dict[str, list[float]],
         f"{n}x{_h(dim)} bs {bs}", f"{batch_bytes / 1e6:.2f}", str(-(-n // bs)),
         f"{t * 1e3:.0f}", f"{s * 1e3:.0f}", f"x{ratio:.2f}", f"x{t1 / s1:.2f}",
         f">= x{target}", "met" if ratio >= target else "NOT met", pool,
+        f"{stats.get('bytes', 0) / 1e6:.0f}" if stats else "-",
     ]
 
 
