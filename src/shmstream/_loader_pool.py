@@ -62,10 +62,12 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def capacity_for(need: int) -> int:
-    """Bytes of a new slot for a batch of ``need`` bytes: 1/8 headroom (a
-    slightly bigger batch reuses it), whole pages."""
-    return max(_align(need + need // 8, _PAGE), _PAGE)
+def capacity_for(need: int, grow: bool = False) -> int:
+    """Bytes of a new slot for a batch of ``need`` bytes, whole pages. A slot
+    that replaces one too small (``grow``: batch sizes vary) gets 1/8
+    headroom, so slightly bigger batches reuse it; a first slot gets none,
+    so that reserving it costs no more than the batch itself."""
+    return max(_align(need + need // 8 if grow else need, _PAGE), _PAGE)
 
 
 def default_max_bytes() -> int:
@@ -478,11 +480,11 @@ class PoolClient:
             return "busy"
         if not self.can_create:
             return "error"
-        cap = capacity_for(need)
         # Room: a free slot too small for this batch is replaced (grow);
         # more of them go, biggest first, if the bound needs their bytes.
         small.sort(key=lambda j: int(t.line(j)[_CAP]), reverse=True)
         target = empty if empty is not None else small.pop(0)
+        cap = capacity_for(need, grow=target != empty)
         total = int(w[_H_TOTAL]) - (int(t.line(target)[_CAP]) if target != empty else 0)
         evict = []
         while total + cap > w[_H_MAX] and small:
