@@ -806,7 +806,7 @@ def test_the_loader_benchmark_runs_both_regimes_and_checks_every_batch(tmp_path,
 
     path = tmp_path / "loader.json"
     assert bench.main(["--sizes", "40x1K/8", "--rounds", "1", "--epochs", "2",
-                       "--json", str(path)]) == 0
+                       "--first-use", "8x1K", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "regime default (persistent_workers=False)" in out and "regime persistent" in out
     doc = json.loads(path.read_text())

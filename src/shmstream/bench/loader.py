@@ -3,7 +3,8 @@ DataLoader, in the same run, whole epochs.
 
     python -m shmstream.bench loader [--workers N] [--epochs N] [--rounds N]
                                      [--sizes 500x1K/32,...] [--regimes default,persistent]
-                                     [--touch] [--start-method M] [--json PATH]
+                                     [--first-use 64x50K,...|none] [--touch]
+                                     [--start-method M] [--json PATH]
 
 Datasets: N samples of D float32 elements, batch size B. The R torch
 shared-memory PR's table (500x1K/32: 128 KB batches, 200x50K/64: 12.8 MB,
@@ -34,6 +35,7 @@ from typing import Any
 from ._common import BenchError, Results, median, progress, render_table
 
 DEFAULT_SIZES = "500x1K/32,200x50K/64,100x500K/64,100x1M/32,2000x50K/64,400x500K/64"
+FIRST_USE = "64x50K,64x500K"
 REGIMES = {"default": False, "persistent": True}
 
 
@@ -56,6 +58,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
     ap.add_argument("--regimes", default="default,persistent",
                     help="default (persistent_workers=False), persistent, or both")
+    ap.add_argument("--first-use", default=FIRST_USE,
+                    help="batches (BxD) of the first-use table, 'none' to skip")
     ap.add_argument("--touch", action="store_true", help="sum every batch in the consumer")
     ap.add_argument("--start-method", default=None, help="default: torch's default")
     ap.add_argument("--json", metavar="PATH")
@@ -122,19 +126,19 @@ def main(argv: list[str]) -> int:
         results.tables.append(table)
         print(table)
         print()
-    table = _first_use(torch, results, opts.rounds)
-    results.tables.append(table)
-    print(table)
+    if opts.first_use != "none":
+        table = _first_use(torch, results, opts.first_use, opts.rounds)
+        results.tables.append(table)
+        print(table)
     if opts.json:
         results.dump(opts.json)
     return 0
 
 
-FIRST_USE = [(50_000, 64), (500_000, 64)]
 _clock = time.process_time
 
 
-def _first_use(torch: Any, results: Results, rounds: int) -> str:
+def _first_use(torch: Any, results: Results, spec: str, rounds: int) -> str:
     """A batch stacked into a fresh slot against torch's default collate in a
     worker (a fresh shared-memory file), same process, same samples, alternating;
     and into a reused slot. The worker's side only: what the first use of a
@@ -149,7 +153,7 @@ def _first_use(torch: Any, results: Results, rounds: int) -> str:
 
     rows = []
     reps = max(9, 2 * rounds + 1)
-    for dim, bs in FIRST_USE:
+    for bs, dim, _, _ in parse_sizes(spec.replace(",", "/0,") + "/0"):
         samples = [torch.full((dim,), float(i)) for i in range(bs)]
         nbytes = bs * dim * 4
         path = lp.slot_path(f"bench{os.getpid()}", 0, 0)
