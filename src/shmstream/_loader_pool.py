@@ -283,13 +283,15 @@ class Pool:
         tls.pending = []
         try:
             with self.table.locked():
-                yield self.table
-                # A batch freed while we held the lock (a finalizer run by
-                # the collector in this thread) is handed back now; taking
-                # the lock again in this thread would fail (error-checking
-                # mutex).
-                while tls.pending:
-                    self.table.free(*tls.pending.pop())
+                try:
+                    yield self.table
+                finally:
+                    # A batch freed while we held the lock (a finalizer run
+                    # by the collector in this thread) is handed back now;
+                    # taking the lock again in this thread would fail
+                    # (error-checking mutex).
+                    while tls.pending:
+                        self.table.free(*tls.pending.pop())
         finally:
             tls.inside = False
 
@@ -421,8 +423,12 @@ class PoolClient:
                 return got
             k, fresh = got
             e = self.table.line(k)
-            e[_SEQ] += 1
-            e[_STATE], e[_PID], e[_TICKS] = FILLING, self.pid, self.ticks
+            if not fresh:
+                # Owner first: a holder that dies between these stores
+                # leaves a FREE slot, or a FILLING one that names it.
+                e[_PID], e[_TICKS] = self.pid, self.ticks
+                e[_SEQ] += 1
+                e[_STATE] = FILLING
             gen, seq, cap = int(e[_GEN]), int(e[_SEQ]), int(e[_CAP])
             for j, (g, _) in list(self.maps.items()):  # retired generations
                 if g != int(self.table.line(j)[_GEN]):
@@ -455,8 +461,8 @@ class PoolClient:
 
     def _choose(self, w: np.ndarray, need: int) -> tuple[int, bool] | str:
         """(slot, fresh) for a batch of ``need`` bytes, or why there is none.
-        A fresh slot's line is set up here (generation, capacity, total);
-        slots evicted to make room are removed."""
+        A fresh slot's line is taken and set up here (FILLING, generation,
+        capacity, total); slots evicted to make room are removed."""
         t = self.table
         fit, fit_key, empty, small = None, None, None, []
         for k in range(t.nslots):
@@ -497,9 +503,15 @@ class PoolClient:
             t.drop(j)
         if target != empty:
             t.drop(target)
+        # FILLING, not ready, owned by this worker before anything else
+        # changes: a holder that dies in between leaves a line that repair
+        # drops (its file, if any, removed; total recomputed).
         e = t.line(target)
+        e[_PID], e[_TICKS], e[_READY] = self.pid, self.ticks, 0
+        e[_STATE] = FILLING
+        e[_SEQ] += 1
         e[_GEN] += 1
-        e[_CAP], e[_READY], e[_STATE] = cap, 0, FREE
+        e[_CAP] = cap
         w[_H_TOTAL] = total + cap
         return target, True
 
