@@ -464,7 +464,10 @@ class PoolClient:
         A fresh slot's line is taken and set up here (FILLING, generation,
         capacity, total); slots evicted to make room are removed."""
         t = self.table
-        fit, fit_key, empty, small = None, None, None, []
+        fit: int | None = None
+        fit_key = (True, 1 << 62)
+        empty: int | None = None
+        small: list[int] = []
         for k in range(t.nslots):
             e = t.line(k)
             st = e[_STATE]
@@ -474,7 +477,7 @@ class PoolClient:
                     # (a new mapping maps every page of the slot).
                     mapped = self.maps.get(k, (None,))[0] == e[_GEN]
                     key = (not mapped, int(e[_CAP]))
-                    if fit is None or key < fit_key:
+                    if key < fit_key:
                         fit, fit_key = k, key
                 else:
                     small.append(k)

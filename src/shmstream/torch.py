@@ -253,7 +253,7 @@ class _SlotCollate:
                              f"{type(exc).__name__}: {exc}")
 
     def _attach(self) -> Any:
-        if self.instance_id is None:
+        if self.token is None or self.instance_id is None:
             return "the loader could not create its slot pool"
         try:
             return _loader_pool.PoolClient(self.token, self.instance_id, wrap=_as_bytes)
@@ -265,6 +265,8 @@ class _SlotCollate:
         return got if isinstance(got, str) else _Slot(got)
 
     def _pack(self, client: Any, samples: Any) -> Any:
+        token = self.token
+        assert token is not None
         slot: _Slot | None = None
         used = 0
         if self.direct:
@@ -319,9 +321,9 @@ class _SlotCollate:
                 packer = _Packer(buf, slot, placed)
                 packer.dump(batch)
                 if slot is None:  # nothing with bytes to carry
-                    return _Descriptor(self.token, -1, 0, 0, 0, buf.getvalue(), packer.metas, False)
+                    return _Descriptor(token, -1, 0, 0, 0, buf.getvalue(), packer.metas, False)
                 t = slot.taken
-                return _Descriptor(self.token, t.k, t.gen, t.seq, used, buf.getvalue(),
+                return _Descriptor(token, t.k, t.gen, t.seq, used, buf.getvalue(),
                                    packer.metas, t.fresh)
             except BaseException:
                 if slot is not None:

@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
     results.meta.update(workers=opts.workers, start_method=opts.start_method, touch=opts.touch,
                         epochs=opts.epochs, rounds=opts.rounds)
     torch.set_num_threads(1)
-    kinds = {"torch": torch.utils.data.DataLoader, "shmstream": shm_torch.DataLoader}
+    kinds: dict[str, Any] = {"torch": torch.utils.data.DataLoader, "shmstream": shm_torch.DataLoader}
 
     for regime in regimes:
         rows = []
@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
             for rnd in range(opts.rounds):
                 # A fresh loader of each kind; their epochs interleave (order
                 # alternating) so both see the same moments of a noisy machine.
-                loaders = {name: make(ds, **kwargs) for name, make in kinds.items()}
+                loaders: dict[str, Any] = {name: make(ds, **kwargs) for name, make in kinds.items()}
                 for ep in range(opts.epochs):
                     order = list(kinds) if (rnd + ep) % 2 == 0 else list(reversed(list(kinds)))
                     for name in order:
