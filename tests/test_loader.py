@@ -351,6 +351,42 @@ def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
     del got
 
 
+def space_for_one_slot(worker_id):
+    import errno
+
+    real = lp.create_slot_file
+    made = []
+
+    def then_full(*args, **kwargs):
+        if made:
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        made.append(1)
+        return real(*args, **kwargs)
+
+    lp.create_slot_file = then_full
+
+
+def test_after_a_full_dev_shm_a_worker_keeps_reusing_the_slots_that_exist():
+    ds = Rows(n=64)
+    # One batch in flight: while the loop holds batch k, the worker fills
+    # k + 1; the one slot is free again for k + 2 if k + 1 did not use it.
+    loader = DataLoader(ds, batch_size=4, num_workers=1, prefetch_factor=1,
+                        worker_init_fn=space_for_one_slot)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backed = 0
+        for b in loader:
+            assert torch.equal(b["x"], ds.data[b["i"]])
+            backed += slot_backed(b["x"])
+            del b
+    ours = [w for w in caught if issubclass(w.category, ShmTransportWarning)]
+    assert len(ours) == 1 and "simulated" in str(ours[0].message)
+    s = loader.stats()
+    assert s["slots"] == 1 and s["fresh"] == 1 and s["reused"] >= 1  # the one slot, reused
+    assert s["fallbacks"] == s["fallback_reasons"]["error"] == 16 - backed
+    assert backed == s["fresh"] + s["reused"]
+
+
 class Crashing(Rows):
     def __getitem__(self, i: int):
         if i == 13:

@@ -408,12 +408,14 @@ class PoolClient:
         self.maps: dict[int, tuple[int, Any]] = {}  # k -> (gen, wrap(mmap))
         #: What the caller writes through (the mmap itself by default).
         self.wrap = wrap or (lambda mm: mm)
-        self.can_create = True
+        #: Why this worker creates no more slots (None: it may).
+        self.create_error: str | None = None
 
     def take(self, need: int) -> Taken | str:
         """A slot of at least ``need`` bytes, FILLING for this worker; or the
         reason there is none ('bound': the pool's bytes would pass its bound;
-        'busy': every slot is in use; 'error': creating slots failed before).
+        'busy': every slot is in use; 'error': creating a slot failed before,
+        see ``create_error``).
         OSError if creating its file fails (the slot is EMPTY again)."""
         with self.table.locked() as w:
             got = self._choose(w, need)
@@ -449,12 +451,12 @@ class PoolClient:
                     buf = cached[1]
                 else:
                     buf = self.wrap(map_slot_file(path, cap, populate=True))
-        except BaseException:
+        except BaseException as exc:
             with self.table.locked():
                 if self.table.line(k)[_SEQ] == seq:
                     self.table.drop(k)
-            if fresh:
-                self.can_create = False  # /dev/shm is full: reuse what exists
+            if fresh:  # /dev/shm is full: reuse what exists, create nothing
+                self.create_error = f"{type(exc).__name__}: {exc}"
             raise
         self.maps[k] = (gen, buf)
         return Taken(k, gen, seq, cap, buf, fresh)
@@ -487,7 +489,7 @@ class PoolClient:
             return fit, False
         if empty is None and not small:
             return "busy"
-        if not self.can_create:
+        if self.create_error is not None:
             return "error"
         # Room: a free slot too small for this batch is replaced (grow);
         # more of them go, biggest first, if the bound needs their bytes.

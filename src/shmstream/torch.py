@@ -274,7 +274,7 @@ class _SlotCollate:
             if need > 0:
                 got = self._take(client, need)
                 if isinstance(got, str):  # no slot: torch's path, as torch would
-                    return _Fallback(self.collate_fn(samples), self.token, got)
+                    return _Fallback(self.collate_fn(samples), token, got, client.create_error)
                 slot = got
                 _alloc.cur = (slot, 0)
                 try:
@@ -306,7 +306,7 @@ class _SlotCollate:
                 got = self._take(client, _placed_end(spans, 0))
                 if isinstance(got, str):
                     plain = self.collate_fn(samples) if old is not None else batch
-                    return _Fallback(plain, self.token, got)
+                    return _Fallback(plain, token, got, client.create_error)
                 slot = got
             try:
                 placed = {}
