@@ -639,6 +639,7 @@ def test_a_new_slot_evicts_free_smaller_slots_when_the_bound_needs_their_bytes()
         assert d.fresh and pool.stats()["slots"] == 2 and pool.stats()["bytes"] == 2 * big
         assert not os.path.exists(lp.slot_path(pool.token, 0, a.gen))
         assert not os.path.exists(lp.slot_path(pool.token, 1, b.gen))
+        assert sorted(client.maps) == [2, 3]  # the removed slots' pages are let go
         assert client.take(8000) == "bound"  # c and d are in use
         client.give_back(c)
         e = client.take(100)  # best fit among the free slots

@@ -231,6 +231,15 @@ class _Table:
             self.words[_H_TOTAL] -= e[_CAP]
         e[_STATE], e[_CAP], e[_READY] = EMPTY, 0, 0
 
+    def forget_retired(self, maps: dict[int, tuple[int, Any]]) -> None:
+        """Drop this process's mappings of slot files that were removed or
+        replaced, so their pages go back to /dev/shm (held batches keep
+        theirs)."""
+        for k, (gen, _) in list(maps.items()):
+            e = self.line(k)
+            if e[_STATE] == EMPTY or e[_GEN] != gen:
+                del maps[k]
+
     def free(self, k: int, seq: int) -> None:
         e = self.line(k)
         if e[_SEQ] == seq and e[_STATE] in (FILLING, HELD):
@@ -304,6 +313,7 @@ class Pool:
             if ok:
                 e[_STATE] = HELD
             cap = int(e[_CAP])
+            t.forget_retired(self.maps)
         if not ok:
             raise RuntimeError(
                 "shmstream.torch.DataLoader: a batch was lost: the worker that wrote it died "
@@ -432,9 +442,7 @@ class PoolClient:
                 e[_SEQ] += 1
                 e[_STATE] = FILLING
             gen, seq, cap = int(e[_GEN]), int(e[_SEQ]), int(e[_CAP])
-            for j, (g, _) in list(self.maps.items()):  # retired generations
-                if g != int(self.table.line(j)[_GEN]):
-                    del self.maps[j]
+            self.table.forget_retired(self.maps)
         path = slot_path(self.token, k, gen)
         try:
             if fresh:
