@@ -299,15 +299,16 @@ def test_console_entry_runs_as_module():
 
 def test_bench_missing_peer_shows_install_hint(monkeypatch, capsys):
     from shmstream.bench import stream
+    from shmstream.bench._stream import peers
 
-    real = stream.try_import
+    real = peers.try_import
 
     def no_pyshmem(module):
         if module == "pyshmem":
             return None, "ModuleNotFoundError: No module named 'pyshmem'"
         return real(module)
 
-    monkeypatch.setattr(stream, "try_import", no_pyshmem)
+    monkeypatch.setattr(peers, "try_import", no_pyshmem)
     assert stream.main(["--quick", "--sections", "a", "--peers", "shmstream,pyshmem"]) == 0
     out = capsys.readouterr().out
     assert "n/a (pip install shmstream[bench])" in out

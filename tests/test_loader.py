@@ -1,9 +1,10 @@
-"""shmstream.torch.DataLoader: batches through reused shared-memory slots.
+"""shmstream.torch.DataLoader: batches through the loader's pool of reused
+shared-memory slots.
 
 Each edge case a real loader meets is one test. Workers are real processes
-(fork, torch's default here, plus one spawn test); the tests synchronise on
-the loader's own batches. Every test checks that /dev/shm holds no loader
-slot afterwards.
+(fork, torch's default here, plus spawn and forkserver tests); the tests
+synchronise on the loader's own batches and on child processes' exits.
+Every test checks that /dev/shm holds no pool root or slot file afterwards.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import gc
 import os
 import subprocess
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -20,24 +22,40 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import shmstream.torch as st  # noqa: E402
+from shmstream import _loader_pool as lp  # noqa: E402
 from shmstream.torch import DataLoader, ShmTransportWarning  # noqa: E402
+
+from support import private_shm_available, run_in_private_shm  # noqa: E402
 
 SHM = "/dev/shm"
 
 
-def _slots_in_shm() -> set[str]:
-    return {f for f in os.listdir(SHM) if f.startswith("shmstream-loader-")}
+def _pool_files(tokens) -> set[str]:
+    """Files in /dev/shm of the pools with these tokens (roots and slots)."""
+    roots = {lp._native.segment_name(lp.root_name(t)).lstrip("/") for t in tokens}
+    return {f for f in os.listdir(SHM)
+            if f in roots or (f.startswith(lp.SLOT_FILE_PREFIX)
+                              and f[len(lp.SLOT_FILE_PREFIX):].split(".")[0] in tokens)}
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_in_dev_shm():
-    before = _slots_in_shm()
+def nothing_left_in_dev_shm(monkeypatch):
+    """The pools this test's loaders made are gone when it ends. Scoped to
+    them: other processes (a concurrent test run) use /dev/shm meanwhile."""
+    made: list[str] = []
+    real_init = lp.Pool.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self.token)
+
+    monkeypatch.setattr(lp.Pool, "__init__", recording_init)
     yield
     gc.collect()
-    left = _slots_in_shm() - before
+    left = _pool_files(set(made))
     for f in left:
         os.unlink(os.path.join(SHM, f))
-    assert not left, f"loader slots left in /dev/shm: {sorted(left)}"
+    assert not left, f"loader pool files left in /dev/shm: {sorted(left)}"
 
 
 class Rows(torch.utils.data.Dataset):
@@ -63,11 +81,21 @@ def slot_backed(t: torch.Tensor) -> bool:
     ptr = t.data_ptr()
     with open("/proc/self/maps") as f:
         for line in f:
-            if "shmstream-loader-" in line:
+            if lp.SLOT_FILE_PREFIX in line:
                 lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
                 if lo <= ptr < hi:
                     return True
     return False
+
+
+def slot_files(loader) -> list[str]:
+    return sorted(lp.list_slot_files(loader._shm_pool.token).get(loader._shm_pool.token, []))
+
+
+def states(loader) -> list[int]:
+    table = loader._shm_pool.table
+    with table.locked():
+        return [int(table.line(k)[lp._STATE]) for k in range(table.nslots)]
 
 
 # ---------------------------------------------------------------- basics
@@ -86,14 +114,14 @@ def test_slots_are_created_once_and_reused():
     ds = Rows(n=200)
     loader = DataLoader(ds, batch_size=4, num_workers=2)  # prefetch_factor 2 + 2 slots each
     aliased = 0
-    it = iter(loader)
-    for n, b in enumerate(it):
+    for n, b in enumerate(loader):
         aliased += slot_backed(b["x"])
         assert torch.equal(b["x"], ds.data[b["i"]])
-        # At most workers x slots mappings, however many batches went by.
-        assert len([k for k in st._mapped if it._token in k]) <= 2 * 4
-    assert n == 49 and aliased >= 45  # the first batch of each worker sizes the slots
-    del it, b
+        assert loader.stats()["slots"] <= 2 * 4  # however many batches went by
+    s = loader.stats()
+    assert n == 49 and aliased == s["fresh"] + s["reused"] == 50 - s["fallbacks"]
+    assert s["fresh"] == s["slots"] <= 8 and s["reused"] >= 42
+    del b
 
 
 def test_num_workers_zero_is_torchs_loader():
@@ -305,7 +333,7 @@ def no_space_in_worker(worker_id):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device (simulated)")
 
-    st._Slot.__init__ = full
+    lp.create_slot_file = full
 
 
 def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
@@ -316,8 +344,47 @@ def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
         got = list(loader)
     ours = [w for w in caught if issubclass(w.category, ShmTransportWarning)]
     assert len(ours) == 1 and "/dev/shm" in str(ours[0].message)
+    assert "simulated" in str(ours[0].message)
     assert len(got) == 8 and all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
+    s = loader.stats()
+    assert s["fallbacks"] == s["fallback_reasons"]["error"] == 8 and s["slots"] == 0
     del got
+
+
+def space_for_one_slot(worker_id):
+    import errno
+
+    real = lp.create_slot_file
+    made = []
+
+    def then_full(*args, **kwargs):
+        if made:
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        made.append(1)
+        return real(*args, **kwargs)
+
+    lp.create_slot_file = then_full
+
+
+def test_after_a_full_dev_shm_a_worker_keeps_reusing_the_slots_that_exist():
+    ds = Rows(n=64)
+    # One batch in flight: while the loop holds batch k, the worker fills
+    # k + 1; the one slot is free again for k + 2 if k + 1 did not use it.
+    loader = DataLoader(ds, batch_size=4, num_workers=1, prefetch_factor=1,
+                        worker_init_fn=space_for_one_slot)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backed = 0
+        for b in loader:
+            assert torch.equal(b["x"], ds.data[b["i"]])
+            backed += slot_backed(b["x"])
+            del b
+    ours = [w for w in caught if issubclass(w.category, ShmTransportWarning)]
+    assert len(ours) == 1 and "simulated" in str(ours[0].message)
+    s = loader.stats()
+    assert s["slots"] == 1 and s["fresh"] == 1 and s["reused"] >= 1  # the one slot, reused
+    assert s["fallbacks"] == s["fallback_reasons"]["error"] == 16 - backed
+    assert backed == s["fresh"] + s["reused"]
 
 
 class Crashing(Rows):
@@ -370,13 +437,421 @@ def test_the_pin_memory_thread_path_builds_the_batch_and_frees_the_slot(monkeypa
         monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self.clone())
     b = torch.utils.data._utils.pin_memory.pin_memory(desc)
     assert torch.equal(b["x"], ds.data[:4]) and not slot_backed(b["x"])
-    assert st._mapped[desc.segname].ctrl[st._STATE] == st._FREE
+    assert states(it._loader)[desc.k] == lp.FREE
     del it, b, desc
 
 
-def test_spawn_workers():
-    ds = Rows(n=16)
-    got = list(DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="spawn"))
+# ------------------------------------------- the pool belongs to the loader
+
+def test_the_pool_outlives_the_workers_of_each_epoch():
+    ds = Rows(n=64)
+    loader = DataLoader(ds, batch_size=8, num_workers=2)  # new workers every epoch
+    pids, files = set(), []
+    for _ in range(3):
+        it = iter(loader)
+        pids.update(w.pid for w in it._it._workers)
+        for b in it:
+            assert torch.equal(b["x"], ds.data[b["i"]]) and slot_backed(b["x"])
+        del it, b
+        files.append(slot_files(loader))
+    assert len(pids) == 6  # three generations of workers ...
+    # ... one pool: later epochs reuse the slots (and may add one if more
+    # batches happen to be in flight at once), never replace them
+    assert files[0] and set(files[0]) <= set(files[1]) <= set(files[2])
+    s = loader.stats()
+    assert s["fresh"] == s["slots"] == len(files[2]) <= 2 * 4 and s["fresh"] + s["reused"] == 24
+    assert s["fallbacks"] == 0 and s["bytes"] == sum(os.stat(f).st_size for f in files[2])
+
+
+@pytest.mark.parametrize("context, persistent", [
+    ("fork", False), ("fork", True), ("spawn", False), ("spawn", True), ("forkserver", False)])
+def test_start_methods_and_persistence_reuse_one_pool(context, persistent):
+    ds = Rows(n=24)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=context,
+                        persistent_workers=persistent)
+    for _ in range(2):
+        got = list(loader)
+        assert len(got) == 6 and all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
+        assert all(slot_backed(b["x"]) for b in got)
+        del got
+    s = loader.stats()
+    assert s["fresh"] == s["slots"] and s["fresh"] + s["reused"] == 12 and s["reused"] >= 4
+    del loader
+
+
+def test_two_iterators_of_one_loader_interleaved_do_not_corrupt_each_other():
+    ds = Rows(n=48)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, shm_slots=3)
+    a, b = iter(loader), iter(loader)
+    kept = []
+    for x, y in zip(a, b):
+        kept += [x, y]  # both iterators' workers write while these are held
+        assert torch.equal(x["x"], ds.data[x["i"]]) and torch.equal(y["x"], ds.data[y["i"]])
+        if len(kept) > 6:
+            del kept[:2]
+    for batch in kept:
+        assert torch.equal(batch["x"], ds.data[batch["i"]])
+    s = loader.stats()
+    assert s["fresh"] + s["reused"] + s["fallbacks"] == 24 and s["slots"] <= 2 * 3
+    del a, b, x, y, kept, batch
+
+
+def test_two_loaders_in_one_process_keep_their_own_pools():
+    ds1, ds2 = Rows(n=32), Rows(n=32, dim=100)
+    l1 = DataLoader(ds1, batch_size=4, num_workers=2)
+    l2 = DataLoader(ds2, batch_size=4, num_workers=1, collate_fn=list_of_samples)
+    for _ in range(2):
+        for x, y in zip(l1, l2):
+            assert torch.equal(x["x"], ds1.data[x["i"]])
+            assert all(torch.equal(s["x"], ds2.data[s["i"]]) for s in y)
+    assert l1._shm_pool.token != l2._shm_pool.token
+    assert not set(slot_files(l1)) & set(slot_files(l2))
+    del l1, l2, x, y
+
+
+def test_in_order_false_and_prefetch_factor():
+    ds = Rows(n=64)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, in_order=False, prefetch_factor=4)
+    assert loader._shm_nslots == 2 * (4 + 2)
+    got = list(loader)
+    seen = sorted(int(i) for b in got for i in b["i"])
+    assert seen == list(range(64))
     assert all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
-    assert any(slot_backed(b["x"]) for b in got)
     del got
+
+
+# ------------------------------------------------ first use of a slot
+
+def _rss_kb(path: str) -> int:
+    """Resident kB of this process's mapping of ``path`` (/proc/self/smaps)."""
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    for n, line in enumerate(lines):
+        if line.endswith(path):
+            for follow in lines[n + 1:]:
+                if follow.startswith("Rss:"):
+                    return int(follow.split()[1])
+    raise AssertionError(f"{path} is not mapped")
+
+
+def test_a_new_slot_is_reserved_but_no_page_is_touched_before_the_batch():
+    path = lp.slot_path("t" + os.urandom(4).hex(), 0, 1)
+    mm = lp.create_slot_file(path, 1 << 20)
+    try:
+        # posix_fallocate reserved every page (a full /dev/shm fails here) ...
+        assert os.stat(path).st_blocks * 512 >= 1 << 20
+        # ... but nothing was zeroed or mapped: the batch goes into fresh pages.
+        assert _rss_kb(path) == 0
+        t = torch.frombuffer(mm, dtype=torch.uint8)
+        t.fill_(7)
+        assert _rss_kb(path) == 1024
+        # A worker that attaches to an existing slot maps every page at once.
+        mm2 = lp.map_slot_file(path, 1 << 20, populate=True)
+        assert mm2[12345] == 7
+        del t
+        mm2.close()
+    finally:
+        os.unlink(path)
+        mm.close()
+
+
+def test_the_first_batch_of_a_new_slot_is_stacked_straight_into_it():
+    ds = Rows(n=8, dim=1000)
+    loader = DataLoader(ds, batch_size=8, num_workers=1)
+    b = first(loader)
+    s = loader.stats()
+    assert s["fresh"] == 1 and s["reused"] == 0 and slot_backed(b["x"])
+    # The slot was sized from the samples before collating (no private
+    # collate then copy): the batch's bytes, whole pages.
+    (path,) = slot_files(loader)
+    need = st._collated_bytes([ds[i] for i in range(8)])
+    assert 8 * 1000 * 4 < need and os.stat(path).st_size == lp.capacity_for(need) < need + 4096
+    del b
+
+
+# -------------------------------------------------- memory bound, stats
+
+def test_over_the_bound_batches_take_torchs_path_counted():
+    ds = Rows(n=64, dim=1000)  # 16 KB batches of 4 -> 20 KiB slots
+    loader = DataLoader(ds, batch_size=4, num_workers=2, shm_max_bytes=45_000)
+    kept = []
+    for b in loader:
+        kept.append(b)  # hold every batch: the pool cannot reuse
+        assert loader.stats()["bytes"] <= 45_000
+    assert all(torch.equal(b["x"], ds.data[b["i"]]) for b in kept)
+    s = loader.stats()
+    assert s["slots"] == 2 and s["fallbacks"] == s["fallback_reasons"]["bound"] == 16 - 2
+    assert sum(slot_backed(b["x"]) for b in kept) == 2
+    del kept, b
+
+
+def test_a_zero_bound_sends_every_batch_through_torchs_path():
+    ds = Rows(n=16)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, shm_max_bytes=0)
+    got = list(loader)
+    assert all(torch.equal(b["x"], ds.data[b["i"]]) and not slot_backed(b["x"]) for b in got)
+    assert loader.stats() == {"slots": 0, "bytes": 0, "max_bytes": 0, "fresh": 0, "reused": 0,
+                              "fallbacks": 4,
+                              "fallback_reasons": {"bound": 4, "busy": 0, "error": 0}}
+    del got
+
+
+def test_the_default_bound_is_documented_and_checked():
+    loader = DataLoader(Rows(), batch_size=4, num_workers=1)
+    assert loader.stats()["max_bytes"] == lp.default_max_bytes() <= 1 << 30
+    assert DataLoader(Rows(), batch_size=4).stats()["max_bytes"] == 0  # no workers, no pool
+    with pytest.raises(ValueError, match="shm_max_bytes"):
+        DataLoader(Rows(), num_workers=1, shm_max_bytes=-1)
+    with pytest.raises(TypeError, match="shm_max_bytes"):
+        DataLoader(Rows(), num_workers=1, shm_max_bytes=1.5)
+    with pytest.raises(ValueError, match="shm_slots"):
+        DataLoader(Rows(), num_workers=1, shm_slots=0)
+
+
+def test_growing_batches_under_a_bound_evict_free_slots_and_stay_under_it():
+    ref = list(torch.utils.data.DataLoader(GrowingRows(), batch_size=4, collate_fn=grow_collate))
+    big = lp.capacity_for(4 * 4 * (1 + 2 * 5000), grow=True)
+    # One worker, one batch in flight: at most the batch the loop still holds,
+    # the one it gets and the one being written. Room for three big slots,
+    # not for them and every smaller slot made before.
+    loader = DataLoader(GrowingRows(), batch_size=4, num_workers=1, prefetch_factor=1,
+                        shm_slots=6, collate_fn=grow_collate, shm_max_bytes=3 * big)
+    for _ in range(2):
+        for got, want in zip(loader, ref):
+            assert torch.equal(got, want) and slot_backed(got)
+            assert loader.stats()["bytes"] <= 3 * big
+    assert loader.stats()["fallbacks"] == 0
+    del got
+
+
+def test_a_new_slot_evicts_free_smaller_slots_when_the_bound_needs_their_bytes():
+    small, big = lp.capacity_for(100), lp.capacity_for(8000)
+    pool = lp.Pool(nslots=4, max_bytes=2 * big)
+    try:
+        client = lp.PoolClient(pool.token, pool.instance_id)
+        a, b = client.take(100), client.take(100)
+        assert (a.k, b.k, a.capacity, b.capacity) == (0, 1, small, small)
+        client.give_back(a)
+        client.give_back(b)
+        c = client.take(8000)  # room without evicting
+        assert c.fresh and c.k == 2 and pool.stats()["bytes"] == 2 * small + big
+        d = client.take(8000)  # needs the free small slots' bytes
+        assert d.fresh and pool.stats()["slots"] == 2 and pool.stats()["bytes"] == 2 * big
+        assert not os.path.exists(lp.slot_path(pool.token, 0, a.gen))
+        assert not os.path.exists(lp.slot_path(pool.token, 1, b.gen))
+        assert sorted(client.maps) == [2, 3]  # the removed slots' pages are let go
+        assert client.take(8000) == "bound"  # c and d are in use
+        client.give_back(c)
+        e = client.take(100)  # best fit among the free slots
+        assert e.k == c.k and not e.fresh
+    finally:
+        pool.destroy()
+
+
+# -------------------------------------------------------------- lifetime
+
+def test_the_pool_goes_when_the_loader_is_garbage_collected():
+    loader = DataLoader(Rows(), batch_size=4, num_workers=2)
+    for b in loader:
+        pass
+    root = loader._shm_pool.table.seg.segname
+    files = slot_files(loader)
+    assert files and os.path.exists(SHM + root)
+    del loader
+    gc.collect()
+    assert not any(os.path.exists(f) for f in files) and not os.path.exists(SHM + root)
+    assert torch.equal(b["x"], Rows().data[b["i"]])  # a batch kept is still valid
+    del b
+
+
+SCRIPT_EXIT = """
+import os, sys, torch
+from shmstream.torch import DataLoader
+
+class DS(torch.utils.data.Dataset):
+    def __len__(self): return 16
+    def __getitem__(self, i): return torch.full((1000,), float(i))
+
+loader = DataLoader(DS(), batch_size=4, num_workers=2{extra})
+batches = list(loader)          # held at exit, like a script's globals
+print(loader._shm_pool.token, flush=True)
+{end}
+"""
+
+
+def test_the_pool_goes_at_normal_process_exit():
+    out = subprocess.run([sys.executable, "-c", SCRIPT_EXIT.format(extra=", persistent_workers=True",
+                                                                    end="")],
+                         capture_output=True, text=True, timeout=120, check=True)
+    token = out.stdout.strip()
+    assert len(token) == 16 and not lp.list_slot_files(token)
+    assert not os.path.exists(SHM + lp._native.segment_name(lp.root_name(token)))
+
+
+def test_purge_removes_the_pool_of_a_dead_loader_and_keeps_live_ones():
+    out = subprocess.run([sys.executable, "-c", SCRIPT_EXIT.format(extra="", end="os._exit(0)")],
+                         capture_output=True, text=True, timeout=120, check=True)
+    dead = out.stdout.strip()
+    assert lp.list_slot_files(dead)  # killed: nothing removed its pool
+    live = DataLoader(Rows(), batch_size=4, num_workers=1)
+    for b in live:
+        pass
+    live_files = slot_files(live)
+    removed = lp.purge_dead_loader_pools()
+    assert lp.root_name(dead) in removed and lp.root_name(live._shm_pool.token) not in removed
+    assert not lp.list_slot_files(dead)
+    assert not os.path.exists(SHM + lp._native.segment_name(lp.root_name(dead)))
+    assert slot_files(live) == live_files
+    for b in live:  # still works
+        assert torch.equal(b["x"], Rows().data[b["i"]])
+    del live, b
+
+
+@pytest.mark.root
+def test_shmstream_purge_command_removes_dead_loaders_pools():
+    reason = private_shm_available()
+    if reason:
+        pytest.skip(reason)
+    script = f"""
+        import io, os, subprocess, sys, contextlib
+        from shmstream import cli
+        script = {SCRIPT_EXIT.format(extra="", end="os._exit(0)")!r}
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True)
+        token = out.stdout.strip()
+        assert any(token in f for f in os.listdir("/dev/shm")), os.listdir("/dev/shm")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert cli.main(["purge"]) == 0
+        assert f"purged 'loader-{{token}}'" in buf.getvalue(), buf.getvalue()
+        assert os.listdir("/dev/shm") == [], os.listdir("/dev/shm")
+        print("ok")
+    """
+    proc = run_in_private_shm(textwrap.dedent(script), size="64m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+
+
+@pytest.mark.root
+def test_a_slot_bigger_than_dev_shm_is_ENOSPC_at_create_and_leaves_nothing():
+    reason = private_shm_available()
+    if reason:
+        pytest.skip(reason)
+    script = """
+        import errno, os
+        from shmstream import _loader_pool as lp
+        try:
+            lp.create_slot_file(lp.slot_path("t", 0, 1), 4 << 20)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        else:
+            raise AssertionError("a slot bigger than /dev/shm was created")
+        assert os.listdir("/dev/shm") == [], os.listdir("/dev/shm")
+        print("ok")
+    """
+    proc = run_in_private_shm(textwrap.dedent(script), size="1m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+# ----------------------------------------------- dead workers, dead locks
+
+class KillsWhileCollating(dict):
+    """A sample whose collation kills the worker (after it took a slot)."""
+
+    def __iter__(self):
+        os._exit(3)
+
+
+class DiesInCollate(Rows):
+    def __getitem__(self, i: int):
+        d = super().__getitem__(i)
+        return KillsWhileCollating(d) if i == 20 else d
+
+
+def test_slots_of_a_worker_that_died_holding_them_are_taken_back():
+    ds = DiesInCollate(n=40)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, timeout=60)
+    with pytest.raises(RuntimeError, match="worker"):
+        for _ in loader:
+            pass
+    assert lp.FILLING not in states(loader)  # the dead worker's slot is free again
+    ds_ok = Rows(n=40)
+    loader.dataset.__class__ = Rows  # the next epoch's workers do not die
+    got = list(loader)
+    assert len(got) == 10 and all(torch.equal(b["x"], ds_ok.data[b["i"]]) for b in got)
+    del got
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_batch_whose_slot_was_reclaimed_is_an_error_not_another_batch():
+    pool = lp.Pool(nslots=2, max_bytes=1 << 20)
+    try:
+        client = lp.PoolClient(pool.token, pool.instance_id)
+        taken = client.take(1000)
+        assert not isinstance(taken, str) and taken.fresh
+        with pool.table.locked():  # as if a worker had died with the batch sent
+            pool.table.line(taken.k)[lp._PID] = _dead_pid()
+        pool.reclaim_dead()
+        again = client.take(1000)
+        assert again.k == taken.k and not again.fresh and again.seq == taken.seq + 1
+        with pytest.raises(RuntimeError, match="lost"):
+            pool.claim(taken.k, taken.gen, taken.seq, True)
+        pool.claim(again.k, again.gen, again.seq, False)  # the live one is fine
+    finally:
+        pool.destroy()
+
+
+def _die_holding_the_pool_lock(token: str, instance_id: str) -> None:
+    from shmstream import _loader_pool as lp
+
+    client = lp.PoolClient(token, instance_id)
+    client.table.seg.lock()
+    line = client.table.line(1)  # half-way through creating slot 1
+    line[lp._STATE], line[lp._PID], line[lp._READY] = lp.FILLING, os.getpid(), 0
+    line[lp._CAP] = 1 << 16
+    client.table.words[lp._H_TOTAL] = 999_999_999
+    os._exit(0)
+
+
+def test_a_worker_that_died_holding_the_pool_lock_leaves_a_consistent_pool(spawn):
+    pool = lp.Pool(nslots=2, max_bytes=1 << 20)
+    try:
+        client = lp.PoolClient(pool.token, pool.instance_id)
+        taken = client.take(1000)
+        client.give_back(taken)
+        child = spawn(_die_holding_the_pool_lock, pool.token, pool.instance_id)
+        child.join()
+        s = pool.stats()  # takes the lock over and repairs the table
+        assert s["slots"] == 1 and s["bytes"] == taken.capacity
+        again = client.take(1000)
+        assert again.k == taken.k and not again.fresh
+        client.give_back(again)
+    finally:
+        pool.destroy()
+
+
+def test_the_loader_benchmark_runs_both_regimes_and_checks_every_batch(tmp_path, capsys):
+    import json
+
+    from shmstream.bench import loader as bench
+
+    path = tmp_path / "loader.json"
+    assert bench.main(["--sizes", "40x1K/8", "--rounds", "1", "--epochs", "2",
+                       "--first-use", "8x1K", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "regime default (persistent_workers=False)" in out and "regime persistent" in out
+    doc = json.loads(path.read_text())
+    epochs = [r for r in doc["records"] if "epoch" in r]
+    first_use = {r["first_use"] for r in doc["records"] if "first_use" in r}
+    assert first_use == {"torch", "fresh", "reused"} and "first use of a slot" in out
+    assert {(r["regime"], r["loader"]) for r in epochs} == {
+        (g, k) for g in ("default", "persistent") for k in ("torch", "shmstream")}
+    assert len(epochs) == 2 * 2 * 2
+    pools = [r["pool_stats"] for r in doc["records"] if "pool_stats" in r]
+    assert len(pools) == 2 and all(p["fresh"] + p["reused"] + p["fallbacks"] == 10 for p in pools)

@@ -11,8 +11,10 @@ Kinds:
 * ``stream`` and ``gpu-stream``: latest-value streams (``shmstream.create``);
 * ``channel``: SPSC message rings (``shmstream.channel``);
 * ``array``: shared arrays (``shmstream.share``);
-* ``loader-slot``: the DataLoader transport's slots (``shmstream.torch``),
-  array segments whose user name starts with :data:`LOADER_SLOT_PREFIX`;
+* ``loader-pool``: a DataLoader's slot pool (``shmstream.torch``): its root,
+  an array segment whose user name starts with ``loader-``, and its slot
+  files (``shmstream.loader-<token>.*``, plain files without a header,
+  counted in the pool's size; docs/loader.md);
 * ``corrupt`` and ``unfinished``: a ``shmstream-*`` file whose header does
   not validate, or whose creator has not finished it (no user name).
 """
@@ -23,20 +25,18 @@ import os
 import time
 from typing import Any, Iterable
 
-from . import _checks, _dtypes, _native, _proc
+from . import _checks, _dtypes, _loader_pool, _native, _proc
 from ._space import SHM_DIR
 from . import channel as _channel_mod
 from .errors import CorruptStreamError
 from .gpu import device as _gpu_device
 from .publication import STATE_NAMES
 
-__all__ = ["Entry", "KINDS", "LOADER_SLOT_PREFIX", "list_streams", "purge", "purge_abandoned",
-           "remove", "scan", "stat"]
+__all__ = ["Entry", "KINDS", "list_streams", "purge", "purge_abandoned", "remove", "scan",
+           "stat"]
 
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
-#: User names of the DataLoader transport's slot segments start with this.
-LOADER_SLOT_PREFIX = "loader-"
-KINDS = ("stream", "gpu-stream", "channel", "array", "loader-slot")
+KINDS = ("stream", "gpu-stream", "channel", "array", "loader-pool")
 
 #: An unfinished segment (magic still 0) whose file is older than this has
 #: lost its creator mid-create: purge removes it.
@@ -63,7 +63,7 @@ def _kind_of(seg: Any) -> str:
     if kind == _native.KIND_CHANNEL:
         return "channel"
     if kind == _native.KIND_ARRAY:
-        return "loader-slot" if seg.name.startswith(LOADER_SLOT_PREFIX) else "array"
+        return "loader-pool" if seg.name.startswith(_loader_pool.ROOT_PREFIX) else "array"
     return f"kind {kind}"
 
 
@@ -96,8 +96,17 @@ def entry(segname: str) -> Entry | None:
     except OSError:
         return None  # not ours to read (permissions)
     pid, ticks = int(seg.creator_pid), int(seg.creator_start_ticks)
-    return Entry(segname, seg.name, _kind_of(seg), _file_bytes(segname), pid,
-                 _proc.alive(pid, ticks), seg.created_ns / 1e9)
+    kind = _kind_of(seg)
+    size = _file_bytes(segname)
+    if kind == "loader-pool":  # the root and its slot files
+        size += sum(_file_bytes(p[len(SHM_DIR):]) for p in _pool_files(seg.name))
+    return Entry(segname, seg.name, kind, size, pid, _proc.alive(pid, ticks),
+                 seg.created_ns / 1e9)
+
+
+def _pool_files(root: str) -> list[str]:
+    token = root[len(_loader_pool.ROOT_PREFIX):]
+    return _loader_pool.list_slot_files(token).get(token, [])
 
 
 def scan(kinds: Iterable[str] | None = None) -> list[Entry]:
@@ -230,7 +239,12 @@ def stat(name: str) -> dict[str, Any]:
         return _stream_stat(seg)
     if kind == "channel":
         return _channel_stat(seg)
-    return _array_stat(seg, kind)
+    info = _array_stat(seg, kind)
+    if kind == "loader-pool":
+        files = _pool_files(name)
+        info["slot_files"] = len(files)
+        info["slot_bytes"] = sum(_file_bytes(p[len(SHM_DIR):]) for p in files)
+    return info
 
 
 def readable(info: dict[str, Any]) -> dict[str, Any]:
@@ -316,15 +330,23 @@ def _remove(entries: Iterable[Entry]) -> list[Entry]:
     return removed
 
 
-def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-slot")) -> list[Entry]:
+def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-pool")) -> list[Entry]:
     """Remove the objects of these kinds that nobody uses any more (creator
-    dead; for a channel, no live end either), and unfinished segments whose
-    creator died mid-create. Streams are never removed here. Returns the
-    entries removed."""
+    dead; for a channel, no live end either; a loader pool's slot files go
+    with its root, and slot files whose root is gone too), and unfinished
+    segments whose creator died mid-create. Streams are never removed here.
+    Returns the entries removed."""
     wanted = set(kinds)
-    return _remove(
-        e for e in scan()
-        if (e.kind in wanted and _abandoned(e))
+    entries = scan()
+    pools = []
+    if "loader-pool" in wanted:  # the pool module removes root and files together
+        dead_pools = set(_loader_pool.purge_dead_loader_pools())
+        pools = [e for e in entries if e.kind == "loader-pool" and e.name in dead_pools]
+    # then every other abandoned object (a pool root that had no slot file
+    # yet included; a root the pool module removed is already gone)
+    return pools + _remove(
+        e for e in entries
+        if (e.kind in wanted and e not in pools and _abandoned(e))
         or (e.kind == "unfinished" and _unfinished_for_long(e.segname))
     )
 

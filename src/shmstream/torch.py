@@ -7,43 +7,43 @@ shared-memory slots instead of torch's default path (a fresh shared-memory
 file per tensor per batch, one file descriptor each, pages faulted in twice).
 With ``num_workers=0`` it is exactly torch's loader.
 
-How a batch travels
-  worker: pick a free slot of this worker's pool (created lazily, reused for
-  every later batch); with the default collate, stack the samples straight
-  into the slot (pages were touched once, when the slot was made); with a
-  custom ``collate_fn``, run it and copy its tensors into the slot. The
-  batch's structure is pickled with tensors replaced by (offset, dtype,
-  size, stride) records: only that small descriptor crosses the worker
-  queue. main: map the slot (once; the name is unlinked right after, so
-  nothing stays in /dev/shm), build tensors that alias it (zero-copy, all on
-  one storage over the slot, so aliasing between tensors of the batch is
-  kept), and return them. The slot goes back to its worker's pool when the
-  last tensor (or view) using it is freed: the storage holds a lease object
-  whose finalizer marks the slot free, under the segment's robust lock.
+The pool belongs to the loader
+  It is made in the main process at the first ``iter()`` and lives as long
+  as the loader: every epoch, every worker (persistent or not, fork, spawn
+  or forkserver) and every iterator of the loader use the same slots. Its
+  bytes stay under a bound (``shm_max_bytes``, default
+  ``min(1 GiB, a quarter of /dev/shm)``); ``loader.stats()`` shows its size
+  and what happened to the batches. ``_loader_pool`` holds the shared-memory
+  side (layout, states, naming, purge); this module is the torch glue.
 
-Slots per worker: ``prefetch_factor + 2`` (``shm_slots=`` to change): the
-batches in flight plus the one the training loop holds while it asks for
-the next. A batch that finds no free slot (the loop keeps many batches
-alive) goes through torch's default path, unchanged and safe. A batch
-bigger than its slot makes the worker replace a free slot with a bigger one
-(grow; capacity = need + 1/8). If /dev/shm is full when a slot is created,
-that worker falls back to torch's default path for good and the main
-process warns once. ``pin_memory=True`` works: the pin thread builds the
-batch from the slot and pins it (a copy into page-locked memory, after which
-the slot is free at once).
+How a batch travels
+  worker: take a free slot big enough for the batch (or create one: its
+  first batch is written straight into fresh pages; or grow a free one that
+  is too small); with the default collate, stack the samples straight into
+  the slot (the batch's size is known from the first sample); with a custom
+  ``collate_fn``, run it and copy its tensors into the slot. The batch's
+  structure is pickled with tensors replaced by (offset, dtype, size,
+  stride) records: only that small descriptor crosses the worker queue.
+  main: map the slot (once per slot), build tensors that alias it (zero-copy,
+  all on one storage over the slot, so aliasing between tensors of the batch
+  is kept), and return them. The slot goes back to the pool when the last
+  tensor (or view) using it is freed: the storage holds a lease object whose
+  finalizer marks the slot free.
+
+A batch that finds no slot (every slot in use, or the bound reached) goes
+through torch's default path, unchanged and counted. If /dev/shm is full
+when a slot is created, that worker stops creating slots (it keeps reusing
+existing ones) and the main process warns once. ``pin_memory=True`` works:
+the pin thread builds the batch from the slot and pins it (a copy into
+page-locked memory, after which the slot is free at once).
 """
 from __future__ import annotations
 
-import atexit
-import glob
 import io
-import os
 import pickle
-import secrets
 import threading
 import warnings
 import weakref
-from multiprocessing import util as _mp_util
 from typing import Any
 
 import numpy as np
@@ -53,16 +53,11 @@ from torch.utils.data import _utils as _torch_utils
 from torch.utils.data._utils.collate import collate as _collate
 from torch.utils.data._utils.collate import default_collate, default_collate_fn_map
 
-from . import _native
+from . import _checks, _loader_pool
 
 __all__ = ["DataLoader", "ShmTransportWarning"]
 
-#: Bytes at the start of a slot for its control words (state, sequence).
-_CTRL_BYTES = 4096
 _ALIGN = 64
-_FREE, _BUSY = 0, 1
-_STATE, _SEQ = 0, 1  # int64 words of the control area
-_NAME_PREFIX = "loader-"
 
 
 class ShmTransportWarning(UserWarning):
@@ -91,111 +86,24 @@ class _Overflow(Exception):
 
 
 class _Slot:
-    """One reusable slot: its own segment, created by the worker."""
+    """A slot this worker took for one batch (see _loader_pool.Taken)."""
 
-    def __init__(self, name: str, capacity: int) -> None:
-        self.name = name
-        self.seg = _native.Segment.create(name, _native.KIND_ARRAY, [_CTRL_BYTES + capacity], 1,
-                                          "|u1", 0, 0o600, 0, 1)
-        self.capacity = capacity
-        self.payload = self.seg.payload()
-        self.ctrl = self.payload[:_CTRL_BYTES].view(np.int64)
-        self.u8 = torch.from_numpy(self.payload)  # whole segment, one storage
+    __slots__ = ("taken", "u8", "capacity", "storage_ptr")
+
+    def __init__(self, taken: _loader_pool.Taken) -> None:
+        self.taken = taken
+        self.u8: torch.Tensor = taken.buf
+        self.capacity = taken.capacity
         self.storage_ptr = self.u8.untyped_storage().data_ptr()
-        self.seq = 0
-
-    def try_take(self) -> bool:
-        # SYNC POINT: the lock orders the main process's last use of the
-        # slot's bytes (before its release store of FREE) before our writes.
-        self.seg.lock()
-        try:
-            if self.ctrl[_STATE] != _FREE:
-                return False
-            self.seq = int(self.ctrl[_SEQ]) + 1
-            self.ctrl[_SEQ] = self.seq
-            self.ctrl[_STATE] = _BUSY
-            return True
-        finally:
-            self.seg.unlock()
-
-    def give_back(self) -> None:
-        self.seg.lock()
-        try:
-            if self.ctrl[_SEQ] == self.seq:
-                self.ctrl[_STATE] = _FREE
-        finally:
-            self.seg.unlock()
-
-    def unlink(self) -> None:
-        try:
-            _native.unlink_segname(self.seg.segname)
-        except OSError:
-            pass
 
 
-class _WorkerPool:
-    """The slots of one worker process for one loader token."""
-
-    def __init__(self, token: str, worker_id: int, nslots: int) -> None:
-        self.token = token
-        self.worker_id = worker_id
-        self.nslots = nslots
-        self.slots: list[_Slot | None] = [None] * nslots
-        self.gens = [0] * nslots
-        self.disabled: str | None = None
-        self.fallbacks = 0
-        _mp_util.Finalize(self, _WorkerPool._unlink_all, args=(self.slots,), exitpriority=10)
-
-    @staticmethod
-    def _unlink_all(slots: list[_Slot | None]) -> None:
-        for s in slots:
-            if s is not None:
-                s.unlink()
-
-    def _name(self, k: int) -> str:
-        return f"{_NAME_PREFIX}{self.token}-w{self.worker_id}-s{k}-g{self.gens[k]}"
-
-    def acquire(self, need: int) -> _Slot | None:
-        """A slot with at least ``need`` data bytes, taken; None if every
-        slot is in use. Creates or grows slots; OSError if /dev/shm refuses."""
-        empty = None
-        small = None
-        for k, s in enumerate(self.slots):
-            if s is None:
-                if empty is None:
-                    empty = k
-                continue
-            if s.try_take():
-                if s.capacity >= need:
-                    if small is not None:
-                        self.slots[small].give_back()  # type: ignore[union-attr]
-                    return s
-                if small is None:
-                    small = k
-                else:
-                    s.give_back()
-        pick = small if small is not None else empty
-        if pick is None:
-            return None
-        k = pick
-        old = self.slots[k]
-        capacity = max(_align(need + need // 8, 4096), 4096)
-        if old is not None:
-            # A free slot too small for this batch: replace it. The main
-            # process released it, so it has mapped it (and unlinked the
-            # name) or never got it; either way no descriptor refers to it.
-            old.unlink()
-            self.gens[k] += 1
-            capacity = max(capacity, old.capacity)
-        self.slots[k] = None
-        s = _Slot(self._name(k), capacity)
-        self.slots[k] = s
-        if not s.try_take():  # pragma: no cover - fresh slots are free
-            raise RuntimeError("a fresh loader slot was not free")
-        return s
+def _as_bytes(mm: Any) -> torch.Tensor:
+    """A slot's mapping as one uint8 tensor (one storage over the slot)."""
+    return torch.frombuffer(mm, dtype=torch.uint8)
 
 
-_pools: dict[tuple[str, int], _WorkerPool] = {}
+# This worker's side of each loader's pool, by pool token.
+_clients: dict[str, Any] = {}
 
 # The slot that the default collate is stacking into, in this worker thread.
 _alloc = threading.local()
@@ -213,7 +121,7 @@ def _slot_tensor_collate(batch: list[torch.Tensor], *, collate_fn_map: Any = Non
     if nbytes == 0:
         return torch.stack(batch, 0)
     start = _align(offset)
-    if start + nbytes > _CTRL_BYTES + slot.capacity:
+    if start + nbytes > slot.capacity:
         raise _Overflow
     _alloc.cur = (slot, start + nbytes)
     out = slot.u8[start:start + nbytes].view(elem.dtype).view(shape)
@@ -228,11 +136,36 @@ def _direct_collate(samples: Any) -> Any:
     return _collate(samples, collate_fn_map=_direct_map)
 
 
+def _collated_bytes(samples: list) -> int:
+    """Slot bytes the default collate needs for this batch, from its first
+    sample: each tensor or array leaf times the batch size, numbers as 8
+    bytes each, every leaf 64-byte aligned. An estimate (a batch that does
+    not fit after all is collated privately and copied)."""
+    n = len(samples)
+
+    def leaf(obj: Any) -> int:
+        if isinstance(obj, torch.Tensor):
+            return _align(obj.element_size() * obj.numel() * n + _ALIGN) if _eligible(obj) else 0
+        if isinstance(obj, np.ndarray):
+            return _align(obj.nbytes * n + _ALIGN) if obj.dtype.kind not in "OSUV" else 0
+        if isinstance(obj, (int, float, np.number, np.bool_)):
+            return _align(8 * n + _ALIGN)
+        if isinstance(obj, (str, bytes)):
+            return 0
+        if isinstance(obj, dict):
+            return sum(leaf(v) for v in obj.values())
+        if isinstance(obj, (list, tuple)):
+            return sum(leaf(v) for v in obj)
+        return 0
+
+    return leaf(samples[0]) if n else 0
+
+
 class _Packer(pickle.Pickler):
     """Pickles a batch's structure with every eligible tensor replaced by a
     reference to its bytes in the slot (placing them there first)."""
 
-    def __init__(self, file: Any, slot: _Slot, placed: dict[int, tuple[int, int]]) -> None:
+    def __init__(self, file: Any, slot: _Slot | None, placed: dict[int, tuple[int, int]]) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.slot = slot
         self.metas: list[tuple] = []
@@ -264,7 +197,7 @@ class _Packer(pickle.Pickler):
             return (-1, t.dtype, tuple(t.shape), tuple(t.stride()), grad, param)
         st = t.untyped_storage()
         ptr = st.data_ptr()
-        if ptr == self.slot.storage_ptr:
+        if self.slot is not None and ptr == self.slot.storage_ptr:
             pos = t.storage_offset() * es  # stacked straight into the slot
         else:
             base, lo = self.placed[ptr]
@@ -297,75 +230,88 @@ def _tensors_in(obj: Any, out: list[torch.Tensor]) -> None:
 
 class _SlotCollate:
     """The collate_fn the workers run: the user's collate (or the direct
-    one), then the batch is packed into a slot."""
+    one), then the batch is packed into a slot of the loader's pool."""
 
-    def __init__(self, collate_fn: Any, nslots: int) -> None:
+    def __init__(self, collate_fn: Any) -> None:
         self.collate_fn = collate_fn
         self.direct = collate_fn is default_collate
-        self.nslots = nslots
-        self.token = secrets.token_hex(4)
+        self.token: str | None = None  # the pool's, set by DataLoader.__iter__
+        self.instance_id: str | None = None  # None: no pool (its root failed)
 
     def __call__(self, samples: Any) -> Any:
-        info = torch.utils.data.get_worker_info()
-        if info is None:  # not in a worker (num_workers=0, or called by hand)
-            return self.collate_fn(samples)
-        key = (self.token, info.id)
-        pool = _pools.get(key)
-        if pool is None:
-            pool = _pools[key] = _WorkerPool(self.token, info.id, self.nslots)
-        if pool.disabled:
-            return _Fallback(self._plain(samples), None)
+        if torch.utils.data.get_worker_info() is None or self.token is None:
+            return self.collate_fn(samples)  # not in a worker (called by hand)
+        client = _clients.get(self.token)
+        if client is None:
+            client = _clients[self.token] = self._attach()
+        if isinstance(client, str):  # the pool could not be opened
+            return _Fallback(self.collate_fn(samples), self.token, "error", client)
         try:
-            return self._pack(pool, samples)
+            return self._pack(client, samples)
         except OSError as exc:
-            pool.disabled = f"{type(exc).__name__}: {exc}"
-            return _Fallback(self._plain(samples), pool.disabled)
+            return _Fallback(self.collate_fn(samples), self.token, "error",
+                             f"{type(exc).__name__}: {exc}")
 
-    def _plain(self, samples: Any) -> Any:
-        return self.collate_fn(samples)
+    def _attach(self) -> Any:
+        if self.token is None or self.instance_id is None:
+            return "the loader could not create its slot pool"
+        try:
+            return _loader_pool.PoolClient(self.token, self.instance_id, wrap=_as_bytes)
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
 
-    def _pack(self, pool: _WorkerPool, samples: Any) -> Any:
+    def _take(self, client: Any, need: int) -> _Slot | str:
+        got = client.take(need)
+        return got if isinstance(got, str) else _Slot(got)
+
+    def _pack(self, client: Any, samples: Any) -> Any:
+        token = self.token
+        assert token is not None
         slot: _Slot | None = None
-        used = _CTRL_BYTES
-        if self.direct and pool.slots[0] is not None:
-            slot = pool.acquire(0)
-            if slot is None:  # every slot is held by the main process
-                pool.fallbacks += 1
-                return _Fallback(self._plain(samples), None)
-            _alloc.cur = (slot, _CTRL_BYTES)
-            try:
-                batch = _direct_collate(samples)
-                used = _alloc.cur[1]
-            except _Overflow:
-                slot.give_back()
-                slot = None
-            except BaseException:
-                slot.give_back()
-                raise
-            finally:
-                _alloc.cur = None
+        used = 0
+        if self.direct:
+            need = _collated_bytes(samples)
+            if need > 0:
+                got = self._take(client, need)
+                if isinstance(got, str):  # no slot: torch's path, as torch would
+                    return _Fallback(self.collate_fn(samples), token, got, client.create_error)
+                slot = got
+                _alloc.cur = (slot, 0)
+                try:
+                    batch = _direct_collate(samples)
+                    used = _alloc.cur[1]
+                except _Overflow:  # the estimate was short: collate privately
+                    client.give_back(slot.taken)
+                    slot = None
+                except BaseException:
+                    client.give_back(slot.taken)
+                    raise
+                finally:
+                    _alloc.cur = None
         if slot is None:
-            # First batch, a batch that did not fit, or a custom collate:
-            # collate into private memory, then copy into a big enough slot.
+            # A custom collate, a batch without tensors to stack, or one that
+            # did not fit: collate into private memory, then copy into a slot.
             batch = _direct_collate(samples) if self.direct else self.collate_fn(samples)
         tensors: list[torch.Tensor] = []
         _tensors_in(batch, tensors)
         spans = _spans(tensors, slot)
         old = None
-        if slot is not None and _placed_end(spans, used) > _CTRL_BYTES + slot.capacity:
+        if slot is not None and _placed_end(spans, used) > slot.capacity:
             # Stacked into the slot, but the rest does not fit: move it all
-            # to a bigger slot (this one is released once copied out).
-            old, slot, used = slot, None, _CTRL_BYTES
+            # to a bigger slot (this one is given back once copied out).
+            old, slot, used = slot, None, 0
             spans = _spans(tensors, None)
         try:
-            if slot is None:
-                slot = pool.acquire(_placed_end(spans, _CTRL_BYTES) - _CTRL_BYTES)
-                if slot is None:
-                    pool.fallbacks += 1
-                    return _Fallback(self._plain(samples) if old is not None else batch, None)
+            if slot is None and spans:
+                got = self._take(client, _placed_end(spans, 0))
+                if isinstance(got, str):
+                    plain = self.collate_fn(samples) if old is not None else batch
+                    return _Fallback(plain, token, got, client.create_error)
+                slot = got
             try:
                 placed = {}
                 for ptr, (lo, hi, storage) in spans.items():
+                    assert slot is not None
                     base = _align(used) + lo % _ALIGN  # same alignment as in the source
                     src = torch.empty(0, dtype=torch.uint8).set_(storage)[lo:hi]
                     slot.u8[base:base + (hi - lo)].copy_(src)
@@ -374,14 +320,18 @@ class _SlotCollate:
                 buf = io.BytesIO()
                 packer = _Packer(buf, slot, placed)
                 packer.dump(batch)
-                return _Descriptor(slot.name, slot.seg.segname, slot.seg.instance_id, slot.seq,
-                                   used, buf.getvalue(), packer.metas, pool.worker_id)
+                if slot is None:  # nothing with bytes to carry
+                    return _Descriptor(token, -1, 0, 0, 0, buf.getvalue(), packer.metas, False)
+                t = slot.taken
+                return _Descriptor(token, t.k, t.gen, t.seq, used, buf.getvalue(),
+                                   packer.metas, t.fresh)
             except BaseException:
-                slot.give_back()
+                if slot is not None:
+                    client.give_back(slot.taken)
                 raise
         finally:
             if old is not None:
-                old.give_back()
+                client.give_back(old.taken)
 
 
 def _spans(tensors: list[torch.Tensor], slot: _Slot | None) -> dict[int, list]:
@@ -412,69 +362,32 @@ def _placed_end(spans: dict[int, list], used: int) -> int:
 
 # =================================================================== main
 
-class _Fallback:
-    """A batch that took torch's default path (pickled by torch's queue)."""
+# The pools of this process's loaders, by token (weak: the loader owns it).
+_pools: "weakref.WeakValueDictionary[str, _loader_pool.Pool]" = weakref.WeakValueDictionary()
 
-    def __init__(self, batch: Any, reason: str | None) -> None:
+
+class _Fallback:
+    """A batch that took torch's default path (pickled by torch's queue),
+    and why: 'bound', 'busy' or 'error' (with ``detail``)."""
+
+    def __init__(self, batch: Any, token: str | None, reason: str, detail: str | None = None) -> None:
         self.batch = batch
+        self.token = token
         self.reason = reason
+        self.detail = detail
+
+    def unwrap(self) -> Any:
+        pool = _pools.get(self.token) if self.token is not None else None
+        if pool is not None and pool.count_fallback(self.reason):
+            warnings.warn(
+                "shmstream.torch.DataLoader: a worker could not create a shared-memory slot "
+                f"({self.detail}); batches that find no slot use torch's default path instead. "
+                "Free space in /dev/shm (see `df -h /dev/shm`, `shmstream purge`).",
+                ShmTransportWarning, stacklevel=4)
+        return self.batch
 
     def pin_memory(self, device: Any = None) -> Any:
-        return _torch_utils.pin_memory.pin_memory(_unwrap(self), device)
-
-
-class _Mapped:
-    """The main process's mapping of one slot."""
-
-    __slots__ = ("seg", "payload", "ctrl", "lock")
-
-    def __init__(self, seg: Any) -> None:
-        self.seg = seg
-        self.payload = seg.payload()
-        self.ctrl = self.payload[:_CTRL_BYTES].view(np.int64)
-        self.lock = threading.Lock()  # one releaser at a time in this process
-
-    def release(self, seq: int) -> None:
-        with self.lock:
-            # SYNC POINT: our last reads of the slot happened before the
-            # tensors were freed; the segment lock publishes FREE after them.
-            self.seg.lock()
-            try:
-                if self.ctrl[_SEQ] == seq:
-                    self.ctrl[_STATE] = _FREE
-            finally:
-                self.seg.unlock()
-
-
-_mapped: dict[str, _Mapped] = {}
-_mapped_lock = threading.Lock()
-# Drop our mappings before interpreter teardown (batches still referenced
-# keep theirs through their storage).
-atexit.register(_mapped.clear)
-
-
-def _map(name: str, segname: str, instance_id: str) -> _Mapped:
-    with _mapped_lock:
-        m = _mapped.get(segname)
-        if m is not None and m.seg.instance_id == instance_id:
-            return m
-        seg = _native.Segment.open(name, _native.KIND_ARRAY, False)
-        if seg.instance_id != instance_id:
-            raise RuntimeError(f"loader slot {name!r} was replaced before it was read")
-        # Mapped here and in the worker: the name is no longer needed.
-        _native.unlink_segname(segname)
-        m = _mapped[segname] = _Mapped(seg)
-        # An older generation of the same slot is retired.
-        stem = name.rsplit("-g", 1)[0]
-        for k in [k for k, v in _mapped.items() if k != segname and v.seg.name.rsplit("-g", 1)[0] == stem]:
-            del _mapped[k]
-        return m
-
-
-def _forget(token: str) -> None:
-    with _mapped_lock:
-        for k in [k for k, v in _mapped.items() if v.seg.name.startswith(_NAME_PREFIX + token)]:
-            del _mapped[k]
+        return _torch_utils.pin_memory.pin_memory(self.unwrap(), device)
 
 
 class _Lease(np.ndarray):
@@ -485,33 +398,37 @@ class _Lease(np.ndarray):
 class _Descriptor:
     """What crosses the worker queue: where the batch is, and its structure."""
 
-    def __init__(self, name: str, segname: str, instance_id: str, seq: int, used: int,
-                 structure: bytes, metas: list, worker_id: int) -> None:
-        self.name, self.segname, self.instance_id = name, segname, instance_id
-        self.seq, self.used, self.structure, self.metas = seq, used, structure, metas
-        self.worker_id = worker_id
+    def __init__(self, token: str, k: int, gen: int, seq: int, used: int,
+                 structure: bytes, metas: list, fresh: bool) -> None:
+        self.token, self.k, self.gen, self.seq, self.used = token, k, gen, seq, used
+        self.structure, self.metas, self.fresh = structure, metas, fresh
         self.armed = False  # True on the receiving side until decoded
 
     def __reduce__(self) -> Any:
-        return (_Descriptor._received, (self.name, self.segname, self.instance_id, self.seq,
-                                        self.used, self.structure, self.metas, self.worker_id))
+        return (_Descriptor._received, (self.token, self.k, self.gen, self.seq, self.used,
+                                        self.structure, self.metas, self.fresh))
 
     @classmethod
     def _received(cls, *args: Any) -> "_Descriptor":
         d = cls(*args)
-        d.armed = True
+        d.armed = d.k >= 0
         return d
 
-    def decode(self) -> Any:
+    def unwrap(self) -> Any:
         self.armed = False
-        m = _map(self.name, self.segname, self.instance_id)
         storage = None
-        if self.used > _CTRL_BYTES:
-            lease = m.payload[_CTRL_BYTES:self.used].view(_Lease)
-            weakref.finalize(lease, m.release, self.seq)
-            storage = torch.frombuffer(lease, dtype=torch.uint8).untyped_storage()
-        else:
-            m.release(self.seq)
+        if self.k >= 0:
+            pool = _pools.get(self.token)
+            if pool is None:
+                raise RuntimeError("shmstream.torch.DataLoader: a batch arrived after its loader "
+                                   "was garbage-collected")
+            slot = pool.claim(self.k, self.gen, self.seq, self.fresh)
+            if self.used > 0:
+                lease = slot[:self.used].view(_Lease)
+                weakref.finalize(lease, pool.release, self.k, self.seq)
+                storage = torch.frombuffer(lease, dtype=torch.uint8).untyped_storage()
+            else:
+                pool.release(self.k, self.seq)
         made: dict[int, torch.Tensor] = {}
         metas = self.metas
 
@@ -523,7 +440,7 @@ class _Descriptor:
                     t = torch.empty_strided(size, stride, dtype=dtype)
                 else:
                     es = torch.empty(0, dtype=dtype).element_size()
-                    t = torch.empty(0, dtype=dtype).set_(storage, (pos - _CTRL_BYTES) // es, size, stride)
+                    t = torch.empty(0, dtype=dtype).set_(storage, pos // es, size, stride)
                 if param:
                     t = torch.nn.Parameter(t, requires_grad=grad)
                 elif grad:
@@ -536,56 +453,35 @@ class _Descriptor:
         return up.load()
 
     def pin_memory(self, device: Any = None) -> Any:
-        return _torch_utils.pin_memory.pin_memory(self.decode(), device)
+        return _torch_utils.pin_memory.pin_memory(self.unwrap(), device)
 
     def __del__(self) -> None:
         # Dropped unread (an iterator stopped early, persistent workers
-        # resetting): hand the slot back so the worker can reuse it.
+        # resetting): hand the slot back so the workers can reuse it.
         if self.armed:
             self.armed = False
-            try:
-                _map(self.name, self.segname, self.instance_id).release(self.seq)
-            except Exception:  # noqa: BLE001 - the worker may be gone
-                pass
+            pool = _pools.get(self.token)
+            if pool is not None:
+                try:
+                    pool.release(self.k, self.seq)
+                except Exception:  # noqa: BLE001 - interpreter shutdown
+                    pass
 
 
-_warned = threading.local()
-
-
-def _unwrap(data: Any, loader: Any = None) -> Any:
-    if isinstance(data, _Descriptor):
-        return data.decode()
-    if isinstance(data, _Fallback):
-        if data.reason is not None and loader is not None and not loader._shm_warned:
-            loader._shm_warned = True
-            warnings.warn(
-                "shmstream.torch.DataLoader: a worker could not create its shared-memory "
-                f"slots ({data.reason}); its batches use torch's default path instead. "
-                "Free space in /dev/shm (see `df -h /dev/shm`, `shmstream purge`).",
-                ShmTransportWarning, stacklevel=3)
-        return data.batch
+def _unwrap(data: Any) -> Any:
+    if isinstance(data, (_Descriptor, _Fallback)):
+        return data.unwrap()
     return data
-
-
-def _cleanup_token(token: str) -> None:
-    """Remove what workers of ``token`` left in /dev/shm (a worker that
-    crashed or was killed cannot unlink its slots), and our mappings."""
-    prefix = "/dev/shm/shmstream-" + _NAME_PREFIX + token + "-"
-    for path in glob.glob(glob.escape(prefix) + "*"):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-    _forget(token)
 
 
 class _ShmIter:
     """Wraps torch's multi-process iterator: builds batches from slots."""
 
-    def __init__(self, loader: "DataLoader", it: Any, token: str, persistent: bool) -> None:
-        self._loader = loader
+    def __init__(self, loader: "DataLoader", pool: _loader_pool.Pool, it: Any,
+                 persistent: bool) -> None:
+        self._loader = loader  # the pool lives as long as the loader
+        self._pool = pool
         self._it = it
-        self._token = token
         self._persistent = persistent
         self._closed = False
 
@@ -604,24 +500,25 @@ class _ShmIter:
             raise
         except BaseException:
             # A worker died or raised: torch has shut the workers down (or
-            # will); remove what they could not.
+            # will); take back the slots dead workers held.
             if not self._persistent or getattr(self._it, "_shutdown", False):
                 self.close()
             raise
-        return _unwrap(data, self._loader)
+        return _unwrap(data)
 
     def close(self) -> None:
-        """Stop the workers (unless persistent) and remove their slots."""
+        """Stop the workers (unless persistent) and take back the slots they
+        held when they stopped (the pool itself stays for the next epoch)."""
         if self._closed:
             return
         self._closed = True
-        if self._persistent:
+        if self._persistent and not getattr(self._it, "_shutdown", False):
             return
         shutdown = getattr(self._it, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
         self._it = None
-        _cleanup_token(self._token)
+        self._pool.reclaim_dead()
 
     def __del__(self) -> None:
         try:
@@ -633,34 +530,60 @@ class _ShmIter:
 class DataLoader(torch.utils.data.DataLoader):
     """torch.utils.data.DataLoader with a shared-memory batch transport.
 
-    Takes exactly torch's arguments, plus ``shm_slots`` (slots per worker,
-    default ``prefetch_factor + 2``). With ``num_workers=0`` nothing changes.
-    See the module documentation for how batches travel and what falls back
-    to torch's default path.
+    Takes exactly torch's arguments, plus ``shm_slots`` (slots per worker in
+    the loader's pool, default ``prefetch_factor + 2``) and
+    ``shm_max_bytes`` (bound on the pool's bytes, default
+    ``min(1 GiB, a quarter of /dev/shm)``; 0 sends every batch through
+    torch's path). With ``num_workers=0`` nothing changes. ``stats()``
+    reports the pool. See the module documentation for how batches travel
+    and what falls back to torch's default path.
     """
 
-    def __init__(self, dataset: Any, *args: Any, shm_slots: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, dataset: Any, *args: Any, shm_slots: int | None = None,
+                 shm_max_bytes: int | None = None, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
-        self._shm_warned = False
-        self._shm_tokens: list[str] = []
+        self._shm_pool: _loader_pool.Pool | None = None
+        self._shm_nslots = 0
+        self._shm_max_bytes = 0
         if self.num_workers > 0:
-            nslots = shm_slots if shm_slots is not None else (self.prefetch_factor or 2) + 2
-            if nslots < 1:
-                raise ValueError("shm_slots must be >= 1")
-            self.collate_fn = _SlotCollate(self.collate_fn, nslots)  # type: ignore[has-type]
-            weakref.finalize(self, _cleanup_tokens, self._shm_tokens)
+            per_worker = _checks.check_int(
+                "shm_slots",
+                shm_slots if shm_slots is not None else (self.prefetch_factor or 2) + 2,
+                minimum=1,
+            )
+            max_bytes = _checks.check_int(
+                "shm_max_bytes",
+                _loader_pool.default_max_bytes() if shm_max_bytes is None else shm_max_bytes,
+                minimum=0,
+            )
+            self._shm_nslots = per_worker * self.num_workers
+            self._shm_max_bytes = max_bytes
+            self.collate_fn = _SlotCollate(self.collate_fn)  # type: ignore[has-type]
 
     def __iter__(self) -> Any:
         if self.num_workers == 0 or not isinstance(self.collate_fn, _SlotCollate):
             return super().__iter__()
-        persistent = self.persistent_workers
-        if not persistent or self._iterator is None:
-            # New workers: a new token for their slots.
-            self.collate_fn.token = secrets.token_hex(4)
-            self._shm_tokens.append(self.collate_fn.token)
-        return _ShmIter(self, super().__iter__(), self.collate_fn.token, persistent)
+        pool = self._shm_pool
+        if pool is None:
+            pool = self._shm_pool = _loader_pool.Pool(self._shm_nslots, self._shm_max_bytes)
+            _pools[pool.token] = pool
+            weakref.finalize(self, pool.destroy)  # also runs at normal exit
+            if pool.broken is not None:
+                warnings.warn(
+                    f"shmstream.torch.DataLoader: could not create its slot pool ({pool.broken}); "
+                    "batches use torch's default path. Free space in /dev/shm (see "
+                    "`df -h /dev/shm`, `shmstream purge`).", ShmTransportWarning, stacklevel=2)
+            self.collate_fn.token = pool.token
+            self.collate_fn.instance_id = pool.instance_id
+        return _ShmIter(self, pool, super().__iter__(), self.persistent_workers)
 
-
-def _cleanup_tokens(tokens: list[str]) -> None:
-    for token in tokens:
-        _cleanup_token(token)
+    def stats(self) -> dict[str, Any]:
+        """The slot pool: ``slots`` and ``bytes`` (now), ``max_bytes`` (its
+        bound), batches delivered from a ``fresh`` slot (created for them) or
+        a ``reused`` one, ``fallbacks`` (batches that took torch's default
+        path) and ``fallback_reasons`` ({'bound', 'busy', 'error': count})."""
+        if self._shm_pool is None:
+            return {"slots": 0, "bytes": 0, "max_bytes": self._shm_max_bytes, "fresh": 0,
+                    "reused": 0, "fallbacks": 0,
+                    "fallback_reasons": {"bound": 0, "busy": 0, "error": 0}}
+        return self._shm_pool.stats()

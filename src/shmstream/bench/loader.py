@@ -1,23 +1,28 @@
 """DataLoader transport: shmstream.torch.DataLoader against torch's default
-DataLoader, in the same run.
+DataLoader, in the same run, whole epochs.
 
-    python -m shmstream.bench loader [--workers N] [--repeats N] [--min-time S]
-                                     [--sizes 500x1K/32,...] [--touch]
+    python -m shmstream.bench loader [--workers N] [--epochs N] [--rounds N]
+                                     [--sizes 500x1K/32,...] [--regimes default,persistent]
+                                     [--first-use 64x50K,...|none] [--touch]
                                      [--start-method M] [--json PATH]
 
-Datasets (the R torch shared-memory PR's table): float32 samples, N samples
-of D elements, batch size B: 500x1K/32 (128 KB batches), 200x50K/64
-(12.8 MB), 100x500K/64 (128 MB), 100x1M/32 (128 MB). ``__getitem__`` returns
-a row of a tensor built once, so the loaders' transport is what is measured.
+Datasets: N samples of D float32 elements, batch size B. The R torch
+shared-memory PR's table (500x1K/32: 128 KB batches, 200x50K/64: 12.8 MB,
+100x500K/64: 128 MB, 100x1M/32: 128 MB) plus long epochs (2000x50K/64,
+400x500K/64). ``__getitem__`` returns ``torch.full((D,), float(i)), i``.
 
-Both loaders get the same arguments (``num_workers=2``,
-``persistent_workers=True``, the same start method). Worker start-up is
-excluded: each measurement first runs one full epoch, then times whole
-epochs until ``--min-time`` seconds have passed. Rows alternate torch,
-shmstream, torch, ... ``--repeats`` times; the median is reported.
-``--touch`` makes the consumer sum every batch (what a trainer's first read
-costs); by default it only receives the batches. Every batch's first and
-last sample is checked against the dataset.
+What is timed: whole epochs, from ``iter(loader)`` to exhaustion, worker
+start-up included (it is the same for both loaders), in two regimes:
+``default`` (``persistent_workers=False``: new workers every epoch, measured
+first) and ``persistent`` (``persistent_workers=True``). Each round builds a
+fresh loader of each kind and runs ``--epochs`` epochs of each, interleaved
+(order alternating torch, shmstream / shmstream, torch); the ratio is
+torch's median epoch time over shmstream's, over every epoch of every round.
+The first epoch of a fresh loader (slot pool empty) is also reported on its
+own, and the last shmstream loader's pool: batches delivered from fresh and
+reused slots and through torch's path, and the pool's size. ``--touch``
+makes the consumer sum every batch; by default it only receives them. Every
+batch's first and last element and its labels are checked.
 """
 from __future__ import annotations
 
@@ -29,7 +34,9 @@ from typing import Any
 
 from ._common import BenchError, Results, emit, fmt_ratio, median, progress, render_table
 
-DEFAULT_SIZES = "500x1K/32,200x50K/64,100x500K/64,100x1M/32"
+DEFAULT_SIZES = "500x1K/32,200x50K/64,100x500K/64,100x1M/32,2000x50K/64,400x500K/64"
+FIRST_USE = "64x50K,64x500K"
+REGIMES = {"default": False, "persistent": True}
 
 
 def parse_sizes(text: str) -> list[tuple[int, int, int, str]]:
@@ -46,13 +53,21 @@ def parse_sizes(text: str) -> list[tuple[int, int, int, str]]:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="shmstream bench loader", description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--min-time", type=float, default=2.0, help="seconds of epochs per measurement")
+    ap.add_argument("--epochs", type=int, default=3, help="epochs per fresh loader")
+    ap.add_argument("--rounds", type=int, default=3, help="fresh loaders of each kind per row")
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--regimes", default="default,persistent",
+                    help="default (persistent_workers=False), persistent, or both")
+    ap.add_argument("--first-use", default=FIRST_USE,
+                    help="batches (BxD) of the first-use table, 'none' to skip")
     ap.add_argument("--touch", action="store_true", help="sum every batch in the consumer")
     ap.add_argument("--start-method", default=None, help="default: torch's default")
     ap.add_argument("--json", metavar="PATH")
     opts = ap.parse_args(argv)
+    regimes = [r.strip() for r in opts.regimes.split(",") if r.strip()]
+    for r in regimes:
+        if r not in REGIMES:
+            ap.error(f"unknown regime {r!r}; known: {', '.join(REGIMES)}")
     try:
         import torch
     except ImportError:
@@ -62,64 +77,148 @@ def main(argv: list[str]) -> int:
 
     results = Results("loader", argv)
     results.meta["versions"]["torch"] = torch.__version__
-    results.meta.update(workers=opts.workers, start_method=opts.start_method, touch=opts.touch)
+    results.meta.update(workers=opts.workers, start_method=opts.start_method, touch=opts.touch,
+                        epochs=opts.epochs, rounds=opts.rounds)
     torch.set_num_threads(1)
+    kinds: dict[str, Any] = {"torch": torch.utils.data.DataLoader, "shmstream": shm_torch.DataLoader}
 
-    rows = []
-    verdicts = []
-    for n, dim, bs, label in parse_sizes(opts.sizes):
-        data = torch.randn(n, dim, dtype=torch.float32)
-        ds = _RowDataset(data)
-        batch_bytes = bs * dim * 4
-        kwargs: dict[str, Any] = dict(batch_size=bs, num_workers=opts.workers,
-                                      persistent_workers=True)
-        if opts.start_method:
-            kwargs["multiprocessing_context"] = opts.start_method
-        loaders = {
-            "torch": torch.utils.data.DataLoader(ds, **kwargs),
-            "shmstream": shm_torch.DataLoader(ds, **kwargs),
-        }
-        rates: dict[str, list[float]] = {k: [] for k in loaders}
-        try:
-            for name, loader in loaders.items():
-                progress(f"{label}: starting {name} workers (not timed)")
-                _epoch(loader, data, opts.touch)
-            for rep in range(opts.repeats):
-                order = list(loaders) if rep % 2 == 0 else list(reversed(list(loaders)))
-                for name in order:
-                    batches, secs = _measure(loaders[name], data, opts.touch, opts.min_time)
-                    rates[name].append(batches / secs)
-                    results.add(size=label, loader=name, batches=batches, seconds=secs,
-                                batch_bytes=batch_bytes, repeat=rep)
-                    progress(f"{label}: {name} {batches / secs:.1f} batches/s")
-        finally:
-            loaders.clear()
-            gc.collect()
-        t = median(rates["torch"])
-        s = median(rates["shmstream"])
-        # Bytes actually delivered per batch on average (the last batch is smaller).
-        avg_bytes = n * dim * 4 / -(-n // bs)
-        big = batch_bytes >= 12e6
-        target = 1.3 if big else 0.9
-        ratio = s / t
-        verdicts.append((label, ratio, target))
-        rows.append([
-            f"{n}x{_h(dim)} bs {bs}", f"{batch_bytes / 1e6:.2f}",
-            f"{t:.1f}", f"{t * avg_bytes / 1e6:.0f}",
-            f"{s:.1f}", f"{s * avg_bytes / 1e6:.0f}",
-            fmt_ratio(s, t), f">= x{target}", "met" if ratio >= target else "NOT met",
-        ])
-    title = (f"float32 datasets, num_workers={opts.workers}, persistent workers, start method "
-             f"{opts.start_method or 'torch default'}, consumer "
-             f"{'sums each batch' if opts.touch else 'receives batches'}; median of "
-             f"{opts.repeats}, worker start-up excluded")
-    table = render_table(
-        ["dataset", "batch MB", "torch batches/s", "torch MB/s", "shmstream batches/s",
-         "shmstream MB/s", "ratio", "target", "verdict"], rows, title)
-    emit(results, table)
+    for regime in regimes:
+        rows = []
+        for n, dim, bs, label in parse_sizes(opts.sizes):
+            ds = FullDataset(n, dim)
+            kwargs: dict[str, Any] = dict(batch_size=bs, num_workers=opts.workers,
+                                          persistent_workers=REGIMES[regime])
+            if opts.start_method:
+                kwargs["multiprocessing_context"] = opts.start_method
+            times: dict[str, list[float]] = {k: [] for k in kinds}
+            firsts: dict[str, list[float]] = {k: [] for k in kinds}
+            stats: dict[str, Any] = {}
+            for rnd in range(opts.rounds):
+                # A fresh loader of each kind; their epochs interleave (order
+                # alternating) so both see the same moments of a noisy machine.
+                loaders: dict[str, Any] = {name: make(ds, **kwargs) for name, make in kinds.items()}
+                for ep in range(opts.epochs):
+                    order = list(kinds) if (rnd + ep) % 2 == 0 else list(reversed(list(kinds)))
+                    for name in order:
+                        secs = _epoch(loaders[name], n, opts.touch)
+                        times[name].append(secs)
+                        if ep == 0:
+                            firsts[name].append(secs)
+                        results.add(regime=regime, size=label, loader=name, round=rnd, epoch=ep,
+                                    seconds=secs, batch_bytes=bs * dim * 4)
+                        progress(f"{regime} {label}: {name} epoch {ep + 1} {secs * 1e3:.0f} ms")
+                stats = loaders["shmstream"].stats()
+                loaders.clear()
+                gc.collect()
+            if stats:
+                results.add(regime=regime, size=label, loader="shmstream", pool_stats=stats)
+            rows.append(_row(n, dim, bs, times, firsts, stats))
+        title = (f"regime {regime} (persistent_workers={REGIMES[regime]}), float32 samples, "
+                 f"num_workers={opts.workers}, start method {opts.start_method or 'torch default'}, "
+                 f"consumer {'sums each batch' if opts.touch else 'receives batches'}; "
+                 f"whole epochs (iter() to exhaustion, worker start-up included), median of "
+                 f"{opts.rounds} fresh loaders x {opts.epochs} epochs")
+        table = render_table(
+            ["dataset", "batch MB", "batches/epoch", "torch ms/epoch", "shmstream ms/epoch",
+             "ratio", "1st epoch ratio", "target", "verdict", "batches fresh/reused/torch",
+             "pool MB"],
+            rows, title)
+        emit(results, table)
+    if opts.first_use != "none":
+        emit(results, _first_use(torch, results, opts.first_use, opts.rounds))
     if opts.json:
         results.dump(opts.json)
     return 0
+
+
+_clock = time.process_time
+
+
+def _first_use(torch: Any, results: Results, spec: str, rounds: int) -> str:
+    """A batch stacked into a fresh slot against torch's default collate in a
+    worker (a fresh shared-memory file), same process, same samples, alternating;
+    and into a reused slot. The worker's side only: what the first use of a
+    slot costs: the same work as torch's (the kernel zeroes each page at its
+    first write, the batch fills it), so the target is parity within the
+    run-to-run spread (x0.95). CPU time of this process (the kernel's page
+    zeroing and faults included): steadier than wall time on a shared
+    machine."""
+    import os
+
+    from .. import _loader_pool as lp
+
+    rows = []
+    reps = max(9, 2 * rounds + 1)
+    for bs, dim, _, _ in parse_sizes(spec.replace(",", "/0,") + "/0"):
+        samples = [torch.full((dim,), float(i)) for i in range(bs)]
+        nbytes = bs * dim * 4
+        path = lp.slot_path(f"bench{os.getpid()}", 0, 0)
+        kept = lp.create_slot_file(path + ".reused", lp.capacity_for(nbytes))
+        os.unlink(path + ".reused")
+        kept_u8 = torch.frombuffer(kept, dtype=torch.uint8)
+
+        def torch_fresh() -> float:
+            # torch's collate_tensor_fn in a worker: a new shared storage.
+            t0 = _clock()
+            storage = samples[0]._typed_storage()._new_shared(bs * dim, device="cpu")
+            out = samples[0].new(storage).resize_(bs, dim)
+            torch.stack(samples, 0, out=out)
+            secs = _clock() - t0
+            del out, storage
+            return secs
+
+        def slot_fresh() -> float:
+            t0 = _clock()
+            mm = lp.create_slot_file(path, lp.capacity_for(nbytes))
+            u8 = torch.frombuffer(mm, dtype=torch.uint8)
+            torch.stack(samples, 0, out=u8[:nbytes].view(torch.float32).view(bs, dim))
+            secs = _clock() - t0
+            os.unlink(path)
+            del u8
+            mm.close()
+            return secs
+
+        def slot_reused() -> float:
+            t0 = _clock()
+            torch.stack(samples, 0, out=kept_u8[:nbytes].view(torch.float32).view(bs, dim))
+            return _clock() - t0
+
+        times: dict[str, list[float]] = {"torch": [], "fresh": [], "reused": []}
+        fns = {"torch": torch_fresh, "fresh": slot_fresh, "reused": slot_reused}
+        slot_reused()
+        for rep in range(reps):
+            for name in (list(fns) if rep % 2 == 0 else list(reversed(list(fns)))):
+                times[name].append(fns[name]())
+        for name, secs in times.items():
+            results.add(first_use=name, batch_bytes=nbytes, seconds=secs)
+        t, f, r = (median(times[k]) for k in ("torch", "fresh", "reused"))
+        rows.append([f"{bs}x{_h(dim)}", f"{nbytes / 1e6:.1f}", f"{t * 1e3:.1f}", f"{f * 1e3:.1f}",
+                     f"x{t / f:.2f}", ">= x0.95", "met" if t / f >= 0.95 else "NOT met",
+                     f"{r * 1e3:.1f}", f"x{t / r:.2f}"])
+        del kept_u8
+        kept.close()
+    title = (f"first use of a slot, worker side: a batch stacked into torch's fresh shared memory "
+             f"(its default collate in a worker) or into a fresh slot (reserved, mapped "
+             f"unpopulated), or a reused one; one process, CPU ms, median of {reps}")
+    return render_table(["batch", "MB", "torch fresh ms", "fresh slot ms", "ratio", "target",
+                         "verdict", "reused slot ms", "ratio"], rows, title)
+
+
+def _row(n: int, dim: int, bs: int, times: dict[str, list[float]],
+         firsts: dict[str, list[float]], stats: dict[str, Any]) -> list[str]:
+    batch_bytes = bs * dim * 4
+    t, s = median(times["torch"]), median(times["shmstream"])
+    t1, s1 = median(firsts["torch"]), median(firsts["shmstream"])
+    target = 1.3 if batch_bytes >= 12e6 else 0.9
+    ratio = t / s
+    pool = (f"{stats.get('fresh', 0)}/{stats.get('reused', 0)}/{stats.get('fallbacks', 0)}"
+            if stats else "-")
+    return [
+        f"{n}x{_h(dim)} bs {bs}", f"{batch_bytes / 1e6:.2f}", str(-(-n // bs)),
+        f"{t * 1e3:.0f}", f"{s * 1e3:.0f}", fmt_ratio(t, s), fmt_ratio(t1, s1),
+        f">= x{target}", "met" if ratio >= target else "NOT met", pool,
+        f"{stats.get('bytes', 0) / 1e6:.0f}" if stats else "-",
+    ]
 
 
 def _h(d: int) -> str:
@@ -130,46 +229,41 @@ def _h(d: int) -> str:
     return str(d)
 
 
-class _RowDataset:
-    """Map-style dataset: sample i is row i of a tensor built once."""
+class FullDataset:
+    """Map-style dataset: sample i is ``torch.full((dim,), float(i)), i``."""
 
-    def __init__(self, data: Any) -> None:
-        self.data = data
+    def __init__(self, n: int, dim: int) -> None:
+        self.n, self.dim = n, dim
 
     def __len__(self) -> int:
-        return len(self.data)
+        return self.n
 
     def __getitem__(self, i: int) -> Any:
-        return self.data[i]
+        import torch
+
+        return torch.full((self.dim,), float(i)), i
 
 
-def _epoch(loader: Any, data: Any, touch: bool) -> int:
-    n = 0
+def _epoch(loader: Any, n: int, touch: bool) -> float:
+    """One whole epoch, iter() to exhaustion; returns its wall time after
+    checking that every sample arrived, in order, with its own values."""
     seen = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for batch in loader:
+        t0 = time.perf_counter()
+        for x, idx in loader:
             if touch:
-                float(batch.sum())
-            b = len(batch)
-            if not (batch[0][0] == data[seen][0] and batch[-1][-1] == data[seen + b - 1][-1]):
-                raise BenchError(f"batch {n} does not match the dataset")
+                float(x.sum())
+            b = len(idx)
+            if not (int(idx[0]) == seen and int(idx[-1]) == seen + b - 1
+                    and float(x[0, 0]) == seen and float(x[-1, -1]) == seen + b - 1):
+                raise BenchError(f"the batch at sample {seen} does not match the dataset")
             seen += b
-            n += 1
-            del batch
-    if seen != len(data):
-        raise BenchError(f"an epoch delivered {seen} samples, expected {len(data)}")
-    return n
-
-
-def _measure(loader: Any, data: Any, touch: bool, min_time: float) -> tuple[int, float]:
-    batches = 0
-    t0 = time.perf_counter()
-    while True:
-        batches += _epoch(loader, data, touch)
+            del x, idx
         secs = time.perf_counter() - t0
-        if secs >= min_time:
-            return batches, secs
+    if seen != n:
+        raise BenchError(f"an epoch delivered {seen} samples, expected {n}")
+    return secs
 
 
 if __name__ == "__main__":  # pragma: no cover

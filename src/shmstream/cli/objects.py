@@ -16,7 +16,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "list",
         aliases=["ls"],
         help="list every shmstream object in /dev/shm: streams, GPU streams, channels, "
-        "shared arrays, loader slots (a table: KIND, SIZE, CREATOR, NAME)",
+        "shared arrays, DataLoader slot pools (a table: KIND, SIZE, CREATOR, NAME)",
     )
     list_p.add_argument("--kind", choices=KINDS, action="append",
                         help="only this kind (repeatable)")
@@ -42,7 +42,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     purge_p = sub.add_parser(
         "purge",
         help="remove ALL streams (pyshmem's purge), and the channels, shared arrays and "
-        "loader slots nobody uses any more (creator dead); print what was removed",
+        "DataLoader slot pools nobody uses any more (creator dead); print what was removed",
     )
     purge_p.add_argument(
         "--include-cuda-orphans", action="store_true",

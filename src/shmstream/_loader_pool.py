@@ -1,0 +1,534 @@
+"""The slot pool of a ``shmstream.torch.DataLoader``: shared memory that the
+loader (the main process) owns and its workers fill, kept across epochs and
+worker restarts. No torch here: ``shmstream purge`` imports this module.
+
+Layout (docs/loader.md, "The pool in shared memory", is the reference)
+  root   a KIND_ARRAY segment named ``loader-<token>``, created by the main
+         process. Its header says who owns the pool (creator pid and start
+         time: what ``purge`` checks), its robust lock serialises every
+         change of the table that is its payload (int64 words: a head line,
+         then one line per slot).
+  slots  /dev/shm/shmstream.loader-<token>.<k>.<gen>: the bytes of slot k,
+         generation gen, nothing else. Plain files rather than segments of
+         their own: a segment is created populated (the core zeroes every
+         page), and a batch written into it then touches every page twice.
+         A slot file is reserved with posix_fallocate (a full /dev/shm is
+         ENOSPC here, not a SIGBUS later) and mapped unpopulated, so a
+         worker writes its first batch straight into fresh pages, the way
+         torch's default path does. A worker that attaches to an existing
+         slot maps it populated (one call instead of a fault per page).
+
+Slot states: EMPTY (no file), FREE, FILLING (a worker took it; the batch
+is being written or is on its way to the main process), HELD (the main
+process builds or holds the batch). Workers take FREE or create EMPTY slots;
+the main process moves FILLING to HELD when it builds the batch and back to
+FREE when the batch's last tensor is freed. The bytes of all slots together
+stay under the pool's bound (``max_bytes``).
+"""
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import secrets
+import threading
+from typing import Any, Iterator
+
+import numpy as np
+
+from . import _native, _proc
+
+SHM_DIR = "/dev/shm"
+#: User-name prefix of a pool's root segment.
+ROOT_PREFIX = "loader-"
+#: File-name prefix of slot files. Not the core's "shmstream-": these files
+#: have no segment header, and tools that read headers must skip them.
+SLOT_FILE_PREFIX = "shmstream.loader-"
+
+#: Default bound on a pool's slot bytes (a quarter of /dev/shm if smaller).
+DEFAULT_MAX_BYTES = 1 << 30
+
+TABLE_MAGIC = 0x314C4F4F50534C53  # "SLSPOOL1", little-endian
+_HEAD = 8  # words of the head line: magic, nslots, max_bytes, total_bytes
+_H_MAGIC, _H_NSLOTS, _H_MAX, _H_TOTAL = 0, 1, 2, 3
+_LINE = 8  # words per slot line
+_STATE, _SEQ, _GEN, _CAP, _PID, _TICKS, _READY = range(7)
+EMPTY, FREE, FILLING, HELD = 0, 1, 2, 3
+
+_PAGE = 4096
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def capacity_for(need: int, grow: bool = False) -> int:
+    """Bytes of a new slot for a batch of ``need`` bytes, whole pages. A slot
+    that replaces one too small (``grow``: batch sizes vary) gets 1/8
+    headroom, so slightly bigger batches reuse it; a first slot gets none,
+    so that reserving it costs no more than the batch itself."""
+    return max(_align(need + need // 8 if grow else need, _PAGE), _PAGE)
+
+
+def default_max_bytes() -> int:
+    """DEFAULT_MAX_BYTES, or a quarter of /dev/shm if that is smaller."""
+    try:
+        st = os.statvfs(SHM_DIR)
+        quarter = st.f_blocks * st.f_frsize // 4
+    except OSError:
+        return DEFAULT_MAX_BYTES
+    return min(DEFAULT_MAX_BYTES, quarter) if quarter > 0 else DEFAULT_MAX_BYTES
+
+
+# ------------------------------------------- naming, listing, purging
+
+def root_name(token: str) -> str:
+    """The user name of a pool's root segment."""
+    return ROOT_PREFIX + token
+
+
+def slot_path(token: str, k: int, gen: int) -> str:
+    """The /dev/shm path of slot ``k``, generation ``gen``, of pool ``token``."""
+    return f"{SHM_DIR}/{SLOT_FILE_PREFIX}{token}.{k}.{gen}"
+
+
+def list_slot_files(token: str | None = None) -> dict[str, list[str]]:
+    """Slot files in /dev/shm: {pool token: [paths]}, only ``token``'s if
+    given."""
+    out: dict[str, list[str]] = {}
+    try:
+        entries = os.listdir(SHM_DIR)
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.startswith(SLOT_FILE_PREFIX):
+            continue
+        tok = entry[len(SLOT_FILE_PREFIX):].split(".", 1)[0]
+        if token is None or tok == token:
+            out.setdefault(tok, []).append(f"{SHM_DIR}/{entry}")
+    return out
+
+
+def purge_dead_loader_pools() -> list[str]:
+    """Remove the pools whose loader process is dead (or whose root is gone
+    or unreadable): their slot files and root segment. Returns the root names
+    of the pools removed. Live loaders' pools are left alone."""
+    removed = []
+    for token, paths in list_slot_files().items():
+        segname = _native.segment_name(root_name(token))
+        try:
+            seg = _native.Segment.peek(segname)
+            owner_alive = _proc.alive(seg.creator_pid, seg.creator_start_ticks)
+            del seg
+        except BlockingIOError:
+            continue  # a root still being created: its owner is alive
+        except OSError:  # gone, or not a segment we can read: the slots are orphans
+            owner_alive = False
+        except Exception:  # noqa: BLE001 - a corrupt root: nobody can use the slots
+            owner_alive = False
+        if owner_alive:
+            continue
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            _native.unlink_segname(segname)
+        removed.append(root_name(token))
+    return sorted(removed)
+
+
+# ------------------------------------------------------------- slot files
+
+def create_slot_file(path: str, capacity: int) -> mmap.mmap:
+    """Create, reserve and map a new slot file (unpopulated: the first batch
+    goes straight into fresh pages). OSError (ENOSPC: /dev/shm is full)
+    leaves nothing behind."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, capacity)
+        os.posix_fallocate(fd, 0, capacity)
+        return mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+def map_slot_file(path: str, capacity: int, populate: bool) -> mmap.mmap:
+    """Map an existing slot file; ``populate`` maps every page now (a worker
+    about to write it) instead of one fault per page."""
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size != capacity:
+            raise OSError(f"loader slot file {path} has {size} bytes, its pool says {capacity}")
+        flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
+        return mmap.mmap(fd, capacity, flags=flags)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quiet(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+# ------------------------------------------------------------------ table
+
+class _Table:
+    """The root segment and its table. Every method that reads or changes
+    slot lines runs with the root's lock held (``locked()``)."""
+
+    def __init__(self, seg: Any, token: str) -> None:
+        self.seg = seg
+        self.token = token
+        self.words = seg.payload().view(np.int64)
+        self.nslots = int(self.words[_H_NSLOTS])
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[np.ndarray]:
+        # SYNC POINT pool-lock: every change of the table, and each hand-over
+        # of a slot's bytes (FILLING -> HELD -> FREE -> FILLING), happens under
+        # the root's robust lock; it orders one side's writes of the bytes
+        # before the other side's reads.
+        if self.seg.lock():
+            self._repair()  # the previous holder died, maybe mid-update
+        try:
+            yield self.words
+        finally:
+            self.seg.unlock()
+
+    def line(self, k: int) -> np.ndarray:
+        return self.words[_HEAD + k * _LINE:_HEAD + (k + 1) * _LINE]
+
+    def _repair(self) -> None:
+        self.reclaim_dead()
+        self.words[_H_TOTAL] = sum(int(self.line(k)[_CAP]) for k in range(self.nslots)
+                                   if self.line(k)[_STATE] != EMPTY)
+
+    def reclaim_dead(self) -> int:
+        """Slots taken by workers that died: FREE again if their file was
+        complete, EMPTY (file removed) if the worker died creating it."""
+        n = 0
+        for k in range(self.nslots):
+            e = self.line(k)
+            if e[_STATE] != FILLING or _proc.alive(int(e[_PID]), int(e[_TICKS])):
+                continue
+            if e[_READY]:
+                e[_STATE] = FREE
+            else:
+                self.drop(k)
+            n += 1
+        return n
+
+    def drop(self, k: int) -> None:
+        """Slot k becomes EMPTY and its file goes (mappings stay valid)."""
+        e = self.line(k)
+        _unlink_quiet(slot_path(self.token, k, int(e[_GEN])))
+        if e[_STATE] != EMPTY:
+            self.words[_H_TOTAL] -= e[_CAP]
+        e[_STATE], e[_CAP], e[_READY] = EMPTY, 0, 0
+
+    def forget_retired(self, maps: dict[int, tuple[int, Any]]) -> None:
+        """Drop this process's mappings of slot files that were removed or
+        replaced, so their pages go back to /dev/shm (held batches keep
+        theirs)."""
+        for k, (gen, _) in list(maps.items()):
+            e = self.line(k)
+            if e[_STATE] == EMPTY or e[_GEN] != gen:
+                del maps[k]
+
+    def free(self, k: int, seq: int) -> None:
+        e = self.line(k)
+        if e[_SEQ] == seq and e[_STATE] in (FILLING, HELD):
+            e[_STATE] = FREE
+
+    def counts(self) -> tuple[int, int]:
+        slots = sum(1 for k in range(self.nslots) if self.line(k)[_STATE] != EMPTY)
+        return slots, int(self.words[_H_TOTAL])
+
+
+# ------------------------------------------------------------ main process
+
+class Pool:
+    """The main process's side: creates the root, maps slots to build
+    batches, frees them, counts, and removes everything when the loader
+    goes."""
+
+    def __init__(self, nslots: int, max_bytes: int) -> None:
+        self.token = secrets.token_hex(8)
+        self.owner_pid = os.getpid()
+        self.max_bytes = max_bytes
+        self.table: _Table | None = None
+        self.instance_id: str | None = None
+        #: Why the pool could not be made (its batches take torch's path).
+        self.broken: str | None = None
+        self.maps: dict[int, tuple[int, np.ndarray]] = {}  # k -> (gen, bytes)
+        self._tls = threading.local()
+        self._count_lock = threading.Lock()
+        self.fresh = self.reused = 0
+        self.fallbacks: dict[str, int] = {"bound": 0, "busy": 0, "error": 0}
+        self.warned = False
+        nbytes = (_HEAD + nslots * _LINE) * 8
+        try:
+            seg = _native.Segment.create(root_name(self.token), _native.KIND_ARRAY, [nbytes], 1,
+                                         "|u1", 0, 0o600, 0, 1)
+        except OSError as exc:
+            self.broken = f"{type(exc).__name__}: {exc}"
+            return
+        words = seg.payload().view(np.int64)
+        words[_H_NSLOTS], words[_H_MAX] = nslots, max_bytes
+        words[_H_MAGIC] = TABLE_MAGIC  # before any worker exists: no ordering needed
+        self.instance_id = seg.instance_id
+        self.table = _Table(seg, self.token)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[_Table]:
+        assert self.table is not None
+        tls = self._tls
+        tls.inside = True
+        tls.pending = []
+        try:
+            with self.table.locked():
+                try:
+                    yield self.table
+                finally:
+                    # A batch freed while we held the lock (a finalizer run
+                    # by the collector in this thread) is handed back now;
+                    # taking the lock again in this thread would fail
+                    # (error-checking mutex).
+                    while tls.pending:
+                        self.table.free(*tls.pending.pop())
+        finally:
+            tls.inside = False
+
+    def claim(self, k: int, gen: int, seq: int, fresh: bool) -> np.ndarray:
+        """The bytes of slot k for the batch a worker wrote there (FILLING ->
+        HELD). RuntimeError if the slot was reclaimed meanwhile."""
+        with self._locked() as t:
+            e = t.line(k)
+            ok = e[_SEQ] == seq and e[_GEN] == gen and e[_STATE] == FILLING
+            if ok:
+                e[_STATE] = HELD
+            cap = int(e[_CAP])
+            t.forget_retired(self.maps)
+        if not ok:
+            raise RuntimeError(
+                "shmstream.torch.DataLoader: a batch was lost: the worker that wrote it died "
+                "and its slot was reused; restart the epoch")
+        cached = self.maps.get(k)
+        if cached is None or cached[0] != gen:
+            try:
+                mm = map_slot_file(slot_path(self.token, k, gen), cap, populate=False)
+            except BaseException:
+                self.release(k, seq)
+                raise
+            self.maps[k] = cached = (gen, np.frombuffer(mm, dtype=np.uint8))
+        with self._count_lock:
+            if fresh:
+                self.fresh += 1
+            else:
+                self.reused += 1
+        return cached[1]
+
+    def release(self, k: int, seq: int) -> None:
+        """The batch in slot k is gone (its last tensor freed, or dropped
+        unread): the slot is FREE for the workers again."""
+        tls = self._tls
+        if getattr(tls, "inside", False):
+            tls.pending.append((k, seq))
+            return
+        with self._locked() as t:
+            t.free(k, seq)
+
+    def count_fallback(self, reason: str) -> bool:
+        """Count a batch that took torch's path; True the first time the
+        reason is an error (the caller warns once)."""
+        with self._count_lock:
+            self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+            first_error = reason == "error" and not self.warned
+            if first_error:
+                self.warned = True
+            return first_error
+
+    def reclaim_dead(self) -> None:
+        if self.table is not None:
+            with self._locked() as t:
+                t.reclaim_dead()
+
+    def stats(self) -> dict[str, Any]:
+        slots = nbytes = 0
+        if self.table is not None:
+            with self._locked() as t:
+                slots, nbytes = t.counts()
+        with self._count_lock:
+            return {
+                "slots": slots, "bytes": nbytes, "max_bytes": self.max_bytes,
+                "fresh": self.fresh, "reused": self.reused,
+                "fallbacks": sum(self.fallbacks.values()),
+                "fallback_reasons": dict(self.fallbacks),
+            }
+
+    def destroy(self) -> None:
+        """Remove the pool's files and root (batches still held keep their
+        mappings). Only the process that made the pool does it."""
+        if os.getpid() != self.owner_pid:
+            return
+        self.maps.clear()
+        # The root goes first: a worker that creates a slot file after this
+        # sees no root and removes its file (PoolClient.take); one that
+        # created it before is in the listing below.
+        if self.table is not None:
+            with contextlib.suppress(OSError):
+                _native.unlink_segname(self.table.seg.segname)
+        for path in list_slot_files(self.token).get(self.token, []):
+            _unlink_quiet(path)
+
+
+# ----------------------------------------------------------------- worker
+
+class Taken:
+    """A slot a worker took: write the batch into ``buf`` (the whole slot)."""
+
+    __slots__ = ("k", "gen", "seq", "capacity", "buf", "fresh")
+
+    def __init__(self, k: int, gen: int, seq: int, capacity: int, buf: Any, fresh: bool) -> None:
+        self.k, self.gen, self.seq, self.capacity = k, gen, seq, capacity
+        self.buf, self.fresh = buf, fresh
+
+
+class PoolClient:
+    """A worker's side: takes a slot for each batch (reusing a free one,
+    creating one, or growing a free one that is too small), maps it once per
+    generation, gives it back if the batch fails."""
+
+    def __init__(self, token: str, instance_id: str, wrap: Any = None) -> None:
+        seg = _native.Segment.open(root_name(token), _native.KIND_ARRAY, False)
+        if seg.instance_id != instance_id:
+            raise FileNotFoundError(f"loader pool {root_name(token)!r} was replaced")
+        words = seg.payload().view(np.int64)
+        if words.size < _HEAD or int(words[_H_MAGIC]) != TABLE_MAGIC:
+            raise OSError(f"loader pool {root_name(token)!r} has no slot table")
+        self.token = token
+        self.table = _Table(seg, token)
+        self.pid = os.getpid()
+        self.ticks = _proc.start_ticks(self.pid)
+        self.maps: dict[int, tuple[int, Any]] = {}  # k -> (gen, wrap(mmap))
+        #: What the caller writes through (the mmap itself by default).
+        self.wrap = wrap or (lambda mm: mm)
+        #: Why this worker creates no more slots (None: it may).
+        self.create_error: str | None = None
+
+    def take(self, need: int) -> Taken | str:
+        """A slot of at least ``need`` bytes, FILLING for this worker; or the
+        reason there is none ('bound': the pool's bytes would pass its bound;
+        'busy': every slot is in use; 'error': creating a slot failed before,
+        see ``create_error``).
+        OSError if creating its file fails (the slot is EMPTY again)."""
+        with self.table.locked() as w:
+            got = self._choose(w, need)
+            if got in ("busy", "bound") and self.table.reclaim_dead():
+                got = self._choose(w, need)
+            if isinstance(got, str):
+                return got
+            k, fresh = got
+            e = self.table.line(k)
+            if not fresh:
+                # Owner first: a holder that dies between these stores
+                # leaves a FREE slot, or a FILLING one that names it.
+                e[_PID], e[_TICKS] = self.pid, self.ticks
+                e[_SEQ] += 1
+                e[_STATE] = FILLING
+            gen, seq, cap = int(e[_GEN]), int(e[_SEQ]), int(e[_CAP])
+            self.table.forget_retired(self.maps)
+        path = slot_path(self.token, k, gen)
+        try:
+            if fresh:
+                self.maps.pop(k, None)
+                buf = self.wrap(create_slot_file(path, cap))
+                if not os.path.exists(SHM_DIR + self.table.seg.segname):
+                    _unlink_quiet(path)  # the loader is gone: no orphan file
+                    raise FileNotFoundError(f"loader pool {root_name(self.token)!r} was removed")
+                with self.table.locked():
+                    self.table.line(k)[_READY] = 1
+            else:
+                cached = self.maps.get(k)
+                if cached is not None and cached[0] == gen:
+                    buf = cached[1]
+                else:
+                    buf = self.wrap(map_slot_file(path, cap, populate=True))
+        except BaseException as exc:
+            with self.table.locked():
+                if self.table.line(k)[_SEQ] == seq:
+                    self.table.drop(k)
+            if fresh:  # /dev/shm is full: reuse what exists, create nothing
+                self.create_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self.maps[k] = (gen, buf)
+        return Taken(k, gen, seq, cap, buf, fresh)
+
+    def _choose(self, w: np.ndarray, need: int) -> tuple[int, bool] | str:
+        """(slot, fresh) for a batch of ``need`` bytes, or why there is none.
+        A fresh slot's line is taken and set up here (FILLING, generation,
+        capacity, total); slots evicted to make room are removed."""
+        t = self.table
+        fit: int | None = None
+        fit_key = (True, 1 << 62)
+        empty: int | None = None
+        small: list[int] = []
+        for k in range(t.nslots):
+            e = t.line(k)
+            st = e[_STATE]
+            if st == FREE:
+                if e[_CAP] >= need:
+                    # Best fit, among the slots this worker has mapped first
+                    # (a new mapping maps every page of the slot).
+                    mapped = self.maps.get(k, (None,))[0] == e[_GEN]
+                    key = (not mapped, int(e[_CAP]))
+                    if key < fit_key:
+                        fit, fit_key = k, key
+                else:
+                    small.append(k)
+            elif st == EMPTY and empty is None:
+                empty = k
+        if fit is not None:
+            return fit, False
+        if empty is None and not small:
+            return "busy"
+        if self.create_error is not None:
+            return "error"
+        # Room: a free slot too small for this batch is replaced (grow);
+        # more of them go, biggest first, if the bound needs their bytes.
+        small.sort(key=lambda j: int(t.line(j)[_CAP]), reverse=True)
+        target = empty if empty is not None else small.pop(0)
+        cap = capacity_for(need, grow=target != empty)
+        total = int(w[_H_TOTAL]) - (int(t.line(target)[_CAP]) if target != empty else 0)
+        evict = []
+        while total + cap > w[_H_MAX] and small:
+            j = small.pop(0)
+            evict.append(j)
+            total -= int(t.line(j)[_CAP])
+        if total + cap > w[_H_MAX]:
+            return "bound"
+        for j in evict:
+            t.drop(j)
+        if target != empty:
+            t.drop(target)
+        # FILLING, not ready, owned by this worker before anything else
+        # changes: a holder that dies in between leaves a line that repair
+        # drops (its file, if any, removed; total recomputed).
+        e = t.line(target)
+        e[_PID], e[_TICKS], e[_READY] = self.pid, self.ticks, 0
+        e[_STATE] = FILLING
+        e[_SEQ] += 1
+        e[_GEN] += 1
+        e[_CAP] = cap
+        w[_H_TOTAL] = total + cap
+        return target, True
+
+    def give_back(self, taken: Taken) -> None:
+        """The batch failed before it was sent: the slot is FREE again."""
+        with self.table.locked():
+            self.table.free(taken.k, taken.seq)
