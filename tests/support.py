@@ -221,3 +221,39 @@ def run_in_private_shm(script: str, size: str = "16m", timeout: float = 120):
          sys.executable, textwrap.dedent(script)],
         capture_output=True, text=True, timeout=timeout,
     )
+
+
+# ---- the C compile recipe (examples, the fake CUDA driver, harnesses) -------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def c_compiler() -> str | None:
+    import shutil
+
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+
+
+def compile_c(out: str, sources: list[str], *, with_core: bool = True,
+              shared: bool = False) -> str:
+    """Build a C program (or, ``shared``, a shared library) from ``sources``
+    (paths relative to the repository root or absolute), linked with the C
+    core's sources unless ``with_core`` is False, as strictly as the core
+    builds itself (-Wall -Werror). Skips the test when there is no compiler;
+    a compile error fails it with the compiler's message."""
+    import glob
+
+    import pytest
+
+    cc = c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler on PATH")
+    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c"))) if with_core else []
+    paths = [s if os.path.isabs(s) else os.path.join(ROOT, s) for s in sources]
+    cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
+           *(["-shared", "-fPIC"] if shared else []), *paths, *core, "-o", out,
+           "-lpthread", "-ldl"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"compiling {sources} failed:\n{proc.stderr}")
+    return out

@@ -16,7 +16,7 @@ from shmstream.errors import (
     CorruptStreamError,
 )
 
-from channel_util import SPAWN, name, no_leftovers, pattern  # noqa: F401  (fixtures)
+from channel_util import SPAWN, pattern
 
 CAP = 4096
 

@@ -12,7 +12,7 @@ import pytest
 import shmstream
 from shmstream.errors import ChannelBrokenError, ChannelBusyError, ChannelClosedError
 
-from channel_util import SPAWN, name, no_leftovers  # noqa: F401  (fixtures)
+from channel_util import SPAWN
 
 CAP = 4096
 

@@ -3,11 +3,9 @@ examples/, compiled here with the system C compiler against
 include/shmstream.h and the core's C files."""
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,23 +13,15 @@ import pytest
 import shmstream
 from shmstream.errors import ChannelClosedError
 
-from channel_util import name, no_leftovers, pattern  # noqa: F401  (fixtures)
+import support
+from channel_util import pattern
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CC = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-
-pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
+ROOT = support.ROOT
 
 
 def build(tmp_path_factory, prog: str) -> str:
     out = str(tmp_path_factory.mktemp("cbin") / prog)
-    core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c")))
-    subprocess.run(
-        [CC, "-std=c11", "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
-         os.path.join(ROOT, "examples", prog + ".c"), *core, "-o", out, "-lpthread"],
-        check=True, capture_output=True, text=True,
-    )
-    return out
+    return support.compile_c(out, [f"examples/{prog}.c"])
 
 
 @pytest.fixture(scope="module")

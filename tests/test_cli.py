@@ -58,10 +58,10 @@ def test_stat_prints_aligned_metadata(name, capsys):
     with shmstream.create(name, shape=(2, 3), dtype=np.float64):
         assert cli.main(["stat", name]) == 0
     out = capsys.readouterr().out
-    assert f"name:" in out and name in out
+    assert "name:" in out and name in out
     assert "float64" in out
     assert "(2, 3)" in out
-    assert f"creator_pid:" in out and str(os.getpid()) in out
+    assert "creator_pid:" in out and str(os.getpid()) in out
 
 
 def test_stat_json_is_machine_readable(name, capsys):

@@ -15,7 +15,6 @@ exit 0), so no case can pass by missing its window.
 """
 from __future__ import annotations
 
-import os
 import re
 import signal
 import threading
@@ -29,7 +28,6 @@ import support
 from shmstream import _channel, _native
 from shmstream.errors import ChannelClosedError
 
-from channel_util import new_name, no_leftovers  # noqa: F401  (fixture)
 
 SHAPE = (64, 256)  # 128 KiB of int64: a copy long enough for readers to meet it
 READERS = 2
@@ -419,11 +417,8 @@ K = 100  # messages before the armed one
 
 
 @pytest.fixture
-def chan():
-    """A fresh channel name, removed after the test whatever happened."""
-    n = new_name()
-    yield n
-    shmstream.unlink_channel(n)
+def chan(make_name):
+    return make_name("chan")
 
 
 def child_producer_die(chan, point, zero_copy):

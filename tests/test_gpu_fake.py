@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,20 +18,15 @@ import uuid
 
 import pytest
 
+import support
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the fake CUDA driver")
     out = str(tmp_path_factory.mktemp("fakecuda") / "libcuda_fake.so")
-    subprocess.run(
-        [cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", out,
-         os.path.join(HERE, "fake_libcuda.c")],
-        check=True,
-    )
+    support.compile_c(out, [os.path.join(HERE, "fake_libcuda.c")], with_core=False, shared=True)
     yield out
     for path in glob.glob("/dev/shm/fakecuda-*"):
         try:

@@ -4,7 +4,6 @@ files, and no source file so long that it holds several jobs."""
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 

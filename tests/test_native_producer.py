@@ -1,33 +1,22 @@
 """C programs that include include/shmstream.h write to and read from
 streams that Python also uses: the header and the core are the ABI, no
 Python involved (examples/c_stream_writer.c, examples/c_stream_reader.c)."""
-import glob
 import os
 import re
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 import shmstream
+import support
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _compile(tmp_path_factory, example: str) -> str:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler on PATH")
-    exe = str(tmp_path_factory.mktemp("c") / example)
-    sources = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c")))
-    subprocess.run(
-        [cc, "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
-         os.path.join(ROOT, "examples", f"{example}.c"), *sources,
-         "-lpthread", "-ldl", "-o", exe],
-        check=True,
-    )
-    return exe
+    out = str(tmp_path_factory.mktemp("c") / example)
+    return support.compile_c(out, [f"examples/{example}.c"])
 
 
 @pytest.fixture(scope="module")
