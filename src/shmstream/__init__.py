@@ -67,11 +67,13 @@ from .channel import (  # noqa: E402
     ChannelConsumer,
     ChannelProducer,
     channel,
+    list_channels,
     open_channel,
     unlink_channel,
 )
 
 __all__ += [
-    "ChannelConsumer", "ChannelProducer", "channel", "open_channel", "unlink_channel",
+    "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",
+    "unlink_channel",
     "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share",
 ]

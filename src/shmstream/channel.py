@@ -20,6 +20,7 @@ protocol are in docs/ABI.md ("Channels").
 from __future__ import annotations
 
 import math
+import os
 import struct
 from typing import Any, Iterator, Sequence
 
@@ -37,6 +38,7 @@ __all__ = [
     "channel",
     "open_channel",
     "unlink_channel",
+    "list_channels",
     "ChannelProducer",
     "ChannelConsumer",
     "Message",
@@ -466,3 +468,23 @@ def open_channel(
 def unlink_channel(name: str) -> bool:
     """Remove the channel's name. True if it existed."""
     return _native.unlink_segname(_native.segment_name(_check_name(name)))
+
+
+def list_channels() -> list[str]:
+    """Sorted names of the channels in /dev/shm (streams, shared arrays and
+    unreadable segments are left out)."""
+    try:
+        entries = os.listdir("/dev/shm")
+    except OSError:
+        return []
+    names = []
+    for entry in entries:
+        if not entry.startswith(_native.SEGMENT_PREFIX.lstrip("/")):
+            continue
+        try:
+            seg = _native.Segment.peek("/" + entry)
+        except Exception:  # noqa: BLE001 - unfinished, corrupt or gone meanwhile
+            continue
+        if seg.kind == _native.KIND_CHANNEL:
+            names.append(seg.name)
+    return sorted(names)

@@ -61,11 +61,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="command")
 
-    sub.add_parser(
+    list_p = sub.add_parser(
         "list",
         aliases=["ls"],
         help="print the user-visible names of all streams, one per line",
     )
+    from .bridge import cli as bridge_cli  # the bridge's options (no zenoh import)
+
+    bridge_cli.add_remote_arguments(list_p)
+    bridge_cli.add_bridge_parser(sub)
 
     stat_p = sub.add_parser(
         "stat",
@@ -170,6 +174,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    if getattr(args, "remote", False):
+        from .bridge.cli import print_remote
+
+        return print_remote(args)
     names = _package().list_streams()
     for name in names:
         print(name)
@@ -491,6 +499,7 @@ _COMMANDS = {
     "purge": _cmd_purge,
     "watch": _cmd_watch,
     "demo": _cmd_demo,
+    "bridge": lambda args: importlib.import_module(".bridge.cli", __package__).cmd_bridge(args),
 }
 
 
