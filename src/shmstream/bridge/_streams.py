@@ -280,7 +280,13 @@ class StreamImport:
             elif head.count <= self._last:
                 return  # already mirrored: a re-send or the fetched latest frame
             arr = np.frombuffer(payload, dtype=h.dtype).reshape(h.shape)
-            h.write(arr, frame_id=head.frame_id, count=head.count + self._offset,
+            target = head.count + self._offset
+            if target <= h.count:
+                # Someone else wrote the mirror meanwhile: keep its count rising.
+                self._offset = h.count - head.count + 1
+                target = h.count + 1
+                self.status.set(count_offset=self._offset)
+            h.write(arr, frame_id=head.frame_id, count=target,
                     write_time_ns=head.write_time_ns or None)
             self._last = head.count
             self.frames_written += 1
