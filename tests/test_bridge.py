@@ -9,6 +9,8 @@ the status streams (``read_new`` wakes on each change), never on sleeps.
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 
@@ -205,6 +207,34 @@ def test_exporter_killed_then_restarted_the_mirror_says_so_then_resumes(pair, sp
         assert st["eof"] and st["lost_messages"] == 0 and st["bad_samples"] == 0
     finally:
         rx.close()
+        m.close()
+        src.unlink()
+
+
+def test_a_silent_exporter_is_noticed_by_the_lease_then_resumes(pair):
+    """SIGSTOP: the exporting bridge neither answers nor closes its
+    connection, as when its host hangs or the cable is pulled. Only Zenoh's
+    lease (3 s with the bridge's defaults) can tell."""
+    name = pair.name("imu")
+    src = shmstream.create(name, shape=SHAPE, dtype=np.int64)
+    src.write(_frame(1), frame_id=1001)
+    local = pair.mirror(name)
+    pair.importer.wait_import(local)
+    m = shmstream.open(local, readonly=True)
+    pid = pair.exporter.process.pid
+    try:
+        _check(m.read_after_publication(0, timeout=WAIT), 1)
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        _status_until(local, lambda st: not st["exporter_alive"], "the lease to expire")
+        noticed = time.monotonic() - t0
+        assert noticed < 20, f"a silent exporter took {noticed:.1f} s to notice"
+        src.write(_frame(2), frame_id=1002)
+        os.kill(pid, signal.SIGCONT)
+        _status_until(local, lambda st: st["exporter_alive"], "the exporter to be back")
+        _check(m.read_after_publication(1, timeout=WAIT), 2)  # the same reader resumes
+    finally:
+        os.kill(pid, signal.SIGCONT)
         m.close()
         src.unlink()
 

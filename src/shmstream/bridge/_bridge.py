@@ -31,6 +31,13 @@ log = logging.getLogger("shmstream.bridge")
 #: How long a bridge waits for a metadata reply from another bridge.
 QUERY_TIMEOUT_S = 5.0
 
+#: How long an export spins for the next local write before it sleeps on
+#: the futex. Short on purpose: past the first 5 us shmstream's spin calls
+#: sched_yield, which on a busy host gives the core away for a whole time
+#: slice; behind a writer that never pauses the export then reads ~100
+#: frames/s instead of thousands (measured; BENCHMARKS.md, bridge).
+DEFAULT_SPIN_US = 5.0
+
 
 def _patterns(what: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
@@ -68,7 +75,9 @@ class Bridge:
     ``<key_prefix>/<namespace>/<name>``. ``config`` is a Zenoh configuration
     file; ``listen`` / ``connect`` are Zenoh endpoints such as
     ``tcp/192.168.1.5:7447``. Without them the bridge listens on nothing
-    (see docs/bridge.md). ``start()`` opens the session and raises at once
+    (see docs/bridge.md). ``spin_us``: how long an export waits spinning for
+    the next local write before it sleeps (default 5 µs; ``None`` for
+    shmstream's default). ``start()`` opens the session and raises at once
     for a conflicting import; ``close()`` ends everything (the mirrors stay
     unless ``unlink_on_close``). Also a context manager.
     """
@@ -87,6 +96,7 @@ class Bridge:
         connect: Sequence[str] = (),
         scan_interval: float = 0.5,
         unlink_on_close: bool = False,
+        spin_us: float | None = DEFAULT_SPIN_US,
     ) -> None:
         self.export_patterns = _patterns("exports", exports)
         self.import_patterns = _patterns("imports", imports)
@@ -98,6 +108,9 @@ class Bridge:
             raise TypeError("local_prefix must be a str")
         if not scan_interval > 0:
             raise ValueError("scan_interval must be positive")
+        if spin_us is not None and not spin_us >= 0:
+            raise ValueError("spin_us must be >= 0 or None")
+        self.spin_us = spin_us
         self.remote_namespace = remote_namespace
         self.local_prefix = local_prefix
         self.scan_interval = float(scan_interval)
@@ -432,7 +445,7 @@ class Bridge:
                     "--namespace"
                 )
             cls = StreamExport if kind == "stream" else ChannelExport
-            ex = cls(self._session, self._zenoh, self.keys, self.id, name)
+            ex = cls(self._session, self._zenoh, self.keys, self.id, name, self.spin_us)
             self._exports[name] = ex  # the metadata queryable answers from here
             ex.announce()
         except FileNotFoundError:

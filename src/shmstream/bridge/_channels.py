@@ -56,7 +56,8 @@ def channel_generation(name: str) -> int:
 class ChannelExport:
     kind = "channel"
 
-    def __init__(self, session: Any, zenoh: Any, keys: Any, bridge_id: str, name: str) -> None:
+    def __init__(self, session: Any, zenoh: Any, keys: Any, bridge_id: str, name: str,
+                 spin_us: float | None = None) -> None:
         self.name = name
         try:
             self.rx = shmstream.open_channel(name, role="consumer")
@@ -66,6 +67,8 @@ class ChannelExport:
                 "consumer (one channel has one consumer)"
             ) from None
         try:
+            if spin_us is not None:
+                self.rx.spin_ns = int(spin_us * 1000)
             self._instance = shmstream.stat(name)["instance_id"]
             self._generation = _wire.generation_id(self._instance)
             self._pos = self.rx.stat()["tail"]  # ring position of the next message

@@ -34,6 +34,9 @@ log = logging.getLogger("shmstream.bridge")
 #: How long the exporter waits for a new frame before it re-sends the last
 #: one (once) and checks whether it should stop.
 IDLE_S = 0.25
+#: After a frame was overwritten while copied in place, the exporter reads
+#: this many frames with a consistent copy before it tries in place again.
+RETRY_VIEW_AFTER = 256
 
 
 def stream_meta(h: Any) -> dict[str, Any]:
@@ -61,10 +64,12 @@ def _write_time_ns(seconds: float) -> int:
 class StreamExport:
     kind = "stream"
 
-    def __init__(self, session: Any, zenoh: Any, keys: Any, bridge_id: str, name: str) -> None:
+    def __init__(self, session: Any, zenoh: Any, keys: Any, bridge_id: str, name: str,
+                 spin_us: float | None = None) -> None:
         self.name = name
         self.h = shmstream.open(name, readonly=True)
         try:
+            self.h.spin_us = spin_us
             self.meta = stream_meta(self.h)
             self._instance = self.h.instance_id
             self._layout = self.meta["layout"]
@@ -121,25 +126,35 @@ class StreamExport:
         h, put = self.h, self._pub.put
         layout, generation = self._layout, self._generation
         unsettled: tuple[bytes, bytes] | None = None  # last frame, not yet re-sent
+        buf = np.empty(h.shape, h.dtype)
+        lapped = 0  # frames to read with a copy before trying in place again
         CONGESTION_BLOCK = self._zenoh.CongestionControl.BLOCK
         while not self._stop.is_set():
             if not self._matched.is_set():
                 self._matched.wait(IDLE_S)
                 continue
             try:
-                with h.read_new_view(timeout=IDLE_S) as pub:
-                    data = pub.payload.tobytes()
-                    head = _wire.pack_frame_head(
-                        pub.count, pub.frame_id, _write_time_ns(pub.write_time), layout, generation
-                    )
+                if lapped:
+                    # The writer laps our in-place copies: a consistent copy
+                    # (seqlock, then the lock) cannot livelock behind it.
+                    pub = h.read_new_publication(timeout=IDLE_S, out=buf)
+                    data = buf.tobytes()
+                    lapped -= 1
+                else:
+                    try:
+                        with h.read_new_view(timeout=IDLE_S) as pub:
+                            data = pub.payload.tobytes()  # the one copy out of shared memory
+                    except shmstream.FrameOverwrittenError:
+                        lapped = RETRY_VIEW_AFTER
+                        continue
+                count, frame_id, wt = pub.count, pub.frame_id, pub.write_time
             except TimeoutError:
+                lapped = 0
                 if unsettled is not None:
                     self._session.put(self._key, unsettled[0], attachment=unsettled[1],
                                       congestion_control=CONGESTION_BLOCK)
                     unsettled = None
                 continue
-            except shmstream.FrameOverwrittenError:
-                continue  # torn copy discarded; the next read_new has a newer frame
             except shmstream.InconsistentStreamError:
                 self._stop.wait(0.01)  # no consistent frame until the next write
                 continue
@@ -147,6 +162,7 @@ class StreamExport:
                 if h.closed:
                     return
                 raise
+            head = _wire.pack_frame_head(count, frame_id, _write_time_ns(wt), layout, generation)
             put(data, attachment=head)
             self.frames_sent += 1
             unsettled = (data, head)
@@ -199,6 +215,7 @@ class StreamImport:
             self.h.close()
             raise
         self._nbytes = self.h.size
+        self._dtype, self._shape = self.h.dtype, self.h.shape
         self._lock = threading.Lock()
         prev = self.status.previous
         if prev is not None and prev["generation"]:
@@ -256,8 +273,9 @@ class StreamImport:
     def _on_sample(self, sample: Any) -> None:
         att = sample.attachment
         try:
-            head = _wire.unpack_frame_head(None if att is None else att.to_bytes())
-            if head.layout != self._layout:
+            count, frame_id, write_time_ns, layout, generation = _wire.unpack_frame_head(
+                None if att is None else att.to_bytes())
+            if layout != self._layout:
                 raise _wire.BadSample("frame of another shape or dtype than its mirror")
             payload = sample.payload.to_bytes()
             if len(payload) != self._nbytes:
@@ -269,26 +287,25 @@ class StreamImport:
             h = self.h
             if h.closed:
                 return
-            if head.generation != self._generation:
+            if generation != self._generation:
                 # A new source generation (first frame, or the stream was made
                 # again): its counts restart, the mirror's must not.
                 current = h.count
-                self._generation = head.generation
-                self._offset = current - head.count + 1 if head.count <= current else 0
+                self._generation = generation
+                self._offset = current - count + 1 if count <= current else 0
                 self._last = 0
-                self.status.set(generation=head.generation, count_offset=self._offset)
-            elif head.count <= self._last:
+                self.status.set(generation=generation, count_offset=self._offset)
+            elif count <= self._last:
                 return  # already mirrored: a re-send or the fetched latest frame
-            arr = np.frombuffer(payload, dtype=h.dtype).reshape(h.shape)
-            target = head.count + self._offset
+            target = count + self._offset
             if target <= h.count:
                 # Someone else wrote the mirror meanwhile: keep its count rising.
-                self._offset = h.count - head.count + 1
+                self._offset = h.count - count + 1
                 target = h.count + 1
                 self.status.set(count_offset=self._offset)
-            h.write(arr, frame_id=head.frame_id, count=target,
-                    write_time_ns=head.write_time_ns or None)
-            self._last = head.count
+            h.write(np.frombuffer(payload, dtype=self._dtype).reshape(self._shape),
+                    frame_id=frame_id, count=target, write_time_ns=write_time_ns or None)
+            self._last = count
             self.frames_written += 1
 
     def close(self, unlink: bool = False) -> None:

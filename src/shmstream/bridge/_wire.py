@@ -62,32 +62,25 @@ def generation_id(instance_id: str) -> int:
 # ---- streams -----------------------------------------------------------------
 
 
-class FrameHead(NamedTuple):
-    count: int
-    frame_id: int
-    write_time_ns: int
-    layout: int
-    generation: int
-
-
 def pack_frame_head(count: int, frame_id: int, write_time_ns: int, layout: int,
                     generation: int) -> bytes:
     return STREAM_HEAD.pack(STREAM_MAGIC, count, frame_id, write_time_ns, layout, generation)
 
 
-def unpack_frame_head(attachment: bytes | None) -> FrameHead:
+def unpack_frame_head(attachment: bytes | None) -> tuple[int, int, int, int, int]:
+    """(count, frame_id, write_time_ns, layout, generation) — a plain tuple
+    (this runs once per frame)."""
     if attachment is None or len(attachment) != STREAM_HEAD.size:
         raise BadSample(
             f"frame header of {0 if attachment is None else len(attachment)} bytes "
             f"(expected {STREAM_HEAD.size})"
         )
-    magic, *rest = STREAM_HEAD.unpack(attachment)
+    magic, count, frame_id, write_time_ns, layout, generation = STREAM_HEAD.unpack(attachment)
     if magic != STREAM_MAGIC:
         raise BadSample(f"frame header magic {magic!r} (expected {STREAM_MAGIC!r})")
-    head = FrameHead(*rest)
-    if head.count == 0:
+    if count == 0:
         raise BadSample("frame count 0 (counts start at 1)")
-    return head
+    return count, frame_id, write_time_ns, layout, generation
 
 
 # ---- channels ----------------------------------------------------------------

@@ -73,6 +73,9 @@ def add_bridge_parser(sub: Any) -> None:
                    help="print what reachable bridges export, then exit")
     p.add_argument("--timeout", type=float, default=2.0, metavar="S",
                    help="with --list: how long to wait for answers (default 2)")
+    p.add_argument("--spin-us", type=float, default=5.0, metavar="US",
+                   help="exports spin this long for the next local write before sleeping "
+                        "(default 5)")
     p.add_argument("--quiet", action="store_true", help="log errors only")
     add_session_arguments(p)
 
@@ -121,7 +124,7 @@ def cmd_bridge(args: argparse.Namespace) -> int:
             args.export, args.imports, namespace=args.namespace,
             remote_namespace=args.remote_namespace, local_prefix=args.local_prefix,
             key_prefix=args.key_prefix, config=args.config, listen=args.listen,
-            connect=args.connect, unlink_on_close=args.unlink_on_exit,
+            connect=args.connect, unlink_on_close=args.unlink_on_exit, spin_us=args.spin_us,
         )
     except ImportError as exc:
         return _missing_zenoh(exc)
