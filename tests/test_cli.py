@@ -149,6 +149,7 @@ def test_watch_sees_a_writer_in_another_process(name, capsys):
         )
         child = subprocess.Popen([sys.executable, "-c", code])
         try:
+            h.wait_for_count(after=0, timeout=60)  # the child writes (its start-up is slow under load)
             assert cli.main(["watch", name, "--interval", "0.2", "--count", "2"]) == 0
         finally:
             child.wait(timeout=30)

@@ -122,7 +122,7 @@ class Bridge:
         self._exports: dict[str, StreamExport | ChannelExport] = {}
         self._remotes: dict[tuple[str, str, str], _Remote] = {}
         self._locals: dict[str, _Remote] = {}
-        self._foreign: dict[tuple[str, str], set[str]] = {}  # same namespace, other bridges
+        self._foreign: dict[str, set[str]] = {}  # name -> other bridges exporting it here
         self._failed: dict[str, str] = {}  # name -> why (logged once)
         self._events: queue.Queue = queue.Queue()
         self._changed = threading.Condition()
@@ -309,8 +309,8 @@ class Bridge:
         ns_chunk, bridge_id, kind, name = parsed
         if bridge_id == self.id:
             return
-        if ns_chunk == self.keys.ns:
-            owners = self._foreign.setdefault((kind, name), set())
+        if ns_chunk == self.keys.ns:  # same namespace, same data key: one exporter only
+            owners = self._foreign.setdefault(name, set())
             (owners.add if alive else owners.discard)(bridge_id)
         try:
             ns = _keys.decode(ns_chunk)
@@ -436,7 +436,7 @@ class Bridge:
         self._notify()
 
     def _export(self, kind: str, name: str, strict: bool) -> None:
-        others = self._foreign.get((kind, name))
+        others = self._foreign.get(name)
         try:
             if others:
                 raise ValueError(
