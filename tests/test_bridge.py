@@ -239,6 +239,53 @@ def test_a_silent_exporter_is_noticed_by_the_lease_then_resumes(pair):
         src.unlink()
 
 
+def _producer_until(name: str, ready, leave) -> None:
+    h = shmstream.create(name, shape=SHAPE, dtype=np.int64)
+    h.write(_frame(1), frame_id=1001)
+    ready.set()
+    leave.wait(WAIT)
+    h.close()  # and the process exits: the stream stays, its producer is gone
+
+
+def test_the_source_producer_exiting_shows_in_the_mirror_status(pair, spawn, ctx):
+    name = pair.name("temp")
+    ready, leave = ctx.Event(), ctx.Event()
+    child = spawn(_producer_until, name, ready, leave)
+    child.wait_event(ready)
+    local = pair.mirror(name)
+    pair.importer.wait_import(local)
+    _status_until(local, lambda st: st["source_alive"], "the source to be alive")
+    leave.set()
+    child.result()
+    st = _status_until(local, lambda st: not st["producer_alive"], "the producer to be gone")
+    assert st["exporter_alive"] and not st["source_alive"]
+
+
+def test_glob_exports_skip_mirrors_and_status_streams(pair):
+    name = pair.name("loop")
+    src = shmstream.create(name, shape=(2,))
+    local = pair.mirror(name)
+    try:
+        pair.importer.wait_import(local)
+        # A bridge exporting everything under the mirrors' prefix finds the
+        # mirror and its status stream there, and exports neither.
+        relay = Bridge(exports=f"{pair.local_prefix}*", namespace=f"relay{uuid.uuid4().hex[:6]}")
+        relay.start()
+        try:
+            assert {local, status_name(local)} <= set(shmstream.list_streams())
+            assert relay.exported == []
+        finally:
+            relay.close()
+        # Named exactly, a mirror is exported (a deliberate relay).
+        relay = Bridge(exports=local, namespace=f"relay{uuid.uuid4().hex[:6]}").start()
+        try:
+            assert relay.exported == [local]
+        finally:
+            relay.close()
+    finally:
+        src.unlink()
+
+
 # ---- channels -------------------------------------------------------------------
 
 
