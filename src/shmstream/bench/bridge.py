@@ -533,6 +533,8 @@ def _free_port() -> int:
 def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Setup,
              sender: Worker, receiver: Worker) -> dict:
     """One measurement: start the receiving side, then the sending side."""
+    recv_args: dict[str, Any]
+    send_args: dict[str, Any]
     port = _free_port()
     zep, zaddr = f"tcp/127.0.0.1:{port}", f"tcp://127.0.0.1:{port}"
     if kind == "ping":

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence
 import shmstream
 from shmstream.channel import list_channels
 
-from . import _keys, _wire
+from . import _keys, _thread, _wire
 from ._channels import ChannelExport, ChannelImport
 from ._session import close_session, import_zenoh, make_config, open_session
 from ._status import is_status_name, status_name
@@ -155,9 +155,7 @@ class Bridge:
                     self._token(str(reply.ok.key_expr), True)
             self._scan(strict=True)
             self._starting = False
-            self._thread = threading.Thread(target=self._control, name="bridge control",
-                                            daemon=True)
-            self._thread.start()
+            self._thread = _thread.start(self._control, "bridge control")
         except BaseException:
             self.close()
             raise

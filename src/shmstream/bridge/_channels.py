@@ -37,7 +37,7 @@ import numpy as np
 import shmstream
 from shmstream.channel import _describe
 
-from . import _wire
+from . import _thread, _wire
 from ._status import StatusWriter
 
 log = logging.getLogger("shmstream.bridge")
@@ -60,7 +60,7 @@ class ChannelExport:
                  spin_us: float | None = None) -> None:
         self.name = name
         try:
-            self.rx = shmstream.open_channel(name, role="consumer")
+            self.rx: Any = shmstream.open_channel(name, role="consumer")
         except shmstream.errors.ChannelBusyError as exc:
             raise shmstream.errors.ChannelBusyError(
                 f"cannot export channel {name!r}: {exc}; the bridge must be the channel's "
@@ -95,8 +95,7 @@ class ChannelExport:
         self._stop = threading.Event()
         self._eof = False
         self.messages_sent = 0
-        self._thread = threading.Thread(target=self._run, name=f"export {name}", daemon=True)
-        self._thread.start()
+        self._thread = _thread.start(self._run, f"export {name}")
 
     def announce(self) -> None:
         """Declare the liveliness token: importers now find this export."""
@@ -246,7 +245,7 @@ class ChannelImport:
         self.local = local
         self.remote = meta["name"]
         self._capacity = int(meta["capacity"])
-        self.tx = _open_mirror_channel(local, self.remote, self._capacity)
+        self.tx: Any = _open_mirror_channel(local, self.remote, self._capacity)
         self.tx.batch = TX_BATCH
         try:
             self.status = StatusWriter(local, "channel")
@@ -273,8 +272,7 @@ class ChannelImport:
             session.declare_subscriber(keys.data(self.remote, ns), self._on_sample),
             session.declare_subscriber(keys.status(self.remote, ns), self._on_status),
         ]
-        self._thread = threading.Thread(target=self._run, name=f"import {local}", daemon=True)
-        self._thread.start()
+        self._thread = _thread.start(self._run, f"import {local}")
         self.source_up(meta)
 
     def source_up(self, meta: dict) -> bool:

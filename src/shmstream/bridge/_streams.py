@@ -27,7 +27,7 @@ import numpy as np
 
 import shmstream
 
-from . import _wire
+from . import _thread, _wire
 from ._status import StatusWriter
 
 log = logging.getLogger("shmstream.bridge")
@@ -101,8 +101,7 @@ class StreamExport:
             self.h.close()
             raise
         self.frames_sent = 0
-        self._thread = threading.Thread(target=self._run, name=f"export {name}", daemon=True)
-        self._thread.start()
+        self._thread = _thread.start(self._run, f"export {name}")
 
     def announce(self) -> None:
         """Declare the liveliness token: importers now find this export."""
