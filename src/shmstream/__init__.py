@@ -20,7 +20,7 @@ from .publication import Publication
 from .stream import SharedMemory, create, open, stream, unlink, unlink_quiet
 from ._locked_many import locked_many
 from .gpu import GPU_SUPPORTED_DTYPES, gpu_available
-from .registry import list_streams, purge, stat
+from .registry import list_channels, list_streams, purge, stat
 
 try:
     __version__ = _version("shmstream")
@@ -61,6 +61,7 @@ from .channel import (  # noqa: E402
 )
 
 __all__ += [
-    "ChannelConsumer", "ChannelProducer", "channel", "open_channel", "unlink_channel",
+    "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",
+    "unlink_channel",
     "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share",
 ]

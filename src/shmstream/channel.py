@@ -36,6 +36,7 @@ __all__ = [
     "channel",
     "open_channel",
     "unlink_channel",
+    "list_channels",
     "ChannelProducer",
     "ChannelConsumer",
     "Message",

@@ -32,7 +32,7 @@ from .errors import CorruptStreamError
 from .gpu import device as _gpu_device
 from .publication import STATE_NAMES
 
-__all__ = ["Entry", "KINDS", "list_streams", "purge", "purge_abandoned", "remove", "scan",
+__all__ = ["Entry", "KINDS", "list_channels", "list_streams", "purge", "purge_abandoned", "remove", "scan",
            "stat"]
 
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
@@ -123,6 +123,11 @@ def list_streams() -> list[str]:
     """Sorted names of the streams in /dev/shm, GPU streams included (other
     kinds, and unreadable or corrupt segments, are left out)."""
     return sorted(e.name for e in scan(("stream", "gpu-stream")) if e.name is not None)
+
+
+def list_channels() -> list[str]:
+    """Sorted names of the channels in /dev/shm."""
+    return sorted(e.name for e in scan(("channel",)) if e.name is not None)
 
 
 # ---- stat ------------------------------------------------------------------------

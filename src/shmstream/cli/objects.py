@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any, Callable
 
+from ..bridge import cli as bridge_cli  # no zenoh import until it is used
 from ..registry import KINDS, readable, remove, scan
 from ._common import fmt_bytes, package
 
@@ -24,6 +25,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                         help="print bare names, one per line (pyshmem's output; streams only "
                         "unless --kind is given)")
     list_p.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    bridge_cli.add_remote_arguments(list_p)  # --remote: what bridges export (Zenoh)
 
     stat_p = sub.add_parser(
         "stat", help="print an object's metadata, read from its header without attaching")
@@ -53,6 +55,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if getattr(args, "remote", False):
+        return bridge_cli.print_remote(args)
     if args.names:
         kinds = args.kind or ["stream", "gpu-stream"]
         names = (package().list_streams() if kinds == ["stream", "gpu-stream"]

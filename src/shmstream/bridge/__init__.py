@@ -1,0 +1,43 @@
+"""Streams and channels across machines, over Eclipse Zenoh.
+
+    pip install "shmstream[zenoh]"
+
+    # camera host: offer every cam/* stream to the network
+    shmstream bridge --export 'cam/*' --listen tcp/0.0.0.0:7447
+    # real-time computer: mirror them here as remote/cam/...
+    shmstream bridge --import 'cam/*' --local-prefix remote/ --connect tcp/camhost:7447
+
+The same from Python::
+
+    from shmstream.bridge import Bridge
+    with Bridge(imports="cam/*", local_prefix="remote/", connect=["tcp/camhost:7447"]) as b:
+        b.run()
+
+A mirror is an ordinary stream or channel: readers open it with
+``shmstream.open`` / ``open_channel`` and need no Zenoh. ``mirror_status``
+says whether its source is still there. The key layout, what each sample
+carries and the semantics are in docs/bridge.md.
+
+Importing this package does not import zenoh; ``Bridge(...)`` and
+``remote_exports()`` raise ModuleNotFoundError naming the extra when it is
+missing.
+"""
+from __future__ import annotations
+
+from ._bridge import Bridge, remote_exports
+from ._keys import DEFAULT_PREFIX
+from ._session import ZENOH_HINT, zenoh_available
+from ._status import STATUS_DTYPE, STATUS_SUFFIX, mirror_status, status_name
+
+__all__ = [
+    "Bridge",
+    "DEFAULT_PREFIX",
+    "STATUS_DTYPE",
+    "STATUS_SUFFIX",
+    "ZENOH_HINT",
+    "mirror_status",
+    "remote_exports",
+    "status_name",
+    "zenoh_available",
+]
+

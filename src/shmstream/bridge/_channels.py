@@ -1,0 +1,429 @@
+"""Channels across the bridge: every message, in order, exactly once while
+both bridges live; nothing dropped when one of them dies.
+
+Exporter: the bridge is the local channel's consumer. It reads messages in
+place (``drain_zero_copy``) and keeps each one *unreleased* until the
+importing bridge acknowledges that it is in the mirror ring. So the bytes in
+flight never exceed the source ring (a slow link or a slow far consumer
+fills the ring, and the local producer's ``send`` waits, bounded by its own
+timeout); and if the exporting bridge dies, a restarted one takes over the
+consumer end, receives the unacknowledged messages again (the ring's
+at-least-once rule for a dead consumer) and the importer drops those it
+already delivered by their ring position. Messages go out in batches
+(``_wire``) with Zenoh's BLOCK congestion control on a reliable link.
+
+Importer: the bridge is the mirror channel's producer. A Zenoh callback only
+queues batches (it never blocks Zenoh); a worker thread sends each record
+into the mirror (waiting while the mirror ring is full or its consumer is
+away), records the delivered position in the status stream, and acknowledges
+it. It sends the acknowledgement again every ``HEARTBEAT_S`` so that a
+restarted exporter finds it. When the source producer closes (or dies), the
+importer closes the mirror's producer end after the last message: the far
+consumer gets ``ChannelClosedError``, as it would locally.
+
+One channel has one consumer: an exporter serves one importing bridge at a
+time; a second one is refused (logged) until the first is gone.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+import shmstream
+from shmstream.channel import _describe
+
+from . import _thread, _wire
+from ._status import StatusWriter
+
+log = logging.getLogger("shmstream.bridge")
+
+HEARTBEAT_S = 0.5
+DRAIN_MAX = 256
+ACK_WAIT_S = 0.002  # exporter: wait this long for an ack before looking for new data again
+IDLE_S = 0.1
+TX_BATCH = 64  # importer: publish the mirror's head every 64 messages and after each batch
+
+
+def channel_generation(name: str) -> int:
+    return _wire.generation_id(shmstream.stat(name)["instance_id"])
+
+
+class ChannelExport:
+    kind = "channel"
+
+    def __init__(self, session: Any, zenoh: Any, keys: Any, bridge_id: str, name: str,
+                 spin_us: float | None = None) -> None:
+        self.name = name
+        try:
+            self.rx: Any = shmstream.open_channel(name, role="consumer")
+        except shmstream.errors.ChannelBusyError as exc:
+            raise shmstream.errors.ChannelBusyError(
+                f"cannot export channel {name!r}: {exc}; the bridge must be the channel's "
+                "consumer (one channel has one consumer)"
+            ) from None
+        try:
+            if spin_us is not None:
+                self.rx.spin_ns = int(spin_us * 1000)
+            self._instance = shmstream.stat(name)["instance_id"]
+            self._generation = _wire.generation_id(self._instance)
+            self._pos = self.rx.stat()["tail"]  # ring position of the next message
+            self.meta = {
+                "kind": "channel", "name": name, "capacity": self.rx.capacity,
+                "generation": self._generation, "producer_alive": True,
+            }
+            self._zenoh, self._session = zenoh, session
+            self._key = keys.data(name)
+            self._status_key = keys.status(name)
+            self._pub = session.declare_publisher(
+                self._key, congestion_control=zenoh.CongestionControl.BLOCK
+            )
+            self._live_key = keys.live(bridge_id, "channel", name)
+            self._token: Any = None
+        except BaseException:
+            self.rx.close()
+            raise
+        self._cond = threading.Condition()
+        self._bound: str | None = None  # the importing bridge served
+        self._acked = 0  # its delivered position
+        self._resend = False
+        self._refused: set[str] = set()
+        self._stop = threading.Event()
+        self._eof = False
+        self.messages_sent = 0
+        self._thread = _thread.start(self._run, f"export {name}")
+
+    def announce(self) -> None:
+        """Declare the liveliness token: importers now find this export."""
+        self._token = self._session.liveliness().declare_token(self._live_key)
+
+    # -- called by the bridge from zenoh callbacks --------------------------------
+
+    def on_ack(self, delivered: int, importer: str) -> None:
+        with self._cond:
+            if self._bound is None:
+                self._bound, self._acked, self._resend = importer, delivered, True
+                log.info("channel %r: serving importing bridge %s", self.name, importer)
+            elif importer != self._bound:
+                if importer not in self._refused:
+                    self._refused.add(importer)
+                    log.error("channel %r: bridge %s also imports it, but a channel has one "
+                              "consumer; bridge %s is served", self.name, importer, self._bound)
+                return
+            if delivered > self._acked:
+                self._acked = delivered
+            self._cond.notify()
+
+    def importer_gone(self, importer: str) -> None:
+        with self._cond:
+            self._refused.discard(importer)
+            if importer == self._bound:
+                log.info("channel %r: importing bridge %s is gone", self.name, importer)
+                self._bound = None
+                self._cond.notify()
+
+    # -- the export thread (the only user of self.rx) ------------------------------
+
+    def _run(self) -> None:
+        held: collections.deque = collections.deque()  # (end, message), oldest first
+        sent_end = 0
+        eof_sent = False
+        rx = self.rx
+        while not self._stop.is_set():
+            with self._cond:
+                bound, acked, resend = self._bound, self._acked, self._resend
+                self._resend = False
+            while held and held[0][0] <= acked:
+                held.popleft()[1].release()
+            if bound is None:
+                with self._cond:
+                    self._cond.wait(IDLE_S)
+                continue
+            if resend:  # a new importer: everything it has not got
+                sent_end = acked
+                eof_sent = False
+                unsent = [r for r in held if r[0] > sent_end]
+                if unsent:
+                    self._send(unsent)
+                    sent_end = unsent[-1][0]
+            try:
+                msgs = rx.drain_zero_copy(DRAIN_MAX, timeout=0 if held else IDLE_S)
+            except EOFError:  # ChannelClosedError: the producer left, all received
+                msgs = []
+                if not self._eof:
+                    self._eof = True
+                    self._put_status(False)
+            except RuntimeError:
+                if rx.closed:
+                    break
+                raise
+            if msgs:
+                if self._eof:
+                    self._eof = False  # a new producer took over
+                    eof_sent = False
+                    self._put_status(True)
+                fresh = []
+                pos = self._pos
+                for m in msgs:
+                    pos += _wire.record_span(len(m.meta), m.nbytes)
+                    if pos <= acked:
+                        m.release()  # delivered before this exporter started
+                    else:
+                        fresh.append((pos, m))
+                self._pos = pos
+                held.extend(fresh)
+                if fresh:
+                    self._send(fresh)
+                    sent_end = fresh[-1][0]
+                continue
+            if self._eof and not eof_sent:
+                self._put_batch(b"", self._pos, 0, _wire.EOF)
+                eof_sent = True
+            if held or self._eof:
+                with self._cond:  # nothing new: wait for an ack (or a new importer)
+                    if self._acked == acked and self._bound == bound and not self._resend:
+                        self._cond.wait(ACK_WAIT_S if held else IDLE_S)
+        # Unacknowledged messages stay unreleased: close() detaches first, so
+        # the next consumer of the channel receives them again.
+
+    def _send(self, records: list) -> None:
+        out = bytearray()
+        first = 0
+        for i, (end, m) in enumerate(records):
+            if i > first and len(out) + m.nbytes > _wire.BATCH_BYTES:
+                self._put_batch(bytes(out), records[i - 1][0], i - first, 0)
+                out, first = bytearray(), i
+            data = m.data
+            _wire.pack_records(out, [(end, m.type_id, m.meta, data)])
+            data.release()
+        self._put_batch(bytes(out), records[-1][0], len(records) - first, 0)
+        self.messages_sent += len(records)
+
+    def _put_batch(self, payload: bytes, end: int, n: int, flags: int) -> None:
+        self._pub.put(payload, attachment=_wire.pack_batch_head(self._generation, end, n, flags))
+
+    def _put_status(self, alive: bool) -> None:
+        self.meta["producer_alive"] = alive
+        self._session.put(self._status_key, _wire.dumps({"producer_alive": alive}),
+                          congestion_control=self._zenoh.CongestionControl.BLOCK)
+
+    # -- the bridge's periodic check ---------------------------------------------------
+
+    def source_changed(self) -> bool:
+        try:
+            info = shmstream.stat(self.name)
+        except (FileNotFoundError, ValueError, shmstream.CorruptStreamError):
+            return True
+        return info.get("kind") != "channel" or info["instance_id"] != self._instance
+
+    def poll(self) -> None:
+        pass  # producer liveness is the channel's own end of stream (see _run)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify()
+        self._thread.join(5)
+        for obj in (self._token, self._pub):
+            try:
+                if obj is not None:
+                    obj.undeclare()
+            except Exception:  # noqa: BLE001
+                pass
+        self.rx.close()
+
+
+class ChannelImport:
+    kind = "channel"
+
+    def __init__(self, session: Any, zenoh: Any, keys: Any, ns: str, local: str, meta: dict,
+                 bridge_id: str) -> None:
+        self.local = local
+        self.remote = meta["name"]
+        self._capacity = int(meta["capacity"])
+        self.tx: Any = _open_mirror_channel(local, self.remote, self._capacity)
+        self.tx.batch = TX_BATCH
+        try:
+            self.status = StatusWriter(local, "channel")
+        except BaseException:
+            self.tx.close()
+            raise
+        prev = self.status.previous
+        self._generation = prev["generation"] if prev else 0
+        self._delivered = prev["delivered"] if prev else 0
+        self._max_message = self.tx.max_message_bytes
+        self._bridge_id = bridge_id
+        self._zenoh, self._session = zenoh, session
+        self._queue: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._ack_now = threading.Event()
+        self.messages_delivered = 0
+        self._ack_key = keys.ack(self.remote, ns)
+        self._ack_pub = session.declare_publisher(
+            self._ack_key, congestion_control=zenoh.CongestionControl.BLOCK
+        )
+        self._token = session.liveliness().declare_token(keys.importer(ns, bridge_id, self.remote))
+        self._subs = [
+            session.declare_subscriber(keys.data(self.remote, ns), self._on_sample),
+            session.declare_subscriber(keys.status(self.remote, ns), self._on_status),
+        ]
+        self._thread = _thread.start(self._run, f"import {local}")
+        self.source_up(meta)
+
+    def source_up(self, meta: dict) -> bool:
+        """The exporter is (again) there: tell it where we are at once."""
+        if int(meta["capacity"]) > self.tx.capacity:
+            log.error("channel %r now has a ring of %d bytes, larger than its mirror %r (%d); "
+                      "import it under another prefix", self.remote, meta["capacity"],
+                      self.local, self.tx.capacity)
+            return False
+        self.status.set(exporter_alive=1, producer_alive=int(bool(meta.get("producer_alive"))))
+        self._ack_now.set()
+        with self._cond:
+            self._cond.notify()
+        return True
+
+    def source_down(self) -> None:
+        self.status.set(exporter_alive=0)
+
+    # -- zenoh callbacks: queue only, never block ---------------------------------------
+
+    def _on_sample(self, sample: Any) -> None:
+        att = sample.attachment
+        item = (None if att is None else att.to_bytes(), sample.payload.to_bytes())
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify()
+
+    def _on_status(self, sample: Any) -> None:
+        try:
+            alive = _wire.loads(sample.payload.to_bytes())["producer_alive"]
+        except (_wire.BadSample, KeyError) as exc:
+            self._bad(f"bad status message: {exc}")
+            return
+        self.status.set(producer_alive=int(bool(alive)))
+
+    def _bad(self, why: Any) -> None:
+        self.status.add("bad_samples")
+        n = self.status.get("bad_samples")
+        if n <= 10 or n % 1000 == 0:
+            log.warning("mirror channel %r: dropped bad sample #%d: %s", self.local, n, why)
+
+    # -- the worker (the only user of self.tx) ---------------------------------------
+
+    def _run(self) -> None:
+        next_beat = 0.0
+        while not self._stop.is_set():
+            with self._cond:
+                if not self._queue:
+                    self._cond.wait(max(0.0, next_beat - time.monotonic()))
+                item = self._queue.popleft() if self._queue else None
+            if item is not None:
+                self._deliver(*item)
+            now = time.monotonic()
+            if item is not None or self._ack_now.is_set() or now >= next_beat:
+                self._ack_now.clear()
+                self._ack_pub.put(_wire.pack_ack(self._delivered, self._bridge_id))
+                next_beat = now + HEARTBEAT_S
+
+    def _deliver(self, attachment: bytes | None, payload: bytes) -> None:
+        try:
+            head = _wire.unpack_batch_head(attachment)
+            records = [
+                (r, _describe(r.meta) if r.meta else None)
+                for r in _wire.iter_records(payload, head.records, self._max_message)
+            ]
+            for r, desc in records:
+                if desc is not None and _wire.frame_bytes(desc[1], desc[0].itemsize) != len(r.data):
+                    raise _wire.BadSample("array message whose size does not match its shape")
+        except (_wire.BadSample, shmstream.CorruptStreamError) as exc:
+            self._bad(exc)
+            return
+        if head.generation != self._generation:
+            # The first batch, or the source channel was made again: positions restart.
+            self._generation, self._delivered = head.generation, 0
+            self.status.set(generation=head.generation, delivered=0, eof=0)
+        for r, desc in records:
+            if r.end <= self._delivered:
+                continue  # delivered before (a restarted exporter sends it again)
+            start = r.end - _wire.record_span(len(r.meta), len(r.data))
+            if self._delivered and start > self._delivered:
+                self.status.add("lost_messages")
+                log.error("mirror channel %r: messages between ring positions %d and %d never "
+                          "arrived", self.local, self._delivered, start)
+            if self.tx.closed:  # reopened after an end of stream: a new producer upstream
+                self.tx = shmstream.open_channel(self.local, role="producer", batch=TX_BATCH)
+                self.status.set(eof=0)
+            obj = r.data if desc is None else np.frombuffer(r.data, desc[0]).reshape(desc[1])
+            if not self._send(obj, r.type_id):
+                return
+            self._delivered = r.end
+            self.messages_delivered += 1
+        if not self.tx.closed:
+            self.tx.flush()
+        if head.flags & _wire.EOF and head.end <= self._delivered and not self.tx.closed:
+            self.tx.close()  # the far consumer gets everything, then ChannelClosedError
+            self.status.set(eof=1)
+        self.status.set(delivered=self._delivered)
+
+    def _send(self, obj: Any, type_id: int) -> bool:
+        """Send one message into the mirror; while its consumer is away, keep
+        trying (a new consumer takes over the ring). False if stopping."""
+        while not self._stop.is_set():
+            try:
+                self.tx.send(obj, type_id, timeout=IDLE_S)
+                return True
+            except TimeoutError:
+                continue
+            except shmstream.errors.ChannelBrokenError:
+                self._stop.wait(IDLE_S)
+        return False
+
+    def close(self, unlink: bool = False) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify()
+        self._thread.join(5)
+        for obj in (*self._subs, self._token, self._ack_pub):
+            try:
+                obj.undeclare()
+            except Exception:  # noqa: BLE001
+                pass
+        if not self.tx.closed:
+            self.tx.close()
+        if unlink:
+            shmstream.unlink_channel(self.local)
+        self.status.close(unlink)
+
+
+def _open_mirror_channel(local: str, remote: str, capacity: int) -> Any:
+    try:
+        return shmstream.channel(local, capacity, role="producer")
+    except FileExistsError:
+        pass
+    try:
+        tx = shmstream.open_channel(local, role="producer")
+    except ValueError:
+        raise ValueError(
+            f"cannot import channel {remote!r} as {local!r}: that name is a stream or shared "
+            "array here; choose another local prefix"
+        ) from None
+    except shmstream.errors.ChannelBusyError:
+        raise shmstream.errors.ChannelBusyError(
+            f"cannot import channel {remote!r} as {local!r}: that channel has a live producer "
+            "already; the bridge must be the mirror's producer"
+        ) from None
+    if tx.capacity < capacity:
+        tx.close()
+        raise ValueError(
+            f"cannot import channel {remote!r} as {local!r}: a channel of that name exists "
+            f"with a ring of {tx.capacity} bytes, smaller than the source's {capacity}; "
+            f"remove it with shmstream.unlink_channel({local!r}) or choose another local prefix"
+        )
+    return tx
+

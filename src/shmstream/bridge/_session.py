@@ -1,0 +1,105 @@
+"""Opening a Zenoh session: the one place that imports zenoh.
+
+Without ``--config`` the bridge starts from these defaults, so that it
+listens on no address unless told to (``--listen``) and finds peers only
+where told to (``--connect``): peer mode, multicast scouting off, no listen
+endpoint, a 3 s lease (a dead host is noticed within ~3 s) and connection
+retries every 0.25..1 s (a restarted peer is found again within a second).
+With ``--config FILE`` the file is Zenoh's own configuration, taken as it
+is (TLS, access control, scouting, routers...); ``--listen`` / ``--connect``
+then replace its endpoint lists.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+from typing import Any, Sequence
+
+ZENOH_HINT = 'the shmstream bridge needs Eclipse Zenoh: pip install "shmstream[zenoh]"'
+
+DEFAULTS = {
+    "mode": '"peer"',
+    "scouting/multicast/enabled": "false",
+    "listen/endpoints": "[]",
+    "transport/link/tx/lease": "3000",
+    "connect/retry": '{"period_init_ms": 250, "period_max_ms": 1000, "period_increase_factor": 2}',
+}
+
+_open_sessions: dict[int, Any] = {}  # id -> session not closed yet (strong refs)
+_lock = threading.Lock()
+
+
+def import_zenoh() -> Any:
+    """The zenoh module, or ModuleNotFoundError saying how to install it."""
+    try:
+        import zenoh
+    except ImportError as exc:
+        raise ModuleNotFoundError(f"{ZENOH_HINT} ({exc})", name="zenoh") from None
+    return zenoh
+
+
+def zenoh_available() -> bool:
+    try:
+        import_zenoh()
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def make_config(config: str | os.PathLike | None = None, listen: Sequence[str] = (),
+                connect: Sequence[str] = ()) -> Any:
+    """A zenoh.Config from a file or the defaults above, plus endpoints."""
+    zenoh = import_zenoh()
+    for what, eps in (("listen", listen), ("connect", connect)):
+        if isinstance(eps, str) or not all(isinstance(e, str) and e for e in eps):
+            raise TypeError(f"{what} must be a list of endpoint strings like 'tcp/127.0.0.1:7447'")
+    if config is not None:
+        path = os.fspath(config)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Zenoh configuration file {path!r} does not exist")
+        try:
+            cfg = zenoh.Config.from_file(path)
+        except zenoh.ZError as exc:
+            raise ValueError(f"Zenoh cannot read its configuration {path!r}: {exc}") from None
+    else:
+        cfg = zenoh.Config()
+        for key, value in DEFAULTS.items():
+            cfg.insert_json5(key, value)
+    try:
+        if listen:
+            cfg.insert_json5("listen/endpoints", json.dumps(list(listen)))
+        if connect:
+            cfg.insert_json5("connect/endpoints", json.dumps(list(connect)))
+    except zenoh.ZError as exc:
+        raise ValueError(f"bad Zenoh endpoint in {list(listen) + list(connect)}: {exc}") from None
+    return cfg
+
+
+def open_session(cfg: Any) -> Any:
+    """zenoh.open(cfg), closed at interpreter exit if its owner forgot (a
+    session with Python callbacks that is still open hangs the exit)."""
+    zenoh = import_zenoh()
+    try:
+        session = zenoh.open(cfg)
+    except zenoh.ZError as exc:
+        raise OSError(f"cannot open the Zenoh session: {exc}") from None
+    with _lock:
+        _open_sessions[id(session)] = session
+    return session
+
+
+def close_session(session: Any) -> None:
+    with _lock:
+        _open_sessions.pop(id(session), None)
+    try:
+        session.close()
+    except Exception:  # noqa: BLE001 - closing twice or at shutdown
+        pass
+
+
+@atexit.register
+def _close_all() -> None:
+    for session in list(_open_sessions.values()):
+        close_session(session)

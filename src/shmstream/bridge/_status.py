@@ -1,0 +1,145 @@
+"""The status stream beside every mirror: ``<mirror>@bridge``.
+
+A mirror is written by the importing bridge, so its own ``producer_alive()``
+says whether *that bridge* runs. Whether the *source* is still there (the
+exporting bridge reachable, the producer on the far host alive) is written by
+the importing bridge into this small stream of one record, rewritten on
+every change; readers need no Zenoh to read it (``mirror_status(name)``),
+and can wait for a change with ``read_new`` on it. It also keeps what a
+restarted importing bridge needs to continue without duplicates: the source
+generation, the count offset and, for channels, the delivered position.
+Nothing here imports zenoh.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+import shmstream
+
+STATUS_SUFFIX = "@bridge"
+KIND_CODES = {"stream": 1, "channel": 2}
+
+STATUS_DTYPE = np.dtype([
+    ("bad_samples", "<u8"),      # samples refused (size, dtype, header) and dropped
+    ("lost_messages", "<u8"),    # channel: gaps in the source positions seen
+    ("generation", "<u8"),       # source stream's instance id (8 bytes)
+    ("count_offset", "<u8"),     # mirror count = source count + offset
+    ("delivered", "<u8"),        # channel: end position delivered into the mirror
+    ("changed_ns", "<u8"),       # when exporter_alive / producer_alive last changed
+    ("exporter_alive", "u1"),    # the exporting bridge is reachable
+    ("producer_alive", "u1"),    # the source's producer runs (as its bridge last said)
+    ("kind", "u1"),              # 1 stream, 2 channel
+    ("eof", "u1"),               # channel: the source producer closed
+])
+
+
+def status_name(name: str) -> str:
+    return name + STATUS_SUFFIX
+
+
+def is_status_name(name: str) -> bool:
+    return name.endswith(STATUS_SUFFIX)
+
+
+def _describe(rec: np.ndarray, h: Any) -> dict[str, Any]:
+    exporter = bool(rec["exporter_alive"])
+    producer = bool(rec["producer_alive"])
+    kind = {v: k for k, v in KIND_CODES.items()}.get(int(rec["kind"]), "unknown")
+    return {
+        "kind": kind,
+        "source_alive": exporter and producer,
+        "exporter_alive": exporter,
+        "producer_alive": producer,
+        "importer_alive": h.producer_alive(),
+        "bad_samples": int(rec["bad_samples"]),
+        "lost_messages": int(rec["lost_messages"]),
+        "eof": bool(rec["eof"]),
+        "changed": int(rec["changed_ns"]) / 1e9,
+        "updates": h.count,
+    }
+
+
+def mirror_status(name: str) -> dict[str, Any]:
+    """The bridge's view of the source of mirror ``name``.
+
+    Keys: ``source_alive`` (the exporting bridge is reachable and the
+    source's producer runs), ``exporter_alive``, ``producer_alive``,
+    ``importer_alive`` (the bridge that writes the mirror runs),
+    ``bad_samples`` (refused and dropped), ``lost_messages`` (channels),
+    ``eof`` (channels: the source producer closed), ``changed`` (UNIX time of
+    the last liveness change), ``updates`` (the status stream's count: wait
+    for the next change with ``shmstream.open(name + '@bridge').read_new()``).
+    FileNotFoundError if ``name`` is not a bridge mirror."""
+    try:
+        h = shmstream.open(status_name(name), readonly=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{name!r} is not a bridge mirror (no status stream {status_name(name)!r}); "
+            "mirrors are made by 'shmstream bridge --import'"
+        ) from None
+    try:
+        if h.dtype != STATUS_DTYPE:
+            raise ValueError(f"{status_name(name)!r} is not a bridge status stream")
+        return _describe(h.read()[0], h)
+    finally:
+        h.close()
+
+
+class StatusWriter:
+    """The importing bridge's end of one status stream."""
+
+    def __init__(self, mirror: str, kind: str) -> None:
+        self.name = status_name(mirror)
+        self._lock = threading.Lock()
+        try:
+            self._h = shmstream.create(self.name, shape=(1,), dtype=STATUS_DTYPE)
+            self.previous: dict[str, int] | None = None
+        except FileExistsError:
+            self._h = shmstream.open(self.name)
+            if self._h.dtype != STATUS_DTYPE or self._h.shape != (1,):
+                self._h.close()
+                raise ValueError(
+                    f"{self.name!r} exists and is not a bridge status stream; remove it "
+                    f"with shmstream.unlink({self.name!r}) or import under another prefix"
+                ) from None
+            old = self._h.read()[0]
+            self.previous = {f: int(old[f]) for f in ("generation", "count_offset", "delivered")}
+        self._rec = np.zeros(1, STATUS_DTYPE)
+        if self.previous:
+            for f, v in self.previous.items():
+                self._rec[0][f] = v
+        self._rec[0]["kind"] = KIND_CODES[kind]
+        self._rec[0]["changed_ns"] = time.time_ns()
+        self._h.write(self._rec)
+
+    def get(self, field: str) -> int:
+        return int(self._rec[0][field])
+
+    def set(self, **fields: int) -> None:
+        """Store the fields and publish the record (one write)."""
+        with self._lock:
+            rec = self._rec[0]
+            if any(k in fields and int(rec[k]) != int(fields[k])
+                   for k in ("exporter_alive", "producer_alive")):
+                rec["changed_ns"] = time.time_ns()
+            for k, v in fields.items():
+                rec[k] = v
+            if self._h.closed:
+                return
+            self._h.write(self._rec)
+
+    def add(self, field: str, n: int = 1) -> None:
+        with self._lock:
+            self._rec[0][field] += n
+            if not self._h.closed:
+                self._h.write(self._rec)
+
+    def close(self, unlink: bool = False) -> None:
+        with self._lock:
+            if unlink:
+                shmstream.unlink(self.name)
+            self._h.close()

@@ -1,0 +1,142 @@
+"""``shmstream bridge`` and ``shmstream list --remote``: their options and
+commands, added to the ``shmstream`` parser by shmstream/cli.py. Importing
+this module does not import zenoh; running a command without it prints how
+to install the extra."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from ._keys import DEFAULT_PREFIX
+from ._session import ZENOH_HINT
+
+PROG = "shmstream"
+
+
+def add_session_arguments(p: argparse.ArgumentParser) -> None:
+    """The Zenoh options shared by ``bridge`` and ``list --remote``."""
+    g = p.add_argument_group("Zenoh session")
+    g.add_argument("--config", metavar="FILE",
+                   help="Zenoh configuration file (JSON5): TLS, access control, scouting, "
+                        "routers...; without it the bridge listens on nothing and does not scout")
+    g.add_argument("--listen", action="append", default=[], metavar="ENDPOINT",
+                   help="accept connections on this Zenoh endpoint, e.g. tcp/0.0.0.0:7447 "
+                        "(repeatable)")
+    g.add_argument("--connect", action="append", default=[], metavar="ENDPOINT",
+                   help="connect to a bridge or router at this endpoint, e.g. "
+                        "tcp/camhost:7447 (repeatable)")
+    g.add_argument("--key-prefix", default=DEFAULT_PREFIX, metavar="PREFIX",
+                   help=f"first chunks of every key (default {DEFAULT_PREFIX})")
+
+
+def add_remote_arguments(list_parser: argparse.ArgumentParser) -> None:
+    """``shmstream list --remote [session options]``."""
+    list_parser.add_argument(
+        "--remote", action="store_true",
+        help="list what bridges reachable over Zenoh export (needs shmstream[zenoh])")
+    list_parser.add_argument("--timeout", type=float, default=2.0, metavar="S",
+                             help="with --remote: how long to wait for answers (default 2)")
+    add_session_arguments(list_parser)
+
+
+def add_bridge_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "bridge",
+        help="export and import streams and channels across machines over Eclipse Zenoh "
+             "(needs shmstream[zenoh]; see docs/bridge.md)",
+        description="Export local streams and channels to Zenoh keys "
+                    "<key-prefix>/<namespace>/<name>, and mirror remote ones here. Runs until "
+                    "Ctrl-C or SIGTERM.",
+        epilog="Example: on the camera host 'shmstream bridge --export \"cam/*\" --listen "
+               "tcp/0.0.0.0:7447'; on the other 'shmstream bridge --import \"cam/*\" "
+               "--local-prefix remote/ --connect tcp/camhost:7447'.",
+    )
+    p.add_argument("--export", action="append", default=[], metavar="NAME|GLOB",
+                   help="export local streams and channels with this name or glob (repeatable)")
+    p.add_argument("--import", dest="imports", action="append", default=[],
+                   metavar="NAME|GLOB",
+                   help="mirror remote exports with this name or glob (repeatable)")
+    p.add_argument("--namespace", metavar="NS",
+                   help="namespace of this bridge's exports (default: the host name)")
+    p.add_argument("--remote-namespace", default="*", metavar="GLOB",
+                   help="import only from namespaces matching this glob (default: any)")
+    p.add_argument("--local-prefix", default="", metavar="PREFIX",
+                   help="mirrors are named PREFIX + remote name; '{namespace}' in PREFIX is "
+                        "the exporter's namespace (default: no prefix)")
+    p.add_argument("--unlink-on-exit", action="store_true",
+                   help="remove the mirrors when the bridge stops (default: keep them)")
+    p.add_argument("--list", action="store_true",
+                   help="print what reachable bridges export, then exit")
+    p.add_argument("--timeout", type=float, default=2.0, metavar="S",
+                   help="with --list: how long to wait for answers (default 2)")
+    p.add_argument("--spin-us", type=float, default=5.0, metavar="US",
+                   help="exports spin this long for the next local write before sleeping "
+                        "(default 5)")
+    p.add_argument("--quiet", action="store_true", help="log errors only")
+    add_session_arguments(p)
+
+
+def _missing_zenoh(exc: ImportError) -> int:
+    print(f"{PROG}: error: {ZENOH_HINT}", file=sys.stderr)
+    return 1
+
+
+def print_remote(args: argparse.Namespace) -> int:
+    from . import remote_exports
+
+    try:
+        found = remote_exports(config=args.config, listen=args.listen, connect=args.connect,
+                               key_prefix=args.key_prefix, timeout=args.timeout)
+    except ImportError as exc:
+        return _missing_zenoh(exc)
+    if not found:
+        print("no remote exports found", file=sys.stderr)
+        return 0
+    cols = ("namespace", "kind", "name", "key", "bridge")
+    widths = [max(len(c), *(len(e[c]) for e in found)) for c in cols]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
+    for e in found:
+        print("  ".join(e[c].ljust(w) for c, w in zip(cols, widths)).rstrip())
+    return 0
+
+
+def cmd_bridge(args: argparse.Namespace) -> int:
+    if args.list:
+        return print_remote(args)
+    if not args.export and not args.imports:
+        print(f"{PROG}: error: nothing to do: give --export, --import or --list",
+              file=sys.stderr)
+        return 2
+    log = logging.getLogger("shmstream.bridge")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("shmstream bridge: %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.ERROR if args.quiet else logging.INFO)
+    from . import Bridge
+
+    try:
+        bridge = Bridge(
+            args.export, args.imports, namespace=args.namespace,
+            remote_namespace=args.remote_namespace, local_prefix=args.local_prefix,
+            key_prefix=args.key_prefix, config=args.config, listen=args.listen,
+            connect=args.connect, unlink_on_close=args.unlink_on_exit, spin_us=args.spin_us,
+        )
+    except ImportError as exc:
+        return _missing_zenoh(exc)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        bridge.start()
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        bridge.close()
+    return 0

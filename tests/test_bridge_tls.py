@@ -1,0 +1,110 @@
+"""docs/bridge.md's TLS example, run: two bridges with mutual TLS
+configured the Zenoh way (--config), throw-away certificates from a
+throw-away CA, on 127.0.0.1."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import textwrap
+import uuid
+
+import numpy as np
+import pytest
+
+pytest.importorskip("zenoh", reason="eclipse-zenoh is not installed: pip install 'shmstream[zenoh]'")
+if shutil.which("openssl") is None:
+    pytest.skip("the openssl command is needed to make test certificates", allow_module_level=True)
+
+import shmstream  # noqa: E402
+from shmstream.bridge import mirror_status, status_name  # noqa: E402
+
+import support  # noqa: E402
+from bridge_util import BridgeProc, free_port  # noqa: E402
+
+
+def _openssl(*args: str, cwd) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def _certificates(d) -> None:
+    """ca.pem; camhost-{key,cert}.pem (server, for localhost); rtc-{key,cert}.pem (client)."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2",
+             "-subj", "/CN=shmstream test CA",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    for who, cn in (("camhost", "localhost"), ("rtc", "rtc")):
+        (d / f"{who}.ext").write_text(
+            f"subjectAltName=DNS:{cn},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+            "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n")
+        _openssl("req", *ec, "-keyout", f"{who}-key.pem", "-out", f"{who}.csr",
+                 "-subj", f"/CN={cn}", cwd=d)
+        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+                 "-CAcreateserial", "-out", f"{who}-cert.pem", "-days", "2",
+                 "-extfile", f"{who}.ext", cwd=d)
+
+
+def test_two_bridges_under_mutual_tls(tmp_path, make_name):
+    _certificates(tmp_path)
+    port = free_port()
+    (tmp_path / "camhost.json5").write_text(textwrap.dedent(f"""
+        {{
+          mode: "peer",
+          listen: {{ endpoints: ["tls/localhost:{port}"] }},
+          scouting: {{ multicast: {{ enabled: false }} }},
+          transport: {{
+            link: {{
+              tx: {{ lease: 3000 }},
+              tls: {{
+                root_ca_certificate: "{tmp_path}/ca.pem",
+                listen_private_key: "{tmp_path}/camhost-key.pem",
+                listen_certificate: "{tmp_path}/camhost-cert.pem",
+                enable_mtls: true,
+              }},
+            }},
+          }},
+        }}"""))
+    (tmp_path / "rtc.json5").write_text(textwrap.dedent(f"""
+        {{
+          mode: "peer",
+          connect: {{ endpoints: ["tls/localhost:{port}"] }},
+          scouting: {{ multicast: {{ enabled: false }} }},
+          transport: {{
+            link: {{
+              tx: {{ lease: 3000 }},
+              tls: {{
+                root_ca_certificate: "{tmp_path}/ca.pem",
+                connect_private_key: "{tmp_path}/rtc-key.pem",
+                connect_certificate: "{tmp_path}/rtc-cert.pem",
+                enable_mtls: true,
+              }},
+            }},
+          }},
+        }}"""))
+    group, prefix = make_name("tls"), make_name("m") + "/"
+    name, local = f"{group}/cam", f"{prefix}{group}/cam"
+    ns = f"tls{uuid.uuid4().hex[:6]}"
+    src = shmstream.create(name, shape=(16,), dtype=np.float32)
+    src.write(np.arange(16, dtype=np.float32), frame_id=7)
+    exporter = importer = None
+    try:
+        exporter = BridgeProc(exports=[f"{group}/*"], namespace=ns,
+                              config=str(tmp_path / "camhost.json5"))
+        importer = BridgeProc(imports=[f"{group}/*"], remote_namespace=ns, local_prefix=prefix,
+                              config=str(tmp_path / "rtc.json5"), unlink_on_close=True)
+        importer.wait_import(local)
+        m = shmstream.open(local, readonly=True)
+        pub = m.read_after_publication(0, timeout=support.WAIT)
+        assert (pub.payload == np.arange(16)).all() and pub.frame_id == 7
+        src.write(np.ones(16, np.float32), frame_id=8)
+        pub = m.read_after_publication(1, timeout=support.WAIT)
+        assert (pub.payload == 1).all() and pub.frame_id == 8
+        assert mirror_status(local)["source_alive"]
+        m.close()
+    finally:
+        for b in (importer, exporter):
+            if b is not None:
+                b.stop()
+        src.unlink()
+        for n in (local, status_name(local)):
+            shmstream.unlink(n)
