@@ -36,7 +36,6 @@ __all__ = [
     "channel",
     "open_channel",
     "unlink_channel",
-    "list_channels",
     "ChannelProducer",
     "ChannelConsumer",
     "Message",
