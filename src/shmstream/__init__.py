@@ -61,7 +61,11 @@ from .channel import (  # noqa: E402
     unlink_channel,
 )
 
+from .recording import Recording, load_recording  # noqa: E402
+from .recorder import RecordStats, ReplayStats, record, replay  # noqa: E402
+
 __all__ += [
+    "Recording", "RecordStats", "ReplayStats", "load_recording", "record", "replay",
     "ChannelConsumer", "ChannelProducer", "channel", "open_channel", "unlink_channel",
     "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share",
 ]

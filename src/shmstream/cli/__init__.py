@@ -13,11 +13,11 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from . import demo, objects, watch
+from . import demo, objects, record, watch
 from ._common import PROG, USER_ERRORS, error, one_line, package
 
 #: Modules that add subcommands: each has register(subparsers) -> {name: handler}.
-_COMMAND_MODULES = (objects, watch, demo)
+_COMMAND_MODULES = (objects, watch, record, demo)
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:

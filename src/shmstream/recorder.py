@@ -1,0 +1,321 @@
+"""Record a live stream to disk and replay a recording into a stream
+(``shmstream record`` / ``shmstream replay``; docs/history.md).
+
+:func:`record` follows a stream with :meth:`SharedMemory.read_since`: on a
+stream made with ``history=N`` it gets every frame as long as it stays
+within N of the writer, and counts exactly what it misses otherwise; on
+any other stream it gets the newest frame each time and counts the rest
+as missed. :func:`replay` publishes a recording with its frame ids, counts
+and write times, paced as recorded, at a fixed rate, or as fast as
+possible, so record -> replay -> record gives the same frames and metadata.
+
+GPU streams are recorded through their CPU mirror (``cpu_mirror=True``);
+one without a mirror is refused with ValueError, and so is a replay into a
+GPU stream (a GPU write cannot carry recorded counts and times).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from . import _checks
+from .stream import create as _create
+from .stream import open as _open
+from .recording import Recording, RecordingWriter, load_recording
+
+__all__ = ["RecordStats", "ReplayStats", "record", "replay"]
+
+#: How long one wait for frames lasts before the stop conditions are
+#: checked again.
+_CHUNK_S = 0.25
+
+
+@dataclasses.dataclass
+class RecordStats:
+    """What :func:`record` did (also passed to its ``progress`` callback)."""
+
+    name: str
+    path: str
+    frames: int = 0  # frames written to the recording
+    missed: int = 0  # publications after the start that are not in it
+    seconds: float = 0.0  # since the recording started
+    last_count: int = 0  # the stream's count of the last frame considered
+    stopped_by: str = ""  # "frames", "seconds", "stop", "signal" or "interrupt"
+
+    @property
+    def rate(self) -> float:
+        """Frames recorded per second."""
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclasses.dataclass
+class ReplayStats:
+    """What :func:`replay` did."""
+
+    name: str
+    path: str
+    frames: int = 0  # frames published
+    seconds: float = 0.0
+    created: bool = False  # the stream was created by the replay (it stays)
+    stopped_by: str = ""  # "end", "stop", "signal" or "interrupt"
+
+    @property
+    def rate(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Stopped(Exception):
+    """Raised by the SIGINT/SIGTERM handler of a recording or replay."""
+
+
+@contextlib.contextmanager
+def _signals_stop(enabled: bool) -> Iterator[None]:
+    """While enabled: SIGINT and SIGTERM end the loop cleanly (the native
+    waits return to Python every 100 ms, where the handler raises)."""
+    if not enabled:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Stopped(signal.Signals(signum).name)
+
+    saved = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, old in saved.items():
+            signal.signal(s, old)
+
+
+def _open_for_reading(name: str) -> Any:
+    try:
+        return _open(name, readonly=True, gpu_device=False)
+    except ValueError as exc:
+        if "CPU mirror" not in str(exc):
+            raise
+        raise ValueError(
+            f"cannot record GPU stream {name!r}: it has no CPU mirror, and recording reads "
+            "frames on the CPU; create it with cpu_mirror=True"
+        ) from None
+
+
+def record(
+    name: str,
+    path: Any,
+    *,
+    frames: int | None = None,
+    seconds: float | None = None,
+    since: int | None = None,
+    overwrite: bool = False,
+    progress: Callable[[RecordStats], None] | None = None,
+    progress_interval: float = 1.0,
+    stop: threading.Event | None = None,
+    handle_signals: bool = False,
+) -> RecordStats:
+    """Record stream ``name`` into the directory ``path`` (a recording:
+    see :mod:`shmstream.recording`): every publication after count
+    ``since`` (None: from now; 0: from the oldest its history holds) until
+    ``frames`` frames are
+    recorded, ``seconds`` have passed, ``stop`` is set, or (with
+    ``handle_signals``, main thread only) SIGINT or SIGTERM arrives. The
+    file is closed cleanly in every case, a KeyboardInterrupt included
+    (re-raised after). ``progress(stats)`` is called about every
+    ``progress_interval`` seconds. Returns the :class:`RecordStats`."""
+    _checks.check_name(name)
+    limit = None if frames is None else _checks.check_int("frames", frames, minimum=1)
+    duration = _checks.check_timeout(seconds, "seconds")
+    start_count = None if since is None else _checks.check_u64("since", since)
+    handle = _open_for_reading(name)
+    try:
+        cap = max(1, handle.history + 1)
+        buf = np.empty((cap, *handle.shape), handle.dtype)
+        description = {"name": name, "history": handle.history, "slots": handle.slots,
+                       "gpu": handle.gpu_enabled, "shmstream_version": _version()}
+        writer = RecordingWriter(path, shape=handle.shape, dtype=handle.dtype,
+                                 description=description, overwrite=overwrite)
+        stats = RecordStats(name, str(path))
+        after = stats.last_count = handle.count if start_count is None else start_count
+        start = time.monotonic()
+        next_sync = start + progress_interval
+        try:
+            with _signals_stop(handle_signals):
+                while not stats.stopped_by:
+                    now = time.monotonic()
+                    wait = _CHUNK_S
+                    if duration is not None:
+                        wait = min(wait, max(0.0, start + duration - now))
+                    want = cap if limit is None else min(cap, limit - stats.frames)
+                    try:
+                        batch = handle.read_since(after, max_frames=want, timeout=wait, out=buf)
+                    except TimeoutError:
+                        batch = None
+                    if batch is not None:
+                        writer.append_batch(batch)
+                        after = stats.last_count = batch.last_count
+                        stats.frames += len(batch)
+                        stats.missed += batch.missed
+                    now = time.monotonic()
+                    stats.seconds = now - start
+                    if limit is not None and stats.frames >= limit:
+                        stats.stopped_by = "frames"
+                    elif duration is not None and now >= start + duration:
+                        stats.stopped_by = "seconds"
+                    elif stop is not None and stop.is_set():
+                        stats.stopped_by = "stop"
+                    if now >= next_sync:
+                        writer.sync()
+                        next_sync = now + progress_interval
+                        if progress is not None:
+                            progress(stats)
+        except _Stopped:
+            stats.stopped_by = "signal"
+        except KeyboardInterrupt:
+            stats.stopped_by = "interrupt"
+            raise
+        finally:
+            stats.seconds = time.monotonic() - start
+            writer.close()
+    finally:
+        handle.close()
+    return stats
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def replay(
+    path: Any,
+    name: str,
+    *,
+    rate: float | None = None,
+    renumber: bool = False,
+    restamp: bool = False,
+    history: int | None = None,
+    stop: threading.Event | None = None,
+    progress: Callable[[ReplayStats], None] | None = None,
+    progress_interval: float = 1.0,
+    handle_signals: bool = False,
+) -> ReplayStats:
+    """Publish the recording at ``path`` into stream ``name``, with each
+    frame's frame id, count and write time.
+
+    Pacing: ``rate=None`` as recorded (the write times' spacing), a number
+    of frames per second, or ``math.inf`` as fast as possible. A missing
+    stream is created with the recording's shape, dtype and history (or
+    ``history``) and left in place afterwards (``stats.created``). An
+    existing one must have the same shape and dtype and a count below the
+    first recorded one; ``renumber=True`` publishes with the stream's own
+    counts instead (frame ids and times kept). ``restamp=True`` stamps the
+    publication time instead of the recorded one. Stops early on ``stop``
+    or (``handle_signals``) SIGINT/SIGTERM."""
+    rec = load_recording(path)
+    _checks.check_name(name)
+    pace = _check_rate(rate)
+    handle, created = _target(rec, name, history)
+    stats = ReplayStats(name, str(path), created=created)
+    try:
+        _check_counts(rec, handle, renumber)
+        times = rec.write_times_ns
+        start = time.perf_counter()
+        next_report = time.monotonic() + progress_interval
+        try:
+            with _signals_stop(handle_signals):
+                for i in range(len(rec)):
+                    if stop is not None and stop.is_set():
+                        stats.stopped_by = "stop"
+                        break
+                    due = _due(pace, i, times)
+                    if due is not None:
+                        delay = start + due - time.perf_counter()
+                        if delay > 0:
+                            time.sleep(delay)
+                    handle.write(
+                        rec.frames[i],
+                        frame_id=int(rec.frame_ids[i]),
+                        count=None if renumber else int(rec.counts[i]),
+                        write_time_ns=None if restamp else int(times[i]) or None,
+                    )
+                    stats.frames += 1
+                    if progress is not None and time.monotonic() >= next_report:
+                        stats.seconds = time.perf_counter() - start
+                        progress(stats)
+                        next_report = time.monotonic() + progress_interval
+                else:
+                    stats.stopped_by = "end"
+        except _Stopped:
+            stats.stopped_by = "signal"
+        except KeyboardInterrupt:
+            stats.stopped_by = "interrupt"
+            raise
+        finally:
+            stats.seconds = time.perf_counter() - start
+    finally:
+        handle.close()
+    return stats
+
+
+def _check_rate(rate: Any) -> float | None:
+    if rate is None:
+        return None
+    value = _checks.check_timeout(rate, "rate")  # a non-negative real number or inf
+    if not value:
+        raise ValueError("rate must be > 0 frames per second (math.inf: as fast as possible)")
+    return value
+
+
+def _due(pace: float | None, i: int, times: np.ndarray) -> float | None:
+    """Seconds after the start at which frame i is due (None: at once)."""
+    if pace is None:
+        return (int(times[i]) - int(times[0])) / 1e9 if len(times) else None
+    return None if math.isinf(pace) else i / pace
+
+
+def _target(rec: Recording, name: str, history: int | None) -> tuple[Any, bool]:
+    """The stream to replay into: opened (checked to match) or created."""
+    try:
+        handle = _open(name, gpu_device=False)
+    except FileNotFoundError:
+        depth = rec.history if history is None else history
+        return _create(name, shape=rec.shape, dtype=rec.dtype, history=depth), True
+    except ValueError as exc:
+        if "CPU mirror" not in str(exc):
+            raise
+        handle = None
+    if handle is None or handle.gpu_enabled:
+        if handle is not None:
+            handle.close()
+        raise ValueError(
+            f"cannot replay into GPU stream {name!r}: a GPU write cannot carry the recorded "
+            "counts and write times; replay into a CPU stream"
+        )
+    if handle.shape != rec.shape or handle.dtype != rec.dtype:
+        handle.close()
+        raise ValueError(
+            f"recording {str(rec.path)!r} holds {rec.dtype} frames of shape {rec.shape}, but "
+            f"stream {name!r} holds {handle.dtype} frames of shape {handle.shape}; replay into "
+            "a stream of the same shape and dtype, or a new name"
+        )
+    return handle, False
+
+
+def _check_counts(rec: Recording, handle: Any, renumber: bool) -> None:
+    if renumber or not len(rec):
+        return
+    first, now = int(rec.counts[0]), handle.count
+    if now >= first:
+        raise ValueError(
+            f"stream {handle.name!r} is at count {now}, not below the recording's first count "
+            f"{first}: the recorded counts cannot be published (a stream's counts only grow); "
+            "replay into a new stream, or renumber (renumber=True, --renumber) to publish "
+            "with the stream's own counts"
+        )
