@@ -188,9 +188,13 @@ def record(
 
 
 def _version() -> str:
-    from . import __version__
+    """This shmstream's version, for stream.json (as the package reports it)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return __version__
+    try:
+        return version("shmstream")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def replay(
