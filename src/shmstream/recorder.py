@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import queue
 import signal
 import threading
 import time
@@ -35,6 +36,12 @@ __all__ = ["RecordStats", "ReplayStats", "record", "replay"]
 #: How long one wait for frames lasts before the stop conditions are
 #: checked again.
 _CHUNK_S = 0.25
+#: Frames are read in chunks of about this many bytes (at most history + 1
+#: frames), which the disk thread writes while the next one is read.
+_CHUNK_BYTES = 4 << 20
+#: Default memory between the reader and the disk: what absorbs a disk
+#: that stalls for longer than the stream's history lasts.
+DEFAULT_BUFFER_BYTES = 256 << 20
 
 
 @dataclasses.dataclass
@@ -94,6 +101,81 @@ def _signals_stop(enabled: bool) -> Iterator[None]:
             signal.signal(s, old)
 
 
+class _Spool:
+    """Frames on their way from the reader (the caller's thread, which must
+    keep up with the stream's history) to the disk (a thread of its own,
+    which may stall): chunks of frames handed over through a queue, at most
+    ``max_chunks`` of them in memory. The heavy parts of both sides (the
+    native copy, the file writes) release the GIL, so they overlap."""
+
+    def __init__(self, writer: RecordingWriter, shape: tuple[int, ...], dtype: np.dtype,
+                 chunk_frames: int, max_chunks: int, sync_interval: float) -> None:
+        self._writer = writer
+        self._shape = (chunk_frames, *shape)
+        self._dtype = dtype
+        self._made, self._max = 0, max(1, max_chunks)
+        self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+        self._full: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._interval = sync_interval
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="shmstream-record-disk",
+                                        daemon=True)
+        self._thread.start()
+
+    def chunk(self, timeout: float) -> np.ndarray | None:
+        """A chunk to read into; None if all are waiting for the disk."""
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            pass
+        if self._made < self._max:
+            self._made += 1
+            return np.empty(self._shape, self._dtype)
+        try:
+            return self._free.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def give_back(self, chunk: np.ndarray) -> None:
+        self._free.put(chunk)
+
+    def write(self, chunk: np.ndarray, batch: Any) -> None:
+        if self.error is not None:
+            raise self.error
+        self._full.put((chunk, batch))
+
+    def _run(self) -> None:
+        next_sync = time.monotonic() + self._interval
+        while True:
+            try:
+                wait = None if math.isinf(next_sync) else max(0.0, next_sync - time.monotonic())
+                item = self._full.get(timeout=wait)
+            except queue.Empty:
+                item = ()  # time to sync, even if nothing came
+            if item is None:
+                return
+            try:
+                if item and self.error is None:
+                    self._writer.append_batch(item[1])
+                if time.monotonic() >= next_sync and self.error is None:
+                    self._writer.sync()
+                    next_sync = time.monotonic() + self._interval
+            except BaseException as exc:  # noqa: BLE001 - the reader raises it
+                self.error = exc
+            finally:
+                if item:
+                    self._free.put(item[0])
+            if self.error is not None:
+                next_sync = math.inf  # nothing more is written; keep handing chunks back
+
+    def close(self) -> None:
+        """Write everything queued, then stop the disk thread."""
+        self._full.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def _open_for_reading(name: str) -> Any:
     try:
         return _open(name, readonly=True, gpu_device=False)
@@ -118,6 +200,7 @@ def record(
     progress_interval: float = 1.0,
     stop: threading.Event | None = None,
     handle_signals: bool = False,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
 ) -> RecordStats:
     """Record stream ``name`` into the directory ``path`` (a recording:
     see :mod:`shmstream.recording`): every publication after count
@@ -127,15 +210,20 @@ def record(
     ``handle_signals``, main thread only) SIGINT or SIGTERM arrives. The
     file is closed cleanly in every case, a KeyboardInterrupt included
     (re-raised after). ``progress(stats)`` is called about every
-    ``progress_interval`` seconds. Returns the :class:`RecordStats`."""
+    ``progress_interval`` seconds (the files are synced as often). A thread
+    writes the files while the caller's thread reads the stream, with up to
+    ``buffer_bytes`` of frames between them, so a disk that stalls for
+    longer than the history lasts costs no frames until that buffer is
+    full. Returns the :class:`RecordStats`."""
     _checks.check_name(name)
     limit = None if frames is None else _checks.check_int("frames", frames, minimum=1)
     duration = _checks.check_timeout(seconds, "seconds")
     start_count = None if since is None else _checks.check_u64("since", since)
+    buffer_bytes = _checks.check_int("buffer_bytes", buffer_bytes, minimum=1)
     handle = _open_for_reading(name)
     try:
-        cap = max(1, handle.history + 1)
-        buf = np.empty((cap, *handle.shape), handle.dtype)
+        frame_bytes = max(1, handle.size)
+        cap = max(1, min(handle.history + 1, _CHUNK_BYTES // frame_bytes))
         description = {"name": name, "history": handle.history, "slots": handle.slots,
                        "gpu": handle.gpu_enabled, "shmstream_version": _version()}
         writer = RecordingWriter(path, shape=handle.shape, dtype=handle.dtype,
@@ -143,7 +231,9 @@ def record(
         stats = RecordStats(name, str(path))
         after = stats.last_count = handle.count if start_count is None else start_count
         start = time.monotonic()
-        next_sync = start + progress_interval
+        next_report = start + progress_interval
+        spool = _Spool(writer, handle.shape, handle.dtype, cap,
+                       buffer_bytes // (cap * frame_bytes), progress_interval)
         try:
             with _signals_stop(handle_signals):
                 while not stats.stopped_by:
@@ -152,12 +242,16 @@ def record(
                     if duration is not None:
                         wait = min(wait, max(0.0, start + duration - now))
                     want = cap if limit is None else min(cap, limit - stats.frames)
-                    try:
-                        batch = handle.read_since(after, max_frames=want, timeout=wait, out=buf)
-                    except TimeoutError:
-                        batch = None
+                    chunk = spool.chunk(wait)  # None: the disk is a buffer behind
+                    batch = None
+                    if chunk is not None:
+                        try:
+                            batch = handle.read_since(after, max_frames=want, timeout=wait,
+                                                      out=chunk)
+                        except TimeoutError:
+                            spool.give_back(chunk)
                     if batch is not None:
-                        writer.append_batch(batch)
+                        spool.write(chunk, batch)
                         after = stats.last_count = batch.last_count
                         stats.frames += len(batch)
                         stats.missed += batch.missed
@@ -169,9 +263,8 @@ def record(
                         stats.stopped_by = "seconds"
                     elif stop is not None and stop.is_set():
                         stats.stopped_by = "stop"
-                    if now >= next_sync:
-                        writer.sync()
-                        next_sync = now + progress_interval
+                    if now >= next_report:
+                        next_report = now + progress_interval
                         if progress is not None:
                             progress(stats)
         except _Stopped:
@@ -181,7 +274,10 @@ def record(
             raise
         finally:
             stats.seconds = time.monotonic() - start
-            writer.close()
+            try:
+                spool.close()
+            finally:
+                writer.close()
     finally:
         handle.close()
     return stats

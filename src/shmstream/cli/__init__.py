@@ -23,8 +23,8 @@ _COMMAND_MODULES = (objects, watch, record, demo)
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Inspect, watch, remove and benchmark shmstream's shared-memory objects "
-        "(streams, channels, shared arrays, loader slots).",
+        description="Inspect, watch, record, replay, remove and benchmark shmstream's "
+        "shared-memory objects (streams, channels, shared arrays, loader slots).",
         epilog="Examples: 'shmstream list', 'shmstream watch cam/left', "
         "'shmstream demo --seconds 3', 'shmstream bench stream --quick'.",
     )
