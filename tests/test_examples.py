@@ -30,6 +30,10 @@ SUMMARIES = {
     "camera_write_view.py": (
         r"^camera: \d+ frames checked, 0 torn, \d+ skipped by the reader, 400 written$"
     ),
+    "history_logger.py": (
+        r"^history: read 600 of 600 frames in \d+ batches, missed 0 "
+        r"\(the reader stalled 30 ms after each batch\)$"
+    ),
 }
 
 

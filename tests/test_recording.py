@@ -374,3 +374,25 @@ def _synced_frames(path) -> int:
         return int(np.load(path / "frames.npy", mmap_mode="r").shape[0])
     except (OSError, ValueError, EOFError):
         return -1
+
+
+def test_a_disk_error_in_the_writing_thread_stops_the_recording_with_that_error(
+    make_name, tmp_path, monkeypatch
+):
+    from shmstream import recording
+
+    def full_disk(self, batch):
+        raise OSError(28, "No space left on device")
+
+    name = make_name()
+    h = shmstream.create(name, shape=SHAPE, dtype=np.float32, history=16)
+    try:
+        publish(h, [1, 2, 3])
+        monkeypatch.setattr(recording.RecordingWriter, "append_batch", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            shmstream.record(name, tmp_path / "rec", since=0, seconds=support.WAIT)
+        monkeypatch.undo()
+        rec = shmstream.load_recording(tmp_path / "rec")  # closed: headers valid, empty
+        assert len(rec) == 0 and rec.complete
+    finally:
+        h.close()

@@ -139,9 +139,13 @@ class _Spool:
     def give_back(self, chunk: np.ndarray) -> None:
         self._free.put(chunk)
 
-    def write(self, chunk: np.ndarray, batch: Any) -> None:
+    def check(self) -> None:
+        """Raise what stopped the disk thread (a full disk...), if anything."""
         if self.error is not None:
             raise self.error
+
+    def write(self, chunk: np.ndarray, batch: Any) -> None:
+        self.check()
         self._full.put((chunk, batch))
 
     def _run(self) -> None:
@@ -255,6 +259,7 @@ def record(
                         after = stats.last_count = batch.last_count
                         stats.frames += len(batch)
                         stats.missed += batch.missed
+                    spool.check()
                     now = time.monotonic()
                     stats.seconds = now - start
                     if limit is not None and stats.frames >= limit:
