@@ -37,8 +37,9 @@ __all__ = ["RecordStats", "ReplayStats", "record", "replay"]
 #: checked again.
 _CHUNK_S = 0.25
 #: Frames are read in chunks of about this many bytes (at most history + 1
-#: frames), which the disk thread writes while the next one is read.
-_CHUNK_BYTES = 4 << 20
+#: frames), which the disk thread writes while the next one is read: small
+#: enough to stay in a core's cache between the copy and the file write.
+_CHUNK_BYTES = 1 << 20
 #: Default memory between the reader and the disk: what absorbs a disk
 #: that stalls for longer than the stream's history lasts.
 DEFAULT_BUFFER_BYTES = 256 << 20
@@ -114,7 +115,9 @@ class _Spool:
         self._shape = (chunk_frames, *shape)
         self._dtype = dtype
         self._made, self._max = 0, max(1, max_chunks)
-        self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+        # last in, first out: while the disk keeps up, the chunk the reader
+        # gets is the one just written out, still in the cache
+        self._free: queue.LifoQueue[np.ndarray] = queue.LifoQueue()
         self._full: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._interval = sync_interval
         self.error: BaseException | None = None

@@ -8,8 +8,10 @@ and whether a recorder keeps up.
 1. Cost of history on write+read. One process, a float32 frame of
    ``--shape``: ``write(frame)`` then ``read(out=buf)``, timed for about
    0.2 s per round, ``--rounds`` rounds round-robin over the rows; the
-   median per row, and its ratio to history=0 (the target: at most 10%
-   slower). Rows: history=0 (2 slots, the default stream), history=1 (2
+   median per row, and its ratio to history=0 as the median of the
+   per-round ratios (rows of a round run back to back, so their ratio
+   cancels what other processes do meanwhile). The target: at most 10%
+   slower. Rows: history=0 (2 slots, the default stream), history=1 (2
    slots: the same memory, so the ratio is the protocol's cost alone),
    slots=8 and history=7 (8 slots each), history=N (N + 1 slots: the
    protocol plus a ring larger than the caches), and ``write`` +
@@ -21,7 +23,10 @@ and whether a recorder keeps up.
    (what ``shmstream record`` runs) writes a recording into ``--dir`` (a
    temporary directory by default, removed after each row). Reported: the
    writer's rate, frames recorded per second, and the publications the
-   recorder missed (exact: ``RecordStats.missed``). The recorder is stopped
+   recorder missed (exact: ``RecordStats.missed``), and the CPU time the
+   recorder's threads used per recorded frame (user + system: copies, file
+   writes and page-cache work; what it needs of a core at a given rate,
+   however loaded the machine is). The recorder is stopped
    once it has read up to the writer's last frame, so frames not yet read
    when the writer stops are not counted as missed. Target: history=N
    (default 256) misses nothing at 10 kHz. Every recording is loaded back
@@ -122,12 +127,16 @@ def section_write_read(opts: argparse.Namespace, res: Results, pkg: Any) -> None
     finally:
         for h, _ in handles.values():
             h.unlink()
-    base = median(times[rows[0][0]])
+    def paired(label: str, other: str) -> float:
+        # rows of one round ran back to back: their ratio cancels the load
+        # that other processes put on the machine during that round
+        return median([a / b for a, b in zip(times[label], times[other])])
+
     table_rows = []
     for label, kwargs, how, peer in rows:
         us = median(times[label])
-        ratio = us / base
-        same = us / median(times[peer]) if peer else None
+        ratio = paired(label, rows[0][0])
+        same = paired(label, peer) if peer else None
         # the target: history costs at most 10%; at equal slot counts that
         # is the protocol, against history=0 it includes the ring's memory
         judged = same if same is not None else (ratio if kwargs.get("history") and
@@ -138,8 +147,8 @@ def section_write_read(opts: argparse.Namespace, res: Results, pkg: Any) -> None
             "-" if judged is None else ("met" if judged <= 1.10 else "NOT met"),
         ])
     title = (f"write + read of one float32 {shape[0]}x{shape[1]} frame "
-             f"({np.prod(shape) * 4 // 1024} KiB), one process, median of {opts.rounds} rounds "
-             "(us per frame; ratio to history=0)")
+             f"({np.prod(shape) * 4 // 1024} KiB), one process: median of {opts.rounds} rounds "
+             "(us per frame), ratios the median of the per-round ratios")
     table = render_table(["stream", "us/frame", "vs history=0", "vs same slots, no history",
                           "target", "verdict"], table_rows, title)
     res.tables.append(table)
@@ -204,6 +213,7 @@ def _record_row(pkg: Any, opts: argparse.Namespace, history: int, hz: float,
         worker.start("writer_task", name=name, shape=list(opts.shape), hz=hz,
                      seconds=opts.seconds, frames=frames)
         worker.expect("ready")
+        cpu0 = time.process_time()  # the recorder's threads are this process's work
         rec = threading.Thread(target=run)
         rec.start()
         wrote = worker.expect("done", timeout=opts.seconds * 4 + 60)
@@ -212,6 +222,7 @@ def _record_row(pkg: Any, opts: argparse.Namespace, history: int, hz: float,
             time.sleep(0.01)  # the recorder drains what the writer left in the ring
         stop.set()
         rec.join(60)
+        cpu = time.process_time() - cpu0
         if "error" in out:
             raise BenchError(f"recorder failed: {out['error']!r}")
         st = out["stats"]
@@ -227,6 +238,8 @@ def _record_row(pkg: Any, opts: argparse.Namespace, history: int, hz: float,
             "writer_hz": wrote["frames"] / wrote["seconds"], "recorded": st.frames,
             "recorded_per_s": st.frames / wrote["seconds"], "missed": st.missed,
             "unread_at_stop": wrote["last_count"] - st.last_count,
+            "recorder_cpu_s": cpu,
+            "recorder_cpu_us_per_frame": cpu / st.frames * 1e6 if st.frames else float("nan"),
         }
     finally:
         h.unlink()
@@ -259,7 +272,7 @@ def section_recorder(opts: argparse.Namespace, res: Results, pkg: Any) -> None:
         raw = _raw_write_row(opts, root)
         res.add(section="recorder", row="raw write", **raw)
         rows.append([f"peer: raw 4 MiB writes of the {opts.hz / 1e3:g} kHz bytes", "-", "-",
-                     f"{raw['frames_per_s'] / 1e3:.1f}k", "-", "-", "-", "-"])
+                     f"{raw['frames_per_s'] / 1e3:.1f}k", "-", "-", "-", "-", "-"])
         for hz in (math.inf, opts.hz):
             for history in (opts.history, 0):
                 label = f"{'full speed' if math.isinf(hz) else f'{hz / 1e3:g} kHz'}, " \
@@ -271,7 +284,8 @@ def section_recorder(opts: argparse.Namespace, res: Results, pkg: Any) -> None:
                 target = "0 missed" if (not math.isinf(hz) and history) else "-"
                 verdict = "-" if target == "-" else ("met" if r["missed"] == 0 else "NOT met")
                 rows.append([label, f"{r['writer_hz'] / 1e3:.1f}k", str(r["recorded"]),
-                             f"{r['recorded_per_s'] / 1e3:.1f}k", str(r["missed"]),
+                             f"{r['recorded_per_s'] / 1e3:.1f}k",
+                             f"{r['recorder_cpu_us_per_frame']:.0f}", str(r["missed"]),
                              f"{100 * r['missed'] / total:.1f}%" if total else "-",
                              target, verdict])
     finally:
@@ -280,8 +294,9 @@ def section_recorder(opts: argparse.Namespace, res: Results, pkg: Any) -> None:
     title = (f"shmstream.record on a float32 {opts.shape[0]}x{opts.shape[1]} stream, writer in "
              f"another process for {opts.seconds:g} s, recording into "
              f"{opts.dir or tempfile.gettempdir()}")
-    table = render_table(["writer, stream", "writer Hz", "recorded", "recorded/s", "missed",
-                          "missed %", "target", "verdict"], rows, title)
+    table = render_table(["writer, stream", "writer Hz", "recorded", "recorded/s",
+                          "recorder CPU us/frame", "missed", "missed %", "target", "verdict"],
+                         rows, title)
     res.tables.append(table)
     print(table + "\n")
 
