@@ -55,7 +55,8 @@ class History:
         return batch
 
     def _check_batch_out(self, out: Any) -> np.ndarray:
-        want = f"an array of shape (n, *{self.shape}) and dtype {self.dtype}, n >= 1"
+        dims = "".join(f", {d}" for d in self.shape)
+        want = f"an array of shape (n{dims}) and dtype {self.dtype}, n >= 1"
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be {want}, not {type(out).__name__}")
         if out.ndim != len(self.shape) + 1 or out.shape[1:] != self.shape or out.shape[0] < 1 \
@@ -87,8 +88,10 @@ class History:
         wait. ``max_frames`` returns at most that many (the oldest; the next
         call goes on from there). ``out=`` fills a preallocated array of
         shape ``(m, *shape)`` (at most m frames are read) instead of
-        allocating one. On a stream without history the batch is the
-        newest complete publication."""
+        allocating one. The batch is empty (with ``missed`` > 0) when the
+        writer overwrote every newer publication before it could be copied.
+        On a stream without history the batch is the newest complete
+        publication."""
         seg = self._history_segment("read history from")
         after = self._since(count)
         limit = 0 if max_frames is None else _checks.check_int("max_frames", max_frames, minimum=1)

@@ -266,18 +266,30 @@ class Segment {
       n = 1;
       last = info.count;
     } else {
-      int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
-        return ss_history_locate(&seg, after, max_frames, chunk, spin, f.data(), &n, &last);
-      });
-      if (rc) raise_status(rc, "read_new");
-      frames = out.is_none() ? empty_frames(n) : nb::borrow(out);
-      Buffer b(frames, true);
-      check_room(b, n);
-      if ((size_t)n * payload_bytes() >= kGilFreeCopyBytes) {
-        nb::gil_scoped_release nogil;
-        n = ss_history_copy(&seg, f.data(), n, b.view.buf);
-      } else {
-        n = ss_history_copy(&seg, f.data(), n, b.view.buf);
+      // A reader far behind a fast writer can find every frame it located
+      // overwritten before its copy: it goes on from there (what is lost is
+      // counted from `after`) a few times, without waiting, rather than
+      // return an empty batch at once.
+      uint64_t from = after;
+      for (int attempt = 0;; attempt++) {
+        int rc = chunked_spinning(attempt ? 0 : timeout_ns, attempt ? 0 : spin_ns,
+                                  [&](int64_t chunk, int64_t spin) {
+          return ss_history_locate(&seg, from, max_frames, chunk, spin, f.data(), &n, &last);
+        });
+        if (rc == SS_ETIMEDOUT && attempt) break;  // nothing newer yet: n = 0, last = from
+        if (rc) raise_status(rc, "read_new");
+        frames = out.is_none() ? empty_frames(n) : nb::borrow(out);
+        Buffer b(frames, true);
+        check_room(b, n);
+        uint32_t located = n;
+        if ((size_t)n * payload_bytes() >= kGilFreeCopyBytes) {
+          nb::gil_scoped_release nogil;
+          n = ss_history_copy(&seg, f.data(), n, b.view.buf);
+        } else {
+          n = ss_history_copy(&seg, f.data(), n, b.view.buf);
+        }
+        if (n || !located || attempt == 3) break;
+        from = last;
       }
     }
     return {frames, meta_array(f, n, false), last};
