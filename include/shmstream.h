@@ -34,12 +34,17 @@ extern "C" {
 
 #define SS_MAGIC 0x314D5254534D4853ULL /* "SHMSTRM1" little-endian */
 #define SS_LAYOUT_VERSION 1u
+/* A stream with history (id.history > 0) is layout version 2: a build that
+ * predates history refuses it instead of writing its slots the old way. */
+#define SS_LAYOUT_VERSION_HISTORY 2u
 #define SS_HEADER_BYTES 4096u
 #define SS_IDENTITY_BYTES 2048u /* checksummed, immutable after create */
 #define SS_PAYLOAD_ALIGN 4096u
 #define SS_MAX_NDIM 8u
 #define SS_MAX_SLOTS 8u
 #define SS_DEFAULT_SLOTS 2u
+#define SS_MAX_HISTORY (1u << 20) /* publications a history stream keeps */
+#define SS_SLOT_RECORD_BYTES 64u  /* one slot record (history streams) */
 #define SS_MAX_NAME_BYTES 255u  /* user-visible name, UTF-8, no NUL */
 #define SS_MAX_DTYPE_BYTES 1023u /* NumPy dtype description text */
 #define SS_SEGMENT_PREFIX "/shmstream-"
@@ -123,7 +128,8 @@ typedef struct ss_identity {
   char name[SS_MAX_NAME_BYTES + 1];   /* 176  user name, NUL-terminated */
   char dtype[SS_MAX_DTYPE_BYTES + 1]; /* 432  dtype text, NUL-terminated */
   uint8_t gpu[512];              /* 1456 GPU area (IPC handles), zero on CPU */
-  uint8_t reserved[72];          /* 1968 */
+  uint32_t history;              /* 1968 publications kept (slot_count - 1); 0 = none */
+  uint8_t reserved[68];          /* 1972 */
   uint64_t checksum;             /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
 } ss_identity;
 
@@ -181,7 +187,7 @@ typedef struct ss_undo_line {
 typedef struct ss_stream_area {    /* 2240: the stream kind's control lines */
   ss_slot_line slots;              /* 2240 */
   ss_undo_line undo;               /* 2304 */
-  uint8_t reserved_[64];           /* 2368 (history, later) */
+  uint8_t reserved_[64];           /* 2368 */
   /* 2432: who sleeps on the stream: pid | start-time low 32 bits << 32,
    * 0 = free (docs/ABI.md, "Sleeper table"). */
   SS_ATOMIC(uint64_t) sleeper[SS_SLEEPER_SLOTS];
@@ -228,7 +234,8 @@ SS_PIN(id.dtype_len, 172);
 SS_PIN(id.name, 176);
 SS_PIN(id.dtype, 432);
 SS_PIN(id.gpu, 1456);
-SS_PIN(id.reserved, 1968);
+SS_PIN(id.history, 1968);
+SS_PIN(id.reserved, 1972);
 SS_PIN(id.checksum, 2040);
 SS_PIN(lock.m, 2048);
 SS_PIN(lock.owner_pid, 2096);
@@ -262,6 +269,23 @@ SS_STATIC_ASSERT(sizeof(ss_header) == SS_HEADER_BYTES, "header is 4096 bytes");
 SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes");
 #undef SS_PIN
 
+/* ---- slot records (history streams; docs/ABI.md, "History") ------------- */
+
+/* One per slot, after the last payload slot (4096 + slot_stride *
+ * slot_count): the slot's seqlock and the publication it holds. The record
+ * fields are written inside the slot's seqlock window. */
+typedef struct ss_slot_record {
+  SS_ATOMIC(uint64_t) seq;           /* +0  the slot's seqlock */
+  SS_ATOMIC(uint64_t) count;         /* +8  0: holds no publication */
+  SS_ATOMIC(uint64_t) frame_id;      /* +16 */
+  SS_ATOMIC(uint64_t) write_time_ns; /* +24 */
+  uint8_t reserved_[32];             /* +32 */
+} ss_slot_record;
+SS_STATIC_ASSERT(sizeof(ss_slot_record) == SS_SLOT_RECORD_BYTES, "a slot record is one line");
+SS_STATIC_ASSERT(offsetof(ss_slot_record, count) == 8, "ABI offset of record count");
+SS_STATIC_ASSERT(offsetof(ss_slot_record, frame_id) == 16, "ABI offset of record frame_id");
+SS_STATIC_ASSERT(offsetof(ss_slot_record, write_time_ns) == 24, "ABI offset of record time");
+
 /* ---- handles ----------------------------------------------------------- */
 
 /* A mapped segment. Local to one process; never placed in shared memory. */
@@ -273,6 +297,12 @@ typedef struct ss_segment {
   SS_ATOMIC(int) cancelled; /* set by ss_stream_cancel: waiters give up */
   int64_t next_heal_ns;     /* monotonic time before which no sleeper heal runs */
   char segname[SS_SEGMENT_NAME_MAX];
+  /* Where slot i's seqlock word is: base + slot_seq_off + 8 * slot_seq_step
+   * * i (the header's slot line, step 1; or the slot records of a history
+   * stream, step 8). An offset, not a pointer: a remapped segment keeps it. */
+  size_t slot_seq_off;
+  uint32_t slot_seq_step;
+  uint32_t history;         /* id.history, 0: no slot records */
 } ss_segment;
 
 typedef struct ss_create_args {
@@ -292,6 +322,9 @@ typedef struct ss_create_args {
    * with SS_FLAG_GPU and without SS_FLAG_CPU_MIRROR has no CPU payload
    * slot (slot_stride 0): its payload lives on the device only. */
   const void *gpu_area;
+  /* Streams: keep the last `history` publications (1..SS_MAX_HISTORY) in
+   * history + 1 slots with slot records; `slots` is then ignored. 0: none. */
+  uint32_t history;
 } ss_create_args;
 
 /* Snapshot of a publication's metadata, read in the same seqlock window as
@@ -393,6 +426,46 @@ SS_API int ss_view_valid(const ss_segment *seg, const ss_frame *frame);
  * overwrote the only frame: SS_EINCONSISTENT then. */
 SS_API int ss_read_last_complete(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns,
                                  int holds_lock, ss_pubinfo *info);
+
+/* ---- history (src/core/history.c; docs/ABI.md, "History") --------------- */
+
+/* A located publication: its slot (with the slot's seq when located) and
+ * its metadata. */
+typedef struct ss_history_frame {
+  ss_frame at;
+  uint64_t count;
+  uint64_t frame_id;
+  uint64_t write_time_ns;
+} ss_history_frame;
+
+/* Publications a history stream keeps (id.history); 0 for other streams. */
+SS_API uint32_t ss_history_depth(const ss_segment *seg);
+/* Wait until count > after (an aborted or abandoned write does not end
+ * the wait), then locate the publications newer than `after` that the
+ * stream still holds, oldest first, at most max_frames (0: no limit) of
+ * them: frames[] needs room for ss_history_depth(seg) + 1 entries (1 on a
+ * stream without history, where the newest complete publication is the
+ * only one located). *n: frames located; *last: the count the caller has
+ * been served up to (its next `after`): the newest located, or the
+ * published count if every newer publication is gone. Missed publications
+ * are (*last - after) - frames kept. SS_OK, SS_ETIMEDOUT, SS_ECANCELLED,
+ * SS_EKIND (no CPU slot) or SS_EINCONSISTENT (one slot, failed write).
+ * Frames are read in place (then checked with ss_view_valid(&f.at)) or
+ * copied with ss_history_copy. */
+SS_API int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames,
+                             int64_t timeout_ns, int64_t spin_ns, ss_history_frame *frames,
+                             uint32_t *n, uint64_t *last);
+/* Copy located frames, oldest first, into dst (frame k at dst + k *
+ * payload_bytes), checking each slot's seq after its copy; frames the
+ * writer overwrote meanwhile are dropped and the rest moved up (frames[]
+ * and dst alike). Returns the frames kept. */
+SS_API uint32_t ss_history_copy(const ss_segment *seg, ss_history_frame *frames, uint32_t n,
+                                void *dst);
+/* read_new for a stream without history, as a recorder needs it: waits
+ * past aborted and abandoned writes (they are not publications) and copies
+ * the newest complete publication newer than `after`. */
+SS_API int ss_read_new_complete(ss_segment *seg, void *dst, size_t n, uint64_t after,
+                                int64_t timeout_ns, int64_t spin_ns, ss_pubinfo *info);
 
 /* ---- waiting (src/core/wait.c) ----------------------------------------- */
 

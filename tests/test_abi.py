@@ -244,3 +244,64 @@ def test_an_aborted_write_view_is_recorded_in_state_and_aborted(live):
     assert support.read_u(path, *compiled_fields()["seq"]) % 2 == 0
     h.write(np.zeros((3, 5), np.float32))
     assert support.read_u(path, *compiled_fields()["state"]) == _native.STATE_VALID == 0
+
+
+# ---- history streams: the version-2 layout ---------------------------------------------
+
+
+def documented_record_fields() -> dict[str, tuple[int, int]]:
+    """{field: (offset, size)} of the slot record table in docs/ABI.md's
+    "History" section (rows ``| +n | size | field | ...``)."""
+    text = ABI_MD.read_text(encoding="utf-8")
+    section = text[text.index("### History"):]
+    section = section[: section.index("\n### ", 1)]
+    rows = re.findall(r"^\| \+(\d+) \| (\d+) \| (\w+) \|", section, flags=re.M)
+    return {f: (int(o), int(s)) for o, s, f in rows}
+
+
+def test_abi_md_documents_the_slot_record_as_compiled():
+    compiled = {k: (int(v[0]), int(v[1])) for k, v in _native.slot_record_layout().items()}
+    compiled["reserved"] = compiled.pop("reserved_")
+    assert documented_record_fields() == compiled
+    assert sum(size for _, size in compiled.values()) == 64
+
+
+def test_a_history_segment_is_version_2_with_its_records_after_the_slots(name):
+    h = shmstream.create(name, shape=(3, 5), dtype=np.float32, history=6)
+    try:
+        for k in range(1, 10):
+            h.write(np.full((3, 5), k, np.float32), frame_id=100 + k)
+        path = support.segment_path(name)
+        with open(path, "rb") as f:
+            raw = f.read()
+        assert u(raw, "layout_version") == 2 == _native.LAYOUT_VERSION_HISTORY
+        assert u(raw, "history") == 6 and u(raw, "slot_count") == 7
+        stride = u(raw, "slot_stride")
+        table = 4096 + 7 * stride
+        assert len(raw) == table + 4096  # 7 records of 64 bytes, rounded up to a page
+        # the header's slot line is unused; each slot's seq is in its record
+        off, size = compiled_fields()["slot_seq"]
+        assert raw[off : off + size] == bytes(size)
+        held = {}
+        for i in range(7):
+            rec = raw[table + 64 * i : table + 64 * i + 64]
+            seq, count, fid, t = (int.from_bytes(rec[j : j + 8], "little") for j in (0, 8, 16, 24))
+            assert seq % 2 == 0 and rec[32:] == bytes(32)
+            payload = np.frombuffer(raw[4096 + i * stride : 4096 + i * stride + 60], np.float32)
+            assert payload.tolist() == [count] * 15 and fid == 100 + count and t > 0
+            held[count] = i
+        # the seven newest publications, the newest in the published slot
+        assert sorted(held) == list(range(3, 10)) and held[9] == u(raw, "slot")
+        # a build without history (layout version 1 only) would refuse it
+        st = shmstream.stat(name)
+        assert (st["history"], st["slots"]) == (6, 7)
+    finally:
+        h.close()
+
+
+def test_a_stream_without_history_keeps_layout_version_1_and_a_zero_history_field(live):
+    h, _ = live
+    with open(support.segment_path(h.name), "rb") as f:
+        raw = f.read()
+    assert u(raw, "layout_version") == 1 and u(raw, "history") == 0
+    assert len(raw) == 4096 + 4096 * _native.DEFAULT_SLOTS

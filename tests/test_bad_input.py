@@ -242,7 +242,7 @@ def _corrupt(name, how):
     if how == "magic":
         support.patch_bytes(path, 0, b"NOTSHMS!")
     elif how == "version":
-        support.patch_bytes(path, 8, (2).to_bytes(4, "little"))
+        support.patch_bytes(path, 8, (99).to_bytes(4, "little"))  # unknown (2 is history)
     elif how == "checksum byte":
         offset = support.field("checksum")[0] + 3
         support.patch_bytes(path, offset, bytes([support.read_u(path, offset, 1) ^ 0x40]))

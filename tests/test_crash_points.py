@@ -66,6 +66,11 @@ REPAIR_POINTS = ["lock.takeover", "repair.r1", "repair.r3", "repair.r4"]
 
 SLEEP_POINTS = ["sleep.claim", "sleep.release"]
 
+#: History streams: every stream point of a write, plus the ones only a
+#: history stream passes (its slot record; the repair emptying it).
+HISTORY_POINTS = {**STREAM_POINTS, "stream.record": "abandoned"}
+HISTORY_REPAIR_POINTS = REPAIR_POINTS + ["repair.history"]
+
 CHANNEL_POINTS = ["ring.record", "ring.head", "ring.read", "ring.tail", "ring.release",
                   "ring.detach"]
 
@@ -90,7 +95,8 @@ def test_docs_abi_lists_exactly_the_cores_crash_points():
 
 
 def test_every_stream_and_channel_point_is_tested_here():
-    covered = set(STREAM_POINTS) | set(REPAIR_POINTS) | set(CHANNEL_POINTS) | set(SLEEP_POINTS)
+    covered = (set(STREAM_POINTS) | set(REPAIR_POINTS) | set(CHANNEL_POINTS) | set(SLEEP_POINTS)
+               | set(HISTORY_POINTS) | set(HISTORY_REPAIR_POINTS))
     assert covered == set(_native.fault_points())
 
 
@@ -344,6 +350,133 @@ def test_the_debugger_reproduction_of_issue_10(name, spawn, ctx):
         for _ in range(100):
             h.read()
         assert shmstream.stat(name)["lock_acquisitions"] == before
+    finally:
+        h.close()
+
+
+# ---- history streams ----------------------------------------------------------------------
+
+HISTORY = 8
+#: The dying write publishes frame MARK + k (frame id MARK + k) as count k, so
+#: a reader that returns it can be caught: an abandoned write must never be
+#: history, a published one must be.
+MARK = 1 << 40
+
+
+def child_history_write_then_die(stream_name, point, progress, last_good):
+    h = shmstream.open(stream_name)
+    k = 0
+    while k < HISTORY or progress.value < READERS * READS_BEFORE_DEATH:
+        k += 1
+        h.write(frame(k), frame_id=k)
+    last_good.value = k
+    _native.fault_arm(point)
+    h.write(frame(MARK + k + 1), frame_id=MARK + k + 1)
+    return "survived"
+
+
+def child_history_reader(stream_name, progress, until, report):
+    """Follows the history with read_since until it has read count `until`
+    (set by the parent once known); reports the counts it got, the marked
+    ones, and any frame that is not whole or not in order (the things that
+    must never happen)."""
+    h = shmstream.open(stream_name)
+    after = h.count
+    got, marked, bad = [], [], []
+    while not (until.value and after >= until.value):
+        try:
+            batch = h.read_since(after, timeout=0.05)
+        except TimeoutError:
+            continue
+        for count, fid, payload in zip(batch.counts.tolist(), batch.frame_ids.tolist(),
+                                       batch.frames):
+            values = np.unique(payload).tolist()
+            if values != [fid] or fid not in (count, MARK + count) or (got and count <= got[-1]):
+                bad.append((count, fid, values[:4]))
+            got.append(count)
+            if fid != count:
+                marked.append(count)
+            if len(got) <= READS_BEFORE_DEATH:
+                with progress.get_lock():
+                    progress.value += 1
+        after = batch.last_count
+    h.close()
+    report.put((got, marked, bad))
+
+
+def kill_history_writer_at(spawn, ctx, stream_name, point):
+    progress, until = ctx.Value("q", 0), ctx.Value("q", 0)
+    report, last_good = ctx.Queue(), ctx.Value("q", 0)
+    readers = [spawn(child_history_reader, stream_name, progress, until, report)
+               for _ in range(READERS)]
+    writer = spawn(child_history_write_then_die, stream_name, point, progress, last_good)
+    code = writer.join()
+    assert code == -signal.SIGKILL, f"the writer did not die at {point} (exit code {code})"
+    # a write after the death: the readers see the stream go on past it
+    h = shmstream.open(stream_name)
+    try:
+        h.write(frame(last_good.value + 100), frame_id=last_good.value + 100,
+                count=last_good.value + 100)
+    finally:
+        h.close()
+    until.value = last_good.value + 100
+    reports = [report.get(timeout=support.WAIT) for _ in readers]
+    for r in readers:
+        assert r.join() == 0
+    return last_good.value, reports
+
+
+def check_history_after_death(h, outcome: str, good: int) -> None:
+    """The history holds whole frames of the good writes, the marked one
+    exactly when it was published, and the recovery write after them."""
+    batch = h.read_since(good - HISTORY + 2, timeout=support.WAIT)
+    published = outcome == "published"
+    want = list(range(good - HISTORY + 3, good + 1)) + ([good + 1] if published else [])
+    want.append(good + 100)  # the write after the death
+    assert batch.counts.tolist() == want
+    for count, fid, payload in zip(batch.counts.tolist(), batch.frame_ids.tolist(), batch.frames):
+        expected = MARK + count if published and count == good + 1 else count
+        assert fid == expected and np.unique(payload).tolist() == [expected]
+    assert batch.missed == (good + 100) - (good - HISTORY + 2) - len(want)
+
+
+@pytest.mark.parametrize("point", list(HISTORY_POINTS))
+def test_a_history_writer_killed_at_each_point_leaves_whole_history_without_the_dead_frame(
+    name, spawn, ctx, point
+):
+    h = shmstream.create(name, shape=SHAPE, dtype=np.int64, history=HISTORY)
+    try:
+        good, reports = kill_history_writer_at(spawn, ctx, name, point)
+        outcome = HISTORY_POINTS[point]
+        for got, marked, bad in reports:
+            assert not bad, f"a history reader got mixed or unordered frames: {bad[:3]}"
+            assert len(got) >= READS_BEFORE_DEATH
+            # an abandoned write is never history; a published one is
+            assert marked == ([good + 1] if outcome == "published" else []), (marked, good)
+            assert got[-1] == good + 100
+        check_history_after_death(h, outcome, good)
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("first", ["stream.copy", "stream.count"])
+@pytest.mark.parametrize("point", HISTORY_REPAIR_POINTS)
+def test_a_process_killed_while_repairing_a_history_stream_leaves_the_history_whole(
+    name, spawn, ctx, first, point
+):
+    h = shmstream.create(name, shape=SHAPE, dtype=np.int64, history=HISTORY)
+    try:
+        progress = ctx.Value("q", READERS * READS_BEFORE_DEATH)  # no readers to wait for
+        last_good = ctx.Value("q", 0)
+        writer = spawn(child_history_write_then_die, name, first, progress, last_good)
+        assert writer.join() == -signal.SIGKILL
+        good = last_good.value
+        repairer = spawn(child_repair_then_die, name, point)
+        assert repairer.join() == -signal.SIGKILL, f"the repairer did not die at {point}"
+        # a third process finds the same abandoned frame, counted once
+        check_state_after(h, "abandoned", "write", good)
+        h.write(frame(good + 100), frame_id=good + 100, count=good + 100)
+        check_history_after_death(h, "abandoned", good)
     finally:
         h.close()
 

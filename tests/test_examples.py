@@ -34,6 +34,10 @@ SUMMARIES = {
         r"^bridge: 100 frames crossed with their count, frame id and write time; "
         r"source alive True; after the exporter stopped, source gone True$"
     ),
+    "history_logger.py": (
+        r"^history: read 600 of 600 frames in \d+ batches, missed 0 "
+        r"\(the reader stalled 30 ms after each batch\)$"
+    ),
 }
 #: examples that need an optional extra: file -> (module, extra)
 NEEDS = {"bridge_two_hosts.py": ("zenoh", "shmstream[zenoh]")}

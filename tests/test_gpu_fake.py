@@ -345,3 +345,38 @@ def test_reads_racing_a_writer_in_another_process_are_never_torn(fake_driver):
             proc.wait()
         assert proc.returncode == 0 and reads > 0 and h.count > 1
     """)
+
+
+def test_a_gpu_stream_is_recorded_through_its_cpu_mirror_and_one_without_is_refused(
+    fake_driver, tmp_path
+):
+    run(fake_driver, f"""
+        import math
+        h = shmstream.create(NAME, shape=(2, 3), gpu_device="cuda:0", cpu_mirror=True)
+        for k in range(1, 4):
+            h.write(np.full((2, 3), k, np.float32), frame_id=10 + k)
+        # through the mirror (two slots, no history): the newest frame, the rest missed
+        batch = h.read_since(0)
+        assert batch.counts.tolist() == [3] and batch.missed == 2
+        assert type(batch.frames).__name__ == "ndarray" and (batch.frames[0] == 3).all()
+        st = shmstream.record(NAME, {str(tmp_path / "rec")!r}, since=0, frames=1)
+        rec = shmstream.load_recording({str(tmp_path / "rec")!r})
+        assert (st.frames, st.missed, rec.frame_ids.tolist()) == (1, 2, [13])
+        assert rec.info["gpu"] is True and (rec.frames[0] == 3).all()
+        try:
+            shmstream.replay({str(tmp_path / "rec")!r}, NAME, rate=math.inf)
+            raise AssertionError("replayed into a GPU stream")
+        except ValueError as exc:
+            assert "replay into a CPU stream" in str(exc)
+        bare = shmstream.create(NAME + "-bare", shape=(2,), gpu_device="cuda:0")
+        try:
+            for call in (lambda: bare.read_since(0),
+                         lambda: shmstream.record(NAME + "-bare", {str(tmp_path / "x")!r})):
+                try:
+                    call()
+                    raise AssertionError("a GPU stream without mirror was read on the CPU")
+                except ValueError as exc:
+                    assert "cpu_mirror=True" in str(exc), exc
+        finally:
+            bare.unlink()
+    """)

@@ -8,6 +8,7 @@
  *   stream_lock.c  the stream lock: mutex + repair + reader priority
  *   snapshot.c     the reader's protocol                 (publish, stream_lock)
  *   wait.c         waiting for a publication, read_new   (futex, publish, stream_lock, snapshot)
+ *   history.c      reading every frame of a history      (publish, snapshot, wait)
  */
 #ifndef SS_INTERNAL_H
 #define SS_INTERNAL_H
@@ -68,6 +69,20 @@ int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns);
 void ss_mutex_consistent(ss_lock_line *l);
 int ss_mutex_unlock(ss_lock_line *l);
 
+/* ---- slots: where each slot's seqlock word and record are ---------------- */
+
+/* Slot i's seqlock word: in the header's slot line, or in slot i's record
+ * on a history stream (docs/ABI.md, "History"); set when the segment is
+ * mapped (segment.c). */
+static inline SS_ATOMIC(uint64_t) *ss_slot_seq(const ss_segment *seg, uint32_t i) {
+  return (SS_ATOMIC(uint64_t) *)(seg->base + seg->slot_seq_off +
+                                 (size_t)8 * seg->slot_seq_step * i);
+}
+/* Slot i's record (history streams only). */
+static inline ss_slot_record *ss_slot_record_at(const ss_segment *seg, uint32_t i) {
+  return (ss_slot_record *)(seg->base + seg->slot_seq_off) + i;
+}
+
 /* ---- src/core/publish.c: the writer's side ------------------------------- */
 
 /* After a lock takeover: finish what a dead writer left (docs/ABI.md,
@@ -103,6 +118,18 @@ int ss_copy_to_host(void *ctx, ss_segment *seg, uint32_t slot);
 /* The one snapshot loop: optimistic seqlock attempts, then the lock. */
 int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,
                 ss_frame *frame);
+
+/* ---- src/core/wait.c -------------------------------------------------------- */
+
+/* ss_wait_count; with ignore_failed, an aborted or abandoned write does not
+ * end the wait (a history reader waits for the next publication). */
+int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                  int ignore_failed, uint64_t *count_out);
+/* read_new's loop: wait, then take a snapshot (a copy, or a view when
+ * a->copy is NULL) of a publication newer than `after`. */
+int ss_read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                  int ignore_failed, const ss_snapshot_args *a, ss_pubinfo *info,
+                  ss_frame *frame);
 
 /* ---- src/core/stream_lock.c ---------------------------------------------- */
 

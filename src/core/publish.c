@@ -4,8 +4,11 @@
  * line's seq guards the metadata (which slot, count, frame id, time,
  * state); each slot's own seq guards its bytes. The writer fills the slot
  * after the published one, so a reader copying the published slot is torn
- * only if the writer laps it (N-1 whole writes during one copy).
- * Protocol and labels: docs/ABI.md, "Publish" and "Repair after a death". */
+ * only if the writer laps it (N-1 whole writes during one copy). On a
+ * history stream each slot also has a record (count, frame id, time of the
+ * publication it holds), written inside the slot's own seqlock window.
+ * Protocol and labels: docs/ABI.md, "Publish", "Repair after a death" and
+ * "History". */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -13,9 +16,7 @@
 
 static uint32_t slot_count(const ss_segment *seg) { return seg->hdr->id.slot_count; }
 
-static SS_ATOMIC(uint64_t) *slot_seq(ss_segment *seg, uint32_t i) {
-  return &seg->hdr->stream.slots.seq[i];
-}
+static SS_ATOMIC(uint64_t) *slot_seq(ss_segment *seg, uint32_t i) { return ss_slot_seq(seg, i); }
 
 uint32_t ss_published_slot(const ss_segment *seg) {
   return atomic_load_explicit(&seg->hdr->pub.slot, memory_order_relaxed) % slot_count(seg);
@@ -71,7 +72,7 @@ int ss_writer_alive(const ss_segment *seg) {
 int ss_write_in_flight(const ss_segment *seg) {
   const ss_header *h = seg->hdr;
   return (int)((atomic_load_explicit(&h->pub.seq, memory_order_acquire) |
-                atomic_load_explicit(&h->stream.slots.seq[ss_writing_slot(seg)],
+                atomic_load_explicit(ss_slot_seq(seg, ss_writing_slot(seg)),
                                      memory_order_acquire)) & 1);
 }
 
@@ -104,12 +105,33 @@ static void save_undo(ss_segment *seg) {
   atomic_store_explicit(&u->state, atomic_load_explicit(&p->state, r), r);
 }
 
+/* SYNC POINT (h1): a history stream's record of slot w, stored while the
+ * slot's seq is odd (since a): the release store that makes it even
+ * publishes the record with the payload. count 0 says the slot holds no
+ * publication (an aborted write left garbage there). */
+static void store_record(ss_segment *seg, uint32_t w, uint64_t count, uint64_t frame_id,
+                         uint64_t write_time_ns) {
+  ss_slot_record *r = ss_slot_record_at(seg, w);
+  atomic_store_explicit(&r->count, count, memory_order_relaxed);
+  atomic_store_explicit(&r->frame_id, frame_id, memory_order_relaxed);
+  atomic_store_explicit(&r->write_time_ns, write_time_ns, memory_order_relaxed);
+  SS_CRASH_POINT("stream.record");
+}
+
 /* Ends the write in flight: under the publish seqlock (odd only for these
  * few stores, so readers rarely meet it) the slot's seq goes even and the
  * metadata is replaced. */
 static void publish(ss_segment *seg, uint32_t state, const ss_publish_meta *m) {
   ss_publish_line *p = &seg->hdr->pub;
   uint32_t w = ss_writing_slot(seg);
+  /* The new metadata, computed before the window opens (the clock too),
+   * so that the window holds stores only. */
+  uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
+  uint64_t count = m->count > c ? m->count : c + 1;
+  uint64_t frame_id =
+      m->frame_id ? *m->frame_id : atomic_load_explicit(&p->frame_id, memory_order_relaxed);
+  uint64_t write_time_ns = 0;
+  if (state == SS_STATE_VALID) write_time_ns = m->write_time_ns ? m->write_time_ns : ss_realtime_ns();
   save_undo(seg);
   SS_CRASH_POINT("stream.u");
   make_odd(&p->seq);
@@ -120,16 +142,16 @@ static void publish(ss_segment *seg, uint32_t state, const ss_publish_meta *m) {
    * finished is the published one). */
   atomic_thread_fence(memory_order_release);
   SS_CRASH_POINT("stream.b1");
+  if (seg->history)
+    store_record(seg, w, state == SS_STATE_VALID ? count : 0, frame_id, write_time_ns);
   make_even(slot_seq(seg, w));
   SS_CRASH_POINT("stream.slot_even");
   atomic_store_explicit(&p->state, state, memory_order_relaxed);
   if (state == SS_STATE_VALID) {
-    if (m->frame_id) atomic_store_explicit(&p->frame_id, *m->frame_id, memory_order_relaxed);
-    atomic_store_explicit(&p->write_time_ns, m->write_time_ns ? m->write_time_ns : ss_realtime_ns(),
-                          memory_order_relaxed);
+    atomic_store_explicit(&p->frame_id, frame_id, memory_order_relaxed);
+    atomic_store_explicit(&p->write_time_ns, write_time_ns, memory_order_relaxed);
     SS_CRASH_POINT("stream.meta");
-    uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
-    atomic_store_explicit(&p->count, m->count > c ? m->count : c + 1, memory_order_relaxed);
+    atomic_store_explicit(&p->count, count, memory_order_relaxed);
     SS_CRASH_POINT("stream.count");
     atomic_store_explicit(&p->slot, w, memory_order_relaxed);
   } else {
@@ -184,6 +206,18 @@ int ss_stream_repair(ss_segment *seg) {
   atomic_store_explicit(&p->frame_id, atomic_load_explicit(&u->frame_id, r), r);
   atomic_store_explicit(&p->write_time_ns, atomic_load_explicit(&u->write_time_ns, r), r);
   atomic_store_explicit(&p->slot, atomic_load_explicit(&u->slot, r), r);
+  if (seg->history) {
+    /* The slot the dead writer filled may already be even with a whole
+     * frame and its record; it was never published, so it must not be
+     * history: empty its record (R2h), under its own seqlock. */
+    uint32_t w = (atomic_load_explicit(&u->slot, r) + 1) % n;
+    make_odd(slot_seq(seg, w));
+    /* SYNC POINT (r2h): the slot's seq moves before its record does, so a
+     * reader that validated the record before sees the seq changed. */
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&ss_slot_record_at(seg, w)->count, 0, r);
+    SS_CRASH_POINT("repair.history");
+  }
   for (uint32_t i = 0; i < n; i++)
     if (atomic_load_explicit(slot_seq(seg, i), memory_order_relaxed) & 1) make_even(slot_seq(seg, i));
   SS_CRASH_POINT("repair.r3");

@@ -24,16 +24,33 @@ uint64_t ss_identity_checksum(const ss_identity *id) {
   return h;
 }
 
+/* Bytes of a history stream's slot records (0 without history). */
+static uint64_t records_bytes(uint32_t history, uint32_t slot_count) {
+  return history ? ss_round_up((uint64_t)SS_SLOT_RECORD_BYTES * slot_count, SS_PAYLOAD_ALIGN) : 0;
+}
+
+/* A history stream: layout version 2, a CPU stream, history + 1 slots
+ * (docs/ABI.md, "History"). */
+static int history_valid(const ss_identity *id) {
+  if (id->layout_version != SS_LAYOUT_VERSION_HISTORY) return 0;
+  return id->history <= SS_MAX_HISTORY && id->kind == SS_KIND_STREAM &&
+         !(id->flags & SS_FLAG_GPU) && id->slot_count == id->history + 1;
+}
+
 int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
   const ss_identity *id = &hdr->id;
   uint64_t magic = atomic_load_explicit(&id->magic, memory_order_acquire);
   if (magic == 0) return SS_EBUSY;
   if (magic != SS_MAGIC) return SS_ECORRUPT;
-  if (id->layout_version != SS_LAYOUT_VERSION) return SS_EVERSION;
+  if (id->layout_version != SS_LAYOUT_VERSION && id->layout_version != SS_LAYOUT_VERSION_HISTORY)
+    return SS_EVERSION;
   if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
   if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
     return SS_ECORRUPT;
-  if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 || id->slot_count > SS_MAX_SLOTS ||
+  if (id->history ? !history_valid(id)
+                  : id->layout_version != SS_LAYOUT_VERSION || id->slot_count > SS_MAX_SLOTS)
+    return SS_ECORRUPT;
+  if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 ||
       id->name_len == 0 || id->name_len > SS_MAX_NAME_BYTES ||
       id->name[id->name_len] != '\0' || id->dtype_len > SS_MAX_DTYPE_BYTES ||
       id->dtype[id->dtype_len] != '\0')
@@ -45,6 +62,8 @@ int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
   if (id->slot_count > (UINT64_MAX - SS_HEADER_BYTES) / (id->slot_stride ? id->slot_stride : 1))
     return SS_ECORRUPT;
   uint64_t need = SS_HEADER_BYTES + id->slot_stride * id->slot_count;
+  if (need > UINT64_MAX - records_bytes(id->history, id->slot_count)) return SS_ECORRUPT;
+  need += records_bytes(id->history, id->slot_count);
   if (file_bytes < need) return SS_ECORRUPT;
   if (id->kind == SS_KIND_STREAM || id->kind == SS_KIND_ARRAY) {
     /* product(shape) * itemsize must equal payload_bytes, without overflow */
@@ -56,6 +75,20 @@ int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
     if (n != id->payload_bytes) return SS_ECORRUPT;
   }
   return SS_OK;
+}
+
+/* Where each slot's seqlock word lives (ss_slot_seq): the header's slot
+ * line, or the records after the slots of a history stream. */
+static void bind_slots(ss_segment *seg) {
+  const ss_identity *id = &seg->hdr->id;
+  seg->history = id->history;
+  if (id->history) {
+    seg->slot_seq_off = (size_t)(id->payload_offset + id->slot_stride * id->slot_count);
+    seg->slot_seq_step = SS_SLOT_RECORD_BYTES / 8;
+  } else {
+    seg->slot_seq_off = offsetof(ss_header, stream.slots.seq);
+    seg->slot_seq_step = 1;
+  }
 }
 
 static void fill_random(uint8_t *out, size_t n) {
@@ -86,11 +119,20 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
     for (uint32_t i = 0; i < a->ndim; i++) payload *= a->shape[i];
   }
   uint32_t slots = a->slots ? a->slots : SS_DEFAULT_SLOTS;
-  if (slots > SS_MAX_SLOTS) return EINVAL;
+  if (a->history) {
+    /* The slots are the ring: the N newest publications and the one being
+     * written (docs/ABI.md, "History"). */
+    if (a->history > SS_MAX_HISTORY || a->kind != SS_KIND_STREAM || (a->flags & SS_FLAG_GPU))
+      return EINVAL;
+    slots = a->history + 1;
+  } else if (slots > SS_MAX_SLOTS) {
+    return EINVAL;
+  }
   size_t stride = ss_round_up(payload, SS_PAYLOAD_ALIGN);
   if ((a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR))
     stride = 0; /* performance-mode GPU stream: the payload is on the device */
-  size_t total = SS_HEADER_BYTES + stride * slots;
+  if (slots > (SIZE_MAX - SS_HEADER_BYTES) / 2 / (stride ? stride : 1)) return ENOMEM;
+  size_t total = SS_HEADER_BYTES + stride * slots + records_bytes(a->history, slots);
 
   int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
                     a->mode ? a->mode : 0600);
@@ -114,7 +156,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   }
   ss_header *h = (ss_header *)base;
   ss_identity *id = &h->id;
-  id->layout_version = SS_LAYOUT_VERSION;
+  id->layout_version = a->history ? SS_LAYOUT_VERSION_HISTORY : SS_LAYOUT_VERSION;
   id->kind = a->kind;
   id->header_bytes = SS_HEADER_BYTES;
   id->flags = a->flags;
@@ -135,6 +177,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   id->dtype_len = (uint32_t)dtype_len;
   memcpy(id->dtype, a->dtype, dtype_len);
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
+  id->history = a->history; /* its slot records are zero: no publication yet */
   ss_mutex_init(&h->lock.m.mutex);
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT (m): the magic is stored last with release order, so an opener
@@ -144,6 +187,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   seg->hdr = h;
   seg->base = (uint8_t *)base;
   seg->map_bytes = total;
+  bind_slots(seg);
   return SS_OK;
 }
 
@@ -159,10 +203,21 @@ static int map_validated(ss_segment *seg, int fd, int writable, size_t limit, in
       void *base = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
       if (base == MAP_FAILED) return errno;
       int rc = ss_header_validate((ss_header *)base, size);
+      if (rc == SS_OK && len < size && ((ss_header *)base)->id.history) {
+        /* A history stream's slot seqlocks are in its records, at the end
+         * of the file: a header-only peek maps it all (lazily: no page is
+         * touched), so that the write-in-flight test can read them. */
+        munmap(base, len);
+        len = size;
+        base = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED) return errno;
+        rc = ss_header_validate((ss_header *)base, size);
+      }
       if (rc == SS_OK) {
         seg->base = (uint8_t *)base;
         seg->hdr = (ss_header *)base;
         seg->map_bytes = len;
+        bind_slots(seg);
         return SS_OK;
       }
       munmap(base, len);

@@ -35,8 +35,7 @@ static int copy_owned(ss_segment *seg, const ss_snapshot_args *a, ss_pubinfo *in
     return SS_EINCONSISTENT;
   uint32_t slot = ss_published_slot(seg);
   frame->slot = slot;
-  frame->slot_seq =
-      atomic_load_explicit(&seg->hdr->stream.slots.seq[slot], memory_order_acquire);
+  frame->slot_seq = atomic_load_explicit(ss_slot_seq(seg, slot), memory_order_acquire);
   return a->copy ? a->copy(a->ctx, seg, slot) : SS_OK;
 }
 
@@ -50,10 +49,10 @@ static enum try_result try_read(ss_segment *seg, const ss_snapshot_args *a, ss_p
   if (s1 & 1) return TRY_TORN;
   load_info(p, info);
   uint32_t slot = ss_published_slot(seg);
-  SS_ATOMIC(uint64_t) *sseq = &seg->hdr->stream.slots.seq[slot];
+  SS_ATOMIC(uint64_t) *sseq = ss_slot_seq(seg, slot);
   uint64_t ss1 = atomic_load_explicit(sseq, memory_order_acquire);
-  int in_flight = (int)(atomic_load_explicit(&seg->hdr->stream.slots.seq[ss_writing_slot(seg)],
-                                             memory_order_acquire) & 1);
+  int in_flight =
+      (int)(atomic_load_explicit(ss_slot_seq(seg, ss_writing_slot(seg)), memory_order_acquire) & 1);
   /* SYNC POINT (s1): pairs with (b1): if the publish seq has not moved, the
    * metadata and the slot's seq belong to one publication. */
   atomic_thread_fence(memory_order_acquire);
@@ -164,6 +163,6 @@ int ss_view_valid(const ss_segment *seg, const ss_frame *frame) {
    * any store of a newer write, this acquire fence makes the odd (or newer)
    * slot seq visible here. */
   atomic_thread_fence(memory_order_acquire);
-  return atomic_load_explicit(&seg->hdr->stream.slots.seq[frame->slot], memory_order_relaxed) ==
+  return atomic_load_explicit(ss_slot_seq(seg, frame->slot), memory_order_relaxed) ==
          frame->slot_seq;
 }

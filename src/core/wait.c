@@ -71,10 +71,15 @@ int ss_check_writer(ss_segment *seg) {
 #define SS_POLL_NAP_NS 1000000LL
 
 static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int slot,
-                       uint64_t *count_out);
+                       int ignore_failed, uint64_t *count_out);
 
 int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   uint64_t *count_out) {
+  return ss_wait_newer(seg, after, timeout_ns, spin_ns, 0, count_out);
+}
+
+int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                  int ignore_failed, uint64_t *count_out) {
   ss_publish_line *p = &seg->hdr->pub;
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
   if (c > after) { *count_out = c; return SS_OK; }
@@ -98,7 +103,7 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     if (c > after) { *count_out = c; return SS_OK; }
     if ((i & 15) == 0) {
       if (cancelled(seg)) return SS_ECANCELLED;
-      if (inconsistent(p)) return SS_EINCONSISTENT;
+      if (!ignore_failed && inconsistent(p)) return SS_EINCONSISTENT;
       now = ss_monotonic_ns();
     }
   }
@@ -106,7 +111,7 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
    * writer can check for liveness, or, if all 64 are taken, the waiters
    * count around each futex wait. */
   int slot = seg->readonly == 2 ? SS_POLL_SLOT : ss_sleeper_claim(seg);
-  int rc = sleep_until(seg, after, deadline, slot, count_out);
+  int rc = sleep_until(seg, after, deadline, slot, ignore_failed, count_out);
   ss_sleeper_release(seg, slot);
   return rc;
 }
@@ -114,7 +119,7 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
 /* The sleeping half of ss_wait_count, between claiming and releasing the
  * sleeper slot. */
 static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int slot,
-                       uint64_t *count_out) {
+                       int ignore_failed, uint64_t *count_out) {
   ss_publish_line *p = &seg->hdr->pub;
   ss_notify_line *nl = &seg->hdr->notify;
   for (;;) {
@@ -143,7 +148,7 @@ static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int sl
     if (counted) atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) { *count_out = c; return SS_OK; }
-    if (inconsistent(p)) return SS_EINCONSISTENT;
+    if (!ignore_failed && inconsistent(p)) return SS_EINCONSISTENT;
   }
 }
 
@@ -151,19 +156,22 @@ static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int sl
 
 /* One step of read_new: wait until count > after (then take a snapshot), or
  * until the deadline; between waits, a writer that died mid-write is taken
- * over (the stream repaired) and reported. If a writer raced between the
+ * over (the stream repaired) and reported (unless ignore_failed: then the
+ * wait goes on for the next good write). If a writer raced between the
  * wait and the snapshot, the snapshot may be the same publication: wait
  * again. */
-static int read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
-                      const ss_snapshot_args *a, ss_pubinfo *info, ss_frame *frame) {
+int ss_read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                  int ignore_failed, const ss_snapshot_args *a, ss_pubinfo *info,
+                  ss_frame *frame) {
   int64_t deadline = ss_deadline_ns(timeout_ns);
   if (spin_ns < 0) spin_ns = ss_default_spin_ns();
   for (;;) {
     int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
     if (left < 0 && deadline != INT64_MAX) left = 0;
     uint64_t c;
-    int rc = ss_wait_count(seg, after, left, spin_ns, &c);
-    if (rc == SS_ETIMEDOUT && ss_check_writer(seg) == SS_EINCONSISTENT) return SS_EINCONSISTENT;
+    int rc = ss_wait_newer(seg, after, left, spin_ns, ignore_failed, &c);
+    if (rc == SS_ETIMEDOUT && ss_check_writer(seg) == SS_EINCONSISTENT && !ignore_failed)
+      return SS_EINCONSISTENT;
     if (rc) return rc;
     left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
     rc = ss_snapshot(seg, left < 0 && deadline != INT64_MAX ? 0 : left, a, info, frame);
@@ -178,12 +186,21 @@ int ss_read_new(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t ti
   ss_host_dst d = {dst, n};
   ss_snapshot_args a = {ss_copy_to_host, &d, 0, 0};
   ss_frame frame;
-  return read_newer(seg, after, timeout_ns, spin_ns, &a, info, &frame);
+  return ss_read_newer(seg, after, timeout_ns, spin_ns, 0, &a, info, &frame);
+}
+
+int ss_read_new_complete(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
+                         int64_t spin_ns, ss_pubinfo *info) {
+  if (ss_slotless(seg)) return SS_EKIND;
+  ss_host_dst d = {dst, n};
+  ss_snapshot_args a = {ss_copy_to_host, &d, 0, 1};
+  ss_frame frame;
+  return ss_read_newer(seg, after, timeout_ns, spin_ns, 1, &a, info, &frame);
 }
 
 int ss_read_new_view(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                      ss_pubinfo *info, ss_frame *frame) {
   if (ss_slotless(seg)) return SS_EKIND;
   ss_snapshot_args a = {NULL, NULL, 0, 0};
-  return read_newer(seg, after, timeout_ns, spin_ns, &a, info, frame);
+  return ss_read_newer(seg, after, timeout_ns, spin_ns, 0, &a, info, frame);
 }

@@ -16,7 +16,7 @@ from .errors import (
     InconsistentStreamError,
     StaleStreamError,
 )
-from .publication import Publication
+from .publication import FrameBatch, Publication
 from .stream import SharedMemory, create, open, stream, unlink, unlink_quiet
 from ._locked_many import locked_many
 from .gpu import GPU_SUPPORTED_DTYPES, gpu_available
@@ -29,6 +29,7 @@ except _PackageNotFoundError:  # source tree imported without installation
 
 __all__ = [
     "CorruptStreamError",
+    "FrameBatch",
     "FrameOverwrittenError",
     "GPU_SUPPORTED_DTYPES",
     "GpuStreamGoneError",
@@ -60,7 +61,11 @@ from .channel import (  # noqa: E402
     unlink_channel,
 )
 
+from .recording import Recording, load_recording  # noqa: E402
+from .recorder import RecordStats, ReplayStats, record, replay  # noqa: E402
+
 __all__ += [
+    "Recording", "RecordStats", "ReplayStats", "load_recording", "record", "replay",
     "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",
     "unlink_channel",
     "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share",

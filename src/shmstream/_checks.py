@@ -156,6 +156,22 @@ def check_slots(slots: Any) -> int:
     return int(slots)
 
 
+def check_history(history: Any, slots: int, gpu: bool) -> int:
+    """``history=N`` of create: 0 (none) to MAX_HISTORY publications kept;
+    it sets the slots itself (N + 1), and GPU streams have none."""
+    n = check_int("history", history, minimum=0)
+    if n > _native.MAX_HISTORY:
+        raise ValueError(f"history must be 0 to {_native.MAX_HISTORY}, got {n}")
+    if n and gpu:
+        raise ValueError(
+            "history is not available on GPU streams (their device buffer has 2 slots); "
+            "record a GPU stream through its CPU mirror (cpu_mirror=True) instead"
+        )
+    if n and slots != _native.DEFAULT_SLOTS:
+        raise ValueError(f"history={n} uses {n + 1} slots; leave slots out (got slots={slots})")
+    return n
+
+
 def missing_name_error(name: str, what: str = "shared memory",
                        create: str = "shmstream.create({name!r}, ...)") -> FileNotFoundError:
     exc = FileNotFoundError(

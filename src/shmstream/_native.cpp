@@ -209,6 +209,106 @@ class Segment {
     return {frame.slot, frame.slot_seq, info.count, info.frame_id, info.write_time_ns};
   }
 
+  // ---- history (docs/history.md): every publication newer than `after` ----
+
+  // A new uint8 array of n frames (n x payload_bytes).
+  nb::object empty_frames(size_t n) {
+    return nb::module_::import_("numpy").attr("empty")(nb::make_tuple(n, payload_bytes()), "uint8");
+  }
+
+  // Bytes of `frames` (a C-contiguous writable buffer), checked to hold n frames.
+  void check_room(const Buffer &b, size_t n) {
+    if ((size_t)b.view.len < n * payload_bytes())
+      raise(PyExc_ValueError, "out holds " + std::to_string(b.view.len) + " bytes, not the " +
+            std::to_string(n) + " frame(s) of '" + name() + "' it must take");
+  }
+
+  // (count, frame_id, write_time_ns) of each kept frame, as a (n, 3) uint64 array.
+  static nb::object meta_array(const std::vector<ss_history_frame> &f, uint32_t n, bool located) {
+    size_t cols = located ? 5 : 3;
+    nb::object a = nb::module_::import_("numpy").attr("empty")(nb::make_tuple(n, cols), "uint64");
+    Buffer b(a, true);
+    auto *out = (uint64_t *)b.view.buf;
+    for (uint32_t i = 0; i < n; i++, out += cols) {
+      out[0] = f[i].count;
+      out[1] = f[i].frame_id;
+      out[2] = f[i].write_time_ns;
+      if (located) {
+        out[3] = f[i].at.slot;
+        out[4] = f[i].at.slot_seq;
+      }
+    }
+    return a;
+  }
+
+  // Copies of the publications newer than `after` the stream still holds,
+  // oldest first (the newest complete one without history): (frames, meta,
+  // last). frames: `out` or a new uint8 (n, payload_bytes) array; last: the
+  // caller's next `after`.
+  std::tuple<nb::object, nb::object, uint64_t> read_since(uint64_t after, uint32_t max_frames,
+                                                          int64_t timeout_ns, int64_t spin_ns,
+                                                          nb::handle out) {
+    uint32_t depth = ss_history_depth(&seg);
+    std::vector<ss_history_frame> f(depth + 1);
+    uint32_t n = 0;
+    uint64_t last = after;
+    nb::object frames;
+    if (depth == 0) {
+      frames = out.is_none() ? empty_frames(1) : nb::borrow(out);
+      Buffer b(frames, true);
+      check_room(b, 1);
+      ss_pubinfo info{};
+      int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
+        return ss_read_new_complete(&seg, b.view.buf, payload_bytes(), after, chunk, spin, &info);
+      });
+      if (rc) raise_status(rc, "read_new");
+      f[0] = ss_history_frame{{0, 0}, info.count, info.frame_id, info.write_time_ns};
+      n = 1;
+      last = info.count;
+    } else {
+      // A reader far behind a fast writer can find every frame it located
+      // overwritten before its copy: it goes on from there (what is lost is
+      // counted from `after`) a few times, without waiting, rather than
+      // return an empty batch at once.
+      uint64_t from = after;
+      for (int attempt = 0;; attempt++) {
+        int rc = chunked_spinning(attempt ? 0 : timeout_ns, attempt ? 0 : spin_ns,
+                                  [&](int64_t chunk, int64_t spin) {
+          return ss_history_locate(&seg, from, max_frames, chunk, spin, f.data(), &n, &last);
+        });
+        if (rc == SS_ETIMEDOUT && attempt) break;  // nothing newer yet: n = 0, last = from
+        if (rc) raise_status(rc, "read_new");
+        frames = out.is_none() ? empty_frames(n) : nb::borrow(out);
+        Buffer b(frames, true);
+        check_room(b, n);
+        uint32_t located = n;
+        if ((size_t)n * payload_bytes() >= kGilFreeCopyBytes) {
+          nb::gil_scoped_release nogil;
+          n = ss_history_copy(&seg, f.data(), n, b.view.buf);
+        } else {
+          n = ss_history_copy(&seg, f.data(), n, b.view.buf);
+        }
+        if (n || !located || attempt == 3) break;
+        from = last;
+      }
+    }
+    return {frames, meta_array(f, n, false), last};
+  }
+
+  // The zero-copy form: the publications located, not copied: (meta, last),
+  // meta (n, 5): count, frame_id, write_time_ns, slot, slot_seq.
+  std::tuple<nb::object, uint64_t> locate(uint64_t after, uint32_t max_frames, int64_t timeout_ns,
+                                          int64_t spin_ns) {
+    std::vector<ss_history_frame> f(ss_history_depth(&seg) + 1);
+    uint32_t n = 0;
+    uint64_t last = after;
+    int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
+      return ss_history_locate(&seg, after, max_frames, chunk, spin, f.data(), &n, &last);
+    });
+    if (rc) raise_status(rc, "read_new");
+    return {meta_array(f, n, true), last};
+  }
+
   std::tuple<uint64_t, uint64_t, uint64_t> read_new(nb::handle dst, uint64_t after,
                                                     int64_t timeout_ns, int64_t spin_ns) {
     Buffer b(dst, true);
@@ -245,6 +345,8 @@ NB_MODULE(_native, m) {
   m.attr("MAX_NDIM") = SS_MAX_NDIM;
   m.attr("MAX_SLOTS") = SS_MAX_SLOTS;
   m.attr("DEFAULT_SLOTS") = SS_DEFAULT_SLOTS;
+  m.attr("MAX_HISTORY") = SS_MAX_HISTORY;
+  m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
   m.attr("KIND_STREAM") = (int)SS_KIND_STREAM;
   m.attr("KIND_CHANNEL") = (int)SS_KIND_CHANNEL;
@@ -293,7 +395,8 @@ NB_MODULE(_native, m) {
     F(id.ndim, ndim); F(id.shape, shape); F(id.itemsize, itemsize); F(id.creator_pid, creator_pid);
     F(id.mode, mode); F(id.creator_start_ticks, creator_start_ticks); F(id.instance_id, instance_id);
     F(id.created_ns, created_ns); F(id.name_len, name_len); F(id.dtype_len, dtype_len);
-    F(id.name, name); F(id.dtype, dtype); F(id.gpu, gpu); F(id.reserved, identity_reserved);
+    F(id.name, name); F(id.dtype, dtype); F(id.gpu, gpu); F(id.history, history);
+    F(id.reserved, identity_reserved);
     F(id.checksum, checksum);
     F(lock.m, mutex); F(lock.owner_pid, owner_pid); F(lock.owner_tid, owner_tid);
     F(lock.acquisitions, acquisitions);
@@ -309,11 +412,22 @@ NB_MODULE(_native, m) {
 #undef F
     return d;
   });
+  // Offsets within one slot record of a history stream, for the ABI test.
+  m.def("slot_record_layout", []() {
+    nb::dict d;
+#define R(field) d[#field] = nb::make_tuple(offsetof(ss_slot_record, field), sizeof(((ss_slot_record *)0)->field))
+    R(seq); R(count); R(frame_id); R(write_time_ns); R(reserved_);
+#undef R
+    return d;
+  });
 
   nb::class_<Segment>(m, "Segment")
       .def_static("create", [](const std::string &name, int kind, std::vector<uint64_t> shape,
                                uint64_t itemsize, const std::string &dtype, int flags, int mode,
-                               uint64_t payload_bytes, uint32_t slots) {
+                               uint64_t payload_bytes, uint32_t slots, uint32_t history) {
+        if (history > SS_MAX_HISTORY)
+          raise(PyExc_ValueError, "history must be 0 to " + std::to_string(SS_MAX_HISTORY) +
+                ", not " + std::to_string(history));
         if (slots < 1 || slots > SS_MAX_SLOTS)
           raise(PyExc_ValueError, "slots must be 1 to " + std::to_string(SS_MAX_SLOTS) +
                 ", not " + std::to_string(slots));
@@ -333,6 +447,7 @@ NB_MODULE(_native, m) {
         a.payload_bytes = payload_bytes;
         a.mode = (uint32_t)mode;
         a.slots = slots;
+        a.history = history;
         int rc;
         {
           nb::gil_scoped_release nogil;
@@ -341,7 +456,8 @@ NB_MODULE(_native, m) {
         check_open_rc(s, rc, name, kind, "create");
         return s;
       }, "name"_a, "kind"_a, "shape"_a, "itemsize"_a, "dtype"_a, "flags"_a = 0, "mode"_a = 0600,
-         "payload_bytes"_a = 0, "slots"_a = SS_DEFAULT_SLOTS, nb::rv_policy::take_ownership)
+         "payload_bytes"_a = 0, "slots"_a = SS_DEFAULT_SLOTS, "history"_a = 0,
+         nb::rv_policy::take_ownership)
       .def_static("open", [](const std::string &name, int kind, bool readonly) {
         Segment *s = make_segment();
         int rc;
@@ -477,6 +593,34 @@ NB_MODULE(_native, m) {
       .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(&s.seg); })
       .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(&s.seg); })
       .def_prop_ro("slot_count", [](Segment &s) { return s.hdr()->id.slot_count; })
+      .def_prop_ro("history", [](Segment &s) { return ss_history_depth(&s.seg); })
+      .def("read_since", [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout,
+                            int64_t spin_ns, nb::handle out) {
+        return s.read_since(after, max_frames, to_ns(timeout), spin_ns, out);
+      }, "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
+         "out"_a = nb::none(),
+         "Copies of the publications newer than after still held, oldest first: (frames, meta, "
+         "last); meta (n, 3) uint64: count, frame_id, write_time_ns.")
+      .def("locate", [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout,
+                        int64_t spin_ns) {
+        return s.locate(after, max_frames, to_ns(timeout), spin_ns);
+      }, "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
+         "read_since without copying: (meta, last); meta (n, 5) uint64: count, frame_id, "
+         "write_time_ns, slot, slot_seq.")
+      .def("frames_valid", [](Segment &s, nb::handle meta) {
+        // For each located frame (a row of locate()'s meta): does its slot
+        // still hold it?
+        Buffer b(meta, false);
+        size_t n = (size_t)b.view.len / (5 * sizeof(uint64_t));
+        auto *row = (const uint64_t *)b.view.buf;
+        nb::list out;
+        for (size_t i = 0; i < n; i++, row += 5) {
+          if (row[3] >= s.hdr()->id.slot_count) raise(PyExc_IndexError, "no such slot");
+          ss_frame f{(uint32_t)row[3], row[4]};
+          out.append((bool)ss_view_valid(&s.seg, &f));
+        }
+        return out;
+      }, "meta"_a, "For each row of locate()'s meta: True while its slot still holds that frame.")
       .def("cancel", [](Segment &s) { ss_cancel(&s.seg); },
            "Make this handle's waiters give up (RuntimeError) and wake them.")
       .def("wake", [](Segment &s) { ss_wake_all(&s.seg); });

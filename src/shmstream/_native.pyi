@@ -21,6 +21,10 @@ MAX_SLOTS: int = 8
 
 DEFAULT_SLOTS: int = 2
 
+MAX_HISTORY: int = 1048576
+
+LAYOUT_VERSION_HISTORY: int = 2
+
 SEGMENT_PREFIX: str = '/shmstream-'
 
 KIND_STREAM: int = 1
@@ -72,9 +76,11 @@ def monotonic_ns() -> int: ...
 
 def layout() -> dict: ...
 
+def slot_record_layout() -> dict: ...
+
 class Segment:
     @staticmethod
-    def create(name: str, kind: int, shape: Sequence[int], itemsize: int, dtype: str, flags: int = 0, mode: int = 384, payload_bytes: int = 0, slots: int = 2) -> Segment: ...
+    def create(name: str, kind: int, shape: Sequence[int], itemsize: int, dtype: str, flags: int = 0, mode: int = 384, payload_bytes: int = 0, slots: int = 2, history: int = 0) -> Segment: ...
 
     @staticmethod
     def open(name: str, kind: int = 0, readonly: bool = False) -> Segment: ...
@@ -218,6 +224,24 @@ class Segment:
 
     @property
     def slot_count(self) -> int: ...
+
+    @property
+    def history(self) -> int: ...
+
+    def read_since(self, after: int, max_frames: int = 0, timeout: object | None = None, spin_ns: int = -1, out: object | None = None) -> tuple[object, object, int]:
+        """
+        Copies of the publications newer than after still held, oldest first: (frames, meta, last); meta (n, 3) uint64: count, frame_id, write_time_ns.
+        """
+
+    def locate(self, after: int, max_frames: int = 0, timeout: object | None = None, spin_ns: int = -1) -> tuple[object, int]:
+        """
+        read_since without copying: (meta, last); meta (n, 5) uint64: count, frame_id, write_time_ns, slot, slot_seq.
+        """
+
+    def frames_valid(self, meta: object) -> list:
+        """
+        For each row of locate()'s meta: True while its slot still holds that frame.
+        """
 
     def cancel(self) -> None:
         """Make this handle's waiters give up (RuntimeError) and wake them."""

@@ -32,8 +32,12 @@ def no_space_error(name: str, what: str, need: int, layout: str) -> OSError:
     return exc
 
 
-def segment_bytes(payload: int, slots: int) -> int:
+def segment_bytes(payload: int, slots: int, history: int = 0) -> int:
     """The size of a segment: the 4096-byte header and slots of payload,
-    each rounded up to a page (docs/ABI.md)."""
+    each rounded up to a page; with history, history + 1 slots and their
+    64-byte records, rounded up to a page (docs/ABI.md)."""
     page = _native.HEADER_BYTES
-    return _native.HEADER_BYTES + slots * ((payload + page - 1) // page * page)
+    if history:
+        slots = history + 1
+    records = (64 * slots + page - 1) // page * page if history else 0
+    return _native.HEADER_BYTES + slots * ((payload + page - 1) // page * page) + records

@@ -1,8 +1,9 @@
-"""What a read returns: a payload and the metadata of the same write."""
+"""What a read returns: a payload and the metadata of the same write, or
+(history reads) a batch of them."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 from . import _native
 
@@ -36,3 +37,40 @@ class Publication:
     state: str = "valid"
 
 
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameBatch:
+    """The publications a history read returns (:meth:`SharedMemory.read_since`):
+    every one newer than ``after`` that the stream still held, oldest first.
+
+    ``frames`` is an array of shape ``(len(batch), *stream.shape)`` (for
+    :meth:`SharedMemory.read_since_view`: a tuple of read-only views of the
+    shared slots, valid inside the block only). ``counts``, ``frame_ids``
+    and ``write_times_ns`` are uint64 arrays, one entry per frame.
+    ``missed`` counts the publications after ``after`` up to ``last_count``
+    that are not in the batch (overwritten before they were read, or a gap
+    in the counts). ``last_count`` is where the next read goes on from:
+    pass it as ``count`` to :meth:`SharedMemory.read_since`.
+    """
+
+    frames: Any
+    counts: Any
+    frame_ids: Any
+    write_times_ns: Any
+    missed: int
+    after: int
+    last_count: int
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __iter__(self) -> Iterator[Publication]:
+        """The frames as :class:`Publication` objects, oldest first; each
+        one's ``missed_publications`` counts the publications lost just
+        before it."""
+        previous = self.after
+        for i, count in enumerate(self.counts.tolist()):
+            yield Publication(self.frames[i], count, int(self.frame_ids[i]),
+                              int(self.write_times_ns[i]) / 1e9, count - previous - 1)
+            previous = count

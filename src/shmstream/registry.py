@@ -152,6 +152,7 @@ def _stream_stat(seg: Any) -> dict[str, Any]:
         "dtype": dtype,
         "size": int(seg.payload_bytes),
         "slots": int(seg.slot_count),
+        "history": int(seg.history),
         "gpu_enabled": gpu,
         "gpu_device": _gpu_device.stat_device(seg) if gpu else None,
         "cpu_mirror": not gpu or bool(flags & _native.FLAG_CPU_MIRROR),

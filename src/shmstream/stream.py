@@ -45,6 +45,7 @@ from . import _checks, _dtypes, _native, _proc, _space
 from ._lockstate import HANDLES, lock_state_for
 from ._reading import Reading
 from ._scopes import LockScope, WriteView
+from ._history import History
 from ._waiting import Waiting
 from .errors import StaleStreamError
 from .publication import STATE_NAMES
@@ -76,7 +77,7 @@ def register_gpu(create_fn: Callable[..., Any], open_fn: Callable[..., Any], slo
     _gpu_create, _gpu_open, GPU_SLOTS = create_fn, open_fn, slots
 
 
-class SharedMemory(Reading, Waiting):
+class SharedMemory(Reading, Waiting, History):
     """A handle on a named stream, made by :func:`create` or :func:`open`.
 
     Public attributes: ``name``, ``shape`` (tuple), ``dtype`` (``np.dtype``),
@@ -148,6 +149,7 @@ class SharedMemory(Reading, Waiting):
         notify: bool = False,
         mode: int = 0o600,
         slots: int = _native.DEFAULT_SLOTS,
+        history: int = 0,
     ) -> SharedMemory:
         _checks.check_name(name)
         dims = _checks.check_shape(shape)
@@ -171,6 +173,7 @@ class SharedMemory(Reading, Waiting):
             raise ValueError(f"a payload of {expected} bytes is too large")
         mode = _checks.check_mode(mode)
         slots = _checks.check_slots(slots)
+        history = _checks.check_history(history, slots, gpu_device is not None)
         if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
             if slots not in (_native.DEFAULT_SLOTS, GPU_SLOTS):
                 raise ValueError(
@@ -183,7 +186,7 @@ class SharedMemory(Reading, Waiting):
         try:
             segment = _native.Segment.create(
                 name, _native.KIND_STREAM, list(dims), dt.itemsize,
-                _dtypes.encode(dt), flags, mode, 0, slots,
+                _dtypes.encode(dt), flags, mode, 0, slots, history,
             )
         except FileExistsError:
             raise _checks.duplicate_name_error(name) from None
@@ -191,9 +194,9 @@ class SharedMemory(Reading, Waiting):
             if exc.errno != errno.ENOSPC:
                 raise
             raise _space.no_space_error(
-                name, "stream", _space.segment_bytes(expected, slots),
-                f"{slots} slot(s) of {expected} bytes, each rounded up to a page, and a "
-                "4096-byte header",
+                name, "stream", _space.segment_bytes(expected, slots, history),
+                f"{history + 1 if history else slots} slot(s) of {expected} bytes, each rounded "
+                f"up to a page, {'their records, ' if history else ''}and a 4096-byte header",
             ) from None
         return cls(segment, owner=True)
 
@@ -223,6 +226,7 @@ class SharedMemory(Reading, Waiting):
             cpu_mirror=config.get("cpu_mirror"),
             notify=config.get("notify", False),
             slots=config.get("slots", _native.DEFAULT_SLOTS),
+            history=config.get("history", 0),
         )
 
     # -- errors --
@@ -391,6 +395,7 @@ class SharedMemory(Reading, Waiting):
             f"producer:     {'alive' if self.producer_alive() else 'dead'}",
             f"age:          {self.age:.3f} s",
             f"notify:       {self.notify}",
+            f"history:      {seg.history}",
             f"frame_id:     {seg.frame_id}",
             f"state:        {STATE_NAMES.get(seg.state, seg.state)}",
             f"lock_owner:   {owner_pid if owner_pid else None}",
@@ -411,6 +416,8 @@ class SharedMemory(Reading, Waiting):
             # Only when not the default, so pyshmem-shaped configs stay as they were.
             **({"slots": self._seg.slot_count}
                if self._seg is not None and self._seg.slot_count != _native.DEFAULT_SLOTS
+               and not self._seg.history else {}),
+            **({"history": self._seg.history} if self._seg is not None and self._seg.history
                else {}),
         }
 
@@ -696,6 +703,7 @@ def create(
     notify: bool = False,
     mode: int = 0o600,
     slots: int = _native.DEFAULT_SLOTS,
+    history: int = 0,
 ) -> SharedMemory:
     """Create a stream named ``name`` holding arrays of ``shape`` and
     ``dtype`` (any fixed-size NumPy dtype, structured ones included), zeroed.
@@ -707,12 +715,14 @@ def create(
     slots (default 2) let a writer fill one while readers copy the last
     published one, so a writer that never pauses does not tear every read;
     ``slots=1`` halves the memory and makes readers fall back to the lock
-    more often under such a writer. Raises FileExistsError if the name
-    exists (use :func:`open`).
+    more often under such a writer. ``history=N`` keeps the last N
+    publications for readers that must see every frame (``read_since``;
+    docs/history.md): N + 1 slots, ``slots`` left out. Raises
+    FileExistsError if the name exists (use :func:`open`).
     """
     handle = SharedMemory._create(
         name, shape=shape, dtype=dtype, size=size, gpu_device=gpu_device,
-        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots,
+        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots, history=history,
     )
     handle._auto_unlink = bool(auto_unlink)
     return handle
@@ -769,13 +779,14 @@ def stream(
     notify: bool = False,
     mode: int = 0o600,
     slots: int = _native.DEFAULT_SLOTS,
+    history: int = 0,
 ) -> _Stream:
     """``with shmstream.stream(name, shape=...) as shm:`` a temporary stream,
     unlinked when the block ends (normally or by an exception). The
     arguments are :func:`create`'s."""
     return _Stream(dict(
         name=name, shape=shape, dtype=dtype, size=size, gpu_device=gpu_device,
-        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots,
+        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots, history=history,
     ))
 
 

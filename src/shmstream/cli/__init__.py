@@ -13,18 +13,18 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from . import bridge, demo, objects, watch
+from . import bridge, demo, objects, record, watch
 from ._common import PROG, USER_ERRORS, error, one_line, package
 
 #: Modules that add subcommands: each has register(subparsers) -> {name: handler}.
-_COMMAND_MODULES = (objects, watch, demo, bridge)
+_COMMAND_MODULES = (objects, watch, record, demo, bridge)
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Inspect, watch, remove and benchmark shmstream's shared-memory objects "
-        "(streams, channels, shared arrays, loader slots).",
+        description="Inspect, watch, record, replay, remove and benchmark shmstream's "
+        "shared-memory objects (streams, channels, shared arrays, loader slots).",
         epilog="Examples: 'shmstream list', 'shmstream watch cam/left', "
         "'shmstream demo --seconds 3', 'shmstream bench stream --quick'.",
     )

@@ -1,0 +1,156 @@
+/* History reads: every publication a history stream still holds after a
+ * given count, located (and copied) without the lock, oldest first, with
+ * exact accounting of what is gone. A slow history reader never holds the
+ * writer up: it only loads, and a slot the writer overwrites under it is
+ * counted as missed. Protocol and labels: docs/ABI.md, "History". */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* A walk that finds nothing because the writer lapped its first slot
+ * starts again from a newer publication this many times at most. */
+#define SS_LOCATE_TRIES 4
+/* How long the publish seqlock may stay odd (a few stores) before the
+ * reader suspects a dead writer and tries to take its lock over. */
+#define SS_PUB_ODD_NS 50000
+
+uint32_t ss_history_depth(const ss_segment *seg) { return seg->history; }
+
+/* SYNC POINT (h2): the published count and slot, of one publication (the
+ * publish seq even and unchanged around them): the walk never goes past a
+ * publication whose window did not close, so a write rolled back by a
+ * repair is never read as history. */
+static int published(ss_segment *seg, int64_t deadline, uint64_t *count, uint32_t *slot) {
+  ss_publish_line *p = &seg->hdr->pub;
+  int64_t odd_since = 0;
+  for (unsigned i = 0;; i++) {
+    uint64_t s = atomic_load_explicit(&p->seq, memory_order_acquire);
+    if (!(s & 1)) {
+      uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
+      uint32_t sl = atomic_load_explicit(&p->slot, memory_order_relaxed);
+      atomic_thread_fence(memory_order_acquire);
+      if (atomic_load_explicit(&p->seq, memory_order_relaxed) == s) {
+        *count = c;
+        *slot = sl % seg->hdr->id.slot_count;
+        return SS_OK;
+      }
+      continue;
+    }
+    /* A window is open: a few stores, unless its writer lost its core or
+     * died in it. A dead one's lock is taken over (trylock), which repairs
+     * the stream; a live one keeps it and we wait. */
+    int64_t now = ss_monotonic_ns();
+    if (!odd_since) {
+      odd_since = now;
+    } else if (now - odd_since > SS_PUB_ODD_NS) {
+      ss_check_writer(seg);
+      odd_since = now;
+    }
+    if (now >= deadline) return SS_ETIMEDOUT;
+    if (i < 64) ss_cpu_relax(); else sched_yield();
+  }
+}
+
+/* Walk back from the published slot p (count c): the publications with
+ * count > after still held, newest first, into out[]. Each good
+ * publication advanced the ring by one slot, so going back the counts
+ * strictly decrease; the walk ends at the first slot that is being
+ * written, emptied, lapped by a newer publication, or not newer than
+ * `after` (everything behind it is older still). */
+static uint32_t walk(const ss_segment *seg, uint64_t after, uint64_t c, uint32_t p,
+                     ss_history_frame *out) {
+  uint32_t n = seg->hdr->id.slot_count, k = 0;
+  uint64_t bound = c; /* the next slot back must hold a count <= bound */
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t i = (p + n - j) % n;
+    SS_ATOMIC(uint64_t) *sq = ss_slot_seq(seg, i);
+    const ss_slot_record *r = ss_slot_record_at(seg, i);
+    uint64_t s = atomic_load_explicit(sq, memory_order_acquire);
+    if (s & 1) break;
+    uint64_t rc = atomic_load_explicit(&r->count, memory_order_relaxed);
+    uint64_t fid = atomic_load_explicit(&r->frame_id, memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&r->write_time_ns, memory_order_relaxed);
+    /* SYNC POINT (h3): pairs with (h1): an unchanged even seq means the
+     * record was read whole, from one publication. */
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(sq, memory_order_relaxed) != s) break;
+    if (rc == 0 || rc > bound || rc <= after) break;
+    out[k].at.slot = i;
+    out[k].at.slot_seq = s;
+    out[k].count = rc;
+    out[k].frame_id = fid;
+    out[k].write_time_ns = t;
+    k++;
+    bound = rc - 1;
+  }
+  return k;
+}
+
+/* Streams without history: the newest complete publication, as a view. */
+static int locate_latest(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                         ss_history_frame *frames, uint32_t *n, uint64_t *last) {
+  ss_snapshot_args a = {NULL, NULL, 0, 1};
+  ss_pubinfo info;
+  int rc = ss_read_newer(seg, after, timeout_ns, spin_ns, 1, &a, &info, &frames[0].at);
+  if (rc != SS_OK) return rc;
+  frames[0].count = info.count;
+  frames[0].frame_id = info.frame_id;
+  frames[0].write_time_ns = info.write_time_ns;
+  *n = 1;
+  *last = info.count;
+  return SS_OK;
+}
+
+int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
+                      int64_t spin_ns, ss_history_frame *frames, uint32_t *n, uint64_t *last) {
+  *n = 0;
+  *last = after;
+  if (ss_slotless(seg)) return SS_EKIND;
+  if (!seg->history) return locate_latest(seg, after, timeout_ns, spin_ns, frames, n, last);
+  int64_t deadline = ss_deadline_ns(timeout_ns);
+  if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+  for (int tries = 0;;) {
+    int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
+    if (left < 0 && deadline != INT64_MAX) left = 0;
+    uint64_t seen;
+    int rc = ss_wait_newer(seg, after, left, spin_ns, 1, &seen);
+    if (rc == SS_ETIMEDOUT) ss_check_writer(seg); /* take a dead writer over, as read_new */
+    if (rc != SS_OK) return rc;
+    spin_ns = 0; /* spin only before the first sleep */
+    uint64_t c;
+    uint32_t p;
+    if ((rc = published(seg, deadline, &c, &p)) != SS_OK) return rc;
+    if (c <= after) continue; /* the count we saw was rolled back: wait again */
+    uint32_t k = walk(seg, after, c, p, frames);
+    if (k == 0 && ++tries < SS_LOCATE_TRIES) continue;
+    /* Oldest first; a limit keeps the oldest, so the next call goes on
+     * from where this one stops. */
+    uint32_t keep = max_frames && k > max_frames ? max_frames : k;
+    for (uint32_t lo = 0, hi = k; lo + 1 < hi; lo++, hi--) {
+      ss_history_frame tmp = frames[lo];
+      frames[lo] = frames[hi - 1];
+      frames[hi - 1] = tmp;
+    }
+    *n = keep;
+    /* Nothing located although c > after: slot p was overwritten, and with
+     * it everything older (the writer overwrites oldest first). */
+    *last = keep ? frames[keep - 1].count : c;
+    return SS_OK;
+  }
+}
+
+uint32_t ss_history_copy(const ss_segment *seg, ss_history_frame *frames, uint32_t n, void *dst) {
+  size_t bytes = (size_t)seg->hdr->id.payload_bytes;
+  uint32_t kept = 0;
+  for (uint32_t j = 0; j < n; j++) {
+    memcpy((uint8_t *)dst + (size_t)kept * bytes, ss_slot(seg, frames[j].at.slot), bytes);
+    /* SYNC POINT (h4): ss_view_valid's acquire fence pairs with (a): a copy
+     * that saw any store of a newer write sees the slot's seq changed. */
+    if (!ss_view_valid(seg, &frames[j].at)) continue; /* lapped: missed */
+    if (kept != j) frames[kept] = frames[j];
+    kept++;
+  }
+  return kept;
+}

@@ -1,0 +1,429 @@
+"""Record a live stream to disk and replay a recording into a stream
+(``shmstream record`` / ``shmstream replay``; docs/history.md).
+
+:func:`record` follows a stream with :meth:`SharedMemory.read_since`: on a
+stream made with ``history=N`` it gets every frame as long as it stays
+within N of the writer, and counts exactly what it misses otherwise; on
+any other stream it gets the newest frame each time and counts the rest
+as missed. :func:`replay` publishes a recording with its frame ids, counts
+and write times, paced as recorded, at a fixed rate, or as fast as
+possible, so record -> replay -> record gives the same frames and metadata.
+
+GPU streams are recorded through their CPU mirror (``cpu_mirror=True``);
+one without a mirror is refused with ValueError, and so is a replay into a
+GPU stream (a GPU write cannot carry recorded counts and times).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import queue
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from . import _checks
+from .stream import create as _create
+from .stream import open as _open
+from .recording import Recording, RecordingWriter, load_recording
+
+__all__ = ["RecordStats", "ReplayStats", "record", "replay"]
+
+#: How long one wait for frames lasts before the stop conditions are
+#: checked again.
+_CHUNK_S = 0.25
+#: Frames are read in chunks of about this many bytes (at most history + 1
+#: frames), which the disk thread writes while the next one is read: small
+#: enough to stay in a core's cache between the copy and the file write.
+_CHUNK_BYTES = 1 << 20
+#: Default memory between the reader and the disk: what absorbs a disk
+#: that stalls for longer than the stream's history lasts.
+DEFAULT_BUFFER_BYTES = 256 << 20
+
+
+@dataclasses.dataclass
+class RecordStats:
+    """What :func:`record` did (also passed to its ``progress`` callback)."""
+
+    name: str
+    path: str
+    frames: int = 0  # frames written to the recording
+    missed: int = 0  # publications after the start that are not in it
+    seconds: float = 0.0  # since the recording started
+    last_count: int = 0  # the stream's count of the last frame considered
+    stopped_by: str = ""  # "frames", "seconds", "stop", "signal" or "interrupt"
+
+    @property
+    def rate(self) -> float:
+        """Frames recorded per second."""
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclasses.dataclass
+class ReplayStats:
+    """What :func:`replay` did."""
+
+    name: str
+    path: str
+    frames: int = 0  # frames published
+    seconds: float = 0.0
+    created: bool = False  # the stream was created by the replay (it stays)
+    stopped_by: str = ""  # "end", "stop", "signal" or "interrupt"
+
+    @property
+    def rate(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Stopped(Exception):
+    """Raised by the SIGINT/SIGTERM handler of a recording or replay."""
+
+
+@contextlib.contextmanager
+def _signals_stop(enabled: bool) -> Iterator[None]:
+    """While enabled: SIGINT and SIGTERM end the loop cleanly (the native
+    waits return to Python every 100 ms, where the handler raises)."""
+    if not enabled:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Stopped(signal.Signals(signum).name)
+
+    saved = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, old in saved.items():
+            signal.signal(s, old)
+
+
+class _Spool:
+    """Frames on their way from the reader (the caller's thread, which must
+    keep up with the stream's history) to the disk (a thread of its own,
+    which may stall): chunks of frames handed over through a queue, at most
+    ``max_chunks`` of them in memory. The heavy parts of both sides (the
+    native copy, the file writes) release the GIL, so they overlap."""
+
+    def __init__(self, writer: RecordingWriter, shape: tuple[int, ...], dtype: np.dtype,
+                 chunk_frames: int, max_chunks: int, sync_interval: float) -> None:
+        self._writer = writer
+        self._shape = (chunk_frames, *shape)
+        self._dtype = dtype
+        self._made, self._max = 0, max(1, max_chunks)
+        # last in, first out: while the disk keeps up, the chunk the reader
+        # gets is the one just written out, still in the cache
+        self._free: queue.LifoQueue[np.ndarray] = queue.LifoQueue()
+        self._full: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._interval = sync_interval
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="shmstream-record-disk",
+                                        daemon=True)
+        self._thread.start()
+
+    def chunk(self, timeout: float) -> np.ndarray | None:
+        """A chunk to read into; None if all are waiting for the disk."""
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            pass
+        if self._made < self._max:
+            self._made += 1
+            return np.empty(self._shape, self._dtype)
+        try:
+            return self._free.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def give_back(self, chunk: np.ndarray) -> None:
+        self._free.put(chunk)
+
+    def check(self) -> None:
+        """Raise what stopped the disk thread (a full disk...), if anything."""
+        if self.error is not None:
+            raise self.error
+
+    def write(self, chunk: np.ndarray, batch: Any) -> None:
+        self.check()
+        self._full.put((chunk, batch))
+
+    def _run(self) -> None:
+        next_sync = time.monotonic() + self._interval
+        while True:
+            try:
+                wait = None if math.isinf(next_sync) else max(0.0, next_sync - time.monotonic())
+                item = self._full.get(timeout=wait)
+            except queue.Empty:
+                item = ()  # time to sync, even if nothing came
+            if item is None:
+                return
+            try:
+                if item and self.error is None:
+                    self._writer.append_batch(item[1])
+                if time.monotonic() >= next_sync and self.error is None:
+                    self._writer.sync()
+                    next_sync = time.monotonic() + self._interval
+            except BaseException as exc:  # noqa: BLE001 - the reader raises it
+                self.error = exc
+            finally:
+                if item:
+                    self._free.put(item[0])
+            if self.error is not None:
+                next_sync = math.inf  # nothing more is written; keep handing chunks back
+
+    def close(self) -> None:
+        """Write everything queued, then stop the disk thread."""
+        self._full.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _open_for_reading(name: str) -> Any:
+    try:
+        return _open(name, readonly=True, gpu_device=False)
+    except ValueError as exc:
+        if "CPU mirror" not in str(exc):
+            raise
+        raise ValueError(
+            f"cannot record GPU stream {name!r}: it has no CPU mirror, and recording reads "
+            "frames on the CPU; create it with cpu_mirror=True"
+        ) from None
+
+
+def record(
+    name: str,
+    path: Any,
+    *,
+    frames: int | None = None,
+    seconds: float | None = None,
+    since: int | None = None,
+    overwrite: bool = False,
+    progress: Callable[[RecordStats], None] | None = None,
+    progress_interval: float = 1.0,
+    stop: threading.Event | None = None,
+    handle_signals: bool = False,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+) -> RecordStats:
+    """Record stream ``name`` into the directory ``path`` (a recording:
+    see :mod:`shmstream.recording`): every publication after count
+    ``since`` (None: from now; 0: from the oldest its history holds) until
+    ``frames`` frames are
+    recorded, ``seconds`` have passed, ``stop`` is set, or (with
+    ``handle_signals``, main thread only) SIGINT or SIGTERM arrives. The
+    file is closed cleanly in every case, a KeyboardInterrupt included
+    (re-raised after). ``progress(stats)`` is called about every
+    ``progress_interval`` seconds (the files are synced as often). A thread
+    writes the files while the caller's thread reads the stream, with up to
+    ``buffer_bytes`` of frames between them, so a disk that stalls for
+    longer than the history lasts costs no frames until that buffer is
+    full. Returns the :class:`RecordStats`."""
+    _checks.check_name(name)
+    limit = None if frames is None else _checks.check_int("frames", frames, minimum=1)
+    duration = _checks.check_timeout(seconds, "seconds")
+    start_count = None if since is None else _checks.check_u64("since", since)
+    buffer_bytes = _checks.check_int("buffer_bytes", buffer_bytes, minimum=1)
+    handle = _open_for_reading(name)
+    try:
+        frame_bytes = max(1, handle.size)
+        cap = max(1, min(handle.history + 1, _CHUNK_BYTES // frame_bytes))
+        description = {"name": name, "history": handle.history, "slots": handle.slots,
+                       "gpu": handle.gpu_enabled, "shmstream_version": _version()}
+        writer = RecordingWriter(path, shape=handle.shape, dtype=handle.dtype,
+                                 description=description, overwrite=overwrite)
+        stats = RecordStats(name, str(path))
+        after = stats.last_count = handle.count if start_count is None else start_count
+        start = time.monotonic()
+        next_report = start + progress_interval
+        spool = _Spool(writer, handle.shape, handle.dtype, cap,
+                       buffer_bytes // (cap * frame_bytes), progress_interval)
+        try:
+            with _signals_stop(handle_signals):
+                while not stats.stopped_by:
+                    now = time.monotonic()
+                    wait = _CHUNK_S
+                    if duration is not None:
+                        wait = min(wait, max(0.0, start + duration - now))
+                    want = cap if limit is None else min(cap, limit - stats.frames)
+                    chunk = spool.chunk(wait)  # None: the disk is a buffer behind
+                    batch = None
+                    if chunk is not None:
+                        try:
+                            batch = handle.read_since(after, max_frames=want, timeout=wait,
+                                                      out=chunk)
+                        except TimeoutError:
+                            spool.give_back(chunk)
+                    if batch is not None:
+                        spool.write(chunk, batch)
+                        after = stats.last_count = batch.last_count
+                        stats.frames += len(batch)
+                        stats.missed += batch.missed
+                    spool.check()
+                    now = time.monotonic()
+                    stats.seconds = now - start
+                    if limit is not None and stats.frames >= limit:
+                        stats.stopped_by = "frames"
+                    elif duration is not None and now >= start + duration:
+                        stats.stopped_by = "seconds"
+                    elif stop is not None and stop.is_set():
+                        stats.stopped_by = "stop"
+                    if now >= next_report:
+                        next_report = now + progress_interval
+                        if progress is not None:
+                            progress(stats)
+        except _Stopped:
+            stats.stopped_by = "signal"
+        except KeyboardInterrupt:
+            stats.stopped_by = "interrupt"
+            raise
+        finally:
+            stats.seconds = time.monotonic() - start
+            try:
+                spool.close()
+            finally:
+                writer.close()
+    finally:
+        handle.close()
+    return stats
+
+
+def _version() -> str:
+    """This shmstream's version, for stream.json (as the package reports it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shmstream")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def replay(
+    path: Any,
+    name: str,
+    *,
+    rate: float | None = None,
+    renumber: bool = False,
+    restamp: bool = False,
+    history: int | None = None,
+    stop: threading.Event | None = None,
+    progress: Callable[[ReplayStats], None] | None = None,
+    progress_interval: float = 1.0,
+    handle_signals: bool = False,
+) -> ReplayStats:
+    """Publish the recording at ``path`` into stream ``name``, with each
+    frame's frame id, count and write time.
+
+    Pacing: ``rate=None`` as recorded (the write times' spacing), a number
+    of frames per second, or ``math.inf`` as fast as possible. A missing
+    stream is created with the recording's shape, dtype and history (or
+    ``history``) and left in place afterwards (``stats.created``). An
+    existing one must have the same shape and dtype and a count below the
+    first recorded one; ``renumber=True`` publishes with the stream's own
+    counts instead (frame ids and times kept). ``restamp=True`` stamps the
+    publication time instead of the recorded one. Stops early on ``stop``
+    or (``handle_signals``) SIGINT/SIGTERM."""
+    rec = load_recording(path)
+    _checks.check_name(name)
+    pace = _check_rate(rate)
+    handle, created = _target(rec, name, history)
+    stats = ReplayStats(name, str(path), created=created)
+    try:
+        _check_counts(rec, handle, renumber)
+        times = rec.write_times_ns
+        start = time.perf_counter()
+        next_report = time.monotonic() + progress_interval
+        try:
+            with _signals_stop(handle_signals):
+                for i in range(len(rec)):
+                    if stop is not None and stop.is_set():
+                        stats.stopped_by = "stop"
+                        break
+                    due = _due(pace, i, times)
+                    if due is not None:
+                        delay = start + due - time.perf_counter()
+                        if delay > 0:
+                            time.sleep(delay)
+                    handle.write(
+                        rec.frames[i],
+                        frame_id=int(rec.frame_ids[i]),
+                        count=None if renumber else int(rec.counts[i]),
+                        write_time_ns=None if restamp else int(times[i]) or None,
+                    )
+                    stats.frames += 1
+                    if progress is not None and time.monotonic() >= next_report:
+                        stats.seconds = time.perf_counter() - start
+                        progress(stats)
+                        next_report = time.monotonic() + progress_interval
+                else:
+                    stats.stopped_by = "end"
+        except _Stopped:
+            stats.stopped_by = "signal"
+        except KeyboardInterrupt:
+            stats.stopped_by = "interrupt"
+            raise
+        finally:
+            stats.seconds = time.perf_counter() - start
+    finally:
+        handle.close()
+    return stats
+
+
+def _check_rate(rate: Any) -> float | None:
+    if rate is None:
+        return None
+    value = _checks.check_timeout(rate, "rate")  # a non-negative real number or inf
+    if not value:
+        raise ValueError("rate must be > 0 frames per second (math.inf: as fast as possible)")
+    return value
+
+
+def _due(pace: float | None, i: int, times: np.ndarray) -> float | None:
+    """Seconds after the start at which frame i is due (None: at once)."""
+    if pace is None:
+        return (int(times[i]) - int(times[0])) / 1e9 if len(times) else None
+    return None if math.isinf(pace) else i / pace
+
+
+def _target(rec: Recording, name: str, history: int | None) -> tuple[Any, bool]:
+    """The stream to replay into: opened (checked to match) or created."""
+    try:
+        handle = _open(name, gpu_device=False)
+    except FileNotFoundError:
+        depth = rec.history if history is None else history
+        return _create(name, shape=rec.shape, dtype=rec.dtype, history=depth), True
+    except ValueError as exc:
+        if "CPU mirror" not in str(exc):
+            raise
+        handle = None
+    if handle is None or handle.gpu_enabled:
+        if handle is not None:
+            handle.close()
+        raise ValueError(
+            f"cannot replay into GPU stream {name!r}: a GPU write cannot carry the recorded "
+            "counts and write times; replay into a CPU stream"
+        )
+    if handle.shape != rec.shape or handle.dtype != rec.dtype:
+        handle.close()
+        raise ValueError(
+            f"recording {str(rec.path)!r} holds {rec.dtype} frames of shape {rec.shape}, but "
+            f"stream {name!r} holds {handle.dtype} frames of shape {handle.shape}; replay into "
+            "a stream of the same shape and dtype, or a new name"
+        )
+    return handle, False
+
+
+def _check_counts(rec: Recording, handle: Any, renumber: bool) -> None:
+    if renumber or not len(rec):
+        return
+    first, now = int(rec.counts[0]), handle.count
+    if now >= first:
+        raise ValueError(
+            f"stream {handle.name!r} is at count {now}, not below the recording's first count "
+            f"{first}: the recorded counts cannot be published (a stream's counts only grow); "
+            "replay into a new stream, or renumber (renumber=True, --renumber) to publish "
+            "with the stream's own counts"
+        )

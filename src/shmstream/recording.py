@@ -1,0 +1,276 @@
+"""Recordings of a stream on disk, in files a scientist opens without
+shmstream (docs/history.md).
+
+A recording is a directory::
+
+    frames.npy          (n, *shape) frames, the stream's dtype
+    counts.npy          (n,) uint64: the count of each frame in the stream
+    frame_ids.npy       (n,) uint64: its frame id
+    write_times_ns.npy  (n,) uint64: its write time, ns since the epoch
+    stream.json         the stream's description and the recording's summary
+
+``np.load("rec/frames.npy", mmap_mode="r")`` reads it; the ``.npy`` files
+are written as the frames arrive and their headers are rewritten at every
+sync (about once a second) and at the end, so a recorder that is killed
+leaves a recording readable up to its last sync. Plain NumPy rather than
+HDF5 or Zarr: no dependency for anyone, and appending a frame is one
+``write``. ``shmstream.record`` and ``shmstream.replay`` (module
+``recorder``) move frames between a stream and a recording.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from . import _dtypes
+from ._npyfile import NpyAppender
+from .publication import FrameBatch, Publication
+
+__all__ = ["FORMAT", "COLUMNS", "Recording", "RecordingWriter", "load_recording"]
+
+FORMAT = "shmstream-recording"
+FORMAT_VERSION = 1
+#: The metadata columns, one uint64 .npy file each.
+COLUMNS = ("counts", "frame_ids", "write_times_ns")
+DESCRIPTION = "stream.json"
+
+
+def _describe_dtype(dt: np.dtype) -> str:
+    return _dtypes.config_text(dt)
+
+
+class RecordingWriter:
+    """Writes a recording directory frame batch by frame batch.
+
+    ``description`` (the stream's name, history, slots, ...) goes into
+    stream.json with the recording's summary. The directory must not exist,
+    unless ``overwrite`` and it is a recording (nothing else is replaced)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, shape: tuple[int, ...], dtype: Any,
+                 description: dict[str, Any] | None = None, overwrite: bool = False) -> None:
+        self.path = Path(path)
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        _prepare_directory(self.path, overwrite)
+        self.info: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            **(description or {}),
+            "shape": list(self.shape),
+            "dtype": _describe_dtype(self.dtype),
+            "frames": 0,
+            "missed": 0,
+            "first_count": None,
+            "last_count": None,
+            "started_ns": time.time_ns(),
+            "stopped_ns": None,
+            "complete": False,
+        }
+        self._write_description()
+        self._frames = NpyAppender(self.path / "frames.npy", self.dtype, self.shape)
+        self._columns = [NpyAppender(self.path / f"{c}.npy", np.dtype(np.uint64), ())
+                         for c in COLUMNS]
+        self.closed = False
+
+    @property
+    def frames(self) -> int:
+        return self._frames.rows
+
+    def append(self, frames: Any, counts: Any, frame_ids: Any, write_times_ns: Any,
+               missed: int = 0) -> None:
+        """Append frames (shape ``(n, *shape)``) and their metadata;
+        ``missed`` publications were lost before them."""
+        n = len(counts)
+        if n:
+            self._frames.append(frames[:n])
+            for col, values in zip(self._columns, (counts, frame_ids, write_times_ns)):
+                col.append(np.asarray(values, np.uint64))
+            if self.info["first_count"] is None:
+                self.info["first_count"] = int(counts[0])
+            self.info["last_count"] = int(counts[n - 1])
+        self.info["missed"] += int(missed)
+
+    def append_batch(self, batch: FrameBatch) -> None:
+        self.append(batch.frames, batch.counts, batch.frame_ids, batch.write_times_ns,
+                    batch.missed)
+
+    def sync(self) -> None:
+        """Make what was appended readable: data first, then the headers
+        (a reader never sees a header promise rows that are not written)."""
+        files = [self._frames, *self._columns]
+        for f in files:
+            f.flush()
+        for f in files:
+            f.write_count(f.rows)
+        self.info["frames"] = self._frames.rows
+        self._write_description()
+
+    def close(self) -> None:
+        """Sync and mark the recording complete."""
+        if self.closed:
+            return
+        self.closed = True
+        for f in (self._frames, *self._columns):
+            f.close()
+        self.info.update(frames=self._frames.rows, stopped_ns=time.time_ns(), complete=True)
+        self._write_description()
+
+    def _write_description(self) -> None:
+        tmp = self.path / (DESCRIPTION + ".tmp")
+        tmp.write_text(json.dumps(self.info, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path / DESCRIPTION)  # never a half-written description
+
+    def __enter__(self) -> RecordingWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _prepare_directory(path: Path, overwrite: bool) -> None:
+    if path.exists():
+        if not overwrite:
+            raise FileExistsError(
+                f"{str(path)!r} already exists; choose another path, or pass overwrite=True "
+                "(--overwrite) to replace a recording"
+            )
+        if not (path / DESCRIPTION).is_file():
+            raise FileExistsError(
+                f"{str(path)!r} exists and is not a shmstream recording (no {DESCRIPTION}); "
+                "refusing to overwrite it"
+            )
+        for entry in ["frames.npy", *(f"{c}.npy" for c in COLUMNS), DESCRIPTION]:
+            (path / entry).unlink(missing_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
+
+
+class Recording:
+    """A recording opened for reading (:func:`load_recording`).
+
+    ``frames`` is a read-only memory map of frames.npy (nothing is loaded
+    until used); ``counts``, ``frame_ids`` and ``write_times_ns`` are
+    uint64 arrays; ``info`` is stream.json; ``name``, ``shape``, ``dtype``
+    and ``history`` describe the stream it came from. ``missed`` counts the
+    publications between the first and last frame that are not in it.
+    A recording whose recorder was killed (``complete`` False) is read up
+    to its last sync."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.info = _read_description(self.path)
+        self.frames = _load_npy(self.path, "frames.npy", mmap=True)
+        columns = [_load_npy(self.path, f"{c}.npy", mmap=False) for c in COLUMNS]
+        self.complete = bool(self.info.get("complete"))
+        n = len(self.frames)
+        lengths = {len(c) for c in columns}
+        if lengths != {n}:
+            if self.complete:
+                raise ValueError(
+                    f"recording {str(self.path)!r} is inconsistent: frames.npy has {n} frames "
+                    f"but its columns have {sorted(lengths)} entries"
+                )
+            n = min(n, *lengths)  # killed between two files: what all of them hold
+            self.frames = self.frames[:n]
+        self.counts, self.frame_ids, self.write_times_ns = (
+            c[:n].astype(np.uint64, copy=False) for c in columns)
+        try:
+            self.shape = tuple(int(d) for d in self.info["shape"])
+            self.dtype = _dtypes.decode(self.info["dtype"]) if isinstance(
+                self.info["dtype"], str) else np.dtype(self.info["dtype"])
+        except (KeyError, TypeError, ValueError, SyntaxError) as exc:
+            raise ValueError(f"recording {str(self.path)!r} has a bad {DESCRIPTION}: no valid "
+                             f"shape and dtype ({exc})") from None
+        if self.frames.shape[1:] != self.shape or self.frames.dtype != self.dtype:
+            raise ValueError(
+                f"recording {str(self.path)!r} is inconsistent: frames.npy holds "
+                f"{self.frames.dtype} frames of shape {self.frames.shape[1:]}, {DESCRIPTION} "
+                f"says {self.dtype} of shape {self.shape}"
+            )
+        if n > 1 and not bool(np.all(self.counts[1:] > self.counts[:-1])):
+            raise ValueError(f"recording {str(self.path)!r} is corrupt: its counts do not "
+                             "increase")
+
+    @property
+    def name(self) -> str | None:
+        return self.info.get("name")
+
+    @property
+    def history(self) -> int:
+        return int(self.info.get("history") or 0)
+
+    @property
+    def missed(self) -> int:
+        n = len(self.counts)
+        return int(self.counts[-1] - self.counts[0]) + 1 - n if n else 0
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __iter__(self) -> Iterator[Publication]:
+        """The frames as :class:`Publication` objects (payload: a read-only
+        row of the memory map), missed_publications from the count gaps."""
+        previous = None
+        for i, count in enumerate(self.counts.tolist()):
+            missed = 0 if previous is None else count - previous - 1
+            yield Publication(self.frames[i], count, int(self.frame_ids[i]),
+                              int(self.write_times_ns[i]) / 1e9, missed)
+            previous = count
+
+    def __repr__(self) -> str:
+        return (f"Recording({str(self.path)!r}, name={self.name!r}, frames={len(self)}, "
+                f"shape={self.shape}, dtype={str(self.dtype)!r})")
+
+
+def load_recording(path: str | os.PathLike[str]) -> Recording:
+    """Open the recording in directory ``path`` (see the module notes)."""
+    return Recording(path)
+
+
+def _read_description(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise FileNotFoundError(f"no recording at {str(path)!r}; make one with "
+                                f"'shmstream record NAME -o {path}'")
+    if not path.is_dir():
+        raise ValueError(f"{str(path)!r} is not a shmstream recording: a recording is a "
+                         f"directory holding frames.npy, {', '.join(COLUMNS)} and {DESCRIPTION}")
+    desc = path / DESCRIPTION
+    if not desc.is_file():
+        raise ValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} is missing")
+    try:
+        info = json.loads(desc.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"recording {str(path)!r} has a corrupt {DESCRIPTION}: {exc}") from None
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        raise ValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} does not "
+                         f"say format {FORMAT!r}")
+    if info.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"recording {str(path)!r} has format version "
+                         f"{info.get('format_version')!r}; this shmstream reads version "
+                         f"{FORMAT_VERSION}: upgrade shmstream")
+    return info
+
+
+def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
+    where = path / file
+    if not where.is_file():
+        raise ValueError(f"recording {str(path)!r} is incomplete: {file} is missing")
+    try:
+        try:
+            array = np.load(where, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except ValueError:
+            if not mmap:
+                raise
+            array = np.load(where, allow_pickle=False)  # an empty array cannot be mapped
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"recording {str(path)!r}: {file} is not a readable NumPy .npy file "
+                         f"({exc})") from None
+    if not isinstance(array, np.ndarray) or array.ndim < 1 or (
+            file != "frames.npy" and (array.ndim != 1 or array.dtype.kind not in "iu")):
+        raise ValueError(f"recording {str(path)!r}: {file} does not hold "
+                         f"{'frames' if file == 'frames.npy' else 'one integer per frame'}")
+    return array
