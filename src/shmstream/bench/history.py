@@ -51,7 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BenchError, Results, Worker, median, progress, render_table
+from ._common import BenchError, Results, median, progress, render_table
+from ._workers import Worker
 
 WRITE_READ_S = 0.2
 
@@ -210,7 +211,7 @@ def _record_row(pkg: Any, opts: argparse.Namespace, history: int, hz: float,
 
     try:
         frames = 0 if math.isinf(hz) else int(hz * opts.seconds)
-        worker.start("writer_task", name=name, shape=list(opts.shape), hz=hz,
+        worker.start(writer_task, name=name, shape=list(opts.shape), hz=hz,
                      seconds=opts.seconds, frames=frames)
         worker.expect("ready")
         cpu0 = time.process_time()  # the recorder's threads are this process's work
@@ -266,7 +267,7 @@ def section_recorder(opts: argparse.Namespace, res: Results, pkg: Any) -> None:
     # not "shmstream-...": a directory of that name in /dev/shm would look
     # like a leftover segment to the test suite's check
     root = tempfile.mkdtemp(prefix="histbench-rec-", dir=opts.dir)
-    worker = Worker(__name__)
+    worker = Worker()
     rows = []
     try:
         raw = _raw_write_row(opts, root)
