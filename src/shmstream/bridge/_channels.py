@@ -38,7 +38,7 @@ import shmstream
 from shmstream.channel import _describe
 
 from . import _thread, _wire
-from ._status import StatusWriter
+from ._status import MirrorSide, StatusWriter
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -237,7 +237,8 @@ class ChannelExport:
         self.rx.close()
 
 
-class ChannelImport:
+class ChannelImport(MirrorSide):
+    label = "mirror channel"
     kind = "channel"
 
     def __init__(self, session: Any, zenoh: Any, keys: Any, ns: str, local: str, meta: dict,
@@ -299,20 +300,6 @@ class ChannelImport:
         with self._cond:
             self._queue.append(item)
             self._cond.notify()
-
-    def _on_status(self, sample: Any) -> None:
-        try:
-            alive = _wire.loads(sample.payload.to_bytes())["producer_alive"]
-        except (_wire.BadSample, KeyError) as exc:
-            self._bad(f"bad status message: {exc}")
-            return
-        self.status.set(producer_alive=int(bool(alive)))
-
-    def _bad(self, why: Any) -> None:
-        self.status.add("bad_samples")
-        n = self.status.get("bad_samples")
-        if n <= 10 or n % 1000 == 0:
-            log.warning("mirror channel %r: dropped bad sample #%d: %s", self.local, n, why)
 
     # -- the worker (the only user of self.tx) ---------------------------------------
 

@@ -12,6 +12,7 @@ Nothing here imports zenoh.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 import numpy as np
 
 import shmstream
+
+from . import _wire
 
 STATUS_SUFFIX = "@bridge"
 KIND_CODES = {"stream": 1, "channel": 2}
@@ -143,3 +146,28 @@ class StatusWriter:
             if unlink:
                 shmstream.unlink(self.name)
             self._h.close()
+
+
+class MirrorSide:
+    """What both importers (stream and channel) do with the status stream:
+    apply the exporter's status messages and count bad samples. Needs
+    ``self.status`` (a StatusWriter), ``self.local`` and ``label``."""
+
+    label = "mirror"
+    status: StatusWriter
+    local: str
+
+    def _on_status(self, sample: Any) -> None:
+        try:
+            alive = _wire.loads(sample.payload.to_bytes())["producer_alive"]
+        except (_wire.BadSample, KeyError) as exc:
+            self._bad(f"bad status message: {exc}")
+            return
+        self.status.set(producer_alive=int(bool(alive)))
+
+    def _bad(self, why: Any) -> None:
+        self.status.add("bad_samples")
+        n = self.status.get("bad_samples")
+        if n <= 10 or n % 1000 == 0:  # a flood of bad samples must not flood the log
+            logging.getLogger("shmstream.bridge").warning(
+                "%s %r: dropped bad sample #%d: %s", self.label, self.local, n, why)

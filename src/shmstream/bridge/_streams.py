@@ -28,7 +28,7 @@ import numpy as np
 import shmstream
 
 from . import _thread, _wire
-from ._status import StatusWriter
+from ._status import MirrorSide, StatusWriter
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -204,7 +204,8 @@ class StreamExport:
         self.h.close()
 
 
-class StreamImport:
+class StreamImport(MirrorSide):
+    label = "mirror"
     kind = "stream"
 
     def __init__(self, session: Any, keys: Any, ns: str, local: str, meta: dict) -> None:
@@ -261,20 +262,6 @@ class StreamImport:
         sample = reply.ok
         if sample is not None:
             self._on_sample(sample)
-
-    def _on_status(self, sample: Any) -> None:
-        try:
-            alive = _wire.loads(sample.payload.to_bytes())["producer_alive"]
-        except (_wire.BadSample, KeyError) as exc:
-            self._bad(f"bad status message: {exc}")
-            return
-        self.status.set(producer_alive=int(bool(alive)))
-
-    def _bad(self, why: Any) -> None:
-        self.status.add("bad_samples")
-        n = self.status.get("bad_samples")
-        if n <= 10 or n % 1000 == 0:
-            log.warning("mirror %r: dropped bad sample #%d: %s", self.local, n, why)
 
     def _on_sample(self, sample: Any) -> None:
         att = sample.attachment
