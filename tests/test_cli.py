@@ -241,6 +241,31 @@ def test_demo_stopped_by_a_signal_stops_its_children_and_removes_its_stream(sig)
     support.wait_until(lambda: all(_gone(c) for c in children), what="the demo's children ending")
 
 
+def test_demo_reader_figures_are_current_after_every_frame(name, spawn, ctx):
+    # The status line puts the writer's count beside the consumer's counters,
+    # sampled at one instant, so the consumer must publish its counters as it
+    # reads, not in batches: written in lockstep, every frame shows at once.
+    # (A consumer that reported every 0.25 s never shows frame 2 here.)
+    from shmstream.cli import demo
+
+    h = shmstream.create(name, shape=(16,), dtype=np.uint8, notify=True)
+    stop, ready = ctx.Event(), ctx.Barrier(2)
+    report = ctx.Array("d", 4, lock=False)
+    consumer = spawn(demo._demo_consumer, name, stop, ready, report, os.getpid())
+    try:
+        ready.wait(timeout=support.WAIT)
+        for k in range(1, 21):
+            h.write(np.full(16, k, np.uint8))
+            support.wait_until(lambda: report[demo._FRAMES] >= k,
+                               what=f"the consumer counting frame {k}")
+            assert report[demo._FRAMES] == k
+        assert report[demo._LAT_N] == 20 and report[demo._MISSED] == 0
+    finally:
+        stop.set()
+        consumer.join()
+        h.close()
+
+
 def test_version_prints_the_package_version(capsys):
     assert cli.main(["--version"]) == 0
     assert shmstream.__version__ in capsys.readouterr().out
