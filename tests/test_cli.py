@@ -42,6 +42,40 @@ def test_list_prints_a_table_with_the_kind_and_the_user_visible_name(name, capsy
     assert not any(line.endswith(("_meta", "_gpu")) for line in lines)
 
 
+def test_list_shows_a_stream_a_channel_a_shared_array_and_a_running_loader(make_name, capsys):
+    torch = pytest.importorskip("torch")
+    from shmstream.torch import DataLoader
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return torch.full((256,), float(i))
+
+    stream_name, channel_name, array_name = make_name(), make_name(), make_name()
+    me = f"{os.getpid()} (alive)"
+    with shmstream.create(stream_name, shape=(2,)), \
+            shmstream.channel(channel_name, 4096) as ch:
+        arr = shmstream.share(np.arange(3), name=array_name)
+        loader = DataLoader(Rows(), batch_size=4, num_workers=1)
+        batches = iter(loader)
+        next(batches)  # the loader's pool and a slot exist now
+        try:
+            assert cli.main(["list"]) == 0
+            rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+            mine = {row[-1]: row[0] for row in rows if " ".join(row).find(me) >= 0}
+            assert mine.get(stream_name) == "stream"
+            assert mine.get(channel_name) == "channel"
+            assert mine.get(array_name) == "array"
+            assert "loader-pool" in mine.values(), rows
+            assert cli.main(["list", "--kind", "channel"]) == 0
+            kinds = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]}
+            assert kinds == {"channel"}
+        finally:
+            del batches, loader, arr
+
+
 def test_list_names_prints_bare_stream_names_as_pyshmem_does(name, capsys):
     with shmstream.create(name, shape=(2,), dtype=np.float32):
         assert cli.main(["list", "--names"]) == 0
