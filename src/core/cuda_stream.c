@@ -184,7 +184,7 @@ fail:
   return finish_attach(g, out, rc);
 }
 
-static int validate_area(const ss_segment *seg) {
+int ss_gpu_area_validate(const ss_segment *seg) {
   const ss_gpu_area *a = area_of(seg);
   uint64_t payload = seg->hdr->id.payload_bytes;
   if (!(seg->hdr->id.flags & SS_FLAG_GPU)) {
@@ -215,7 +215,7 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   *out = NULL;
   int rc = ss_cuda_init();
   if (rc) return rc;
-  if ((rc = validate_area(seg))) return rc;
+  if ((rc = ss_gpu_area_validate(seg))) return rc;
   const ss_gpu_area *a = area_of(seg);
   const uint8_t *inst = seg->hdr->id.instance_id;
   pthread_mutex_lock(&g_list_mu);
