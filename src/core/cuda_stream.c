@@ -191,8 +191,12 @@ int ss_gpu_area_validate(const ss_segment *seg) {
     ss_cuda_set_err("not a GPU stream");
     return SS_ENOTGPU;
   }
+  /* slot_stride is bounded before the product: a stride of 2^63 would
+   * make alloc_bytes 0 match (fuzz_header finding) and put slot 1 outside
+   * the device buffer. */
   if (a->version != SS_GPU_AREA_VERSION || a->slot_count != SS_GPU_SLOTS ||
       a->slot_stride < payload || a->slot_stride % SS_GPU_SLOT_ALIGN ||
+      a->slot_stride > UINT64_MAX / SS_GPU_SLOTS ||
       a->alloc_bytes != a->slot_stride * SS_GPU_SLOTS) {
     ss_cuda_set_err("the GPU area of this stream is of an unknown version or inconsistent "
             "(version %u, %u slots)", a->version, a->slot_count);
