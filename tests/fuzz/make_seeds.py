@@ -160,6 +160,17 @@ def _channel(prefix: str) -> None:
     _write("fuzz_ring", "empty", fl.RING_FIXED.pack(1, 0, 0, 0, 0, 0))
 
 
+def _loader() -> None:
+    """fuzz_py_loader.py's format: the real descriptor as packed, then with
+    each field group replaced by a consistent value."""
+    meta = struct.pack("<qBB", 0, 0, 1) + bytes([4]) + bytes([1]) + bytes([0])
+    _write("fuzz_py_loader", "as-packed", bytes(40))
+    _write("fuzz_py_loader", "fresh", bytes([64]) + bytes(39))
+    _write("fuzz_py_loader", "one-tensor", bytes([16 | 32]) + bytes(32) + bytes([1]) + meta
+           + bytes([1, 0]) + bytes(range(16)))
+    _write("fuzz_py_loader", "lost-slot", bytes([4]) + struct.pack("<qqqq", 0, 0, 99, 0))
+
+
 def main() -> None:
     for f in glob.glob(os.path.join(CORPUS, "*", "seed-*")):
         os.unlink(f)
@@ -167,6 +178,7 @@ def main() -> None:
     _streams(prefix)
     _array(prefix)
     _channel(prefix)
+    _loader()
     for d in sorted(glob.glob(os.path.join(CORPUS, "*"))):
         files = os.listdir(d)
         print(f"{os.path.basename(d)}: {len(files)} files, "
