@@ -27,7 +27,8 @@ import fuzzlib as fl  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import default_collate  # noqa: E402
 
-from shmstream import _loader_pool, torch as sstorch  # noqa: E402
+with fl.instrumented():
+    from shmstream import _loader_pool, torch as sstorch  # noqa: E402
 
 DTYPES = (torch.float32, torch.uint8, torch.int64, torch.float16, torch.bool, torch.complex64)
 

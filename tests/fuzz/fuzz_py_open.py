@@ -4,9 +4,9 @@ segment; the checksum, name and file size fix-ups of fuzzlib.segment_input).
 
     python tests/fuzz/fuzz_py_open.py [libFuzzer flags] CORPUS_DIR...
 
-What a read returns is consumed whole (``tobytes``), so an array built over
-memory the header does not own, or a dtype that holds object pointers, is a
-crash here rather than later.
+What a read returns is read at every corner (fuzzlib.touch), so an array
+built over memory the header does not own, or a dtype that holds object
+pointers, is a crash here rather than later.
 """
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ def _read_all(s: shmstream.SharedMemory, cpu_payload: bool) -> None:
     s.to_config()
     if not cpu_payload:  # a GPU stream without CPU mirror: reads need a device
         return
-    s.read(timeout=0).tobytes()
+    fl.touch(s.read(timeout=0))
     with s.read_view(timeout=0) as pub:
-        bytes(pub.payload.tobytes())
+        fl.touch(pub.payload)
     s.read_last_complete(timeout=0)
     if s.history:
-        s.read_since(0, timeout=0).frames.tobytes()
+        fl.touch(s.read_since(0, timeout=0).frames)
         with s.read_since_view(0, timeout=0) as v:
             for frame in v:
-                frame.payload.tobytes()
+                fl.touch(frame.payload)
 
 
 def _one(data: bytes) -> None:

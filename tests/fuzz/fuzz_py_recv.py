@@ -27,12 +27,14 @@ def _drain(rx: object, cap: int, mode: int) -> None:
             with rx.recv_zero_copy(timeout=0) as m:
                 bytes(m.data)
                 if m.is_array:
-                    np.asarray(m).tobytes()
+                    a = np.asarray(m)
+                    assert fl.within(a, m.data), "zero-copy array outside its message"
+                    fl.touch(a)
         else:
             m = rx.recv(timeout=0)
             bytes(m.data)
             if m.is_array:
-                m.array.tobytes()
+                fl.touch(m.array)
 
 
 def _one(data: bytes) -> None:
