@@ -33,7 +33,9 @@ static void read_stream(const char *name, int readonly) {
   ss_segment seg;
   if (ss_segment_open(&seg, name, strlen(name), 0, readonly) != SS_OK) return;
   const ss_identity *id = &seg.hdr->id;
-  size_t n = (size_t)id->payload_bytes;
+  /* A GPU stream without CPU mirror has no CPU slot: its payload_bytes
+   * sizes device memory, and every CPU read refuses it (SS_EKIND). */
+  size_t n = ss_slotless(&seg) ? 0 : (size_t)id->payload_bytes;
   uint8_t *buf = malloc(n ? n : 1);
   ss_pubinfo info;
   ss_frame f;

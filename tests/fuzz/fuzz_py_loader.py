@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris harness: the DataLoader slot descriptor a worker sends to the
 main process (``shmstream.torch._Descriptor``) and its decode path
 (``_received`` + ``unwrap``: claim the slot, build tensors over its bytes).

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris harness: ``shmstream.open`` and every read on a segment whose
 bytes are the input (the format of fuzz_open.c: control byte, then the
 segment; the checksum, name and file size fix-ups of fuzzlib.segment_input).

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris harness: a channel consumer's ``recv``/``recv_zero_copy`` on a
 ring whose records (array metadata included) and index words are the
 input (fuzz_ring.c's format: capacity byte, tail, head - tail, space.want,

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris harness: unpickling a ``SharedArray`` from a fuzzed descriptor
 over a fuzzed segment.
 

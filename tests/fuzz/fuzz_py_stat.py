@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris harness: ``shmstream.stat`` (and the CLI's ``readable`` form)
 and the registry listing (``registry.entry``, what ``list_streams``,
 ``list_channels`` and ``purge`` read) over a segment whose bytes are the

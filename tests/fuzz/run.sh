@@ -4,7 +4,8 @@
 #
 #   tests/fuzz/run.sh [SECONDS_PER_HARNESS] [HARNESS...]
 #
-# SECONDS_PER_HARNESS defaults to 60; HARNESS names (fuzz_header, fuzz_py_open,
+# SECONDS_PER_HARNESS defaults to 60 (0: no fuzzing, only merge what the last
+# run left in $SS_FUZZ_OUT/new/<harness> into the corpus); HARNESS names (fuzz_header, fuzz_py_open,
 # ...) pick some, default all. Environment: PYTHON (the interpreter that
 # imports shmstream and atheris; default python3), CLANG (default clang-19),
 # SS_FUZZ_OUT (build, logs and scratch; default build/fuzz, gitignored).
@@ -43,17 +44,27 @@ build() {
 run() {
   local h=$1; shift
   local log=$OUT/logs/$h.log scratch=$OUT/new/$h
-  rm -rf "$scratch"; mkdir -p "$scratch" "$FUZZ/corpus/$h"
   local before; before=$(ls "$OUT/artifacts" | grep -c "^$h-" || true)
-  nice -n 19 "$@" -max_total_time="$SECS" -timeout=5 -rss_limit_mb=4096 \
-    -artifact_prefix="$OUT/artifacts/$h-" -print_final_stats=1 \
-    "$scratch" "$FUZZ/corpus/$h" >"$log" 2>&1
-  local rc=$?
+  local rc=0
+  if [ "$SECS" = 0 ]; then
+    # merge only: fold what an earlier run left in the scratch dir into the corpus
+    mkdir -p "$scratch" "$FUZZ/corpus/$h"
+    : >"$log"
+  else
+    rm -rf "$scratch"; mkdir -p "$scratch" "$FUZZ/corpus/$h"
+    nice -n 19 "$@" -max_total_time="$SECS" -timeout=5 -rss_limit_mb=4096 \
+      -artifact_prefix="$OUT/artifacts/$h-" -print_final_stats=1 \
+      "$scratch" "$FUZZ/corpus/$h" >"$log" 2>&1
+    rc=$?
+  fi
   # The kept corpus: seeds, regression inputs, and a minimal set of the rest
   # that covers what corpus and scratch cover together (it stays small).
   local min=$OUT/min/$h
   rm -rf "$min"; mkdir -p "$min"
-  nice -n 19 "$@" -merge=1 "$min" "$FUZZ/corpus/$h" "$scratch" >>"$log" 2>&1
+  if ! nice -n 19 "$@" -merge=1 "$min" "$FUZZ/corpus/$h" "$scratch" >>"$log" 2>&1; then
+    echo "$h: merge failed, corpus left as it was (new inputs in $scratch; see $log)" >&2
+    return
+  fi
   local keep; keep=$(cd "$FUZZ/corpus/$h" && sha1sum seed-* regress-* 2>/dev/null | cut -d' ' -f1)
   find "$FUZZ/corpus/$h" -type f ! -name 'seed-*' ! -name 'regress-*' -delete
   for f in "$min"/*; do
@@ -75,6 +86,9 @@ for h in $C_HARNESSES; do
   build "$h" || { echo "$h: build failed" >&2; exit 1; }
   run "$h" "$OUT/bin/$h"
 done
+# atheris merges by running the script itself (argv[0]) in a child: its
+# shebang (env python3) must find PYTHON's interpreter first on PATH.
+case $PY in */*) export PATH=$(dirname "$PY"):$PATH ;; esac
 for h in $PY_HARNESSES; do
   wanted "$h" || continue
   run "$h" "$PY" "$FUZZ/$h.py"
