@@ -185,7 +185,7 @@ def within(a: Any, buf: Any) -> bool:
     import numpy as np
     from numpy.lib.array_utils import byte_bounds
 
-    if np.asarray(a).size == 0:
+    if np.asarray(a).nbytes == 0:  # no byte to be outside (a 0-size item or dim)
         return True
     lo, hi = byte_bounds(np.asarray(a))
     blo, bhi = byte_bounds(np.frombuffer(buf, dtype=np.uint8))
