@@ -15,6 +15,7 @@ static void check_accepted(const ss_header *h, uint64_t file_bytes) {
   const ss_identity *id = &h->id;
   FZ_CHECK(id->slot_count >= 1);
   FZ_CHECK(id->payload_offset == SS_HEADER_BYTES);
+  FZ_CHECK(id->slot_stride % 8 == 0); /* slot records and seqlocks are 8-aligned */
   FZ_CHECK(fz_claimed_bytes(id) <= file_bytes);
   FZ_CHECK(id->name_len >= 1 && id->name_len <= SS_MAX_NAME_BYTES);
   FZ_CHECK(id->ndim <= SS_MAX_NDIM);
