@@ -61,7 +61,8 @@ run() {
   # that covers what corpus and scratch cover together (it stays small).
   local min=$OUT/min/$h
   rm -rf "$min"; mkdir -p "$min"
-  if ! nice -n 19 "$@" -merge=1 "$min" "$FUZZ/corpus/$h" "$scratch" >>"$log" 2>&1; then
+  if ! nice -n 19 "$@" -merge=1 -timeout=5 -artifact_prefix="$OUT/artifacts/merge-$h-" \
+      "$min" "$FUZZ/corpus/$h" "$scratch" >>"$log" 2>&1; then
     echo "$h: merge failed, corpus left as it was (new inputs in $scratch; see $log)" >&2
     return
   fi
