@@ -97,6 +97,10 @@ SS_API int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_
 /* Attach to an opened GPU stream on device `ordinal` of this process (it
  * must be the device the area's uuid names). */
 SS_API int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out);
+/* The check ss_gpu_attach makes of the segment's GPU area (docs/ABI.md):
+ * SS_OK or SS_ENOTGPU (ss_cuda_error says why). Needs no CUDA driver, so a
+ * fuzz harness (tests/fuzz/fuzz_header.c) reaches it on any machine. */
+SS_API int ss_gpu_area_validate(const ss_segment *seg);
 /* Drop one attachment reference; an imported mapping is closed with the
  * last one. The creator's allocation stays until ss_gpu_release_owned. */
 SS_API void ss_gpu_detach(ss_gpu *g);

@@ -235,11 +235,12 @@ def c_compiler() -> str | None:
 
 
 def compile_c(out: str, sources: list[str], *, with_core: bool = True,
-              shared: bool = False) -> str:
+              shared: bool = False, flags: tuple[str, ...] = ()) -> str:
     """Build a C program (or, ``shared``, a shared library) from ``sources``
     (paths relative to the repository root or absolute), linked with the C
     core's sources unless ``with_core`` is False, as strictly as the core
-    builds itself (-Wall -Werror). Skips the test when there is no compiler;
+    builds itself (-Wall -Werror). ``flags`` go after the defaults (later
+    -O wins; -I, -fsanitize=...). Skips the test when there is no compiler;
     a compile error fails it with the compiler's message."""
     import glob
 
@@ -251,7 +252,7 @@ def compile_c(out: str, sources: list[str], *, with_core: bool = True,
     core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c"))) if with_core else []
     paths = [s if os.path.isabs(s) else os.path.join(ROOT, s) for s in sources]
     cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
-           *(["-shared", "-fPIC"] if shared else []), *paths, *core, "-o", out,
+           *(["-shared", "-fPIC"] if shared else []), *flags, *paths, *core, "-o", out,
            "-lpthread", "-ldl"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

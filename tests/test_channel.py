@@ -16,6 +16,7 @@ from shmstream.errors import (
     CorruptStreamError,
 )
 
+import support
 from channel_util import SPAWN, pattern
 
 CAP = 4096
@@ -429,6 +430,33 @@ def test_a_corrupt_record_header_is_reported_not_followed(pair):
     with pytest.raises(CorruptStreamError, match="impossible record"):
         rx.recv(timeout=0)
     del ring, seg
+
+
+def test_a_zero_copy_array_larger_than_its_payload_is_refused(pair):
+    # The metadata's shape claimed more bytes than the record carried: the
+    # view reached past the ring (a fuzz finding).
+    tx, rx = pair
+    tx.send(np.zeros((2, 3), np.float32))
+    ring = _native.Segment.open(tx.name).payload()
+    ring[24:32] = np.frombuffer(np.uint64(1 << 40).tobytes(), np.uint8)  # meta shape[0]
+    with rx.recv_zero_copy(timeout=0) as msg:
+        with pytest.raises(CorruptStreamError, match="payload bytes"):
+            np.asarray(msg)
+    del ring
+
+
+def test_a_ring_position_off_the_record_grid_is_refused(name):
+    tx = shmstream.channel(name, CAP)
+    try:
+        path = support.segment_path(name)
+        support.patch_bytes(path, 2240, (72).to_bytes(8, "little"))  # head
+        support.patch_bytes(path, 2304, (8).to_bytes(8, "little"))  # tail: not a multiple of 64
+        rx = shmstream.open_channel(name)
+        with pytest.raises(CorruptStreamError, match="ring position"):
+            rx.recv(timeout=0)
+        rx.close()
+    finally:
+        tx.close()
 
 
 def test_layout_offsets_are_the_documented_ones():

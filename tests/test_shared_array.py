@@ -384,3 +384,16 @@ def test_exported_from_the_package():
     if not hasattr(shmstream, "share"):
         pytest.skip("shmstream/__init__.py does not export share yet")
     assert shmstream.share is share and shmstream.SharedArray is SharedArray
+
+
+def test_a_descriptor_pointing_before_the_segment_is_refused(name):
+    # NumPy accepts a negative buffer offset (without strides) and points
+    # before the buffer: a received descriptor must not (a fuzz finding).
+    from shmstream import shared_array
+
+    with shmstream.share(np.arange(8, dtype=np.int32), name) as a:
+        fn, args = a.__reduce__()
+        bad = args[:5] + (None, -16) + args[7:]  # strides None, offset -16
+        with pytest.raises(ValueError, match="points outside the shared memory"):
+            fn(*bad)
+        assert np.array_equal(fn(*args), np.arange(8))

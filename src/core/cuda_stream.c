@@ -184,15 +184,19 @@ fail:
   return finish_attach(g, out, rc);
 }
 
-static int validate_area(const ss_segment *seg) {
+int ss_gpu_area_validate(const ss_segment *seg) {
   const ss_gpu_area *a = area_of(seg);
   uint64_t payload = seg->hdr->id.payload_bytes;
   if (!(seg->hdr->id.flags & SS_FLAG_GPU)) {
     ss_cuda_set_err("not a GPU stream");
     return SS_ENOTGPU;
   }
+  /* slot_stride is bounded before the product: a stride of 2^63 would
+   * make alloc_bytes 0 match (fuzz_header finding) and put slot 1 outside
+   * the device buffer. */
   if (a->version != SS_GPU_AREA_VERSION || a->slot_count != SS_GPU_SLOTS ||
       a->slot_stride < payload || a->slot_stride % SS_GPU_SLOT_ALIGN ||
+      a->slot_stride > UINT64_MAX / SS_GPU_SLOTS ||
       a->alloc_bytes != a->slot_stride * SS_GPU_SLOTS) {
     ss_cuda_set_err("the GPU area of this stream is of an unknown version or inconsistent "
             "(version %u, %u slots)", a->version, a->slot_count);
@@ -215,7 +219,7 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   *out = NULL;
   int rc = ss_cuda_init();
   if (rc) return rc;
-  if ((rc = validate_area(seg))) return rc;
+  if ((rc = ss_gpu_area_validate(seg))) return rc;
   const ss_gpu_area *a = area_of(seg);
   const uint8_t *inst = seg->hdr->id.instance_id;
   pthread_mutex_lock(&g_list_mu);

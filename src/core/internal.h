@@ -64,7 +64,8 @@ void ss_heal_sleepers(ss_segment *seg);
 void ss_mutex_init(pthread_mutex_t *m);
 /* timeout_ns < 0 waits forever, 0 tries once. SS_OK or SS_EOWNERDEAD (held;
  * the caller repairs what the dead owner left, then ss_mutex_consistent),
- * SS_ETIMEDOUT, SS_EDEADLK, or a positive errno. The owner is recorded. */
+ * SS_ETIMEDOUT, SS_EDEADLK, SS_ECORRUPT (the kind word is not ours: the mutex
+ * is not one ss_mutex_init made), or a positive errno. The owner is recorded. */
 int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns);
 void ss_mutex_consistent(ss_lock_line *l);
 int ss_mutex_unlock(ss_lock_line *l);

@@ -18,9 +18,35 @@ void ss_mutex_init(pthread_mutex_t *m) {
   pthread_mutexattr_destroy(&a);
 }
 
+/* The mutex lives in memory another process wrote, and glibc trusts its
+ * kind word: a priority-protect kind, say, ends in an assertion (tpp.c)
+ * inside pthread_mutex_trylock. So a lock refuses any kind but the one
+ * ss_mutex_init gives (docs/ABI.md, "Lock"; a tests/fuzz/fuzz_open.c
+ * finding). glibc only: the kind word is its mutex's __data.__kind. */
+static int kind_ok(const pthread_mutex_t *m) {
+#ifdef __GLIBC__
+  static SS_ATOMIC(int) want = -1; /* the kind ss_mutex_init gives, once known */
+  int w = atomic_load_explicit(&want, memory_order_relaxed);
+  if (w < 0) {
+    pthread_mutex_t ref;
+    ss_mutex_init(&ref);
+    w = ref.__data.__kind;
+    pthread_mutex_destroy(&ref);
+    atomic_store_explicit(&want, w, memory_order_relaxed);
+  }
+  /* Set before the segment's magic was published (m) and never written
+   * since by a well-behaved process: a plain read. */
+  return ((const volatile pthread_mutex_t *)m)->__data.__kind == w;
+#else
+  (void)m;
+  return 1;
+#endif
+}
+
 int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns) {
   pthread_mutex_t *m = &l->m.mutex;
   int rc;
+  if (!kind_ok(m)) return SS_ECORRUPT;
   if (timeout_ns < 0) {
     rc = pthread_mutex_lock(m);
   } else if (timeout_ns == 0) {

@@ -400,6 +400,9 @@ int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_
   uint32_t off = payload_off(meta_len);
   uint64_t len = record_len(off, size);
   if (len > ch->capacity) return SS_ETOOBIG;
+  /* head came from the shared index word (claim): off the record grid it is
+   * corrupt, and a record header written there would be misaligned. */
+  if (ch->head % SS_MSG_ALIGN) return SS_ECORRUPT;
   if (consumer_closed(ch)) return SS_EPEERCLOSED;
   if (ch->head + len - ch->tail_cache > ch->capacity) {
     /* SYNC POINT (t2): acquire load of tail: the consumer's reads of the bytes
@@ -462,7 +465,9 @@ int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
     }
   }
   /* The record header is input from another process: read each field once
-   * and check it before it sizes any view. */
+   * and check it before it sizes any view. A cursor off the 64-byte record
+   * grid came from a corrupt tail word (claim): no header starts there. */
+  if (ch->rd % SS_MSG_ALIGN) return SS_ECORRUPT;
   const ss_msg_header *h = (const ss_msg_header *)(ch->ring + (ch->rd & (ch->capacity - 1)));
   uint32_t size = h->size, off = h->payload_off, meta_len = h->meta_len;
   uint64_t avail = ch->head_cache - ch->rd;

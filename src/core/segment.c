@@ -59,6 +59,10 @@ int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
   int slotless = (id->flags & SS_FLAG_GPU) && !(id->flags & SS_FLAG_CPU_MIRROR) &&
                  id->slot_stride == 0;
   if (id->slot_stride < id->payload_bytes && !slotless) return SS_ECORRUPT;
+  /* Every creator rounds the stride up to a page: slots, and a history
+   * stream's slot records after them, are then aligned for their atomics
+   * (fuzz_open finding: a stride of 3 put the records' seqlocks off 8). */
+  if (id->slot_stride % SS_PAYLOAD_ALIGN) return SS_ECORRUPT;
   if (id->slot_count > (UINT64_MAX - SS_HEADER_BYTES) / (id->slot_stride ? id->slot_stride : 1))
     return SS_ECORRUPT;
   uint64_t need = SS_HEADER_BYTES + id->slot_stride * id->slot_count;

@@ -151,7 +151,8 @@ inline const StatusRow kStatusTable[] = {
     {SS_EBUSY, "channel", "open", &g_corrupt,
      "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
      "remove it with shmstream.unlink_channel('$name')"},
-    {SS_ECORRUPT, "channel", nullptr, &g_corrupt, "channel '$name' holds an impossible record header (corrupt ring)"},
+    {SS_ECORRUPT, "channel", nullptr, &g_corrupt, "channel '$name' holds an impossible record header or ring position (corrupt ring); "
+     "remove it with shmstream.unlink_channel('$name') and create it again"},
     {SS_ECORRUPT, nullptr, nullptr, &g_corrupt,
      "segment of '$name' is corrupt or not a shmstream segment (bad magic, checksum or size); "
      "remove it with shmstream.unlink('$name')"},

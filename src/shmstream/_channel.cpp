@@ -38,7 +38,7 @@ bool dl_dtype(const char *s, size_t n, nb::dlpack::dtype *out) {
   if (n < 3 || (s[0] != '<' && s[0] != '|' && s[0] != '=')) return false;
   int bytes = 0;
   for (size_t i = 2; i < n; i++) {
-    if (s[i] < '0' || s[i] > '9') return false;
+    if (s[i] < '0' || s[i] > '9' || bytes > 32) return false; // no int overflow
     bytes = bytes * 10 + (s[i] - '0');
   }
   using C = nb::dlpack::dtype_code;
@@ -84,6 +84,17 @@ bool parse_meta(const uint8_t *m, uint32_t len, ArrayMeta *out) {
   return true;
 }
 
+// Bytes the shape and item size describe equal the payload's, without
+// overflow: a view built from the metadata stays inside the record.
+bool meta_fits(const ArrayMeta &am, size_t itemsize, size_t size) {
+  size_t n = itemsize;
+  for (uint32_t i = 0; i < am.ndim; i++) {
+    if (am.shape[i] && n > SIZE_MAX / am.shape[i]) return false;
+    n *= am.shape[i];
+  }
+  return n == size;
+}
+
 class Channel;
 
 // Keeps one received record's bytes from reuse while anything refers to it:
@@ -127,6 +138,13 @@ struct RxMessage {
     if (!parse_meta((const uint8_t *)meta.c_str(), (uint32_t)meta.size(), &am) ||
         !dl_dtype(am.dtype, am.dtype_len, &dt))
       return nb::none();
+    // The metadata is the producer's word: a shape that claims more bytes
+    // than the record carries would make a view past it (fuzz_py_recv
+    // finding: reads beyond the ring mapping).
+    if (!meta_fits(am, dt.bits / 8, size))
+      raise(ssb::g_corrupt, "a received array message is corrupt: its shape and dtype describe "
+                            "another size than its " + std::to_string(size) + " payload bytes; "
+                            "the producer wrote a bad record");
     return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, am.ndim, am.shape, pin, nullptr, dt,
                                                        nb::device::cpu::value));
   }

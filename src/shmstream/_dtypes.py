@@ -48,10 +48,27 @@ def encode(dt: np.dtype) -> str:
 
 
 def decode(text: str) -> np.dtype:
-    """np.dtype from header text written by ``encode``."""
-    if text.startswith("[") or text.startswith("("):
-        return np.lib.format.descr_to_dtype(ast.literal_eval(text))
-    return np.dtype(text)
+    """np.dtype from header text written by ``encode``. The text comes from
+    another process (a segment header, a message): anything ``encode``
+    cannot have written is a ValueError, and so is a dtype holding object
+    references, which would make copied bytes into pointers (a fuzz finding:
+    a header saying ``|O8`` crashed ``read()``)."""
+    try:
+        if text.startswith("[") or text.startswith("("):
+            dt = np.lib.format.descr_to_dtype(ast.literal_eval(text))
+        else:
+            dt = np.dtype(text)
+    except Exception as exc:  # noqa: BLE001 - SyntaxError, RecursionError, ...: all mean unreadable
+        raise ValueError(
+            f"dtype description {text[:80]!r} is not one shmstream writes "
+            f"({type(exc).__name__}: {exc}); the segment or message is corrupt or foreign"
+        ) from None
+    if dt.hasobject:
+        raise ValueError(
+            f"dtype description {text[:80]!r} holds Python object references, which "
+            "shmstream never stores; the segment or message is corrupt or foreign"
+        )
+    return dt
 
 
 def plain_name(dt: np.dtype) -> str:

@@ -37,6 +37,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import _native, _proc
+from .errors import CorruptStreamError
 
 SHM_DIR = "/dev/shm"
 #: User-name prefix of a pool's root segment.
@@ -306,8 +307,13 @@ class Pool:
 
     def claim(self, k: int, gen: int, seq: int, fresh: bool) -> np.ndarray:
         """The bytes of slot k for the batch a worker wrote there (FILLING ->
-        HELD). RuntimeError if the slot was reclaimed meanwhile."""
+        HELD). RuntimeError if the slot was reclaimed meanwhile;
+        CorruptStreamError if the pool has no slot k."""
         with self._locked() as t:
+            if not 0 <= k < t.nslots:  # a descriptor is another process's word
+                raise CorruptStreamError(
+                    f"shmstream.torch.DataLoader: a batch descriptor names slot {k} of a pool of "
+                    f"{t.nslots} slots (corrupt descriptor); restart the epoch")
             e = t.line(k)
             ok = e[_SEQ] == seq and e[_GEN] == gen and e[_STATE] == FILLING
             if ok:

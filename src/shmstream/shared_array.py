@@ -154,6 +154,14 @@ def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple
         )
     buf = m.payload if writable else m.ro
     arr: Any = np.ndarray.__new__(cls, shape, dtype, buffer=buf, offset=offset, strides=strides)
+    if not m.contains(arr):
+        # NumPy takes a negative offset without strides and points before
+        # the buffer (a fuzz_py_shared_array finding): the descriptor, which
+        # another process sent, is checked here.
+        raise ValueError(
+            f"shared array {m.name!r}: the received descriptor (offset {offset}, shape {shape}, "
+            f"strides {strides}) points outside the shared memory; it is corrupt"
+        )
     arr._shm = m
     arr._attach_writable = attach_writable
     return arr

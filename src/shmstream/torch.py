@@ -54,6 +54,7 @@ from torch.utils.data._utils.collate import collate as _collate
 from torch.utils.data._utils.collate import default_collate, default_collate_fn_map
 
 from . import _checks, _loader_pool
+from .errors import CorruptStreamError
 
 __all__ = ["DataLoader", "ShmTransportWarning"]
 
@@ -433,19 +434,29 @@ class _Descriptor:
         metas = self.metas
 
         def load(pid: int) -> torch.Tensor:
-            t = made.get(pid)
-            if t is None:
-                pos, dtype, size, stride, grad, param = metas[pid]
-                if pos < 0:
-                    t = torch.empty_strided(size, stride, dtype=dtype)
-                else:
-                    es = torch.empty(0, dtype=dtype).element_size()
-                    t = torch.empty(0, dtype=dtype).set_(storage, pos // es, size, stride)
-                if param:
-                    t = torch.nn.Parameter(t, requires_grad=grad)
-                elif grad:
-                    t.requires_grad_(True)
-                made[pid] = t
+            try:
+                return made[pid] if pid in made else build(pid)
+            except (IndexError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+                # The metas are a worker's word: a tensor they describe
+                # outside the slot's bytes, or not at all, is refused here
+                # (torch checks the bounds) with the loader's error (a
+                # fuzz_py_loader finding).
+                raise CorruptStreamError(
+                    f"shmstream.torch.DataLoader: a batch descriptor does not describe tensor "
+                    f"{pid!r} ({type(exc).__name__}: {exc}); restart the epoch") from None
+
+        def build(pid: int) -> torch.Tensor:
+            pos, dtype, size, stride, grad, param = metas[pid]
+            if pos < 0:
+                t = torch.empty_strided(size, stride, dtype=dtype)
+            else:
+                es = torch.empty(0, dtype=dtype).element_size()
+                t = torch.empty(0, dtype=dtype).set_(storage, pos // es, size, stride)
+            if param:
+                t = torch.nn.Parameter(t, requires_grad=grad)
+            elif grad:
+                t.requires_grad_(True)
+            made[pid] = t
             return t
 
         up = pickle.Unpickler(io.BytesIO(self.structure))
