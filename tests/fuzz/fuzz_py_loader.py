@@ -84,18 +84,12 @@ def _unwrap(pool: _loader_pool.Pool, data: bytes) -> None:
     k, gen, seq, used = r.int(8), r.int(8), r.int(8), r.int(8)
     metas = _metas(r)
     structure = _structure(r)
-    if ctl & 1:
-        d.k = k
-    if ctl & 2:
-        d.gen = gen
-    if ctl & 4:
-        d.seq = seq
-    if ctl & 8:
-        d.used = used
-    if ctl & 16:
-        d.metas = metas
-    if ctl & 32:
-        d.structure = structure
+    # each bit of ctl replaces one field of the good descriptor by fuzzed bytes
+    fuzzed = (k, gen, seq, used, metas, structure)
+    for bit, (field, value) in enumerate(zip(("k", "gen", "seq", "used", "metas", "structure"),
+                                             fuzzed)):
+        if ctl & (1 << bit):
+            setattr(d, field, value)
     d.fresh = bool(ctl & 64)
     rest = r.rest()
     if d.k >= 0 and client.maps.get(0):
