@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "_binding.h"
+#include "_dlpack.h"
 #include "shmstream.h"
 
 namespace nb = nanobind;
@@ -130,6 +131,34 @@ struct RxMessage {
     return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, am.ndim, am.shape, pin, nullptr, dt,
                                                        nb::device::cpu::value));
   }
+  // A DLPack capsule of the message made here (no ndarray in between),
+  // read-only when versioned; the consumer's tensor holds the pin.
+  nb::object dlpack(nb::handle max_version, nb::handle dl_device, nb::handle copy) const {
+    check();
+    bool versioned = dl_check_kwargs(max_version, dl_device, copy);
+    size_t one[1] = {size};
+    const size_t *shape = one;
+    int32_t ndim = 1;
+    nb::dlpack::dtype dt = nb::dtype<uint8_t>();
+    ArrayMeta am;
+    if (flags & SS_MSG_ARRAY) {
+      if (!parse_meta((const uint8_t *)meta.c_str(), (uint32_t)meta.size(), &am) ||
+          !dl_dtype(am.dtype, am.dtype_len, &dt))
+        raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
+      size_t n = dt.bits / 8;
+      for (uint32_t i = 0; i < am.ndim; i++) n *= am.shape[i];
+      if (n != size)
+        raise(g_corrupt, "array message of " + std::to_string(size) + " bytes describes " +
+              std::to_string(n) + " bytes (corrupt record)");
+      shape = am.shape;
+      ndim = (int32_t)am.ndim;
+    }
+    return versioned ? dl_capsule<DLManagedTensorVersioned>((void *)data, ndim, shape, dt.code,
+                                                            dt.bits, pin, true)
+                     : dl_capsule<DLManagedTensor>((void *)data, ndim, shape, dt.code, dt.bits,
+                                                   pin, true);
+  }
+
   void release() { pin = nb::none(); }
 };
 
@@ -553,13 +582,23 @@ NB_MODULE(_channel, m) {
            "Drop this message's hold on its ring bytes (views keep theirs).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](RxMessage &r, nb::args) { r.release(); return false; })
-      .def("__dlpack__", [](RxMessage &r, nb::kwargs kw) {
-        nb::object v = r.typed_view();
-        if (v.is_none())
-          raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
-        return v.attr("__dlpack__")(**kw);
-      })
+      .def("__dlpack__", [](const RxMessage &r, nb::handle, nb::handle max_version,
+                            nb::handle dl_device, nb::handle copy) {
+        return r.dlpack(max_version, dl_device, copy);
+      }, nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(),
+         "dl_device"_a = nb::none(), "copy"_a = nb::none(),
+         "A DLPack capsule of the message (no copy); it and the consumer's tensor keep the "
+         "ring bytes pinned until they are gone.")
       .def("__dlpack_device__", [](RxMessage &) { return nb::make_tuple(1, 0); });
+
+  m.def("release_all", [](nb::handle msgs) {
+    // ZeroCopyBatch's exit: every message's hold dropped in one call.
+    nb::object seq = nb::steal(PySequence_Fast(msgs.ptr(), "release_all takes a list"));
+    if (!seq.is_valid()) throw nb::python_error();
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
+    for (Py_ssize_t i = 0; i < n; i++) nb::cast<RxMessage &>(nb::handle(it[i])).release();
+  }, "msgs"_a, "Release every ZeroCopyMessage of msgs (views keep their own holds).");
 
   nb::class_<Channel>(m, "Channel")
       .def_static("create", [](const std::string &name, uint64_t capacity, int role, int mode) {
@@ -633,13 +672,13 @@ NB_MODULE(_channel, m) {
            "timeout"_a = nb::none())
       .def("drain", [](Channel &c, size_t max, nb::handle timeout) {
         return c.drain(max, to_ns(timeout));
-      }, "max_messages"_a, "timeout"_a = 0.0)
+      }, "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("recv_view", [](Channel &c, nb::handle timeout) {
         return c.recv_view(to_ns(timeout));
       }, "timeout"_a = nb::none())
       .def("drain_views", [](Channel &c, size_t max, nb::handle timeout) {
         return c.drain_views(max, to_ns(timeout));
-      }, "max_messages"_a, "timeout"_a = 0.0)
+      }, "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("close", &Channel::close)
       .def("cancel", [](Channel &c) { ss_channel_cancel(&c.ch); });
 }

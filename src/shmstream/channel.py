@@ -134,8 +134,7 @@ class ZeroCopyBatch(list):
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        for m in self:
-            m.release()
+        _channel.release_all(self)  # one native call for the batch
         self.clear()
         return False
 
