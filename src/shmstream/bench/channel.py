@@ -1,6 +1,9 @@
 """``shmstream bench channel``: channels against iceoryx2 and pyzmq ipc://,
 all peers in one run, interleaved round by round (these machines are noisy).
 
+Peers: iceoryx2, pyzmq ipc:// and Tachyon (``import tachyon``, optional:
+its rows say "skipped: <why>" when it does not import; _tachyon.py).
+
 Scenarios (each in fresh processes, producer and consumer apart):
   thr32     32-byte messages, Python -> Python, msgs/s. shmstream uses its
             batch APIs (send_many of 256, batch=64, drain); the peers send
@@ -30,6 +33,7 @@ import tempfile
 import time
 import uuid
 
+from . import _tachyon
 from ._common import Results, fmt_fields, latency_summary, median, ping_latencies
 
 SPAWN = mp.get_context("spawn")
@@ -494,16 +498,26 @@ def iox_ping(n):
 # ---- driver -----------------------------------------------------------------------------
 
 
+def _tachyon_row(run):
+    """A Tachyon scenario, or its skip reason when tachyon does not import."""
+    def row():
+        why = _tachyon.unavailable()
+        return {"skipped": why} if why else run()
+    return row
+
+
 def _scenarios(quick: bool):
     k = 10 if quick else 1
     return [
         ("thr32", "shmstream (send_many/drain)", lambda: shm_thr(2_000_000 // k, True)),
         ("thr32", "iceoryx2", lambda: iox_thr(300_000 // k)),
         ("thr32", "pyzmq ipc", lambda: zmq_thr(300_000 // k)),
+        ("thr32", "tachyon", _tachyon_row(lambda: _tachyon.thr(1_000_000 // k))),
         ("thr32-1", "shmstream (send/recv)", lambda: shm_thr(500_000 // k, False)),
         ("ping", "shmstream", lambda: shm_ping(20_000 // k)),
         ("ping", "iceoryx2", lambda: iox_ping(20_000 // k)),
         ("ping", "pyzmq ipc", lambda: zmq_ping(20_000 // k)),
+        ("ping", "tachyon", _tachyon_row(lambda: _tachyon.ping(20_000 // k, MSG32))),
         ("frames", "torch.from_dlpack alone (ceiling)", lambda: dlpack_ceiling(300_000 // k)),
         ("frames", CAPSULE_ROW, lambda: dlpack_capsule_ceiling(300_000 // k)),
         ("frames", "shmstream py->py (drain_zero_copy)", lambda: shm_frames(1_000_000 // k, True)),
@@ -511,6 +525,8 @@ def _scenarios(quick: bool):
         ("frames", "shmstream C->py (drain_zero_copy)", lambda: c_frames(1_000_000 // k)),
         ("frames", "iceoryx2", lambda: iox_thr(200_000 // k, frames=True)),
         ("frames", "pyzmq ipc", lambda: zmq_thr(200_000 // k, frames=True)),
+        ("frames", "tachyon", _tachyon_row(
+            lambda: _frames_result(_tachyon.frames(300_000 // k, FRAME_N * 4)))),
     ]
 
 
@@ -539,25 +555,30 @@ def main(argv=None) -> int:
             res.add(scenario=kind, peer=peer, round=r, **got)
             if "error" in got:
                 res.errors.append(f"{kind} {peer} round {r + 1}: {got['error']}")
-            print(f"round {r + 1}: {kind:7s} {peer:36s} {fmt_fields(got)}", flush=True)
+            print(f"round {r + 1}: {kind:7s} {peer:36s} {_fields(got)}", flush=True)
     print()
     env = res.meta
     print(f"# shmstream bench channel ({args.rounds} interleaved rounds, medians) on "
           f"{env['machine']}, {env['cpu_count']} CPUs, Python {env['python']}")
     summary = {}
     for (kind, peer), runs in raw.items():
-        good = [x for x in runs if "error" not in x]
+        good = [x for x in runs if "error" not in x and "skipped" not in x]
         if not good:
             summary[(kind, peer)] = runs[-1]
             continue
         summary[(kind, peer)] = {k: median([x[k] for x in good]) for k in good[0]}
     for (kind, peer), med in summary.items():
-        print(f"{kind:7s} {peer:36s} {fmt_fields(med)}")
+        print(f"{kind:7s} {peer:36s} {_fields(med)}")
     _targets(summary)
     if args.json:
         res.dump(args.json, raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},
                  median={f"{k[0]}|{k[1]}": v for k, v in summary.items()})
     return 0
+
+
+def _fields(got: dict) -> str:
+    """One measurement's fields, or why the peer was skipped."""
+    return str(got["skipped"]) if "skipped" in got else fmt_fields(got)
 
 
 def _targets(s: dict) -> None:
@@ -585,6 +606,19 @@ def _targets(s: dict) -> None:
     c = get("frames", "shmstream C->py (drain_zero_copy)", "frames_per_s")
     if c:
         print(f"  frames C->Python >= 370 K/s: {c / 1e3:.0f} K ({'met' if c >= 3.7e5 else 'NOT met'})")
+    for kind, label, key, better in (
+            ("thr32", "32 B throughput", "msgs_per_s", "higher"),
+            ("ping", "ping-pong p50", "p50_us", "lower"),
+            ("frames", "1 KiB frames into torch", "frames_per_s", "higher")):
+        ours_peer = {"thr32": "shmstream (send_many/drain)", "ping": "shmstream",
+                     "frames": "shmstream py->py (drain_zero_copy)"}[kind]
+        ours, theirs = get(kind, ours_peer, key), get(kind, "tachyon", key)
+        if ours and theirs:
+            met = ours >= theirs if better == "higher" else ours <= theirs
+            ratio = ours / theirs if better == "higher" else theirs / ours
+            print(f"  {label} vs Tachyon: x{ratio:.2f} ({'met' if met else 'NOT met'})")
+        elif "skipped" in s.get((kind, "tachyon"), {}):
+            print(f"  {label} vs Tachyon: {s[(kind, 'tachyon')]['skipped']}")
     cap = get("frames", CAPSULE_ROW, "frames_per_s")
     for label, rate in (("Python->Python", f), ("C->Python", c)):
         if rate and cap:
