@@ -18,6 +18,7 @@ inside the batch, which Tachyon requires (it has no pin).
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import tempfile
 import threading
@@ -27,6 +28,7 @@ from typing import Any, Callable
 
 from ._common import latency_summary, ping_latencies
 
+SPAWN = mp.get_context("spawn")
 CAPACITY = 1 << 22
 FLUSH_EVERY = 64
 _STOP = 1  # type_id of the ping-pong's last message
@@ -135,8 +137,6 @@ def _produce(path: str, n: int, size: int, ready: Any) -> None:
 
 def _consume(n: int, size: int, per_message: Callable[[Any], None] | None) -> float:
     """Receive ``n`` messages (the first batch untimed); messages/s."""
-    from .channel import SPAWN
-
     path = _path("thr")
     ready = SPAWN.Event()
     p = SPAWN.Process(target=_produce, args=(path, n, size, ready))
@@ -205,8 +205,6 @@ def _pong(path_ping: str, path_pong: str, ready: Any) -> None:
 
 def ping(n: int, msg: bytes) -> dict[str, float]:
     """32 B ping-pong round trips: p50/p99 in microseconds."""
-    from .channel import SPAWN
-
     a, b = _path("ping"), _path("pong")
     ready = SPAWN.Event()
     p = SPAWN.Process(target=_pong, args=(a, b, ready))
