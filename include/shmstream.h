@@ -307,6 +307,7 @@ typedef struct ss_segment {
    * ended in a sleep, and waits since the last probe. Per handle. */
   SS_ATOMIC(uint32_t) spin_misses;
   SS_ATOMIC(uint32_t) spin_skipped;
+  SS_ATOMIC(int64_t) spin_learned_ns; /* a longer budget that would have paid, 0: none */
 } ss_segment;
 
 typedef struct ss_create_args {

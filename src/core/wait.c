@@ -19,6 +19,17 @@
  * again: the first after SS_SPIN_PROBE_MIN skipped waits, each failed probe
  * doubling the gap up to SS_SPIN_PROBE_MAX (so a failing probe costs one
  * budget per ~1000 waits). A spin that sees its publication resets it all. */
+/* And the other way: a wait that slept but saw its publication a little
+ * after the budget ran out, yet long after it began (a responder that
+ * copies 4 MiB for ~330 us before it answers), paid a wake-up (~70-200 us
+ * on an idle VM core) that a longer spin saves. So when such a wait took
+ * at least SS_SPIN_LEARN_MIN budgets and 1.5x it is at most
+ * SS_SPIN_LEARN_MAX budgets, the handle's next budget is that 1.5x. Short
+ * waits (a producer on our core, a 64 B exchange) never extend the budget;
+ * a learned budget that fails is re-learned from that wait without
+ * counting as a miss. */
+#define SS_SPIN_LEARN_MIN 4
+#define SS_SPIN_LEARN_MAX 20
 #define SS_SPIN_MISSES_TO_SKIP 2
 #define SS_SPIN_PROBE_MIN 16
 #define SS_SPIN_PROBE_MAX 1024
@@ -100,10 +111,23 @@ static int spin_pays(ss_segment *seg) {
   return skipped >= gap; /* the probe */
 }
 
-static void spin_ended(ss_segment *seg, int seen) {
+/* extended: the spin ran a learned budget longer than the caller's. */
+static void spin_ended(ss_segment *seg, int seen, int extended) {
   const memory_order r = memory_order_relaxed;
+  if (!seen && extended) {
+    atomic_store_explicit(&seg->spin_learned_ns, 0, r);
+    return;
+  }
   uint32_t m = atomic_load_explicit(&seg->spin_misses, r);
   atomic_store_explicit(&seg->spin_misses, seen ? 0 : (m < 64 ? m + 1 : m), r);
+}
+
+/* A wait that spun (the caller's budget spin_ns) slept and saw its
+ * publication `waited` ns after it began: the learned budget. */
+static void spin_learn(ss_segment *seg, int64_t spin_ns, int64_t waited) {
+  int64_t want = waited + waited / 2;
+  int ok = waited >= SS_SPIN_LEARN_MIN * spin_ns && want <= SS_SPIN_LEARN_MAX * spin_ns;
+  atomic_store_explicit(&seg->spin_learned_ns, ok ? want : 0, memory_order_relaxed);
 }
 
 int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
@@ -112,7 +136,12 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
   if (c > after) { *count_out = c; return SS_OK; }
   if (spin_ns > 0 && timeout_ns != 0 && !spin_pays(seg)) spin_ns = 0;
-  int64_t now = ss_monotonic_ns();
+  int64_t budget = spin_ns; /* the caller's, before any learned extension */
+  if (spin_ns > 0) {
+    int64_t learned = atomic_load_explicit(&seg->spin_learned_ns, memory_order_relaxed);
+    if (learned > spin_ns) spin_ns = learned;
+  }
+  int64_t now = ss_monotonic_ns(), start = now;
   int64_t deadline = ss_deadline_ns(timeout_ns);
   int64_t spin_end = now + (spin_ns < timeout_ns || timeout_ns < 0 ? spin_ns : timeout_ns);
   /* A write in flight means a publication is imminent: a big copy (4 MiB
@@ -132,7 +161,7 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     ss_cpu_relax();
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) {
-      if (spun) spin_ended(seg, 1);
+      if (spun) spin_ended(seg, 1, spin_ns > budget);
       *count_out = c;
       return SS_OK;
     }
@@ -142,13 +171,14 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
       now = ss_monotonic_ns();
     }
   }
-  if (spun && now < deadline) spin_ended(seg, 0);
+  if (spun && now < deadline) spin_ended(seg, 0, spin_ns > budget);
   /* Announce ourselves for the whole sleep: a sleeper slot (z1, z2) that a
    * writer can check for liveness, or, if all 64 are taken, the waiters
    * count around each futex wait. */
   int slot = seg->readonly == 2 ? SS_POLL_SLOT : ss_sleeper_claim(seg);
   int rc = sleep_until(seg, after, deadline, slot, ignore_failed, count_out);
   ss_sleeper_release(seg, slot);
+  if (spun && rc == SS_OK) spin_learn(seg, budget, ss_monotonic_ns() - start);
   return rc;
 }
 
