@@ -97,3 +97,31 @@ def test_an_array_message_whose_shape_does_not_match_its_bytes_is_refused(pair):
     with rx.recv_zero_copy(timeout=1) as m:
         with pytest.raises(CorruptStreamError, match="corrupt"):
             m.__dlpack__()
+
+
+def test_drain_dlpack_hands_capsules_that_pin_until_their_tensors_go(pair):
+    torch = pytest.importorskip("torch")
+    tx, rx = pair
+    assert rx.drain_dlpack(10) == []  # nothing yet, timeout 0
+    tx.send_many([np.full(4, i, np.float32) for i in range(3)])
+    caps = rx.drain_dlpack(10, None)
+    assert len(caps) == 3 and rx._ch.tail == 0
+    tensors = [torch.from_dlpack(c) for c in caps]
+    del caps
+    assert [t.tolist() for t in tensors] == [[i] * 4 for i in range(3)]
+    assert rx._ch.tail == 0  # the tensors pin the records
+    del tensors
+    assert rx._ch.tail == tx._ch.head
+
+
+def test_drain_dlpack_stops_before_a_message_without_a_dlpack_layout(pair):
+    tx, rx = pair
+    tx.send(np.ones(2, np.int16))
+    tx.send(np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]))
+    caps = rx.drain_dlpack(10)
+    assert len(caps) == 1  # the int16 message; the structured one stays
+    del caps
+    with pytest.raises(BufferError, match="DLPack"):
+        rx.drain_dlpack(10)
+    with rx.recv_zero_copy(timeout=0) as m:  # still there: it was not consumed
+        assert m.array["a"].tolist() == [1]

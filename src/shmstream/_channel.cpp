@@ -85,6 +85,40 @@ bool parse_meta(const uint8_t *m, uint32_t len, ArrayMeta *out) {
   return true;
 }
 
+// The DLPack layout of a message (a byte message: uint8[size]): 0, or why
+// it has none (1: no DLPack dtype, 2: its shape does not match its bytes).
+struct DLLayout {
+  int32_t ndim = 1;
+  size_t shape[SS_MAX_NDIM]{};
+  nb::dlpack::dtype dt = nb::dtype<uint8_t>();
+};
+
+int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t size, DLLayout *out) {
+  out->shape[0] = size;
+  if (!(flags & SS_MSG_ARRAY)) return 0;
+  ArrayMeta am;
+  if (!parse_meta(meta, meta_len, &am) || !dl_dtype(am.dtype, am.dtype_len, &out->dt)) return 1;
+  size_t n = out->dt.bits / 8;
+  for (uint32_t i = 0; i < am.ndim; i++) n *= (out->shape[i] = am.shape[i]);
+  out->ndim = (int32_t)am.ndim;
+  return n == size ? 0 : 2;
+}
+
+[[noreturn]] void raise_layout(int why, size_t size) {
+  if (why == 1)
+    raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
+  raise(g_corrupt, "array message of " + std::to_string(size) +
+        " bytes describes another number of bytes (corrupt record)");
+}
+
+// A DLPack capsule of a message's bytes, pinned by `pin`.
+nb::object dl_message(const void *data, const DLLayout &l, nb::handle pin, bool versioned) {
+  return versioned ? dl_capsule<DLManagedTensorVersioned>((void *)data, l.ndim, l.shape,
+                                                          l.dt.code, l.dt.bits, pin, true)
+                   : dl_capsule<DLManagedTensor>((void *)data, l.ndim, l.shape, l.dt.code,
+                                                 l.dt.bits, pin, true);
+}
+
 class Channel;
 
 // Keeps one received record's bytes from reuse while anything refers to it:
@@ -136,27 +170,10 @@ struct RxMessage {
   nb::object dlpack(nb::handle max_version, nb::handle dl_device, nb::handle copy) const {
     check();
     bool versioned = dl_check_kwargs(max_version, dl_device, copy);
-    size_t one[1] = {size};
-    const size_t *shape = one;
-    int32_t ndim = 1;
-    nb::dlpack::dtype dt = nb::dtype<uint8_t>();
-    ArrayMeta am;
-    if (flags & SS_MSG_ARRAY) {
-      if (!parse_meta((const uint8_t *)meta.c_str(), (uint32_t)meta.size(), &am) ||
-          !dl_dtype(am.dtype, am.dtype_len, &dt))
-        raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
-      size_t n = dt.bits / 8;
-      for (uint32_t i = 0; i < am.ndim; i++) n *= am.shape[i];
-      if (n != size)
-        raise(g_corrupt, "array message of " + std::to_string(size) + " bytes describes " +
-              std::to_string(n) + " bytes (corrupt record)");
-      shape = am.shape;
-      ndim = (int32_t)am.ndim;
-    }
-    return versioned ? dl_capsule<DLManagedTensorVersioned>((void *)data, ndim, shape, dt.code,
-                                                            dt.bits, pin, true)
-                     : dl_capsule<DLManagedTensor>((void *)data, ndim, shape, dt.code, dt.bits,
-                                                   pin, true);
+    DLLayout l;
+    int why = dl_layout(flags, (const uint8_t *)meta.c_str(), (uint32_t)meta.size(), size, &l);
+    if (why) raise_layout(why, size);
+    return dl_message(data, l, pin, versioned);
   }
 
   void release() { pin = nb::none(); }
@@ -438,6 +455,34 @@ class Channel {
     return out;
   }
 
+  // drain_zero_copy's messages as DLPack capsules, each pinning its record
+  // until the capsule (or the tensor made of it) is gone. A message with no
+  // DLPack layout ends the batch unconsumed; met first, it raises.
+  nb::list drain_capsules(size_t max, int64_t timeout_ns) {
+    check_consumer("drain_dlpack");
+    nb::list out;
+    if (max == 0) return out;
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
+    if (rc) raise_status(rc, "drain_dlpack");
+    nb::handle self = nb::find(this);
+    for (;;) {
+      DLLayout l;
+      int why = dl_layout(m.flags, (const uint8_t *)m.meta, m.meta_len, m.size, &l);
+      if (why) {
+        if (out.size() == 0) raise_layout(why, m.size);
+        break;
+      }
+      ss_channel_skip_rx(&ch);
+      pins.emplace_back(m.end, false);
+      nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end}, nb::rv_policy::take_ownership);
+      out.append(dl_message(m.data, l, pin, false));
+      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+    }
+    return out;
+  }
+
   // A pin died: release the longest prefix of records nobody refers to.
   void unpin(uint64_t end) {
     for (auto &p : pins)
@@ -676,6 +721,9 @@ NB_MODULE(_channel, m) {
       .def("recv_view", [](Channel &c, nb::handle timeout) {
         return c.recv_view(to_ns(timeout));
       }, "timeout"_a = nb::none())
+      .def("drain_capsules", [](Channel &c, size_t max, nb::handle timeout) {
+        return c.drain_capsules(max, to_ns(timeout));
+      }, "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("drain_views", [](Channel &c, size_t max, nb::handle timeout) {
         return c.drain_views(max, to_ns(timeout));
       }, "max_messages"_a, "timeout"_a.none() = 0.0)
