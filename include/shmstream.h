@@ -303,6 +303,11 @@ typedef struct ss_segment {
   size_t slot_seq_off;
   uint32_t slot_seq_step;
   uint32_t history;         /* id.history, 0: no slot records */
+  /* The waits' learned spin policy (src/core/wait.c): consecutive spins that
+   * ended in a sleep, and waits since the last probe. Per handle. */
+  SS_ATOMIC(uint32_t) spin_misses;
+  SS_ATOMIC(uint32_t) spin_skipped;
+  SS_ATOMIC(int64_t) spin_learned_ns; /* a longer budget that would have paid, 0: none */
 } ss_segment;
 
 typedef struct ss_create_args {

@@ -1,7 +1,6 @@
 /* Waiting for a publication: spin briefly, then sleep on the futex.
  * Protocol and labels: docs/ABI.md, "Wait". */
 #define _GNU_SOURCE
-#include <sched.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -13,8 +12,27 @@
 /* Longest a waiter keeps spinning past its budget while a write is in
  * flight (a write_view held open must not burn a core for long). */
 #define SS_IN_FLIGHT_SPIN_NS 10000000
-/* Of the spin budget, this much is spent pausing before yielding begins. */
-#define SS_PAUSE_SPIN_NS 5000
+/* The learned part of the policy: after this many spins in a row that ended
+ * asleep, a handle's waits sleep at once (its producer is slower than the
+ * budget, or shares its core, where a spinner only delays it), except for
+ * probes that spin the whole budget to find out whether spinning pays
+ * again: the first after SS_SPIN_PROBE_MIN skipped waits, each failed probe
+ * doubling the gap up to SS_SPIN_PROBE_MAX (so a failing probe costs one
+ * budget per ~1000 waits). A spin that sees its publication resets it all. */
+/* And the other way: a wait that slept but saw its publication a little
+ * after the budget ran out, yet long after it began (a responder that
+ * copies 4 MiB for ~330 us before it answers), paid a wake-up (~70-200 us
+ * on an idle VM core) that a longer spin saves. So when such a wait took
+ * at least SS_SPIN_LEARN_MIN budgets and 1.5x it is at most
+ * SS_SPIN_LEARN_MAX budgets, the handle's next budget is that 1.5x. Short
+ * waits (a producer on our core, a 64 B exchange) never extend the budget;
+ * a learned budget that fails is re-learned from that wait without
+ * counting as a miss. */
+#define SS_SPIN_LEARN_MIN 4
+#define SS_SPIN_LEARN_MAX 20
+#define SS_SPIN_MISSES_TO_SKIP 2
+#define SS_SPIN_PROBE_MIN 16
+#define SS_SPIN_PROBE_MAX 1024
 
 int64_t ss_default_spin_ns(void) {
   static int64_t cached = -1;
@@ -78,41 +96,89 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   return ss_wait_newer(seg, after, timeout_ns, spin_ns, 0, count_out);
 }
 
+/* Whether this wait spins (the learned policy above). spin_misses counts
+ * the spins in a row that ended asleep; past SS_SPIN_MISSES_TO_SKIP it also
+ * sets the probe gap, 16 << (misses - 2). Relaxed counters: two threads
+ * waiting on one handle at once only blur the heuristic. */
+static int spin_pays(ss_segment *seg) {
+  const memory_order r = memory_order_relaxed;
+  uint32_t misses = atomic_load_explicit(&seg->spin_misses, r);
+  if (misses < SS_SPIN_MISSES_TO_SKIP) return 1;
+  uint32_t shift = misses - SS_SPIN_MISSES_TO_SKIP;
+  uint32_t gap = shift >= 6 ? SS_SPIN_PROBE_MAX : SS_SPIN_PROBE_MIN << shift;
+  uint32_t skipped = atomic_load_explicit(&seg->spin_skipped, r) + 1;
+  atomic_store_explicit(&seg->spin_skipped, skipped >= gap ? 0 : skipped, r);
+  return skipped >= gap; /* the probe */
+}
+
+/* extended: the spin ran a learned budget longer than the caller's. */
+static void spin_ended(ss_segment *seg, int seen, int extended) {
+  const memory_order r = memory_order_relaxed;
+  if (!seen && extended) {
+    atomic_store_explicit(&seg->spin_learned_ns, 0, r);
+    return;
+  }
+  uint32_t m = atomic_load_explicit(&seg->spin_misses, r);
+  atomic_store_explicit(&seg->spin_misses, seen ? 0 : (m < 64 ? m + 1 : m), r);
+}
+
+/* A wait that spun (the caller's budget spin_ns) slept and saw its
+ * publication `waited` ns after it began: the learned budget. */
+static void spin_learn(ss_segment *seg, int64_t spin_ns, int64_t waited) {
+  int64_t want = waited + waited / 2;
+  int ok = waited >= SS_SPIN_LEARN_MIN * spin_ns && want <= SS_SPIN_LEARN_MAX * spin_ns;
+  atomic_store_explicit(&seg->spin_learned_ns, ok ? want : 0, memory_order_relaxed);
+}
+
 int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   int ignore_failed, uint64_t *count_out) {
   ss_publish_line *p = &seg->hdr->pub;
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
   if (c > after) { *count_out = c; return SS_OK; }
-  int64_t now = ss_monotonic_ns();
+  if (spin_ns > 0 && timeout_ns != 0 && !spin_pays(seg)) spin_ns = 0;
+  int64_t budget = spin_ns; /* the caller's, before any learned extension */
+  if (spin_ns > 0) {
+    int64_t learned = atomic_load_explicit(&seg->spin_learned_ns, memory_order_relaxed);
+    if (learned > spin_ns) spin_ns = learned;
+  }
+  int64_t now = ss_monotonic_ns(), start = now;
   int64_t deadline = ss_deadline_ns(timeout_ns);
   int64_t spin_end = now + (spin_ns < timeout_ns || timeout_ns < 0 ? spin_ns : timeout_ns);
-  /* Pure pause-spinning for the first SS_PAUSE_SPIN_NS, then yield while
-   * spinning: if the producer shares our core (2-core machines, busy
-   * hosts), sched_yield lets it run instead of burning its time slice. */
-  int64_t pause_end = now + SS_PAUSE_SPIN_NS;
   /* A write in flight means a publication is imminent: a big copy (4 MiB
    * takes ~350 us here) outlasts the spin budget, and sleeping then costs a
    * wake-up (~100 us on an idle VM core). So spinning goes on while the
    * writer is copying, up to SS_IN_FLIGHT_SPIN_NS. */
   int64_t flight_end = spin_ns > 0 ? now + SS_IN_FLIGHT_SPIN_NS : now;
   if (flight_end > deadline) flight_end = deadline;
+  /* Only `pause` between checks: sched_yield let a producer on our core
+   * run in theory, but under CFS each call could hand a whole time slice to
+   * any other task, and a reader on the core of a full-speed writer read
+   * ~260 frames/s instead of ~77 000 (docs/API.md, "Spinning"). A producer
+   * on our core is the learned policy's case instead. */
+  int spun = spin_ns > 0;
   for (unsigned i = 1;; i++) {
     if (now >= spin_end && (now >= flight_end || !ss_write_in_flight(seg))) break;
-    if (now < pause_end) ss_cpu_relax(); else sched_yield();
+    ss_cpu_relax();
     c = atomic_load_explicit(&p->count, memory_order_acquire);
-    if (c > after) { *count_out = c; return SS_OK; }
+    if (c > after) {
+      if (spun) spin_ended(seg, 1, spin_ns > budget);
+      *count_out = c;
+      return SS_OK;
+    }
     if ((i & 15) == 0) {
       if (cancelled(seg)) return SS_ECANCELLED;
       if (!ignore_failed && inconsistent(p)) return SS_EINCONSISTENT;
       now = ss_monotonic_ns();
     }
   }
+  if (spun && now < deadline) spin_ended(seg, 0, spin_ns > budget);
   /* Announce ourselves for the whole sleep: a sleeper slot (z1, z2) that a
    * writer can check for liveness, or, if all 64 are taken, the waiters
    * count around each futex wait. */
   int slot = seg->readonly == 2 ? SS_POLL_SLOT : ss_sleeper_claim(seg);
   int rc = sleep_until(seg, after, deadline, slot, ignore_failed, count_out);
   ss_sleeper_release(seg, slot);
+  if (spun && rc == SS_OK) spin_learn(seg, budget, ss_monotonic_ns() - start);
   return rc;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "_binding.h"
+#include "_dlpack.h"
 #include "shmstream.h"
 
 namespace nb = nanobind;
@@ -95,6 +96,42 @@ bool meta_fits(const ArrayMeta &am, size_t itemsize, size_t size) {
   return n == size;
 }
 
+// The DLPack layout of a message (a byte message: uint8[size]): 0, or why
+// it has none (1: no DLPack dtype, 2: its shape does not match its bytes).
+struct DLLayout {
+  int32_t ndim = 1;
+  size_t shape[SS_MAX_NDIM]{};
+  nb::dlpack::dtype dt = nb::dtype<uint8_t>();
+};
+
+int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t size, DLLayout *out) {
+  out->shape[0] = size;
+  if (!(flags & SS_MSG_ARRAY)) return 0;
+  ArrayMeta am;
+  if (!parse_meta(meta, meta_len, &am) || !dl_dtype(am.dtype, am.dtype_len, &out->dt)) return 1;
+  for (uint32_t i = 0; i < am.ndim; i++) out->shape[i] = am.shape[i];
+  out->ndim = (int32_t)am.ndim;
+  // The metadata is the producer's word: a shape that claims more bytes
+  // than the record carries would make a view past it (fuzz_py_recv finding).
+  return meta_fits(am, out->dt.bits / 8, size) ? 0 : 2;
+}
+
+[[noreturn]] void raise_layout(int why, size_t size) {
+  if (why == 1)
+    raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
+  raise(g_corrupt, "a received array message is corrupt: its shape and dtype describe "
+                   "another size than its " + std::to_string(size) + " payload bytes; "
+                   "the producer wrote a bad record");
+}
+
+// A DLPack capsule of a message's bytes, pinned by `pin`.
+nb::object dl_message(const void *data, const DLLayout &l, nb::handle pin, bool versioned) {
+  return versioned ? dl_capsule<DLManagedTensorVersioned>((void *)data, l.ndim, l.shape,
+                                                          l.dt.code, l.dt.bits, pin, true)
+                   : dl_capsule<DLManagedTensor>((void *)data, l.ndim, l.shape, l.dt.code,
+                                                 l.dt.bits, pin, true);
+}
+
 class Channel;
 
 // Keeps one received record's bytes from reuse while anything refers to it:
@@ -128,26 +165,24 @@ struct RxMessage {
   // A typed, read-only view, or None when the dtype has no DLPack code.
   nb::object typed_view() const {
     check();
-    if (!(flags & SS_MSG_ARRAY)) {
-      size_t shape[1] = {size};
-      return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, 1, shape, pin, nullptr,
-                                                         nb::dtype<uint8_t>(), nb::device::cpu::value));
-    }
-    ArrayMeta am;
-    nb::dlpack::dtype dt;
-    if (!parse_meta((const uint8_t *)meta.c_str(), (uint32_t)meta.size(), &am) ||
-        !dl_dtype(am.dtype, am.dtype_len, &dt))
-      return nb::none();
-    // The metadata is the producer's word: a shape that claims more bytes
-    // than the record carries would make a view past it (fuzz_py_recv
-    // finding: reads beyond the ring mapping).
-    if (!meta_fits(am, dt.bits / 8, size))
-      raise(ssb::g_corrupt, "a received array message is corrupt: its shape and dtype describe "
-                            "another size than its " + std::to_string(size) + " payload bytes; "
-                            "the producer wrote a bad record");
-    return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, am.ndim, am.shape, pin, nullptr, dt,
-                                                       nb::device::cpu::value));
+    DLLayout l;
+    int why = dl_layout(flags, (const uint8_t *)meta.c_str(), (uint32_t)meta.size(), size, &l);
+    if (why == 1) return nb::none();
+    if (why) raise_layout(why, size);
+    return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, (size_t)l.ndim, l.shape, pin,
+                                                       nullptr, l.dt, nb::device::cpu::value));
   }
+  // A DLPack capsule of the message made here (no ndarray in between),
+  // read-only when versioned; the consumer's tensor holds the pin.
+  nb::object dlpack(nb::handle max_version, nb::handle dl_device, nb::handle copy) const {
+    check();
+    bool versioned = dl_check_kwargs(max_version, dl_device, copy);
+    DLLayout l;
+    int why = dl_layout(flags, (const uint8_t *)meta.c_str(), (uint32_t)meta.size(), size, &l);
+    if (why) raise_layout(why, size);
+    return dl_message(data, l, pin, versioned);
+  }
+
   void release() { pin = nb::none(); }
 };
 
@@ -427,6 +462,34 @@ class Channel {
     return out;
   }
 
+  // drain_zero_copy's messages as DLPack capsules, each pinning its record
+  // until the capsule (or the tensor made of it) is gone. A message with no
+  // DLPack layout ends the batch unconsumed; met first, it raises.
+  nb::list drain_capsules(size_t max, int64_t timeout_ns) {
+    check_consumer("drain_dlpack");
+    nb::list out;
+    if (max == 0) return out;
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
+    if (rc) raise_status(rc, "drain_dlpack");
+    nb::handle self = nb::find(this);
+    for (;;) {
+      DLLayout l;
+      int why = dl_layout(m.flags, (const uint8_t *)m.meta, m.meta_len, m.size, &l);
+      if (why) {
+        if (out.size() == 0) raise_layout(why, m.size);
+        break;
+      }
+      ss_channel_skip_rx(&ch);
+      pins.emplace_back(m.end, false);
+      nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end}, nb::rv_policy::take_ownership);
+      out.append(dl_message(m.data, l, pin, false));
+      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+    }
+    return out;
+  }
+
   // A pin died: release the longest prefix of records nobody refers to.
   void unpin(uint64_t end) {
     for (auto &p : pins)
@@ -571,13 +634,23 @@ NB_MODULE(_channel, m) {
            "Drop this message's hold on its ring bytes (views keep theirs).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](RxMessage &r, nb::args) { r.release(); return false; })
-      .def("__dlpack__", [](RxMessage &r, nb::kwargs kw) {
-        nb::object v = r.typed_view();
-        if (v.is_none())
-          raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
-        return v.attr("__dlpack__")(**kw);
-      })
+      .def("__dlpack__", [](const RxMessage &r, nb::handle, nb::handle max_version,
+                            nb::handle dl_device, nb::handle copy) {
+        return r.dlpack(max_version, dl_device, copy);
+      }, nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(),
+         "dl_device"_a = nb::none(), "copy"_a = nb::none(),
+         "A DLPack capsule of the message (no copy); it and the consumer's tensor keep the "
+         "ring bytes pinned until they are gone.")
       .def("__dlpack_device__", [](RxMessage &) { return nb::make_tuple(1, 0); });
+
+  m.def("release_all", [](nb::handle msgs) {
+    // ZeroCopyBatch's exit: every message's hold dropped in one call.
+    nb::object seq = nb::steal(PySequence_Fast(msgs.ptr(), "release_all takes a list"));
+    if (!seq.is_valid()) throw nb::python_error();
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
+    for (Py_ssize_t i = 0; i < n; i++) nb::cast<RxMessage &>(nb::handle(it[i])).release();
+  }, "msgs"_a, "Release every ZeroCopyMessage of msgs (views keep their own holds).");
 
   nb::class_<Channel>(m, "Channel")
       .def_static("create", [](const std::string &name, uint64_t capacity, int role, int mode) {
@@ -651,13 +724,16 @@ NB_MODULE(_channel, m) {
            "timeout"_a = nb::none())
       .def("drain", [](Channel &c, size_t max, nb::handle timeout) {
         return c.drain(max, to_ns(timeout));
-      }, "max_messages"_a, "timeout"_a = 0.0)
+      }, "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("recv_view", [](Channel &c, nb::handle timeout) {
         return c.recv_view(to_ns(timeout));
       }, "timeout"_a = nb::none())
+      .def("drain_capsules", [](Channel &c, size_t max, nb::handle timeout) {
+        return c.drain_capsules(max, to_ns(timeout));
+      }, "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("drain_views", [](Channel &c, size_t max, nb::handle timeout) {
         return c.drain_views(max, to_ns(timeout));
-      }, "max_messages"_a, "timeout"_a = 0.0)
+      }, "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("close", &Channel::close)
       .def("cancel", [](Channel &c) { ss_channel_cancel(&c.ch); });
 }

@@ -89,7 +89,10 @@ class ZeroCopyMessage:
 
     def __exit__(self, *args) -> bool: ...
 
-    def __dlpack__(self, **kwargs) -> object: ...
+    def __dlpack__(self, *, stream: object | None = None, max_version: object | None = None, dl_device: object | None = None, copy: object | None = None) -> object:
+        """
+        A DLPack capsule of the message (no copy); it and the consumer's tensor keep the ring bytes pinned until they are gone.
+        """
 
     def __dlpack_device__(self) -> tuple: ...
 
@@ -100,6 +103,9 @@ class ZeroCopyMessage:
     @property
     def array(self) -> object:
         """The payload as a read-only ndarray view (uint8 for a bytes message)."""
+
+def release_all(msgs: object) -> None:
+    """Release every ZeroCopyMessage of msgs (views keep their own holds)."""
 
 class Channel:
     @staticmethod
@@ -167,11 +173,13 @@ class Channel:
 
     def recv(self, timeout: object | None = None) -> Message: ...
 
-    def drain(self, max_messages: int, timeout: object = 0.0) -> list: ...
+    def drain(self, max_messages: int, timeout: object | None = 0.0) -> list: ...
 
     def recv_view(self, timeout: object | None = None) -> ZeroCopyMessage: ...
 
-    def drain_views(self, max_messages: int, timeout: object = 0.0) -> list: ...
+    def drain_capsules(self, max_messages: int, timeout: object | None = 0.0) -> list: ...
+
+    def drain_views(self, max_messages: int, timeout: object | None = 0.0) -> list: ...
 
     def close(self) -> None: ...
 

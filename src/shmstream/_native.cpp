@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "_binding.h"
+#include "_ndarray.h"
 #include "shmstream.h"
 
 namespace nb = nanobind;
@@ -87,6 +88,13 @@ class Segment {
                  uint64_t count = 0, uint64_t write_time_ns = 0) {
     Buffer b(src, false);
     check_len(b, "source");
+    return publish(b.view.buf, frame_id ? &*frame_id : nullptr, locked, timeout_ns, count,
+                   write_time_ns);
+  }
+
+  // Publishes payload_bytes() from src (the caller keeps it alive).
+  uint64_t publish(const void *src, const uint64_t *frame_id, bool locked, int64_t timeout_ns,
+                   uint64_t count = 0, uint64_t write_time_ns = 0) {
     if (!locked) lock(timeout_ns);
     uint64_t now = hdr()->pub.count.load(std::memory_order_relaxed);
     if (count && count <= now) {
@@ -94,16 +102,46 @@ class Segment {
       raise(PyExc_ValueError, "count " + std::to_string(count) + " does not exceed the count of '" +
             name() + "' (" + std::to_string(now) + "): a mirror's counts only grow");
     }
-    ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
+    ss_publish_meta meta{frame_id, write_time_ns, count};
     if (payload_bytes() >= kGilFreeCopyBytes) {
       nb::gil_scoped_release nogil;
-      ss_write_locked_ex(&seg, b.view.buf, payload_bytes(), &meta);
+      ss_write_locked_ex(&seg, src, payload_bytes(), &meta);
     } else {
-      ss_write_locked_ex(&seg, b.view.buf, payload_bytes(), &meta);
+      ss_write_locked_ex(&seg, src, payload_bytes(), &meta);
     }
     uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
     return c;
+  }
+
+  // ---- the hot path of a handle (stream.py write/read/read_new): one call
+  // that checks the array against the bound dtype and shape and does the
+  // work, or answers None for "not the fast case" (the handle's checked
+  // path then converts or raises). ----
+
+  ArraySpec spec;
+
+  nb::object put(nb::handle src, nb::handle frame_id) {
+    const char *data = spec.data_of(src, false);
+    uint64_t fid = 0;
+    if (!data || (!frame_id.is_none() && !u64_of(frame_id, &fid))) return nb::none();
+    return nb::int_(publish(data, frame_id.is_none() ? nullptr : &fid, false, -1));
+  }
+
+  nb::object get(nb::handle dst, nb::handle timeout) {
+    char *data = spec.data_of(dst, true);
+    if (!data) return nb::none();
+    return nb::int_(read_bytes(data, to_ns(timeout), false).count);
+  }
+
+  // spin_us: the call's (microseconds) or None for the handle's spin_ns.
+  nb::object get_new(nb::handle dst, uint64_t after, nb::handle timeout, nb::handle spin_us,
+                     int64_t spin_ns) {
+    char *data = spec.data_of(dst, true);
+    if (!data || (!spin_us.is_none() && !spin_ns_of(spin_us, &spin_ns)) ||
+        hdr()->pub.state.load(std::memory_order_relaxed) != SS_STATE_VALID)
+      return nb::none();
+    return nb::int_(read_new_bytes(data, after, to_ns(timeout), spin_ns).count);
   }
 
   uint64_t clear(bool locked, int64_t timeout_ns) {
@@ -120,22 +158,28 @@ class Segment {
   std::tuple<uint64_t, uint64_t, uint64_t> read(nb::handle dst, int64_t timeout_ns, bool holds_lock) {
     Buffer b(dst, true);
     check_len(b, "destination");
+    ss_pubinfo info = read_bytes(b.view.buf, timeout_ns, holds_lock);
+    return {info.count, info.frame_id, info.write_time_ns};
+  }
+
+  // A consistent copy of payload_bytes() into dst (the caller keeps it alive).
+  ss_pubinfo read_bytes(void *dst, int64_t timeout_ns, bool holds_lock) {
     ss_pubinfo info{};
     int rc;
     if (holds_lock || payload_bytes() < kGilFreeCopyBytes) {
       // Fast path with the GIL held: a small copy, retried a few times.
-      rc = ss_read(&seg, b.view.buf, payload_bytes(), 0, holds_lock, &info);
+      rc = ss_read(&seg, dst, payload_bytes(), 0, holds_lock, &info);
       if (rc == SS_ETIMEDOUT && timeout_ns != 0)
         rc = chunked(timeout_ns, [&](int64_t chunk) {
-          return ss_read(&seg, b.view.buf, payload_bytes(), chunk, 0, &info);
+          return ss_read(&seg, dst, payload_bytes(), chunk, 0, &info);
         });
     } else {
       rc = chunked(timeout_ns, [&](int64_t chunk) {
-        return ss_read(&seg, b.view.buf, payload_bytes(), chunk, 0, &info);
+        return ss_read(&seg, dst, payload_bytes(), chunk, 0, &info);
       });
     }
     if (rc) raise_status(rc, "read");
-    return {info.count, info.frame_id, info.write_time_ns};
+    return info;
   }
 
   // The last complete publication whatever the state: (count, frame_id,
@@ -313,12 +357,17 @@ class Segment {
                                                     int64_t timeout_ns, int64_t spin_ns) {
     Buffer b(dst, true);
     check_len(b, "destination");
+    ss_pubinfo info = read_new_bytes(b.view.buf, after, timeout_ns, spin_ns);
+    return {info.count, info.frame_id, info.write_time_ns};
+  }
+
+  ss_pubinfo read_new_bytes(void *dst, uint64_t after, int64_t timeout_ns, int64_t spin_ns) {
     ss_pubinfo info{};
     int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
-      return ss_read_new(&seg, b.view.buf, payload_bytes(), after, chunk, spin, &info);
+      return ss_read_new(&seg, dst, payload_bytes(), after, chunk, spin, &info);
     });
     if (rc) raise_status(rc, "read_new");
-    return {info.count, info.frame_id, info.write_time_ns};
+    return info;
   }
 };
 
@@ -359,6 +408,7 @@ NB_MODULE(_native, m) {
   m.attr("STATE_ABANDONED") = (int)SS_STATE_ABANDONED;
 
   load_error_types();
+  load_ndarray_type();
   m.attr("NAME_RULE") = name_rule();
 
   m.def("segment_name", [](const std::string &name) {
@@ -565,6 +615,30 @@ NB_MODULE(_native, m) {
          "Copy the last complete publication whatever the state: (count, frame_id, "
          "write_time_ns, state).")
       .def("check_writer", &Segment::check_writer)
+      .def("bind_array", [](Segment &s, nb::handle dtype, std::vector<Py_ssize_t> shape) {
+        // The dtype and shape put/get/get_new accept; their bytes must be
+        // the payload's (else nothing is the fast case).
+        size_t n = (size_t)nb::cast<Py_ssize_t>(dtype.attr("itemsize"));
+        for (Py_ssize_t d : shape) n *= (size_t)d;
+        if (n != s.payload_bytes()) return false;
+        s.spec.dtype = nb::borrow(dtype);
+        s.spec.shape = std::move(shape);
+        return true;
+      }, "dtype"_a, "shape"_a,
+         "Bind the array type of the hot path (put, get, get_new). False if its bytes are not "
+         "the payload's.")
+      .def("put", &Segment::put, "src"_a, "frame_id"_a = nb::none(),
+           "write() of a C-contiguous ndarray of the bound dtype and shape without the lock "
+           "held: the new count, or None if src is not such an array (or frame_id not a plain "
+           "int in [0, 2**64)).")
+      .def("get", &Segment::get, "dst"_a, "timeout"_a = nb::none(),
+           "read() into a writable C-contiguous ndarray of the bound dtype and shape: the count "
+           "read, or None if dst is not such an array.")
+      .def("get_new", &Segment::get_new, "dst"_a, "after"_a, "timeout"_a = nb::none(),
+           "spin_us"_a = nb::none(), "spin_ns"_a = -1,
+           "read_new() into a writable C-contiguous ndarray of the bound dtype and shape: the "
+           "count read, or None if dst is not such an array, spin_us not a number >= 0, or the "
+           "stream's last write failed.")
       .def("read_new", [](Segment &s, nb::handle dst, uint64_t after, nb::handle timeout,
                           int64_t spin_ns) {
         return s.read_new(dst, after, to_ns(timeout), spin_ns);

@@ -202,6 +202,26 @@ class Segment:
 
     def check_writer(self) -> None: ...
 
+    def bind_array(self, dtype: object, shape: Sequence[int]) -> bool:
+        """
+        Bind the array type of the hot path (put, get, get_new). False if its bytes are not the payload's.
+        """
+
+    def put(self, src: object, frame_id: object | None = None) -> object:
+        """
+        write() of a C-contiguous ndarray of the bound dtype and shape without the lock held: the new count, or None if src is not such an array (or frame_id not a plain int in [0, 2**64)).
+        """
+
+    def get(self, dst: object, timeout: object | None = None) -> object:
+        """
+        read() into a writable C-contiguous ndarray of the bound dtype and shape: the count read, or None if dst is not such an array.
+        """
+
+    def get_new(self, dst: object, after: int, timeout: object | None = None, spin_us: object | None = None, spin_ns: int = -1) -> object:
+        """
+        read_new() into a writable C-contiguous ndarray of the bound dtype and shape: the count read, or None if dst is not such an array, spin_us not a number >= 0, or the stream's last write failed.
+        """
+
     def read_new(self, dst: object, after: int, timeout: object | None = None, spin_ns: int = -1) -> tuple[int, int, int]: ...
 
     def view(self, after: int, wait_new: bool, timeout: object | None = None, spin_ns: int = -1, holds_lock: bool = False) -> tuple[int, int, int, int, int]:

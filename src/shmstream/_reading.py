@@ -6,7 +6,6 @@ is one native call into the snapshot protocol of the core (docs/ABI.md,
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,6 @@ from .publication import STATE_NAMES, Publication
 # Hot-path globals bound once.
 _ndarray = np.ndarray
 _empty = np.empty
-_get_ident = threading.get_ident
 
 
 class Reading:
@@ -115,18 +113,21 @@ class Reading:
             return self._read_unsafe(safe, out)
         if out is None:
             out = _empty(self.shape, self.dtype)
-        elif out.__class__ is not _ndarray or out.shape != self.shape or out.dtype != self.dtype:
-            out = self._check_out(out)
-        owner = self._lk.owner
-        count = seg.read(out, timeout, owner is not None and owner == _get_ident())[0]
-        # _record, inlined
-        missed = count - self._last_read - 1
-        self._last_read = count
-        if missed > 0:
-            self._missed = missed
-            self._total_missed += missed
-        else:
-            self._missed = 0
+        if self._lk.owner is None:
+            # Fast case: one native call checks out (None back: not a
+            # C-contiguous writable ndarray of our dtype and shape) and copies.
+            count = seg.get(out, timeout)
+            if count is not None:
+                missed = count - self._last_read - 1
+                self._last_read = count
+                if missed > 0:
+                    self._missed = missed
+                    self._total_missed += missed
+                else:
+                    self._missed = 0
+                return out
+        out = self._check_out(out)
+        self._record(seg.read(out, timeout, self._holds_lock())[0])
         return out
 
     def _read_unsafe(self, safe: bool, out: Any) -> Any:

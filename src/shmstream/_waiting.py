@@ -21,7 +21,6 @@ from .publication import Publication
 _ASYNC_CHUNK_S = 0.25
 
 # Hot-path globals bound once.
-_ndarray = np.ndarray
 _empty = np.empty
 
 
@@ -76,15 +75,18 @@ class Waiting:
         if the handle is closed meanwhile. ``spin_us`` overrides how long to
         spin before sleeping."""
         seg = self._seg
-        if seg is None or not safe or spin_us is not None or seg.state:
+        if seg is None or not safe:
             return self._read_new_slow(timeout, safe, out, spin_us)
         if out is None:
             out = _empty(self.shape, self.dtype)
-        elif out.__class__ is not _ndarray or out.shape != self.shape or out.dtype != self.dtype:
-            out = self._check_out(out)
         last = self._last_read
         wrote = self._wrote
-        count = seg.read_new(out, last if last > wrote else wrote, timeout, self._spin)[0]
+        # One native call checks out and spin_us and waits; None back (not
+        # the stream's kind of array, a spin_us to check, a failed last
+        # write) takes the checked path, which raises what is wrong.
+        count = seg.get_new(out, last if last > wrote else wrote, timeout, spin_us, self._spin)
+        if count is None:
+            return self._read_new_slow(timeout, safe, out, spin_us)
         missed = count - last - 1
         self._last_read = count
         if missed > 0:

@@ -14,9 +14,11 @@ exceptions a Python user expects. Reading and waiting live in the mixins
 of segment in ``registry``. GPU streams are a subpackage (``shmstream.gpu``)
 that subclasses the handle and registers its create/open here at import.
 
-Hot path: :meth:`SharedMemory.write` and :meth:`SharedMemory.read` are a few
-attribute checks and one native call (plus ``np.empty`` for a read without
-``out=``). Everything they need is computed when the handle is made.
+Hot path: :meth:`SharedMemory.write`, :meth:`SharedMemory.read` and
+``read_new`` are a few attribute checks and one native call that checks the
+array against the dtype and shape bound at open and copies (plus
+``np.empty`` for a read without ``out=``); an argument that is not a
+C-contiguous ndarray of the stream's dtype and shape takes the checked path.
 
 Differences from pyshmem 1.4.0 (a strict superset otherwise):
 
@@ -60,7 +62,6 @@ __all__ = [
 ]
 
 # Hot-path globals bound once.
-_ndarray = np.ndarray
 _get_ident = threading.get_ident
 
 # GPU streams: shmstream.gpu registers its create and open here when it is
@@ -131,6 +132,9 @@ class SharedMemory(Reading, Waiting, History):
         self._missed = 0
         self._total_missed = 0
         self._spin: int = -1  # native default (SHMSTREAM_SPIN_US or built in)
+        # The hot path (write, read, read_new) hands an ndarray of exactly
+        # this dtype and shape to one native call that checks and copies.
+        segment.bind_array(dtype, list(shape))
         self._auto_unlink = False
         HANDLES.add(self)
 
@@ -500,30 +504,23 @@ class SharedMemory(Reading, Waiting, History):
         write as that count (it must exceed the current one; readers count
         the gap as missed writes) and ``write_time_ns`` (ns since the epoch)
         replaces the clock's time."""
+        seg = self._wseg
+        if seg is not None and count is None and write_time_ns is None and self._lk.owner is None:
+            # Fast case: a C-contiguous ndarray of the stream's dtype and
+            # shape, checked and published in one native call; anything
+            # else (None back) takes the checked path below.
+            wrote = seg.put(value, frame_id)
+            if wrote is not None:
+                self._wrote = wrote
+                return
         if count is not None or write_time_ns is not None:
             self._write_with_metadata(value, frame_id, count, write_time_ns)
             return
-        seg = self._wseg
-        if seg is None:
-            seg = self._check_writable("write to")  # raises: closed or read-only
-        if value.__class__ is not _ndarray or value.shape != self.shape or (
-            value.dtype is not self.dtype and value.dtype != self.dtype
-        ):
-            value = self._coerce(value)
+        seg = self._check_writable("write to")  # raises: closed or read-only
+        value = self._coerce(value)
         if frame_id is not None:
             frame_id = _checks.check_u64("frame_id", frame_id)
-        owner = self._lk.owner
-        try:
-            self._wrote = seg.write(
-                value, frame_id, owner is not None and owner == _get_ident()
-            )
-        except ValueError:
-            if value.flags.c_contiguous:
-                raise
-            self._wrote = seg.write(
-                np.ascontiguousarray(value), frame_id,
-                owner is not None and owner == _get_ident(),
-            )
+        self._wrote = seg.write(value, frame_id, self._holds_lock())
 
     def _write_with_metadata(
         self, value: Any, frame_id: int | None, count: int | None, write_time_ns: int | None

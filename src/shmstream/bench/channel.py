@@ -1,6 +1,9 @@
 """``shmstream bench channel``: channels against iceoryx2 and pyzmq ipc://,
 all peers in one run, interleaved round by round (these machines are noisy).
 
+Peers: iceoryx2, pyzmq ipc:// and Tachyon (``import tachyon``, optional:
+its rows say "skipped: <why>" when it does not import; _tachyon.py).
+
 Scenarios (each in fresh processes, producer and consumer apart):
   thr32     32-byte messages, Python -> Python, msgs/s. shmstream uses its
             batch APIs (send_many of 256, batch=64, drain); the peers send
@@ -9,8 +12,11 @@ Scenarios (each in fresh processes, producer and consumer apart):
   ping      32-byte ping-pong round trips, p50/p99 in microseconds.
   frames    1 KiB float32[256] frames, each wrapped by the consumer as a
             torch tensor through DLPack: frames/s and GB/s. shmstream is
-            measured with drain_zero_copy (batch) and recv_zero_copy (one
-            per call), and with the C producer in examples/.
+            measured with drain_zero_copy (batch), recv_zero_copy (one
+            per call) and drain_dlpack (capsules), and with the C producer
+            in examples/; against
+            torch.from_dlpack of a ready array and of a capsule made
+            before the clock starts (the bare import).
 
 Usage: python -m shmstream.bench.channel [--rounds N] [--quick] [--json FILE]
 """
@@ -28,11 +34,13 @@ import tempfile
 import time
 import uuid
 
+from . import _tachyon
 from ._common import Results, fmt_fields, latency_summary, median, ping_latencies
 
 SPAWN = mp.get_context("spawn")
 MSG32 = b"m" * 32
 FRAME_N = 256
+CAPSULE_ROW = "bare torch.from_dlpack on a prepared capsule"
 
 
 def _spawn(target, *args, events: int = 1):
@@ -158,7 +166,19 @@ def _frames_consume(rx, n, batched, proc=None):
 
     from_dlpack = torch.from_dlpack
     got = 0
-    if batched:
+    if batched == "capsules":  # drain_dlpack: capsules straight into torch
+        for c in rx.drain_dlpack(256, timeout=60):
+            from_dlpack(c)
+            got += 1
+        first = got
+        t0 = time.perf_counter()
+        drain = rx.drain_dlpack
+        while got < n:
+            caps = drain(256, None)
+            for c in caps:
+                from_dlpack(c)
+            got += len(caps)
+    elif batched:
         with rx.drain_zero_copy(256, timeout=60) as msgs:
             for m in msgs:
                 from_dlpack(m)
@@ -202,10 +222,14 @@ def shm_frames(n, batched):
 
 
 def _repo_root() -> str | None:
+    """The checkout with examples/c_producer.c: the one this module runs
+    from (in-tree), else the current directory (an installed package run
+    from its checkout)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.abspath(os.path.join(here, "..", "..", ".."))
-    ok = os.path.exists(os.path.join(root, "examples", "c_producer.c"))
-    return root if ok else None
+    for root in (os.path.abspath(os.path.join(here, "..", "..", "..")), os.getcwd()):
+        if os.path.exists(os.path.join(root, "examples", "c_producer.c")):
+            return root
+    return None
 
 
 _C_PRODUCER: list = []
@@ -229,7 +253,7 @@ def c_producer_path() -> str | None:
     return path
 
 
-def c_frames(n):
+def c_frames(n, batched=True):
     import shmstream
 
     exe = c_producer_path()
@@ -240,7 +264,7 @@ def c_frames(n):
     proc = subprocess.Popen([exe, name, str(n), "--frames", str(FRAME_N), "--batch", "64"],
                             stdout=subprocess.DEVNULL)
     try:
-        return _frames_consume(rx, n, True)
+        return _frames_consume(rx, n, batched)
     finally:
         proc.wait(60)
         rx.close()
@@ -258,6 +282,23 @@ def dlpack_ceiling(n):
     for _ in range(n):
         from_dlpack(a)
     return _frames_result(n / (time.perf_counter() - t0))
+
+
+def dlpack_capsule_ceiling(n):
+    """torch.from_dlpack of DLPack capsules made before the clock starts
+    (NumPy's, of a float32[256] array): the bare import, the cost every
+    frames row pays on top of its transport."""
+    import numpy as np
+    import torch
+
+    a, from_dlpack, chunk, spent = np.zeros(FRAME_N, np.float32), torch.from_dlpack, 10_000, 0.0
+    for done in range(0, n, chunk):
+        caps = [a.__dlpack__() for _ in range(min(chunk, n - done))]
+        t0 = time.perf_counter()
+        for c in caps:
+            from_dlpack(c)
+        spent += time.perf_counter() - t0
+    return _frames_result(n / spent)
 
 
 # ---- pyzmq ipc:// ----------------------------------------------------------------------
@@ -470,22 +511,38 @@ def iox_ping(n):
 # ---- driver -----------------------------------------------------------------------------
 
 
+def _tachyon_row(run):
+    """A Tachyon scenario, or its skip reason when tachyon does not import."""
+    def row():
+        why = _tachyon.unavailable()
+        return {"skipped": why} if why else run()
+    return row
+
+
 def _scenarios(quick: bool):
     k = 10 if quick else 1
     return [
         ("thr32", "shmstream (send_many/drain)", lambda: shm_thr(2_000_000 // k, True)),
         ("thr32", "iceoryx2", lambda: iox_thr(300_000 // k)),
         ("thr32", "pyzmq ipc", lambda: zmq_thr(300_000 // k)),
+        ("thr32", "tachyon", _tachyon_row(lambda: _tachyon.thr(1_000_000 // k))),
         ("thr32-1", "shmstream (send/recv)", lambda: shm_thr(500_000 // k, False)),
         ("ping", "shmstream", lambda: shm_ping(20_000 // k)),
         ("ping", "iceoryx2", lambda: iox_ping(20_000 // k)),
         ("ping", "pyzmq ipc", lambda: zmq_ping(20_000 // k)),
+        ("ping", "tachyon", _tachyon_row(lambda: _tachyon.ping(20_000 // k, MSG32))),
         ("frames", "torch.from_dlpack alone (ceiling)", lambda: dlpack_ceiling(300_000 // k)),
+        ("frames", CAPSULE_ROW, lambda: dlpack_capsule_ceiling(300_000 // k)),
         ("frames", "shmstream py->py (drain_zero_copy)", lambda: shm_frames(1_000_000 // k, True)),
         ("frames", "shmstream py->py (recv_zero_copy)", lambda: shm_frames(300_000 // k, False)),
         ("frames", "shmstream C->py (drain_zero_copy)", lambda: c_frames(1_000_000 // k)),
+        ("frames", "shmstream py->py (drain_dlpack)",
+         lambda: shm_frames(1_000_000 // k, "capsules")),
+        ("frames", "shmstream C->py (drain_dlpack)", lambda: c_frames(1_000_000 // k, "capsules")),
         ("frames", "iceoryx2", lambda: iox_thr(200_000 // k, frames=True)),
         ("frames", "pyzmq ipc", lambda: zmq_thr(200_000 // k, frames=True)),
+        ("frames", "tachyon", _tachyon_row(
+            lambda: _frames_result(_tachyon.frames(300_000 // k, FRAME_N * 4)))),
     ]
 
 
@@ -514,25 +571,30 @@ def main(argv=None) -> int:
             res.add(scenario=kind, peer=peer, round=r, **got)
             if "error" in got:
                 res.errors.append(f"{kind} {peer} round {r + 1}: {got['error']}")
-            print(f"round {r + 1}: {kind:7s} {peer:36s} {fmt_fields(got)}", flush=True)
+            print(f"round {r + 1}: {kind:7s} {peer:36s} {_fields(got)}", flush=True)
     print()
     env = res.meta
     print(f"# shmstream bench channel ({args.rounds} interleaved rounds, medians) on "
           f"{env['machine']}, {env['cpu_count']} CPUs, Python {env['python']}")
     summary = {}
     for (kind, peer), runs in raw.items():
-        good = [x for x in runs if "error" not in x]
+        good = [x for x in runs if "error" not in x and "skipped" not in x]
         if not good:
             summary[(kind, peer)] = runs[-1]
             continue
         summary[(kind, peer)] = {k: median([x[k] for x in good]) for k in good[0]}
     for (kind, peer), med in summary.items():
-        print(f"{kind:7s} {peer:36s} {fmt_fields(med)}")
+        print(f"{kind:7s} {peer:36s} {_fields(med)}")
     _targets(summary)
     if args.json:
         res.dump(args.json, raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},
                  median={f"{k[0]}|{k[1]}": v for k, v in summary.items()})
     return 0
+
+
+def _fields(got: dict) -> str:
+    """One measurement's fields, or why the peer was skipped."""
+    return str(got["skipped"]) if "skipped" in got else fmt_fields(got)
 
 
 def _targets(s: dict) -> None:
@@ -560,6 +622,26 @@ def _targets(s: dict) -> None:
     c = get("frames", "shmstream C->py (drain_zero_copy)", "frames_per_s")
     if c:
         print(f"  frames C->Python >= 370 K/s: {c / 1e3:.0f} K ({'met' if c >= 3.7e5 else 'NOT met'})")
+    for kind, label, key, better in (
+            ("thr32", "32 B throughput", "msgs_per_s", "higher"),
+            ("ping", "ping-pong p50", "p50_us", "lower"),
+            ("frames", "1 KiB frames into torch", "frames_per_s", "higher")):
+        ours_peer = {"thr32": "shmstream (send_many/drain)", "ping": "shmstream",
+                     "frames": "shmstream py->py (drain_zero_copy)"}[kind]
+        ours, theirs = get(kind, ours_peer, key), get(kind, "tachyon", key)
+        if ours and theirs:
+            met = ours >= theirs if better == "higher" else ours <= theirs
+            ratio = ours / theirs if better == "higher" else theirs / ours
+            print(f"  {label} vs Tachyon: x{ratio:.2f} ({'met' if met else 'NOT met'})")
+        elif "skipped" in s.get((kind, "tachyon"), {}):
+            print(f"  {label} vs Tachyon: {s[(kind, 'tachyon')]['skipped']}")
+    cap = get("frames", CAPSULE_ROW, "frames_per_s")
+    for label, side in (("Python->Python", "py->py"), ("C->Python", "C->py")):
+        for api in ("drain_zero_copy", "drain_dlpack"):
+            rate = get("frames", f"shmstream {side} ({api})", "frames_per_s")
+            if rate and cap:
+                print(f"  frames {label} ({api}) >= 0.8x bare torch.from_dlpack on a prepared "
+                      f"capsule: {rate / cap:.2f}x ({'met' if rate >= 0.8 * cap else 'NOT met'})")
 
 
 if __name__ == "__main__":
