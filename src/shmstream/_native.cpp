@@ -664,6 +664,13 @@ NB_MODULE(_native, m) {
         size_t shape[1] = {s.payload_bytes()};
         return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape, owner);
       }, "slot"_a = 0, nb::rv_policy::reference_internal)
+      .def_prop_ro("spin_policy", [](Segment &s) {
+        // This handle's learned wait policy (src/core/wait.c): spins in a
+        // row that ended asleep, waits since the last probe, learned budget.
+        const auto r = std::memory_order_relaxed;
+        return std::make_tuple(s.seg.spin_misses.load(r), s.seg.spin_skipped.load(r),
+                               s.seg.spin_learned_ns.load(r));
+      }, "(spin misses in a row, waits since the last probe, learned spin ns) of this handle.")
       .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(&s.seg); })
       .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(&s.seg); })
       .def_prop_ro("slot_count", [](Segment &s) { return s.hdr()->id.slot_count; })

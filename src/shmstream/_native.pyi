@@ -237,6 +237,12 @@ class Segment:
     def payload(self, slot: int = 0) -> Annotated[NDArray[numpy.uint8], dict(shape=(None,))]: ...
 
     @property
+    def spin_policy(self) -> tuple[int, int, int]:
+        """
+        (spin misses in a row, waits since the last probe, learned spin ns) of this handle.
+        """
+
+    @property
     def write_in_flight(self) -> bool: ...
 
     @property
