@@ -181,6 +181,8 @@ def test_exporter_killed_then_restarted_the_mirror_says_so_then_resumes(pair, sp
         _check(m.read_after_publication(0, timeout=WAIT), 1)
         got = _receive(rx, 0, 5000)
         pair.exporter.kill()  # SIGKILL: no goodbye, as when its host dies
+        # nothing of the dead bridge's Zenoh session is left in /dev/shm
+        assert not [f for f in os.listdir("/dev/shm") if f.endswith(".zenoh")]
         st = _status_until(s_local, lambda st: not st["exporter_alive"], "the exporter to be gone")
         assert st["source_alive"] is False and st["importer_alive"] is True
         _status_until(c_local, lambda st: not st["exporter_alive"], "the exporter to be gone")
@@ -428,6 +430,7 @@ def test_bad_samples_under_the_bridge_keys_are_counted_and_dropped(pair):
     cfg = zenoh.Config()
     cfg.insert_json5("scouting/multicast/enabled", "false")
     cfg.insert_json5("listen/endpoints", "[]")
+    cfg.insert_json5("transport/shared_memory/enabled", "false")  # leaves no file in /dev/shm
     cfg.insert_json5("connect/endpoints", f'["{pair.importer_ep}"]')
     session = zenoh.open(cfg)  # a rogue writer, right next to the importing bridge
     try:

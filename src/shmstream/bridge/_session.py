@@ -25,6 +25,10 @@ DEFAULTS = {
     "listen/endpoints": "[]",
     "transport/link/tx/lease": "3000",
     "connect/retry": '{"period_init_ms": 250, "period_max_ms": 1000, "period_increase_factor": 2}',
+    # Zenoh's own shared-memory transport only helps peers on one host, where
+    # shmstream already is the transport, and a killed bridge would leave its
+    # 16 MiB pool file in /dev/shm, which nothing of ours can see or purge.
+    "transport/shared_memory/enabled": "false",
 }
 
 _open_sessions: dict[int, Any] = {}  # id -> session not closed yet (strong refs)
