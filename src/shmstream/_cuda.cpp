@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "_binding.h"
+#include "_dlpack.h"
 #include "shmstream.h"
 #include "shmstream_cuda.h"
 
@@ -80,24 +81,8 @@ struct DeviceBuffer {
   }
 };
 
-// ---- DLPack (the stable, unversioned ABI; no header needed) -------------
+// ---- DLPack: the structs of _dlpack.h (one copy of the ABI) -------------
 
-struct DLDevice { int32_t device_type; int32_t device_id; };
-struct DLDataType { uint8_t code; uint8_t bits; uint16_t lanes; };
-struct DLTensor {
-  void *data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t *shape;
-  int64_t *strides;
-  uint64_t byte_offset;
-};
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void *manager_ctx;
-  void (*deleter)(DLManagedTensor *self);
-};
 constexpr int32_t kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13;
 
 struct ExportCtx {
