@@ -56,7 +56,7 @@ def test_list_shows_a_stream_a_channel_a_shared_array_and_a_running_loader(make_
     stream_name, channel_name, array_name = make_name(), make_name(), make_name()
     me = f"{os.getpid()} (alive)"
     with shmstream.create(stream_name, shape=(2,)), \
-            shmstream.channel(channel_name, 4096) as ch:
+            shmstream.channel(channel_name, 4096):
         arr = shmstream.share(np.arange(3), name=array_name)
         loader = DataLoader(Rows(), batch_size=4, num_workers=1)
         batches = iter(loader)

@@ -17,7 +17,6 @@ import glob
 import importlib
 import os
 import subprocess
-import sys
 
 import pytest
 

@@ -107,7 +107,7 @@ def test_writes_and_reads_inside_the_lock_take_the_locked_path(name):
 
 
 def test_closed_and_read_only_handles_still_refuse(name):
-    with shmstream.create(name, shape=(3,), dtype=np.float32) as w:
+    with shmstream.create(name, shape=(3,), dtype=np.float32):
         ro = shmstream.open(name, readonly=True)
         a = np.zeros(3, np.float32)
         with pytest.raises(PermissionError):

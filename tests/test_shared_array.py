@@ -389,8 +389,6 @@ def test_exported_from_the_package():
 def test_a_descriptor_pointing_before_the_segment_is_refused(name):
     # NumPy accepts a negative buffer offset (without strides) and points
     # before the buffer: a received descriptor must not (a fuzz finding).
-    from shmstream import shared_array
-
     with shmstream.share(np.arange(8, dtype=np.int32), name) as a:
         fn, args = a.__reduce__()
         bad = args[:5] + (None, -16) + args[7:]  # strides None, offset -16
