@@ -159,3 +159,16 @@ def spawn():
 def ctx():
     """The multiprocessing 'spawn' context, for Events, Barriers, Queues."""
     return support.SPAWN
+
+
+@pytest.fixture
+def channel_pair(name):
+    """``(tx, rx)``: a channel of ``support.CHANNEL_PAIR_CAPACITY`` bytes
+    under a unique name and its consumer, both closed after the test."""
+    import shmstream
+
+    tx = shmstream.channel(name, support.CHANNEL_PAIR_CAPACITY)
+    rx = shmstream.open_channel(name)
+    yield tx, rx
+    tx.close()
+    rx.close()

@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 #: Generous limit for every wait on another process.
 WAIT = 30.0
+#: Capacity of the ``channel_pair`` fixture's channel (conftest.py).
+CHANNEL_PAIR_CAPACITY = 4096
 
 SHM_DIR = "/dev/shm"
 SEGMENT_PREFIX = "shmstream-"

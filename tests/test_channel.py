@@ -19,23 +19,14 @@ from shmstream.errors import (
 import support
 from channel_util import SPAWN, pattern
 
-CAP = 4096
-
-
-@pytest.fixture
-def pair(name):
-    tx = shmstream.channel(name, CAP)
-    rx = shmstream.open_channel(name)
-    yield tx, rx
-    tx.close()
-    rx.close()
+CAP = support.CHANNEL_PAIR_CAPACITY  # the channel_pair fixture's
 
 
 # ---- what a message carries ---------------------------------------------------
 
 
-def test_bytes_buffers_and_type_ids_round_trip(pair):
-    tx, rx = pair
+def test_bytes_buffers_and_type_ids_round_trip(channel_pair):
+    tx, rx = channel_pair
     items = [b"", b"x", bytearray(b"abc"), memoryview(b"hello world")[6:], np.uint32(7)]
     for i, obj in enumerate(items):
         tx.send(obj, type_id=i * 1000)
@@ -63,8 +54,8 @@ def test_bytes_buffers_and_type_ids_round_trip(pair):
     ],
     ids=lambda a: f"{a.dtype}{a.shape}",
 )
-def test_arrays_arrive_with_dtype_and_shape(pair, arr):
-    tx, rx = pair
+def test_arrays_arrive_with_dtype_and_shape(channel_pair, arr):
+    tx, rx = channel_pair
     tx.send(arr, type_id=5)
     m = rx.recv(timeout=1)
     assert m.type_id == 5 and m.is_array
@@ -72,15 +63,15 @@ def test_arrays_arrive_with_dtype_and_shape(pair, arr):
     np.testing.assert_array_equal(m.array, arr)
 
 
-def test_dlpack_tensor_is_sent_as_array(pair):
+def test_dlpack_tensor_is_sent_as_array(channel_pair):
     torch = pytest.importorskip("torch")
-    tx, rx = pair
+    tx, rx = channel_pair
     tx.send(torch.arange(6, dtype=torch.float32).reshape(2, 3))
     np.testing.assert_array_equal(rx.recv(timeout=1).array, np.arange(6, dtype=np.float32).reshape(2, 3))
 
 
-def test_object_dtype_and_non_buffers_are_refused(pair):
-    tx, rx = pair
+def test_object_dtype_and_non_buffers_are_refused(channel_pair):
+    tx, rx = channel_pair
     with pytest.raises(TypeError, match="object"):
         tx.send(np.array([object()]))
     with pytest.raises(TypeError):
@@ -93,8 +84,8 @@ def test_object_dtype_and_non_buffers_are_refused(pair):
 # ---- order, sizes, wrap-around ---------------------------------------------------
 
 
-def test_every_size_from_zero_to_the_largest_message(pair):
-    tx, rx = pair
+def test_every_size_from_zero_to_the_largest_message(channel_pair):
+    tx, rx = channel_pair
     assert tx.max_message_bytes == CAP - _channel.MSG_HEADER_BYTES
     for size in range(tx.max_message_bytes + 1):
         payload = pattern(size, size)
@@ -103,8 +94,8 @@ def test_every_size_from_zero_to_the_largest_message(pair):
         assert (m.type_id, m.data) == (size, payload)
 
 
-def test_a_message_larger_than_the_ring_is_a_value_error_before_anything_is_written(pair):
-    tx, rx = pair
+def test_a_message_larger_than_the_ring_is_a_value_error_before_anything_is_written(channel_pair):
+    tx, rx = channel_pair
     head = tx._ch.head
     for size in (CAP - 15, CAP, CAP + 1, 10 * CAP):
         with pytest.raises(ValueError, match="larger than the ring"):
@@ -119,10 +110,10 @@ def test_a_message_larger_than_the_ring_is_a_value_error_before_anything_is_writ
 
 
 @pytest.mark.parametrize("size", [0, 1, 47, 48, 49, 100, 1000, 2047, 3000, CAP - 16])
-def test_wrap_around_at_every_record_boundary(pair, size):
+def test_wrap_around_at_every_record_boundary(channel_pair, size):
     # Move the head to every 64-byte position of the ring, then send a
     # message that starts there (and so straddles the end for most sizes).
-    tx, rx = pair
+    tx, rx = channel_pair
     for start in range(0, CAP, 64):
         gap = (start - tx._ch.head) % CAP  # a multiple of 64
         if gap:
@@ -171,8 +162,8 @@ def _count_and_check(name, n):
 # ---- full ring, batching, waiting ------------------------------------------------------
 
 
-def test_send_on_a_full_ring_raises_or_waits_as_asked(pair):
-    tx, rx = pair
+def test_send_on_a_full_ring_raises_or_waits_as_asked(channel_pair):
+    tx, rx = channel_pair
     while True:
         try:
             tx.send(bytes(1000), timeout=0)
@@ -188,8 +179,8 @@ def test_send_on_a_full_ring_raises_or_waits_as_asked(pair):
     tx.send(bytes(1000), timeout=0)  # room again
 
 
-def test_recv_timeout_on_an_empty_ring(pair):
-    tx, rx = pair
+def test_recv_timeout_on_an_empty_ring(channel_pair):
+    tx, rx = channel_pair
     t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         rx.recv(timeout=0.05)
@@ -219,8 +210,8 @@ def test_batch_publishes_every_k_messages_or_on_flush(name):
     rx.close()
 
 
-def test_drain_returns_at_most_max_messages(pair):
-    tx, rx = pair
+def test_drain_returns_at_most_max_messages(channel_pair):
+    tx, rx = channel_pair
     tx.send_many([bytes([i]) for i in range(10)])
     assert [m.data for m in rx.drain(4)] == [bytes([i]) for i in range(4)]
     assert [m.data for m in rx.drain(100)] == [bytes([i]) for i in range(4, 10)]
@@ -251,8 +242,8 @@ def _send_after(name, go):
 # ---- zero copy -------------------------------------------------------------------------------
 
 
-def test_send_zero_copy_commits_on_exit_and_rolls_back_on_error(pair):
-    tx, rx = pair
+def test_send_zero_copy_commits_on_exit_and_rolls_back_on_error(channel_pair):
+    tx, rx = channel_pair
     with tx.send_zero_copy(5, type_id=9) as buf:
         buf[:] = b"hello"
     with pytest.raises(KeyError):
@@ -269,8 +260,8 @@ def test_send_zero_copy_commits_on_exit_and_rolls_back_on_error(pair):
     assert rx.drain(10) == []
 
 
-def test_recv_zero_copy_views_are_read_only_and_match(pair):
-    tx, rx = pair
+def test_recv_zero_copy_views_are_read_only_and_match(channel_pair):
+    tx, rx = channel_pair
     tx.send(np.arange(256, dtype=np.float32), type_id=3)
     with rx.recv_zero_copy(timeout=1) as msg:
         assert msg.type_id == 3 and msg.nbytes == 1024
@@ -284,9 +275,9 @@ def test_recv_zero_copy_views_are_read_only_and_match(pair):
         np.asarray(msg)
 
 
-def test_slot_is_not_reused_until_the_block_ends_and_every_dlpack_consumer_releases(pair):
+def test_slot_is_not_reused_until_the_block_ends_and_every_dlpack_consumer_releases(channel_pair):
     torch = pytest.importorskip("torch")
-    tx, rx = pair
+    tx, rx = channel_pair
     tx.send(np.full(256, 7, np.float32))
     with rx.recv_zero_copy(timeout=1) as msg:
         t = torch.from_dlpack(msg)
@@ -297,8 +288,8 @@ def test_slot_is_not_reused_until_the_block_ends_and_every_dlpack_consumer_relea
     assert rx._ch.tail == tx._ch.head  # released: room for the producer again
 
 
-def test_views_released_out_of_order_free_the_ring_in_order(pair):
-    tx, rx = pair
+def test_views_released_out_of_order_free_the_ring_in_order(channel_pair):
+    tx, rx = channel_pair
     tx.send_many([bytes([i]) * 100 for i in range(3)])
     with rx.drain_zero_copy(10) as msgs:
         views = [np.asarray(m) for m in msgs]
@@ -320,8 +311,8 @@ def test_views_released_out_of_order_free_the_ring_in_order(pair):
     assert rx._ch.tail == tx._ch.head
 
 
-def test_zero_copy_of_every_kind_of_array(pair):
-    tx, rx = pair
+def test_zero_copy_of_every_kind_of_array(channel_pair):
+    tx, rx = channel_pair
     for arr in (np.arange(6, dtype="<i8").reshape(2, 3),
                 np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
                 np.zeros((0,), np.float64), np.array(["xy"], "S2")):
@@ -334,15 +325,15 @@ def test_zero_copy_of_every_kind_of_array(pair):
 # ---- ownership, lifecycle, bad input -------------------------------------------------------
 
 
-def test_a_second_producer_or_consumer_is_refused(pair, name):
+def test_a_second_producer_or_consumer_is_refused(channel_pair, name):
     with pytest.raises(ChannelBusyError, match="one producer and one consumer"):
         shmstream.open_channel(name, role="producer")
     with pytest.raises(ChannelBusyError):
         shmstream.open_channel(name, role="consumer")
 
 
-def test_end_of_stream_after_the_producer_closes(pair):
-    tx, rx = pair
+def test_end_of_stream_after_the_producer_closes(channel_pair):
+    tx, rx = channel_pair
     tx.send_many([b"1", b"2"])
     tx.close()
     assert [m.data for m in rx] == [b"1", b"2"]
@@ -351,16 +342,16 @@ def test_end_of_stream_after_the_producer_closes(pair):
     assert isinstance(ChannelClosedError("x"), EOFError)
 
 
-def test_send_after_the_consumer_closed_is_a_broken_pipe(pair):
-    tx, rx = pair
+def test_send_after_the_consumer_closed_is_a_broken_pipe(channel_pair):
+    tx, rx = channel_pair
     rx.close()
     with pytest.raises(ChannelBrokenError, match="closed"):
         tx.send(b"x")
     assert isinstance(ChannelBrokenError("x"), BrokenPipeError)
 
 
-def test_a_closed_end_can_be_attached_again(pair, name):
-    tx, rx = pair
+def test_a_closed_end_can_be_attached_again(channel_pair, name):
+    tx, rx = channel_pair
     tx.close()
     tx2 = shmstream.open_channel(name, role="producer")
     tx2.send(b"again")
@@ -368,8 +359,8 @@ def test_a_closed_end_can_be_attached_again(pair, name):
     tx2.close()
 
 
-def test_closed_handles_raise_runtime_error_naming_open_channel(pair):
-    tx, rx = pair
+def test_closed_handles_raise_runtime_error_naming_open_channel(channel_pair):
+    tx, rx = channel_pair
     tx.close()
     tx.close()  # idempotent
     rx.close()
@@ -418,8 +409,8 @@ def test_a_stream_segment_is_not_a_channel(name):
         del seg
 
 
-def test_a_corrupt_record_header_is_reported_not_followed(pair):
-    tx, rx = pair
+def test_a_corrupt_record_header_is_reported_not_followed(channel_pair):
+    tx, rx = channel_pair
     with tx.send_zero_copy(8) as buf:
         buf[:] = bytes(8)
     # Make the record claim more bytes than were published.
@@ -432,10 +423,10 @@ def test_a_corrupt_record_header_is_reported_not_followed(pair):
     del ring, seg
 
 
-def test_a_zero_copy_array_larger_than_its_payload_is_refused(pair):
+def test_a_zero_copy_array_larger_than_its_payload_is_refused(channel_pair):
     # The metadata's shape claimed more bytes than the record carried: the
     # view reached past the ring (a fuzz finding).
-    tx, rx = pair
+    tx, rx = channel_pair
     tx.send(np.zeros((2, 3), np.float32))
     ring = _native.Segment.open(tx.name).payload()
     ring[24:32] = np.frombuffer(np.uint64(1 << 40).tobytes(), np.uint8)  # meta shape[0]
@@ -472,17 +463,17 @@ def test_layout_offsets_are_the_documented_ones():
     assert len({o // 64 for o in offs}) == len(offs)
 
 
-def test_stat_names_both_ends(pair):
+def test_stat_names_both_ends(channel_pair):
     import os
-    tx, rx = pair
+    tx, rx = channel_pair
     st = tx.stat()
     assert st["producer"]["pid"] == os.getpid() and st["consumer"]["pid"] == os.getpid()
     assert st["producer"]["state"] == "attached" and st["capacity"] == CAP
     assert tx.consumer_pid == os.getpid() and rx.producer_pid == os.getpid()
 
 
-def test_send_many_arrays_keep_dtype_and_shape(pair):
-    tx, rx = pair
+def test_send_many_arrays_keep_dtype_and_shape(channel_pair):
+    tx, rx = channel_pair
     frames = [np.full((2, 3), i, np.float32) for i in range(5)]
     assert tx.send_many(frames, type_id=8) == 5
     tx.send_many([np.arange(3), np.arange(4.0)])  # mixed: one header each

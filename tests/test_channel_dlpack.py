@@ -9,24 +9,12 @@ import threading
 import numpy as np
 import pytest
 
-import shmstream
 from shmstream.errors import CorruptStreamError
 
-CAP = 4096
 
-
-@pytest.fixture
-def pair(name):
-    tx = shmstream.channel(name, CAP)
-    rx = shmstream.open_channel(name)
-    yield tx, rx
-    tx.close()
-    rx.close()
-
-
-def test_every_dlpack_dtype_and_shape_reaches_torch_without_a_copy(pair):
+def test_every_dlpack_dtype_and_shape_reaches_torch_without_a_copy(channel_pair):
     torch = pytest.importorskip("torch")
-    tx, rx = pair
+    tx, rx = channel_pair
     sent = [np.arange(256, dtype=np.float32), np.arange(6, dtype="<i2").reshape(2, 3),
             np.array([True, False]), np.zeros((2, 0, 3), np.float64), b"bytes!",
             np.arange(4, dtype=np.complex64)]
@@ -42,8 +30,8 @@ def test_every_dlpack_dtype_and_shape_reaches_torch_without_a_copy(pair):
         assert t.shape == want.shape and np.array_equal(t.numpy(), want)
 
 
-def test_capsules_follow_the_protocol_keywords(pair):
-    tx, rx = pair
+def test_capsules_follow_the_protocol_keywords(channel_pair):
+    tx, rx = channel_pair
     tx.send(np.ones(4, np.float32))
     with rx.recv_zero_copy(timeout=1) as m:
         assert "dltensor" in repr(m.__dlpack__())
@@ -63,8 +51,8 @@ def test_capsules_follow_the_protocol_keywords(pair):
         m.__dlpack__()
 
 
-def test_an_unconsumed_capsule_pins_the_ring_until_it_is_dropped(pair):
-    tx, rx = pair
+def test_an_unconsumed_capsule_pins_the_ring_until_it_is_dropped(channel_pair):
+    tx, rx = channel_pair
     tx.send(np.ones(256, np.float32))
     with rx.recv_zero_copy(timeout=1) as m:
         caps = [m.__dlpack__(), m.__dlpack__(max_version=(1, 0))]
@@ -76,9 +64,9 @@ def test_an_unconsumed_capsule_pins_the_ring_until_it_is_dropped(pair):
     assert rx._ch.tail == tx._ch.head
 
 
-def test_a_tensor_freed_in_another_thread_releases_its_pin(pair):
+def test_a_tensor_freed_in_another_thread_releases_its_pin(channel_pair):
     torch = pytest.importorskip("torch")
-    tx, rx = pair
+    tx, rx = channel_pair
     tx.send(np.ones(256, np.float32))
     with rx.recv_zero_copy(timeout=1) as m:
         box = [torch.from_dlpack(m)]
@@ -88,8 +76,8 @@ def test_a_tensor_freed_in_another_thread_releases_its_pin(pair):
     assert rx._ch.tail == tx._ch.head
 
 
-def test_an_array_message_whose_shape_does_not_match_its_bytes_is_refused(pair):
-    tx, rx = pair
+def test_an_array_message_whose_shape_does_not_match_its_bytes_is_refused(channel_pair):
+    tx, rx = channel_pair
     meta = np.lib.format.dtype_to_descr(np.dtype(np.float32))
     import struct
     bad_meta = struct.pack("<II", 1, len(meta)) + struct.pack("<Q", 1000) + meta.encode()
@@ -99,9 +87,9 @@ def test_an_array_message_whose_shape_does_not_match_its_bytes_is_refused(pair):
             m.__dlpack__()
 
 
-def test_drain_dlpack_hands_capsules_that_pin_until_their_tensors_go(pair):
+def test_drain_dlpack_hands_capsules_that_pin_until_their_tensors_go(channel_pair):
     torch = pytest.importorskip("torch")
-    tx, rx = pair
+    tx, rx = channel_pair
     assert rx.drain_dlpack(10) == []  # nothing yet, timeout 0
     tx.send_many([np.full(4, i, np.float32) for i in range(3)])
     caps = rx.drain_dlpack(10, None)
@@ -114,8 +102,8 @@ def test_drain_dlpack_hands_capsules_that_pin_until_their_tensors_go(pair):
     assert rx._ch.tail == tx._ch.head
 
 
-def test_drain_dlpack_stops_before_a_message_without_a_dlpack_layout(pair):
-    tx, rx = pair
+def test_drain_dlpack_stops_before_a_message_without_a_dlpack_layout(channel_pair):
+    tx, rx = channel_pair
     tx.send(np.ones(2, np.int16))
     tx.send(np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]))
     caps = rx.drain_dlpack(10)
