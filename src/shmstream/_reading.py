@@ -118,13 +118,7 @@ class Reading:
             # C-contiguous writable ndarray of our dtype and shape) and copies.
             count = seg.get(out, timeout)
             if count is not None:
-                missed = count - self._last_read - 1
-                self._last_read = count
-                if missed > 0:
-                    self._missed = missed
-                    self._total_missed += missed
-                else:
-                    self._missed = 0
+                self._record(count)
                 return out
         out = self._check_out(out)
         self._record(seg.read(out, timeout, self._holds_lock())[0])

@@ -87,13 +87,7 @@ class Waiting:
         count = seg.get_new(out, last if last > wrote else wrote, timeout, spin_us, self._spin)
         if count is None:
             return self._read_new_slow(timeout, safe, out, spin_us)
-        missed = count - last - 1
-        self._last_read = count
-        if missed > 0:
-            self._missed = missed
-            self._total_missed += missed
-        else:
-            self._missed = 0
+        self._record(count)
         return out
 
     def _read_new_slow(
