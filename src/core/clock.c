@@ -22,3 +22,9 @@ int64_t ss_deadline_ns(int64_t timeout_ns) {
   /* Saturate: a timeout of years (math.inf in Python) means never. */
   return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
 }
+
+int64_t ss_remaining_ns(int64_t deadline) {
+  if (deadline == INT64_MAX) return -1;
+  int64_t left = deadline - ss_monotonic_ns();
+  return left > 0 ? left : 0;
+}

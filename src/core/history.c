@@ -112,10 +112,8 @@ int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int6
   int64_t deadline = ss_deadline_ns(timeout_ns);
   if (spin_ns < 0) spin_ns = ss_default_spin_ns();
   for (int tries = 0;;) {
-    int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
-    if (left < 0 && deadline != INT64_MAX) left = 0;
     uint64_t seen;
-    int rc = ss_wait_newer(seg, after, left, spin_ns, 1, &seen);
+    int rc = ss_wait_newer(seg, after, ss_remaining_ns(deadline), spin_ns, 1, &seen);
     if (rc == SS_ETIMEDOUT) ss_check_writer(seg); /* take a dead writer over, as read_new */
     if (rc != SS_OK) return rc;
     spin_ns = 0; /* spin only before the first sleep */

@@ -20,6 +20,11 @@
 uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h);
 #define SS_FNV_OFFSET 0xcbf29ce484222325ULL
 
+/* src/core/clock.c (the clocks and ss_deadline_ns are public). Time left
+ * until a deadline from ss_deadline_ns, as the next call's timeout: -1 for
+ * none (wait for ever), else >= 0 (0 once it has passed). */
+int64_t ss_remaining_ns(int64_t deadline);
+
 /* src/core/proc.c (ss_proc_alive and ss_proc_start_ticks are public).
  * This process's pid and start time and this thread's tid, without a
  * system call after the first (a fork child asks again). */

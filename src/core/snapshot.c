@@ -81,12 +81,6 @@ static enum try_result try_read(ss_segment *seg, const ss_snapshot_args *a, ss_p
   return atomic_load_explicit(sseq, memory_order_relaxed) == ss1 ? TRY_DONE : TRY_TORN;
 }
 
-static int64_t remaining(int64_t deadline) {
-  if (deadline == INT64_MAX) return -1;
-  int64_t left = deadline - ss_monotonic_ns();
-  return left > 0 ? left : 0;
-}
-
 int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,
                 ss_frame *frame) {
   if (a->holds_lock) return copy_owned(seg, a, info, frame);
@@ -117,7 +111,7 @@ int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, 
   }
   /* Fallback that always finishes: no writer runs while we copy, and a dead
    * writer's lock is handed to us with the stream repaired. */
-  rc = ss_lock_for_read(seg, remaining(deadline));
+  rc = ss_lock_for_read(seg, ss_remaining_ns(deadline));
   if (rc != SS_OK && rc != SS_EOWNERDEAD) return rc;
   rc = copy_owned(seg, a, info, frame);
   ss_unlock(seg);

@@ -232,36 +232,36 @@ int ss_read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   int64_t deadline = ss_deadline_ns(timeout_ns);
   if (spin_ns < 0) spin_ns = ss_default_spin_ns();
   for (;;) {
-    int64_t left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
-    if (left < 0 && deadline != INT64_MAX) left = 0;
     uint64_t c;
-    int rc = ss_wait_newer(seg, after, left, spin_ns, ignore_failed, &c);
+    int rc = ss_wait_newer(seg, after, ss_remaining_ns(deadline), spin_ns, ignore_failed, &c);
     if (rc == SS_ETIMEDOUT && ss_check_writer(seg) == SS_EINCONSISTENT && !ignore_failed)
       return SS_EINCONSISTENT;
     if (rc) return rc;
-    left = deadline == INT64_MAX ? -1 : deadline - ss_monotonic_ns();
-    rc = ss_snapshot(seg, left < 0 && deadline != INT64_MAX ? 0 : left, a, info, frame);
+    rc = ss_snapshot(seg, ss_remaining_ns(deadline), a, info, frame);
     if (rc != SS_OK || info->count > after) return rc;
     spin_ns = 0; /* spin only before the first sleep */
   }
 }
 
-int ss_read_new(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
-                int64_t spin_ns, ss_pubinfo *info) {
+/* read_new into host memory; complete: the last complete publication,
+ * waiting past failed writes (ss_read_new_complete). */
+static int host_read_new(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
+                         int64_t spin_ns, int complete, ss_pubinfo *info) {
   if (ss_slotless(seg)) return SS_EKIND;
   ss_host_dst d = {dst, n};
-  ss_snapshot_args a = {ss_copy_to_host, &d, 0, 0};
+  ss_snapshot_args a = {ss_copy_to_host, &d, 0, complete};
   ss_frame frame;
-  return ss_read_newer(seg, after, timeout_ns, spin_ns, 0, &a, info, &frame);
+  return ss_read_newer(seg, after, timeout_ns, spin_ns, complete, &a, info, &frame);
+}
+
+int ss_read_new(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
+                int64_t spin_ns, ss_pubinfo *info) {
+  return host_read_new(seg, dst, n, after, timeout_ns, spin_ns, 0, info);
 }
 
 int ss_read_new_complete(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
                          int64_t spin_ns, ss_pubinfo *info) {
-  if (ss_slotless(seg)) return SS_EKIND;
-  ss_host_dst d = {dst, n};
-  ss_snapshot_args a = {ss_copy_to_host, &d, 0, 1};
-  ss_frame frame;
-  return ss_read_newer(seg, after, timeout_ns, spin_ns, 1, &a, info, &frame);
+  return host_read_new(seg, dst, n, after, timeout_ns, spin_ns, 1, info);
 }
 
 int ss_read_new_view(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
