@@ -99,6 +99,22 @@ def _open_when_there(name: str, readonly: bool = False) -> Any:
     return _wait(attempt, f"stream {name!r} (made by a bridge)")
 
 
+def _time_pings(seconds: float, exchange: Callable[[int], int]) -> array:
+    """Round trips for WARMUP_S (untimed), then ``seconds`` of timed ones:
+    ``exchange(k)`` runs round trip k, checks that the answer carries k, and
+    returns its nanoseconds."""
+    lat = array("d")
+    k = 0
+    for phase, dur in (("warm", WARMUP_S), ("timed", seconds)):
+        end = time.perf_counter() + dur
+        while time.perf_counter() < end:
+            k += 1
+            ns = exchange(k)
+            if phase == "timed":
+                lat.append(ns)
+    return lat
+
+
 def _percentiles(lat: array) -> dict[str, float]:
     s = sorted(lat)
     n = len(s)
@@ -140,24 +156,21 @@ def ping_bridged(ready: Callable[[], None], req: str, ack_mirror: str, size: int
     seq = buf[:8].view(np.uint64)
     got = np.empty(ACK_BYTES, np.uint8)
     got_seq = got[:8].view(np.uint64)
-    ready()
-    lat = array("d")
-    k = 0
     perf = time.perf_counter_ns
+
+    def exchange(k: int) -> int:
+        seq[0] = k
+        t0 = perf()
+        h.write(buf, frame_id=k)
+        a.read_new(timeout=10, out=got)
+        t1 = perf()
+        if got_seq[0] != k:
+            raise BenchError(f"bridged ping {k}: answer carries {got_seq[0]}")
+        return t1 - t0
+
+    ready()
     try:
-        for phase, dur in (("warm", WARMUP_S), ("timed", seconds)):
-            end = time.perf_counter() + dur
-            while time.perf_counter() < end:
-                k += 1
-                seq[0] = k
-                t0 = perf()
-                h.write(buf, frame_id=k)
-                a.read_new(timeout=10, out=got)
-                t1 = perf()
-                if got_seq[0] != k:
-                    raise BenchError(f"bridged ping {k}: answer carries {got_seq[0]}")
-                if phase == "timed":
-                    lat.append(t1 - t0)
+        lat = _time_pings(seconds, exchange)
         seq[0] = STOP
         h.write(buf)
     finally:
@@ -199,24 +212,21 @@ def ping_zenoh(ready: Callable[[], None], connect: str, size: int, seconds: floa
         sub = s.declare_subscriber("bench/pong")
         _wait(lambda: pub.matching_status, "the zenoh ponger")
         payload = bytearray(size)
-        ready()
-        lat = array("d")
-        k = 0
         perf = time.perf_counter_ns
-        for phase, dur in (("warm", WARMUP_S), ("timed", seconds)):
-            end = time.perf_counter() + dur
-            while time.perf_counter() < end:
-                k += 1
-                payload[:8] = k.to_bytes(8, "little")
-                req = bytes(payload)  # (not timed: an immutable copy to put)
-                t0 = perf()
-                pub.put(req)
-                answer = sub.recv().payload.to_bytes()
-                t1 = perf()
-                if int.from_bytes(answer[:8], "little") != k:
-                    raise BenchError(f"zenoh ping {k}: answer carries another number")
-                if phase == "timed":
-                    lat.append(t1 - t0)
+
+        def exchange(k: int) -> int:
+            payload[:8] = k.to_bytes(8, "little")
+            req = bytes(payload)  # (not timed: an immutable copy to put)
+            t0 = perf()
+            pub.put(req)
+            answer = sub.recv().payload.to_bytes()
+            t1 = perf()
+            if int.from_bytes(answer[:8], "little") != k:
+                raise BenchError(f"zenoh ping {k}: answer carries another number")
+            return t1 - t0
+
+        ready()
+        lat = _time_pings(seconds, exchange)
         pub.put(STOP.to_bytes(8, "little") + bytes(size - 8))
         return _percentiles(lat)
     finally:
@@ -259,23 +269,20 @@ def ping_pyzmq(ready: Callable[[], None], addr: str, size: int, seconds: float) 
     sock.connect(addr)
     try:
         payload = bytearray(size)
-        ready()
-        lat = array("d")
-        k = 0
         perf = time.perf_counter_ns
-        for phase, dur in (("warm", WARMUP_S), ("timed", seconds)):
-            end = time.perf_counter() + dur
-            while time.perf_counter() < end:
-                k += 1
-                payload[:8] = k.to_bytes(8, "little")
-                t0 = perf()
-                sock.send(payload)
-                answer = sock.recv()
-                t1 = perf()
-                if int.from_bytes(answer[:8], "little") != k:
-                    raise BenchError(f"pyzmq ping {k}: answer carries another number")
-                if phase == "timed":
-                    lat.append(t1 - t0)
+
+        def exchange(k: int) -> int:
+            payload[:8] = k.to_bytes(8, "little")
+            t0 = perf()
+            sock.send(payload)
+            answer = sock.recv()
+            t1 = perf()
+            if int.from_bytes(answer[:8], "little") != k:
+                raise BenchError(f"pyzmq ping {k}: answer carries another number")
+            return t1 - t0
+
+        ready()
+        lat = _time_pings(seconds, exchange)
         sock.send(STOP.to_bytes(8, "little") + bytes(size - 8))
         return _percentiles(lat)
     finally:
