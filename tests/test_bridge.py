@@ -13,6 +13,7 @@ import os
 import signal
 import time
 import uuid
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -116,6 +117,30 @@ def _check(pub, source_count: int | None = None) -> None:
     assert pub.frame_id == pub.count + 1000
 
 
+class _Mirrored(NamedTuple):
+    src: Any  # the source stream, frame 1 written
+    producer: Any  # the child sending the channel's messages
+    s_local: str  # the stream's mirror
+    c_local: str  # the channel's mirror
+    m: Any  # a reader of the stream's mirror
+    rx: Any  # the consumer of the channel's mirror
+
+
+def _mirror_stream_and_channel(pair, spawn, s_suffix: str, c_suffix: str,
+                               n_msgs: int) -> _Mirrored:
+    """A stream (frame 1 written) and a channel of n_msgs messages (sent by a
+    child), both exported and imported, with a reader of each mirror."""
+    s_name, c_name = pair.name(s_suffix), pair.name(c_suffix)
+    src = shmstream.create(s_name, shape=SHAPE, dtype=np.int64)
+    src.write(_frame(1), frame_id=1001)
+    producer = spawn(_produce_messages, c_name, 8192, n_msgs)
+    s_local, c_local = pair.mirror(s_name), pair.mirror(c_name)
+    pair.importer.wait_import(s_local)
+    pair.importer.wait_import(c_local)
+    return _Mirrored(src, producer, s_local, c_local, shmstream.open(s_local, readonly=True),
+                     shmstream.open_channel(c_local))
+
+
 def _write_burst(name: str, first: int, n: int) -> None:
     h = shmstream.open(name)
     for i in range(first, first + n):
@@ -167,16 +192,9 @@ def test_stream_frames_arrive_with_count_frame_id_write_time_shape_and_slots(pai
 
 
 def test_exporter_killed_then_restarted_the_mirror_says_so_then_resumes(pair, spawn):
-    s_name, c_name = pair.name("pose"), pair.name("log")
-    src = shmstream.create(s_name, shape=SHAPE, dtype=np.int64)
-    src.write(_frame(1), frame_id=1001)
     n_msgs = 20000
-    producer = spawn(_produce_messages, c_name, 8192, n_msgs)
-    s_local, c_local = pair.mirror(s_name), pair.mirror(c_name)
-    pair.importer.wait_import(s_local)
-    pair.importer.wait_import(c_local)
-    m = shmstream.open(s_local, readonly=True)
-    rx = shmstream.open_channel(c_local)
+    src, producer, s_local, c_local, m, rx = _mirror_stream_and_channel(
+        pair, spawn, "pose", "log", n_msgs)
     try:
         _check(m.read_after_publication(0, timeout=WAIT), 1)
         got = _receive(rx, 0, 5000)
@@ -357,16 +375,9 @@ def _index(msg) -> int:
 
 
 def test_importer_killed_then_restarted_mirrors_continue(pair, spawn):
-    s_name, c_name = pair.name("odo"), pair.name("cmd")
-    src = shmstream.create(s_name, shape=SHAPE, dtype=np.int64)
-    src.write(_frame(1), frame_id=1001)
     n_msgs = 20000
-    producer = spawn(_produce_messages, c_name, 8192, n_msgs)
-    s_local, c_local = pair.mirror(s_name), pair.mirror(c_name)
-    pair.importer.wait_import(s_local)
-    pair.importer.wait_import(c_local)
-    m = shmstream.open(s_local, readonly=True)
-    rx = shmstream.open_channel(c_local)
+    src, producer, s_local, c_local, m, rx = _mirror_stream_and_channel(
+        pair, spawn, "odo", "cmd", n_msgs)
     try:
         _check(m.read_after_publication(0, timeout=WAIT), 1)
         got = _receive(rx, 0, 5000)

@@ -64,7 +64,7 @@ def test_list_shows_a_stream_a_channel_a_shared_array_and_a_running_loader(make_
         try:
             assert cli.main(["list"]) == 0
             rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-            mine = {row[-1]: row[0] for row in rows if " ".join(row).find(me) >= 0}
+            mine = {row[-1]: row[0] for row in rows if me in " ".join(row)}
             assert mine.get(stream_name) == "stream"
             assert mine.get(channel_name) == "channel"
             assert mine.get(array_name) == "array"
