@@ -156,15 +156,17 @@ def test_a_handle_whose_spins_end_asleep_learns_to_sleep_at_once(name):
         for _ in range(2):
             with pytest.raises(TimeoutError):
                 r.read_new(out=out, spin_us=1000, timeout=0.05)
+        # (the second may already have slept at once, if the first wait's
+        # spin counted as a miss: skipped is then 1)
         misses, skipped, _ = r._seg.spin_policy
-        assert misses >= 2 and skipped == 0
+        assert misses >= 2 and skipped < 2
         # A 10 s budget, yet the wait goes to sleep without spinning: the
         # handle counts the skipped spin, and the thread burns no CPU in it.
         cpu = time.thread_time()
         with pytest.raises(TimeoutError):
             r.read_new(out=out, spin_us=10**7, timeout=0.05)
         assert time.thread_time() - cpu < 0.025
-        assert r._seg.spin_policy[:2] == (misses, 1)
+        assert r._seg.spin_policy[:2] == (misses, skipped + 1)
         # ... and it still wakes for the next write.
         t = wait_in_thread([])
         support.wait_until(lambda: shmstream.stat(name)["waiters"], what="the reader asleep")
