@@ -550,3 +550,54 @@ def test_bench_bridge_quick_runs_and_leaves_nothing(capsys):
         assert row in out, row
     tag = f"bench-bridge-{os.getpid()}-"
     assert [f for f in os.listdir("/dev/shm") if tag in f] == []
+
+
+def test_bench_bridge_paced_one_way_counts_cpu_and_keeps_the_rate(tmp_path, capsys):
+    """--rate: every sender offers that many frames a second, never more;
+    each one-way row carries the CPU its processes spent per frame."""
+    import json
+
+    from shmstream import bench
+    from shmstream.bench import bridge as bench_bridge
+
+    path = tmp_path / "bridge.json"
+    rate = 2000.0
+    assert bench.main(["bridge", "--quick", "--peers", "bridged,zenoh", "--sections", "oneway",
+                       "--rate", str(rate), "--json", str(path)]) == 0
+    assert "senders offering 2000/s" in capsys.readouterr().out
+    rows = json.loads(path.read_text())["records"]
+    assert {(r["impl"], r["size"]) for r in rows} == {
+        (impl, size) for impl in ("bridged", "zenoh") for size in bench_bridge.THR_SIZES}
+    for r in rows:
+        # An absolute schedule: frame k is sent no earlier than (k - 1) / rate.
+        assert r["sent"] <= rate * (0.3 + bench_bridge.WARMUP_S) + 1, r
+        assert r["cpu_us_per_frame"] > 0 and r["cpu_cores"] > 0, r
+
+
+def test_bench_bridge_refuses_a_rate_that_is_not_positive(capsys):
+    from shmstream import bench
+
+    assert bench.main(["bridge", "--rate", "0"]) == 2
+    assert "--rate must be a positive number" in capsys.readouterr().out
+
+
+def test_bridge_hops_diagnostic_accounts_for_the_round_trip(tmp_path):
+    """benchmarks/bridge_hops.py (the hop-by-hop breakdown BENCHMARKS.md cites)
+    runs against the current bridge: every stage stamps every round trip,
+    and the hops add up to the round trip."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "bridge_hops.py")
+    out = tmp_path / "hops.json"
+    proc = subprocess.run([sys.executable, script, "--round-trips", "300", "--json", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    hops = res["hops_us"]
+    assert len(hops) == 8 and all(us > 0 for us in hops.values()), hops
+    # Medians of the parts need not add up exactly to the median of the whole.
+    assert 0.5 * res["round_trip_us"] <= sum(hops.values()) <= 1.5 * res["round_trip_us"], res
+    tag = "bench-bridge-"
+    assert [f for f in os.listdir("/dev/shm") if tag in f and str(proc.pid) in f] == []

@@ -2,7 +2,7 @@
 Eclipse Zenoh, against plain zenoh-python and pyzmq over tcp://, all on
 127.0.0.1 in one run, interleaved round by round.
 
-    python -m shmstream.bench bridge [--rounds N] [--seconds S] [--quick] [--json PATH]
+    python -m shmstream.bench bridge [--rounds N] [--seconds S] [--rate HZ] [--quick] [--json PATH]
 
 Processes: a sender and a receiver worker (spawned once, reused), and for
 the bridged rows two bridge processes: bridge A exports the sender's
@@ -25,7 +25,10 @@ Sections
               could not carry in time are counted as missed, not queued).
               zenoh: put with congestion control DROP, the receiver's
               callback takes each payload out (``to_bytes()``). pyzmq:
-              PUSH/PULL over tcp:// (queues, never drops).
+              PUSH/PULL over tcp:// (queues, never drops). ``--rate HZ``: every
+              sender offers HZ frames/s instead (can the path carry a
+              stream of that rate?). Each row also gives the CPU time of all
+              its processes (bridges included) per frame received.
 
 Every receiver takes the payload out as bytes or into its own array, and
 checks sequence numbers (a mismatch is an error, not a statistic).
@@ -40,7 +43,7 @@ import os
 import time
 import uuid
 from array import array
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -314,7 +317,28 @@ def pong_pyzmq(ready: Callable[[], None], addr: str, size: int) -> int:
 # ------------------------------------------------------- worker tasks: one-way
 
 
-def send_bridged(ready: Callable[[], None], name: str, size: int, seconds: float) -> int:
+def _frame_numbers(seconds: float, rate: float | None) -> Iterator[int]:
+    """1, 2, 3, ... for WARMUP_S + ``seconds``: as fast as the caller sends,
+    or ``rate`` numbers a second on an absolute schedule (sleeping between
+    them; a late sender catches up instead of drifting)."""
+    start = time.perf_counter()
+    end = start + seconds + WARMUP_S
+    period = 1.0 / rate if rate else 0.0
+    k = 0
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            return
+        if period:
+            due = start + k * period
+            if due > now:
+                time.sleep(due - now)
+        k += 1
+        yield k
+
+
+def send_bridged(ready: Callable[[], None], name: str, size: int, seconds: float,
+                 rate: float | None = None) -> int:
     import shmstream
 
     h = shmstream.open(name)
@@ -322,9 +346,7 @@ def send_bridged(ready: Callable[[], None], name: str, size: int, seconds: float
     ready()
     k = 0
     try:
-        end = time.perf_counter() + seconds + WARMUP_S
-        while time.perf_counter() < end:
-            k += 1
+        for k in _frame_numbers(seconds, rate):
             h.write(frame, frame_id=k)
         h.write(frame, frame_id=STOP)
     finally:
@@ -362,7 +384,8 @@ def _rate(frames: int, t0: float, t1: float, size: int) -> dict:
     return {"frames": frames, "seconds": dt, "rate": frames / dt, "gbps": frames * size / dt / 1e9}
 
 
-def send_zenoh(ready: Callable[[], None], connect: str, size: int, seconds: float) -> int:
+def send_zenoh(ready: Callable[[], None], connect: str, size: int, seconds: float,
+               rate: float | None = None) -> int:
     import zenoh
 
     s = zenoh.open(_zenoh_config(connect=[connect]))
@@ -372,9 +395,7 @@ def send_zenoh(ready: Callable[[], None], connect: str, size: int, seconds: floa
         payload = bytes(size)
         ready()
         k = 0
-        end = time.perf_counter() + seconds + WARMUP_S
-        while time.perf_counter() < end:
-            k += 1
+        for k in _frame_numbers(seconds, rate):
             pub.put(payload, attachment=k.to_bytes(8, "little"))
         s.put("bench/thr", b"", attachment=STOP.to_bytes(8, "little"),
               congestion_control=zenoh.CongestionControl.BLOCK)
@@ -417,7 +438,8 @@ def recv_zenoh(ready: Callable[[], None], listen: str, size: int) -> dict:
     return _rate(st["frames"] - 1, st["t0"], st["t1"], size)
 
 
-def send_pyzmq(ready: Callable[[], None], addr: str, size: int, seconds: float) -> int:
+def send_pyzmq(ready: Callable[[], None], addr: str, size: int, seconds: float,
+               rate: float | None = None) -> int:
     import zmq
 
     ctx = zmq.Context()
@@ -428,9 +450,7 @@ def send_pyzmq(ready: Callable[[], None], addr: str, size: int, seconds: float) 
     ready()
     k = 0
     try:
-        end = time.perf_counter() + seconds + WARMUP_S
-        while time.perf_counter() < end:
-            k += 1
+        for k in _frame_numbers(seconds, rate):
             sock.send_multipart([k.to_bytes(8, "little"), payload], copy=False)
         sock.send_multipart([STOP.to_bytes(8, "little"), b""])
     finally:
@@ -534,6 +554,21 @@ class Setup:
                 call_quietly(shmstream.unlink, local + "@bridge")
 
 
+def _cpu_seconds(pids: list[int]) -> float | None:
+    """CPU time (user + system, all threads) the processes ``pids`` have
+    used so far, from /proc; None where /proc is not Linux's."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        total += int(fields[11]) + int(fields[12])  # utime, stime (man 5 proc)
+    return total / tick
+
+
 def _free_port() -> int:
     import socket
 
@@ -564,7 +599,9 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
         out = sender.expect("done", cfg.seconds + SETUP_S)
         receiver.expect("done", SETUP_S)
         return out
+    pids = [sender.proc.pid, receiver.proc.pid]
     if impl == "bridged":
+        pids += [p.pid for p in setup.bridges]
         recv_args = dict(mirror=f"mB/{setup.thr(size)}", size=size)
         send_args = dict(name=setup.thr(size), size=size)
     elif impl == "zenoh":
@@ -573,11 +610,20 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
         recv_args, send_args = dict(addr=zaddr, size=size), dict(addr=zaddr, size=size)
     receiver.start(_task(f"recv_{impl}"), **recv_args)
     receiver.expect("ready", SETUP_S)
-    sender.start(_task(f"send_{impl}"), seconds=cfg.seconds, **send_args)
+    sender.start(_task(f"send_{impl}"), seconds=cfg.seconds, rate=cfg.rate, **send_args)
     sender.expect("ready", SETUP_S)
+    cpu0, t0 = _cpu_seconds(pids), time.perf_counter()
     sent = sender.expect("done", cfg.seconds + SETUP_S)
     out = receiver.expect("done", SETUP_S + 30)
+    cpu1, t1 = _cpu_seconds(pids), time.perf_counter()
     out["sent"] = sent
+    if cpu0 is not None and cpu1 is not None:
+        # Every process of the row (bridges included), from the sender's
+        # start to the receiver's end: CPU per frame the receiver got, and
+        # how many of the machine's cores the row kept busy.
+        out["cpu_s"] = cpu1 - cpu0
+        out["cpu_cores"] = (cpu1 - cpu0) / (t1 - t0)
+        out["cpu_us_per_frame"] = (cpu1 - cpu0) / (out["rate"] * (t1 - t0)) * 1e6
     return out
 
 
@@ -592,6 +638,9 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"comma-separated subset of {','.join(IMPLS)}")
     ap.add_argument("--bridge-spin-us", type=float, default=5.0, metavar="US",
                     help="the bridges' spin_us (default 5, the bridge's default)")
+    ap.add_argument("--rate", type=float, metavar="HZ",
+                    help="one-way: senders offer HZ frames/s (sleeping between them) "
+                         "instead of as many as they can")
     ap.add_argument("--sections", default="ping,oneway",
                     help="comma-separated subset of ping,oneway (default both)")
     ap.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
@@ -602,6 +651,9 @@ def main(argv: list[str]) -> int:
     cfg = _parser().parse_args(argv)
     if cfg.quick:
         cfg.rounds, cfg.seconds = 1, 0.3
+    if cfg.rate is not None and not cfg.rate > 0:
+        print(f"shmstream bench bridge: --rate must be a positive number of frames/s, got {cfg.rate}")
+        return 2
     impls = [i for i in cfg.peers.split(",") if i]
     bad = [i for i in impls if i not in IMPLS]
     if bad or not impls:
@@ -618,6 +670,7 @@ def main(argv: list[str]) -> int:
     res = Results("bridge", argv)
     res.meta["versions"].update({d: peer_version(d) for d in ("eclipse-zenoh", "pyzmq")})
     res.meta.update(rounds=cfg.rounds, seconds=cfg.seconds, bridge_spin_us=cfg.bridge_spin_us,
+                    rate=cfg.rate,
                     shmstream_spin_us=os.environ.get("SHMSTREAM_SPIN_US"))
     setup = Setup(impls, cfg.bridge_spin_us)
     sender, receiver = Worker(), Worker()
@@ -644,6 +697,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _fmt_cpu(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
 def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace) -> None:
     zv, qv = peer_version("eclipse-zenoh"), peer_version("pyzmq")
     label = {"bridged": "shmstream bridge x2 (Zenoh)", "zenoh": f"zenoh-python {zv}",
@@ -653,6 +710,10 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
 
     def med(kind: str, impl: str, size: int, key: str) -> float:
         return median([r[key] for r in runs.get((kind, impl, size), [])])
+
+    def med_or_none(kind: str, impl: str, size: int, key: str) -> float | None:
+        values = [r[key] for r in runs.get((kind, impl, size), []) if key in r]
+        return median(values) if values else None
 
     tables, verdict = [], []
     if "ping" in sections:
@@ -682,6 +743,8 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
                 rate = med("oneway", impl, size, "rate")
                 rows.append([fmt_bytes(size), label[impl], fmt_hz(rate, "/s"),
                              f"{rate * size / 1e9:.2f}",
+                             _fmt_cpu(med_or_none("oneway", impl, size, "cpu_us_per_frame"), "{:.0f}"),
+                             _fmt_cpu(med_or_none("oneway", impl, size, "cpu_cores"), "{:.2f}"),
                              fmt_ratio(rate, med("oneway", "zenoh", size, "rate"))
                              if impl == "bridged" else ""])
             if ratios:
@@ -689,9 +752,14 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
                 verdict.append(f"one-way {fmt_bytes(size)}: bridged {b / z:.2f}x zenoh's rate "
                                f"(target >= 0.8x: {'met' if b >= 0.8 * z else 'MISSED'})")
         tables.append(render_table(
-            ["frame", "implementation", "frames/s", "GB/s", "vs zenoh"], rows,
-            title=f"one-way: frames the receiver gets, sender as fast as it can; median of "
-                  f"{cfg.rounds} rounds of {cfg.seconds:g} s", left=2))
+            ["frame", "implementation", "frames/s", "GB/s", "CPU us/frame", "cores busy",
+             "vs zenoh"], rows,
+            title=f"one-way: frames the receiver gets, "
+                  f"{f'senders offering {cfg.rate:g}/s' if cfg.rate else 'sender as fast as it can'}"
+                  f"; median of "
+                  f"{cfg.rounds} rounds of {cfg.seconds:g} s; CPU of every process of the row "
+                  f"(bridges included) per frame received, and cores it kept busy "
+                  f"(of {os.cpu_count()})", left=2))
     if verdict:
         tables.append("targets (issue 16):\n" + "\n".join("  " + v for v in verdict))
     for table in tables:
