@@ -191,6 +191,49 @@ def test_stream_frames_arrive_with_count_frame_id_write_time_shape_and_slots(pai
         src.unlink()
 
 
+def test_a_publisher_puts_each_frame_from_the_writing_thread(pair, spawn):
+    """Bridge.publisher(name): the writer in the exporting bridge's process
+    writes the stream and puts the frame itself; frames another process
+    writes meanwhile still cross (the export thread looks every IDLE_S), and
+    after close() the export thread carries every write again."""
+    pair.exporter.stop()  # this test's exporting bridge runs here, in the writer's process
+    name = pair.name("cam")
+    src = shmstream.create(name, shape=SHAPE, dtype=np.int64)
+    src.write(_frame(1), frame_id=1001)
+    local = pair.mirror(name)
+    with Bridge(exports=[name], namespace=pair.namespace, connect=[pair.importer_ep]) as bridge:
+        pair.importer.wait_import(local)
+        m = shmstream.open(local, readonly=True)
+        try:
+            _check(m.read_after_publication(0, timeout=WAIT), 1)
+            with pytest.raises(ValueError, match="exports no stream 'nope'"):
+                bridge.publisher("nope")
+            with bridge.publisher(name) as pub:
+                for i in range(2, 201):  # lockstep: every frame, with its metadata
+                    pub.write(_frame(i), frame_id=i + 1000)
+                    got = m.read_after_publication(i - 1, timeout=WAIT)
+                    _check(got, i)
+                    assert got.missed_publications == 0
+                    assert abs(got.write_time - src.write_time) < 1e-6
+                assert pub.frames_put == 199  # all of them put by the writing thread
+                spawn(_write_burst, name, 201, 1).result()  # another writer
+                _check(m.read_after_publication(200, timeout=WAIT), 201)
+                pub.write(_frame(202), frame_id=1202)
+                _check(m.read_after_publication(201, timeout=WAIT), 202)
+            with pytest.raises(RuntimeError, match="closed publisher"):
+                pub.write(_frame(203))
+            src.write(_frame(203), frame_id=1203)  # the export thread's again
+            _check(m.read_after_publication(202, timeout=WAIT), 203)
+            late = bridge.publisher(name)
+        finally:
+            m.close()
+    with pytest.raises(RuntimeError, match="get a new publisher"):
+        late.write(_frame(204))  # its bridge is closed: refused before writing
+    assert src.count == 203
+    late.close()
+    src.unlink()
+
+
 def test_exporter_killed_then_restarted_the_mirror_says_so_then_resumes(pair, spawn):
     n_msgs = 20000
     src, producer, s_local, c_local, m, rx = _mirror_stream_and_channel(
@@ -543,10 +586,11 @@ def test_list_remote_shows_what_other_bridges_export(pair, capsys):
 def test_bench_bridge_quick_runs_and_leaves_nothing(capsys):
     from shmstream import bench
 
-    assert bench.main(["bridge", "--quick", "--peers", "bridged,zenoh"]) == 0
+    assert bench.main(["bridge", "--quick", "--peers", "bridged,inproc,zenoh"]) == 0
     out = capsys.readouterr().out
-    for row in ("shmstream bridge x2 (Zenoh)", "zenoh-python", "64 B", "64 KiB", "4 MiB",
-                "p50 vs zenoh", "targets (issue 16)"):
+    for row in ("shmstream bridge x2 (Zenoh)", "shmstream bridge x2 in-process (publisher)",
+                "zenoh-python", "64 B", "64 KiB", "4 MiB", "p50 vs zenoh", "targets (issue 16)",
+                "in-process bridged p50"):
         assert row in out, row
     tag = f"bench-bridge-{os.getpid()}-"
     assert [f for f in os.listdir("/dev/shm") if tag in f] == []
@@ -596,7 +640,11 @@ def test_bridge_hops_diagnostic_accounts_for_the_round_trip(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     hops = res["hops_us"]
-    assert len(hops) == 8 and all(us > 0 for us in hops.values()), hops
+    assert len(hops) == 8, hops
+    # The two Zenoh hops cross processes and a socket. (A reader that spins
+    # may see a mirror's frame before the writing callback returns, so the
+    # hops after "mirror written" can be ~0 or below.)
+    assert all(us > 0 for label, us in hops.items() if "(Zenoh)" in label), hops
     # Medians of the parts need not add up exactly to the median of the whole.
     assert 0.5 * res["round_trip_us"] <= sum(hops.values()) <= 1.5 * res["round_trip_us"], res
     tag = "bench-bridge-"

@@ -64,10 +64,12 @@ from ._common import (
 )
 
 STOP = (1 << 64) - 1
+HELLO = STOP - 1  # the in-process ponger's first answer: it reads its requests now
 ACK_BYTES = 64
 PING_SIZES = (64, 64 << 10)
 THR_SIZES = (64 << 10, 4 << 20)
-IMPLS = ("bridged", "zenoh", "pyzmq")
+IMPLS = ("bridged", "inproc", "zenoh", "pyzmq")
+BRIDGED = ("bridged", "inproc")  # the rows held to the targets
 WARMUP_S = 0.2
 SETUP_S = 30.0
 
@@ -149,12 +151,10 @@ def _task(name: str) -> Callable[..., Any]:
     return globals()[name]
 
 
-def ping_bridged(ready: Callable[[], None], req: str, ack_mirror: str, size: int,
-                 seconds: float) -> dict:
-    import shmstream
-
-    h = shmstream.open(req)
-    a = _open_when_there(ack_mirror, readonly=True)
+def _ping_through(ready: Callable[[], None], write: Callable[..., None], a: Any, size: int,
+                  seconds: float, what: str) -> dict:
+    """The pinger's loop for both bridged rows: ``write(buf, frame_id=k)``
+    publishes request k, ``a`` (the answers' mirror) brings answer k."""
     buf = np.zeros(size, np.uint8)
     seq = buf[:8].view(np.uint64)
     got = np.empty(ACK_BYTES, np.uint8)
@@ -164,46 +164,109 @@ def ping_bridged(ready: Callable[[], None], req: str, ack_mirror: str, size: int
     def exchange(k: int) -> int:
         seq[0] = k
         t0 = perf()
-        h.write(buf, frame_id=k)
+        write(buf, frame_id=k)
         a.read_new(timeout=10, out=got)
+        while got_seq[0] < k:  # an older answer (the one a new mirror fetched)
+            a.read_new(timeout=10, out=got)
         t1 = perf()
         if got_seq[0] != k:
-            raise BenchError(f"bridged ping {k}: answer carries {got_seq[0]}")
+            raise BenchError(f"{what} ping {k}: answer carries {got_seq[0]}")
         return t1 - t0
 
     ready()
-    try:
-        lat = _time_pings(seconds, exchange)
-        seq[0] = STOP
-        h.write(buf)
-    finally:
-        h.close()
-        a.close()
+    lat = _time_pings(seconds, exchange)
+    seq[0] = STOP
+    write(buf)
     return _percentiles(lat)
+
+
+def _answer(r: Any, write: Callable[..., None], size: int) -> int:
+    """The ponger's loop for both bridged rows: each request read from the
+    mirror ``r`` is answered with ``write``; returns the answers."""
+    buf = np.empty(size, np.uint8)
+    seq = buf[:8].view(np.uint64)
+    out = np.zeros(ACK_BYTES, np.uint8)
+    out_seq = out[:8].view(np.uint64)
+    n = 0
+    while True:
+        r.read_new(timeout=30, out=buf)
+        if seq[0] == STOP:
+            return n
+        if seq[0] == 0:
+            continue  # _inproc_bridge's frame of zeros
+        out_seq[0] = seq[0]
+        write(out)
+        n += 1
+
+
+def ping_bridged(ready: Callable[[], None], req: str, ack_mirror: str, size: int,
+                 seconds: float) -> dict:
+    import shmstream
+
+    with shmstream.open(req) as h, _open_when_there(ack_mirror, readonly=True) as a:
+        return _ping_through(ready, h.write, a, size, seconds, "bridged")
 
 
 def pong_bridged(ready: Callable[[], None], req_mirror: str, ack: str, size: int) -> int:
     import shmstream
 
-    r = _open_when_there(req_mirror, readonly=True)
-    h = shmstream.open(ack)
-    buf = np.empty(size, np.uint8)
-    seq = buf[:8].view(np.uint64)
-    out = np.zeros(ACK_BYTES, np.uint8)
-    out_seq = out[:8].view(np.uint64)
-    ready()
-    n = 0
+    with _open_when_there(req_mirror, readonly=True) as r, shmstream.open(ack) as h:
+        ready()
+        return _answer(r, h.write, size)
+
+
+def _inproc_bridge(exports: list[str], imports: list[str], side: str, other: str,
+                   **endpoints: Any) -> Any:
+    """A bridge in this worker (the "inproc" rows): it exports the stream
+    this process writes and imports the one it reads, as ``i<side>/<name>``.
+    Each exported stream first gets a frame of zeros (number 0, which the
+    readers skip): a new mirror fetches the source's latest frame, and that
+    must not be the last round's STOP."""
+    import shmstream
+    from shmstream.bridge import Bridge
+
+    for name in exports:
+        with shmstream.open(name) as h:
+            h.write(np.zeros(h.shape, h.dtype), frame_id=0)
+    return Bridge(exports=exports, imports=imports, namespace=f"in{side}",
+                  remote_namespace=f"in{other}", local_prefix=f"i{side}/",
+                  unlink_on_close=True, **endpoints).start()
+
+
+def ping_inproc(ready: Callable[[], None], req: str, ack: str, connect: str, size: int,
+                seconds: float) -> dict:
+    import shmstream
+
+    bridge = _inproc_bridge([req], [ack], "A", "B", connect=[connect])
     try:
-        while True:
-            r.read_new(timeout=30, out=buf)
-            if seq[0] == STOP:
-                return n
-            out_seq[0] = seq[0]
-            h.write(out)
-            n += 1
+        bridge.wait_for_import(f"iA/{ack}", timeout=SETUP_S)
+        with shmstream.open(f"iA/{ack}", readonly=True) as a, bridge.publisher(req) as pub:
+            got = np.empty(ACK_BYTES, np.uint8)
+
+            def ponger_ready() -> bool:
+                a.read(out=got)
+                return bool(got[:8].view(np.uint64)[0] == HELLO)
+
+            _wait(ponger_ready, "the in-process ponger's hello")
+            return _ping_through(ready, pub.write, a, size, seconds, "in-process bridged")
     finally:
-        r.close()
-        h.close()
+        bridge.close()
+
+
+def pong_inproc(ready: Callable[[], None], req: str, ack: str, listen: str, size: int) -> int:
+    import shmstream
+
+    bridge = _inproc_bridge([ack], [req], "B", "A", listen=[listen])
+    ready()  # the pinger's bridge connects to this one: only then can the import be made
+    try:
+        bridge.wait_for_import(f"iB/{req}", timeout=SETUP_S)
+        with shmstream.open(f"iB/{req}", readonly=True) as r, bridge.publisher(ack) as pub:
+            hello = np.zeros(ACK_BYTES, np.uint8)
+            hello[:8].view(np.uint64)[0] = HELLO  # the pinger starts once it sees this
+            pub.write(hello)
+            return _answer(r, pub.write, size)
+    finally:
+        bridge.close()
 
 
 def ping_zenoh(ready: Callable[[], None], connect: str, size: int, seconds: float) -> dict:
@@ -364,6 +427,8 @@ def recv_bridged(ready: Callable[[], None], mirror: str, size: int) -> dict:
             pub = m.read_new_publication(timeout=30, out=out)
             if pub.frame_id == STOP:
                 break
+            if pub.frame_id == 0:
+                continue  # _inproc_bridge's frame of zeros
             if pub.frame_id <= last:
                 raise BenchError(f"bridged one-way: frame {pub.frame_id} after {last}")
             last = pub.frame_id
@@ -374,6 +439,33 @@ def recv_bridged(ready: Callable[[], None], mirror: str, size: int) -> dict:
     finally:
         m.close()
     return _rate(frames - 1, t_first, t_last, size)
+
+
+def send_inproc(ready: Callable[[], None], name: str, mirror: str, connect: str, size: int,
+                seconds: float, rate: float | None = None) -> int:
+    bridge = _inproc_bridge([name], [], "A", "B", connect=[connect])
+    k = 0
+    try:
+        _open_when_there(mirror, readonly=True).close()  # the receiver's bridge imports it
+        frame = np.zeros(size, np.uint8)
+        with bridge.publisher(name) as pub:
+            ready()
+            for k in _frame_numbers(seconds, rate):
+                pub.write(frame, frame_id=k)
+            pub.write(frame, frame_id=STOP)
+    finally:
+        bridge.close()
+    return k
+
+
+def recv_inproc(ready: Callable[[], None], name: str, listen: str, size: int) -> dict:
+    bridge = _inproc_bridge([], [name], "B", "A", listen=[listen])
+    try:
+        ready()  # the sender's bridge connects to this one
+        bridge.wait_for_import(f"iB/{name}", timeout=SETUP_S)
+        return recv_bridged(lambda: None, f"iB/{name}", size)
+    finally:
+        bridge.close()
 
 
 def _rate(frames: int, t0: float, t1: float, size: int) -> dict:
@@ -500,6 +592,12 @@ class Setup:
         self.made: list[str] = []
         self.bridges: list[Any] = []
         self.stop = mp.get_context("spawn").Event()
+        if "inproc" in impls:  # written through the workers' own bridges
+            for size in PING_SIZES:
+                self._make(shmstream, self.ireq(size), size)
+                self._make(shmstream, self.iack(size), ACK_BYTES)
+            for size in THR_SIZES:
+                self._make(shmstream, self.ithr(size), size)
         if "bridged" not in impls:
             return
         for size in PING_SIZES:
@@ -537,6 +635,17 @@ class Setup:
     def thr(self, size: int) -> str:
         return f"{self.base}/a/thr{size}"
 
+    # The in-process rows' streams: under c/ and d/, which the two bridge
+    # processes (a/* and b/*) do not export.
+    def ireq(self, size: int) -> str:
+        return f"{self.base}/c/req{size}"
+
+    def iack(self, size: int) -> str:
+        return f"{self.base}/d/ack{size}"
+
+    def ithr(self, size: int) -> str:
+        return f"{self.base}/c/thr{size}"
+
     def close(self) -> None:
         import shmstream
 
@@ -549,7 +658,7 @@ class Setup:
         for name in self.made:
             call_quietly(shmstream.unlink, name)
         for name in self.made:  # mirrors and status streams a killed bridge left
-            for local in (f"mA/{name}", f"mB/{name}"):
+            for local in (f"mA/{name}", f"mB/{name}", f"iA/{name}", f"iB/{name}"):
                 call_quietly(shmstream.unlink, local)
                 call_quietly(shmstream.unlink, local + "@bridge")
 
@@ -588,6 +697,9 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
         if impl == "bridged":
             recv_args = dict(req_mirror=f"mB/{setup.req(size)}", ack=setup.ack(size), size=size)
             send_args = dict(req=setup.req(size), ack_mirror=f"mA/{setup.ack(size)}", size=size)
+        elif impl == "inproc":
+            names = dict(req=setup.ireq(size), ack=setup.iack(size), size=size)
+            recv_args, send_args = dict(listen=zep, **names), dict(connect=zep, **names)
         elif impl == "zenoh":
             recv_args, send_args = dict(listen=zep, size=size), dict(connect=zep, size=size)
         else:
@@ -604,6 +716,10 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
         pids += [p.pid for p in setup.bridges]
         recv_args = dict(mirror=f"mB/{setup.thr(size)}", size=size)
         send_args = dict(name=setup.thr(size), size=size)
+    elif impl == "inproc":
+        recv_args = dict(name=setup.ithr(size), listen=zep, size=size)
+        send_args = dict(name=setup.ithr(size), mirror=f"iB/{setup.ithr(size)}", connect=zep,
+                         size=size)
     elif impl == "zenoh":
         recv_args, send_args = dict(listen=zep, size=size), dict(connect=zep, size=size)
     else:
@@ -703,10 +819,13 @@ def _fmt_cpu(value: float | None, fmt: str) -> str:
 
 def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace) -> None:
     zv, qv = peer_version("eclipse-zenoh"), peer_version("pyzmq")
-    label = {"bridged": "shmstream bridge x2 (Zenoh)", "zenoh": f"zenoh-python {zv}",
+    label = {"bridged": "shmstream bridge x2 (Zenoh)",
+             "inproc": "shmstream bridge x2 in-process (publisher)",
+             "zenoh": f"zenoh-python {zv}",
              "pyzmq": f"pyzmq {qv} tcp://"}
     sections = cfg.sections.split(",")
-    ratios = "bridged" in impls and "zenoh" in impls
+    judged = [i for i in BRIDGED if i in impls] if "zenoh" in impls else []
+    name = {"bridged": "bridged", "inproc": "in-process bridged"}
 
     def med(kind: str, impl: str, size: int, key: str) -> float:
         return median([r[key] for r in runs.get((kind, impl, size), [])])
@@ -715,6 +834,11 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
         values = [r[key] for r in runs.get((kind, impl, size), []) if key in r]
         return median(values) if values else None
 
+    def vs_zenoh(kind: str, impl: str, size: int, key: str) -> str:
+        if impl not in BRIDGED or "zenoh" not in impls:
+            return ""
+        return fmt_ratio(med(kind, impl, size, key), med(kind, "zenoh", size, key))
+
     tables, verdict = [], []
     if "ping" in sections:
         rows = []
@@ -722,14 +846,12 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
             for impl in impls:
                 p50, p99 = med("ping", impl, size, "p50_ns"), med("ping", impl, size, "p99_ns")
                 rows.append([fmt_bytes(size), label[impl], fmt_us(p50), fmt_us(p99),
-                             f"{p99 / p50:.1f}",
-                             fmt_ratio(p50, med("ping", "zenoh", size, "p50_ns"))
-                             if impl == "bridged" else ""])
-            if ratios:
-                b, z = med("ping", "bridged", size, "p50_ns"), med("ping", "zenoh", size, "p50_ns")
-                b99 = med("ping", "bridged", size, "p99_ns")
-                verdict.append(f"ping-pong {fmt_bytes(size)}: bridged p50 {b / z:.2f}x zenoh's "
-                               f"(target <= 1.5x: {'met' if b <= 1.5 * z else 'MISSED'}); "
+                             f"{p99 / p50:.1f}", vs_zenoh("ping", impl, size, "p50_ns")])
+            for impl in judged:
+                b, z = med("ping", impl, size, "p50_ns"), med("ping", "zenoh", size, "p50_ns")
+                b99 = med("ping", impl, size, "p99_ns")
+                verdict.append(f"ping-pong {fmt_bytes(size)}: {name[impl]} p50 {b / z:.2f}x "
+                               f"zenoh's (target <= 1.5x: {'met' if b <= 1.5 * z else 'MISSED'}); "
                                f"p99/p50 {b99 / b:.1f} (target <= 3: "
                                f"{'met' if b99 <= 3 * b else 'MISSED'})")
         tables.append(render_table(
@@ -743,22 +865,21 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
                 rate = med("oneway", impl, size, "rate")
                 rows.append([fmt_bytes(size), label[impl], fmt_hz(rate, "/s"),
                              f"{rate * size / 1e9:.2f}",
-                             _fmt_cpu(med_or_none("oneway", impl, size, "cpu_us_per_frame"), "{:.0f}"),
+                             _fmt_cpu(med_or_none("oneway", impl, size, "cpu_us_per_frame"),
+                                      "{:.0f}"),
                              _fmt_cpu(med_or_none("oneway", impl, size, "cpu_cores"), "{:.2f}"),
-                             fmt_ratio(rate, med("oneway", "zenoh", size, "rate"))
-                             if impl == "bridged" else ""])
-            if ratios:
-                b, z = med("oneway", "bridged", size, "rate"), med("oneway", "zenoh", size, "rate")
-                verdict.append(f"one-way {fmt_bytes(size)}: bridged {b / z:.2f}x zenoh's rate "
-                               f"(target >= 0.8x: {'met' if b >= 0.8 * z else 'MISSED'})")
+                             vs_zenoh("oneway", impl, size, "rate")])
+            for impl in judged:
+                b, z = med("oneway", impl, size, "rate"), med("oneway", "zenoh", size, "rate")
+                verdict.append(f"one-way {fmt_bytes(size)}: {name[impl]} {b / z:.2f}x zenoh's "
+                               f"rate (target >= 0.8x: {'met' if b >= 0.8 * z else 'MISSED'})")
         tables.append(render_table(
             ["frame", "implementation", "frames/s", "GB/s", "CPU us/frame", "cores busy",
              "vs zenoh"], rows,
             title=f"one-way: frames the receiver gets, "
                   f"{f'senders offering {cfg.rate:g}/s' if cfg.rate else 'sender as fast as it can'}"
-                  f"; median of "
-                  f"{cfg.rounds} rounds of {cfg.seconds:g} s; CPU of every process of the row "
-                  f"(bridges included) per frame received, and cores it kept busy "
+                  f"; median of {cfg.rounds} rounds of {cfg.seconds:g} s; CPU of every process "
+                  f"of the row (bridges included) per frame received, and cores it kept busy "
                   f"(of {os.cpu_count()})", left=2))
     if verdict:
         tables.append("targets (issue 16):\n" + "\n".join("  " + v for v in verdict))

@@ -24,7 +24,7 @@ from . import _keys, _thread, _wire
 from ._channels import ChannelExport, ChannelImport
 from ._session import close_session, import_zenoh, make_config, open_session
 from ._status import is_status_name, status_name
-from ._streams import StreamExport, StreamImport
+from ._streams import StreamExport, StreamImport, StreamPublisher
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -223,6 +223,20 @@ class Bridge:
 
     def wait_for_export(self, name: str, timeout: float | None = None) -> None:
         self._wait(lambda: name in self._exports, timeout, f"the export of {name!r}")
+
+    def publisher(self, name: str) -> StreamPublisher:
+        """A writer of the exported stream ``name`` for this process: its
+        ``write(value, frame_id=None)`` writes the stream and puts the frame
+        to Zenoh from the calling thread, which saves the export thread's
+        wake-up per frame (docs/bridge.md, "Writing through the bridge").
+        Close it (or use ``with``) when done writing."""
+        ex = self._exports.get(name)
+        if not isinstance(ex, StreamExport):
+            raise ValueError(
+                f"this bridge exports no stream {name!r} (it exports {self.exported}); a "
+                "publisher writes a stream the bridge exports: name it in exports= and, if it "
+                "is made after start(), call wait_for_export(name) first")
+        return ex.publisher()
 
     def _import_ready(self, local: str) -> bool:
         r = self._locals.get(local)

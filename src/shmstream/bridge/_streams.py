@@ -10,6 +10,13 @@ the network dropped at the end of a burst still reaches the mirror. The
 latest frame is also served to queries on the data key (an importer fetches
 it when it starts).
 
+Publisher (``Bridge.publisher(name)``): a writer in the bridge's own
+process writes through it, and the frame is put from the writing thread
+right after the write, so no export thread has to wake for it. While one is
+open the export thread stops waiting on the stream's futex; every IDLE_S it
+exports a frame that another writer made meanwhile, and re-sends the last
+frame once when the stream went quiet, as above.
+
 Importer: writes each frame into the mirror with the source's count (plus a
 fixed offset when the mirror's count is already past the source's, e.g. after
 the source was re-created), frame id and write time, so the mirror's readers
@@ -101,6 +108,10 @@ class StreamExport:
             self.h.close()
             raise
         self.frames_sent = 0
+        self._sent_count = 0  # count of the newest frame put (by either path)
+        self._unsettled: tuple[bytes, bytes] | None = None  # last frame, not yet re-sent
+        self._publishers = 0
+        self._closed = False
         self._thread = _thread.start(self._run, f"export {name}")
 
     def announce(self) -> None:
@@ -128,16 +139,47 @@ class StreamExport:
 
     # -- the export thread -------------------------------------------------------
 
+    def _send(self, data: bytes, count: int, frame_id: int, write_time: float) -> None:
+        """Put one frame (export thread or a publisher's writing thread)."""
+        head = _wire.pack_frame_head(count, frame_id, _write_time_ns(write_time),
+                                     self._layout, self._generation)
+        self._pub.put(data, attachment=head)
+        self.frames_sent += 1
+        self._sent_count = max(self._sent_count, count)
+        self._unsettled = (data, head)
+
+    def _settle(self) -> None:
+        """The stream went quiet: send the last frame once more, reliably (a
+        frame the network dropped at the end of a burst still arrives)."""
+        unsettled, self._unsettled = self._unsettled, None
+        if unsettled is not None:
+            self._session.put(self._key, unsettled[0], attachment=unsettled[1],
+                              congestion_control=self._zenoh.CongestionControl.BLOCK)
+
+    def _copy_latest(self, h: Any, new: bool, timeout: float | None) -> tuple[bytes, Any]:
+        """The latest frame (``new``: the first one newer than this handle
+        saw) and its publication, copied out of the slot in place; a copy
+        that a writer lapped is taken again with the consistent copy."""
+        try:
+            view = h.read_new_view(timeout=timeout) if new else h.read_view(timeout=timeout)
+            with view as pub:
+                return pub.payload.tobytes(), pub  # the one copy out of shared memory
+        except shmstream.FrameOverwrittenError:
+            buf = np.empty(h.shape, h.dtype)
+            pub = (h.read_new_publication(timeout=timeout, out=buf) if new
+                   else h.read_publication(out=buf))
+            return buf.tobytes(), pub
+
     def _run(self) -> None:
-        h, put = self.h, self._pub.put
-        layout, generation = self._layout, self._generation
-        unsettled: tuple[bytes, bytes] | None = None  # last frame, not yet re-sent
+        h = self.h
         buf = np.empty(h.shape, h.dtype)
         lapped = 0  # frames to read with a copy before trying in place again
-        CONGESTION_BLOCK = self._zenoh.CongestionControl.BLOCK
         while not self._stop.is_set():
             if not self._matched.is_set():
                 self._matched.wait(IDLE_S)
+                continue
+            if self._publishers:
+                self._follow_publishers()
                 continue
             try:
                 if lapped:
@@ -153,13 +195,9 @@ class StreamExport:
                     except shmstream.FrameOverwrittenError:
                         lapped = RETRY_VIEW_AFTER
                         continue
-                count, frame_id, wt = pub.count, pub.frame_id, pub.write_time
             except TimeoutError:
                 lapped = 0
-                if unsettled is not None:
-                    self._session.put(self._key, unsettled[0], attachment=unsettled[1],
-                                      congestion_control=CONGESTION_BLOCK)
-                    unsettled = None
+                self._settle()
                 continue
             except shmstream.InconsistentStreamError:
                 self._stop.wait(0.01)  # no consistent frame until the next write
@@ -168,10 +206,44 @@ class StreamExport:
                 if h.closed:
                     return
                 raise
-            head = _wire.pack_frame_head(count, frame_id, _write_time_ns(wt), layout, generation)
-            put(data, attachment=head)
-            self.frames_sent += 1
-            unsettled = (data, head)
+            self._send(data, pub.count, pub.frame_id, pub.write_time)
+
+    def _follow_publishers(self) -> None:
+        """One IDLE_S step while a publisher puts the frames: export a frame
+        another writer made (not sent by anyone yet), else settle a quiet
+        stream."""
+        sent = self._sent_count
+        if self._stop.wait(IDLE_S):
+            return
+        try:
+            if self.h.count > self._sent_count:
+                data, pub = self._copy_latest(self.h, False, None)
+                if pub.count > self._sent_count:
+                    self._send(data, pub.count, pub.frame_id, pub.write_time)
+            elif self._sent_count == sent:
+                self._settle()
+        except shmstream.InconsistentStreamError:
+            pass  # no consistent frame until the next write
+        except RuntimeError:
+            if not self.h.closed:
+                raise
+
+    # -- publishers (the writer's thread) -------------------------------------------
+
+    def publisher(self) -> "StreamPublisher":
+        return StreamPublisher(self)
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"the export of {self.name!r} is closed (the bridge closed, or the stream was "
+                "made again); get a new publisher from the bridge")
+
+    def publish_written(self, h: Any) -> None:
+        """Put the frame that ``h`` (a publisher's handle) has just written."""
+        self.check_open()
+        data, pub = self._copy_latest(h, False, None)
+        self._send(data, pub.count, pub.frame_id, pub.write_time)
 
     # -- the bridge's periodic check (control thread) ----------------------------
 
@@ -192,6 +264,7 @@ class StreamExport:
                               congestion_control=self._zenoh.CongestionControl.BLOCK)
 
     def close(self) -> None:
+        self._closed = True
         self._stop.set()
         self._matched.set()
         self._thread.join(5)
@@ -202,6 +275,53 @@ class StreamExport:
             except Exception:  # noqa: BLE001 - session already closed
                 pass
         self.h.close()
+
+
+class StreamPublisher:
+    """Writes a stream that a bridge in this process exports, and puts each
+    frame to Zenoh from the writing thread (``Bridge.publisher(name)``).
+
+    ``write(value, frame_id=None)`` is the stream's ``write`` (local readers
+    see the frame as always) followed by the put: the frame leaves without
+    waking the bridge's export thread. What is put is the stream's latest
+    publication, read back consistently, so its count, frame id and write
+    time always belong to its bytes (if another process wrote in between,
+    that newer frame is the one sent). ``close()`` (or the ``with`` block's
+    end) sends the last frame once more with congestion control BLOCK and
+    hands the stream back to the export thread."""
+
+    def __init__(self, export: StreamExport) -> None:
+        self._export = export
+        self.name = export.name
+        self.h = shmstream.open(export.name)
+        export._publishers += 1
+        self._open = True
+        self.frames_put = 0  # frames this publisher put
+
+    def write(self, value: Any, *, frame_id: int | None = None) -> None:
+        if not self._open:
+            raise RuntimeError(f"write to a closed publisher of {self.name!r}")
+        self._export.check_open()  # before the write: nothing half done
+        self.h.write(value, frame_id=frame_id)
+        self._export.publish_written(self.h)
+        self.frames_put += 1
+
+    def close(self) -> None:
+        """Stop writing through this publisher. Its last frame is sent once
+        more, reliably (a frame the network dropped at the end of a burst
+        still arrives), and the export thread carries the stream again."""
+        if self._open:
+            self._open = False
+            self._export._publishers -= 1
+            self.h.close()
+            if not self._export._closed:
+                self._export._settle()
+
+    def __enter__(self) -> "StreamPublisher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class StreamImport(MirrorSide):
