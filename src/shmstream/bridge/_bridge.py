@@ -79,7 +79,9 @@ class Bridge:
     the next local write before it sleeps (default 5 µs; ``None`` for
     shmstream's default). ``start()`` opens the session and raises at once
     for a conflicting import; ``close()`` ends everything (the mirrors stay
-    unless ``unlink_on_close``). Also a context manager.
+    unless ``unlink_on_close``). Also a context manager. A writer in the
+    bridge's own process can write an exported stream through
+    ``publisher(name)``, which puts each frame from the writing thread.
     """
 
     def __init__(
