@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from shmstream.bench import _bridge_tasks as tasks
 from shmstream.bench import bridge as bench
 from shmstream.bench._workers import Worker
 
@@ -88,7 +89,7 @@ def _traced_bridge(kwargs: dict, ready: Any, stop: Any, side: str, n: int, outdi
     _streams._wire.pack_frame_head = stamped_pack  # the module the export calls it through
     _streams.StreamImport._on_sample = stamped_on_sample
     try:
-        bench._run_bridge(kwargs, ready, stop)
+        tasks._run_bridge(kwargs, ready, stop)
     finally:
         _save(outdir, f"{side}_export", export)
         _save(outdir, f"{side}_callback", callback)
@@ -100,9 +101,9 @@ def ping(ready: Callable[[], None], req: str, ack_mirror: str, size: int, n: int
     import shmstream
 
     h = shmstream.open(req)
-    a = bench._open_when_there(ack_mirror, readonly=True)
+    a = tasks._open_when_there(ack_mirror, readonly=True)
     buf = np.zeros(size, np.uint8)
-    got = np.empty(bench.ACK_BYTES, np.uint8)
+    got = np.empty(tasks.ACK_BYTES, np.uint8)
     sent, back = _stamps(n), _stamps(n)
     clock = time.perf_counter_ns
     ready()
@@ -114,8 +115,8 @@ def ping(ready: Callable[[], None], req: str, ack_mirror: str, size: int, n: int
             a.read_new(timeout=10, out=got)
             back[k] = clock()
             if got[:8].view(np.uint64)[0] != k:
-                raise bench.BenchError(f"round trip {k}: the answer carries another number")
-        buf[:8].view(np.uint64)[0] = bench.STOP
+                raise tasks.BenchError(f"round trip {k}: the answer carries another number")
+        buf[:8].view(np.uint64)[0] = tasks.STOP
         h.write(buf)
     finally:
         h.close()
@@ -129,10 +130,10 @@ def pong(ready: Callable[[], None], req_mirror: str, ack: str, size: int, n: int
          outdir: str) -> int:
     import shmstream
 
-    r = bench._open_when_there(req_mirror, readonly=True)
+    r = tasks._open_when_there(req_mirror, readonly=True)
     h = shmstream.open(ack)
     buf = np.empty(size, np.uint8)
-    out = np.zeros(bench.ACK_BYTES, np.uint8)
+    out = np.zeros(tasks.ACK_BYTES, np.uint8)
     seen = _stamps(n)
     clock = time.perf_counter_ns
     ready()
@@ -141,7 +142,7 @@ def pong(ready: Callable[[], None], req_mirror: str, ack: str, size: int, n: int
             r.read_new(timeout=30, out=buf)
             t = clock()
             k = int(buf[:8].view(np.uint64)[0])
-            if k == bench.STOP:
+            if k == tasks.STOP:
                 break
             if 0 < k <= n:
                 seen[k] = t
@@ -169,9 +170,9 @@ class _TracedSetup(bench.Setup):
                         args=(kwargs, ready, self.stop, side, self.n, self.outdir))
         p.start()
         self.bridges.append(p)
-        bench._wait(lambda: ready.is_set() or not p.is_alive(), "a bridge to start")
+        tasks._wait(lambda: ready.is_set() or not p.is_alive(), "a bridge to start")
         if not p.is_alive():
-            raise bench.BenchError(f"a bridge process died at start (exit code {p.exitcode})")
+            raise tasks.BenchError(f"a bridge process died at start (exit code {p.exitcode})")
 
 
 def measure(size: int, n: int) -> dict[str, Any]:
@@ -182,12 +183,12 @@ def measure(size: int, n: int) -> dict[str, Any]:
         try:
             receiver.start(pong, req_mirror=f"mB/{setup.req(size)}", ack=setup.ack(size),
                            size=size, n=n, outdir=outdir)
-            receiver.expect("ready", bench.SETUP_S)
+            receiver.expect("ready", tasks.SETUP_S)
             sender.start(ping, req=setup.req(size), ack_mirror=f"mA/{setup.ack(size)}",
                          size=size, n=n, outdir=outdir)
-            sender.expect("ready", bench.SETUP_S)
+            sender.expect("ready", tasks.SETUP_S)
             sender.expect("done", 60 + n * 0.01)
-            receiver.expect("done", bench.SETUP_S)
+            receiver.expect("done", tasks.SETUP_S)
         finally:
             sender.close()
             receiver.close()
@@ -196,7 +197,7 @@ def measure(size: int, n: int) -> dict[str, Any]:
                   for name in {s for _, a, b in HOPS for s in (a, b)}}
     ks = np.arange(max(1, n // 5), n + 1)
     if any((stamps[name][ks] == 0).any() for name in stamps):
-        raise bench.BenchError("a stage did not stamp every round trip")
+        raise tasks.BenchError("a stage did not stamp every round trip")
 
     def med_us(a: str, b: str) -> float:
         return float(np.median(stamps[b][ks] - stamps[a][ks])) / 1e3
