@@ -5,8 +5,11 @@ Eclipse Zenoh, against plain zenoh-python and pyzmq over tcp://, all on
     python -m shmstream.bench bridge [--rounds N] [--seconds S] [--rate HZ] [--quick] [--json PATH]
 
 Processes: a sender and a receiver worker (spawned once, reused), and for
-the bridged rows two bridge processes: bridge A exports the sender's
-streams and imports the receiver's back; bridge B the other way round.
+the "bridged" rows two bridge processes: bridge A exports the sender's
+streams and imports the receiver's back; bridge B the other way round. The
+"inproc" rows run the same two bridges inside the workers, which write
+through ``bridge.publisher(name)`` and read their mirrors as usual. The
+workers' tasks are in bench/_bridge_tasks.py.
 
 Sections
   ping-pong   a request of 64 B / 64 KiB, a 64 B answer; round trips for
