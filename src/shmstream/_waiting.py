@@ -93,11 +93,29 @@ class Waiting:
     def _read_new_slow(
         self, timeout: float | None, safe: bool, out: Any, spin_us: float | None
     ) -> Any:
+        return self._read_above(self._seen, timeout, safe, out, spin_us, False)
+
+    def _read_above(
+        self,
+        after: int,
+        timeout: float | None,
+        safe: bool,
+        out: Any,
+        spin_us: float | None,
+        publication: bool,
+    ) -> Any:
+        """The checked body of read_new / read_after and their publication
+        forms: wait for a count above ``after``, read, book the read."""
         if not safe:
-            self.wait_for_count(after=self._seen, timeout=timeout, spin_us=spin_us)
+            self.wait_for_count(after=after, timeout=timeout, spin_us=spin_us)
+            if publication:
+                return self.read_publication(safe=False)
             return self.read(safe=False, out=out)
-        dst, count, _, _ = self._wait_read(self._seen, timeout, out, spin_us, "read from")
-        self._record(count)
+        operation = "read a publication from" if publication else "read from"
+        dst, count, frame_id, wt = self._wait_read(after, timeout, out, spin_us, operation)
+        missed = self._record(count)
+        if publication:
+            return Publication(dst, count, frame_id, wt / 1e9, missed)
         return dst
 
     def read_new_publication(
@@ -112,13 +130,7 @@ class Waiting:
         """:meth:`read_new` returning a :class:`Publication`."""
         if not safe:
             self._check_open("read a publication from")
-            self.wait_for_count(after=self._seen, timeout=timeout, spin_us=spin_us)
-            return self.read_publication(safe=False)
-        dst, count, frame_id, wt = self._wait_read(
-            self._seen, timeout, out, spin_us, "read a publication from"
-        )
-        missed = self._record(count)
-        return Publication(dst, count, frame_id, wt / 1e9, missed)
+        return self._read_above(self._seen, timeout, safe, out, spin_us, True)
 
     def read_after(
         self,
@@ -134,12 +146,7 @@ class Waiting:
         like :meth:`read` (level-triggered; updates ``last_read_count``)."""
         self._check_open("read from")
         baseline = _checks.check_after(after)
-        if not safe:
-            self.wait_for_count(after=baseline, timeout=timeout, spin_us=spin_us)
-            return self.read(safe=False, out=out)
-        dst, count, _, _ = self._wait_read(baseline, timeout, out, spin_us, "read from")
-        self._record(count)
-        return dst
+        return self._read_above(baseline, timeout, safe, out, spin_us, False)
 
     def read_after_publication(
         self,
@@ -154,14 +161,7 @@ class Waiting:
         """:meth:`read_after` returning a :class:`Publication`."""
         self._check_open("read a publication from")
         baseline = _checks.check_after(after)
-        if not safe:
-            self.wait_for_count(after=baseline, timeout=timeout, spin_us=spin_us)
-            return self.read_publication(safe=False)
-        dst, count, frame_id, wt = self._wait_read(
-            baseline, timeout, out, spin_us, "read a publication from"
-        )
-        missed = self._record(count)
-        return Publication(dst, count, frame_id, wt / 1e9, missed)
+        return self._read_above(baseline, timeout, safe, out, spin_us, True)
 
     def wait_for_count(
         self,
