@@ -100,6 +100,11 @@ struct StatusRow {
   Raise how = Raise::Type;
 };
 
+// What opening a channel says for any segment it cannot use (three statuses).
+inline constexpr const char kBadChannelSegment[] =
+    "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
+    "remove it with shmstream.unlink_channel('$name')";
+
 // Every error the bindings raise for a status code, in one place. The first
 // row that matches (status, kind, when) wins, so specific rows come first.
 inline const StatusRow kStatusTable[] = {
@@ -142,15 +147,9 @@ inline const StatusRow kStatusTable[] = {
     {SS_ENAME, nullptr, nullptr, &PyExc_ValueError, "invalid $kind name '$name': a name is $detail"},
     {SS_EKIND, nullptr, nullptr, &PyExc_ValueError,
      "'$name' is a shared-memory object of another kind (not a $kind)"},
-    {SS_ECORRUPT, "channel", "open", &g_corrupt,
-     "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
-     "remove it with shmstream.unlink_channel('$name')"},
-    {SS_EVERSION, "channel", "open", &g_corrupt,
-     "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
-     "remove it with shmstream.unlink_channel('$name')"},
-    {SS_EBUSY, "channel", "open", &g_corrupt,
-     "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
-     "remove it with shmstream.unlink_channel('$name')"},
+    {SS_ECORRUPT, "channel", "open", &g_corrupt, kBadChannelSegment},
+    {SS_EVERSION, "channel", "open", &g_corrupt, kBadChannelSegment},
+    {SS_EBUSY, "channel", "open", &g_corrupt, kBadChannelSegment},
     {SS_ECORRUPT, "channel", nullptr, &g_corrupt, "channel '$name' holds an impossible record header or ring position (corrupt ring); "
      "remove it with shmstream.unlink_channel('$name') and create it again"},
     {SS_ECORRUPT, nullptr, nullptr, &g_corrupt,
