@@ -156,18 +156,17 @@ class StreamExport:
             self._session.put(self._key, unsettled[0], attachment=unsettled[1],
                               congestion_control=self._zenoh.CongestionControl.BLOCK)
 
-    def _copy_latest(self, h: Any, new: bool, timeout: float | None) -> tuple[bytes, Any]:
-        """The latest frame (``new``: the first one newer than this handle
-        saw) and its publication, copied out of the slot in place; a copy
-        that a writer lapped is taken again with the consistent copy."""
+    @staticmethod
+    def _copy_latest(h: Any) -> tuple[bytes, Any]:
+        """The latest frame of ``h`` and its publication, copied out of the
+        slot in place; a copy that a writer lapped is taken again with the
+        consistent copy."""
         try:
-            view = h.read_new_view(timeout=timeout) if new else h.read_view(timeout=timeout)
-            with view as pub:
+            with h.read_view() as pub:
                 return pub.payload.tobytes(), pub  # the one copy out of shared memory
         except shmstream.FrameOverwrittenError:
             buf = np.empty(h.shape, h.dtype)
-            pub = (h.read_new_publication(timeout=timeout, out=buf) if new
-                   else h.read_publication(out=buf))
+            pub = h.read_publication(out=buf)
             return buf.tobytes(), pub
 
     def _run(self) -> None:
@@ -217,7 +216,7 @@ class StreamExport:
             return
         try:
             if self.h.count > self._sent_count:
-                data, pub = self._copy_latest(self.h, False, None)
+                data, pub = self._copy_latest(self.h)
                 if pub.count > self._sent_count:
                     self._send(data, pub.count, pub.frame_id, pub.write_time)
             elif self._sent_count == sent:
@@ -240,9 +239,9 @@ class StreamExport:
                 "made again); get a new publisher from the bridge")
 
     def publish_written(self, h: Any) -> None:
-        """Put the frame that ``h`` (a publisher's handle) has just written."""
-        self.check_open()
-        data, pub = self._copy_latest(h, False, None)
+        """Put the frame that ``h`` (a publisher's handle) has just written
+        (the publisher checked ``check_open`` before writing it)."""
+        data, pub = self._copy_latest(h)
         self._send(data, pub.count, pub.frame_id, pub.write_time)
 
     # -- the bridge's periodic check (control thread) ----------------------------
