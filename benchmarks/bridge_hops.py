@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -128,31 +127,25 @@ def ping(ready: Callable[[], None], req: str, ack_mirror: str, size: int, n: int
 
 def pong(ready: Callable[[], None], req_mirror: str, ack: str, size: int, n: int,
          outdir: str) -> int:
+    """The benchmark's ponger (``_answer``), stamping each request as it
+    answers it and writing the answer with the request's number as frame id
+    (which the traced export stamps by)."""
     import shmstream
 
-    r = tasks._open_when_there(req_mirror, readonly=True)
-    h = shmstream.open(ack)
-    buf = np.empty(size, np.uint8)
-    out = np.zeros(tasks.ACK_BYTES, np.uint8)
     seen = _stamps(n)
     clock = time.perf_counter_ns
-    ready()
-    try:
-        while True:
-            r.read_new(timeout=30, out=buf)
-            t = clock()
-            k = int(buf[:8].view(np.uint64)[0])
-            if k == tasks.STOP:
-                break
+
+    with tasks._open_when_there(req_mirror, readonly=True) as r, shmstream.open(ack) as h:
+        def answer(out: np.ndarray) -> None:
+            k = int(out[:8].view(np.uint64)[0])
             if 0 < k <= n:
-                seen[k] = t
-            out[:8].view(np.uint64)[0] = k
+                seen[k] = clock()
             h.write(out, frame_id=k)
-    finally:
-        r.close()
-        h.close()
+
+        ready()
+        answered = tasks._answer(r, answer, size)
     _save(outdir, "pong_read", seen)
-    return n
+    return answered
 
 
 class _TracedSetup(bench.Setup):
@@ -162,17 +155,9 @@ class _TracedSetup(bench.Setup):
         self.n, self.outdir = n, outdir
         super().__init__(["bridged"], 5.0)
 
-    def _bridge(self, kwargs: dict) -> None:
-        ctx = mp.get_context("spawn")
-        ready = ctx.Event()
+    def _bridge_main(self, kwargs: dict, ready: Any) -> tuple[Callable[..., None], tuple]:
         side = "A" if kwargs["namespace"] == "benchA" else "B"
-        p = ctx.Process(target=_traced_bridge, daemon=True,
-                        args=(kwargs, ready, self.stop, side, self.n, self.outdir))
-        p.start()
-        self.bridges.append(p)
-        tasks._wait(lambda: ready.is_set() or not p.is_alive(), "a bridge to start")
-        if not p.is_alive():
-            raise tasks.BenchError(f"a bridge process died at start (exit code {p.exitcode})")
+        return _traced_bridge, (kwargs, ready, self.stop, side, self.n, self.outdir)
 
 
 def measure(size: int, n: int) -> dict[str, Any]:

@@ -115,10 +115,15 @@ class Setup:
         shmstream.create(name, shape=(size,), dtype=np.uint8).close()
         self.made.append(name)
 
+    def _bridge_main(self, kwargs: dict, ready: Any) -> tuple[Callable[..., None], tuple]:
+        """What a bridge process runs (benchmarks/bridge_hops.py runs a traced one)."""
+        return _run_bridge, (kwargs, ready, self.stop)
+
     def _bridge(self, kwargs: dict) -> None:
         ctx = mp.get_context("spawn")
         ready = ctx.Event()
-        p = ctx.Process(target=_run_bridge, args=(kwargs, ready, self.stop), daemon=True)
+        target, args = self._bridge_main(kwargs, ready)
+        p = ctx.Process(target=target, args=args, daemon=True)
         p.start()
         self.bridges.append(p)
         _wait(lambda: ready.is_set() or not p.is_alive(), "a bridge to start")
