@@ -10,7 +10,7 @@ the host) against the round trip's number:
 
     ping writes req ─► bridge A's export thread has the frame (about to put)
     ─► bridge B's subscriber callback starts ─► B has written the mirror
-    ─► the ponger's read returns ─► bridge B's export thread has the ack
+    ─► the ponger has read it (about to answer) ─► bridge B's export thread has the ack
     ─► bridge A's callback starts ─► A has written the mirror
     ─► the pinger's read returns
 
@@ -46,7 +46,7 @@ HOPS = (  # (label, from stamp, to stamp)
     ("ping write -> bridge A export", "ping_write", "A_export"),
     ("A export -> B callback (Zenoh)", "A_export", "B_callback"),
     ("B callback -> mirror written", "B_callback", "B_written"),
-    ("B mirror written -> pong read", "B_written", "pong_read"),
+    ("B mirror written -> pong has it", "B_written", "pong_read"),
     ("pong write -> bridge B export", "pong_read", "B_export"),
     ("B export -> A callback (Zenoh)", "B_export", "A_callback"),
     ("A callback -> mirror written", "A_callback", "A_written"),

@@ -238,12 +238,14 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
     cpu1, t1 = _cpu_seconds(pids), time.perf_counter()
     out["sent"] = sent
     if cpu0 is not None and cpu1 is not None:
-        # Every process of the row (bridges included), from the sender's
-        # start to the receiver's end: CPU per frame the receiver got, and
-        # how many of the machine's cores the row kept busy.
+        # Every process of the row (bridges included, and the in-process
+        # rows' bridges closing), from the sender's start to the receiver's
+        # end: CPU per frame the receiver got (all of them: out["frames"]
+        # counts those after the first), and how many of the machine's cores
+        # the row kept busy.
         out["cpu_s"] = cpu1 - cpu0
         out["cpu_cores"] = (cpu1 - cpu0) / (t1 - t0)
-        out["cpu_us_per_frame"] = (cpu1 - cpu0) / (out["rate"] * (t1 - t0)) * 1e6
+        out["cpu_us_per_frame"] = (cpu1 - cpu0) / (out["frames"] + 1) * 1e6
     return out
 
 
