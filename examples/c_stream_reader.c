@@ -41,12 +41,12 @@ int main(int argc, char **argv) {
             rc == ENOENT ? "no such stream (create it first)" : "status error");
     return 1;
   }
-  if (strcmp(seg.hdr->id.dtype, "<f4") != 0) {
-    fprintf(stderr, "'%s' holds %s, not float32\n", name, seg.hdr->id.dtype);
+  if (strcmp(seg.id.dtype, "<f4") != 0) {
+    fprintf(stderr, "'%s' holds %s, not float32\n", name, seg.id.dtype);
     ss_segment_close(&seg);
     return 1;
   }
-  size_t n = seg.hdr->id.payload_bytes / sizeof(float);
+  size_t n = seg.id.payload_bytes / sizeof(float);
   float *frame = malloc(n * sizeof(float) + 1);
   /* The count when we opened: read_new returns the first publication after
    * it, and every later call the first one after the last we read. */

@@ -41,12 +41,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cannot open or create '%s': status %d\n", name, rc);
     return 1;
   }
-  if (strcmp(seg.hdr->id.dtype, "<f4") != 0) {
-    fprintf(stderr, "'%s' holds %s, not float32\n", name, seg.hdr->id.dtype);
+  if (strcmp(seg.id.dtype, "<f4") != 0) {
+    fprintf(stderr, "'%s' holds %s, not float32\n", name, seg.id.dtype);
     ss_segment_close(&seg);
     return 1;
   }
-  size_t n = seg.hdr->id.payload_bytes / sizeof(float);
+  size_t n = seg.id.payload_bytes / sizeof(float);
   float *frame = malloc(n * sizeof(float));
   for (uint64_t k = 1; k <= (uint64_t)frames; k++) {
     for (size_t i = 0; i < n; i++) frame[i] = (float)k;

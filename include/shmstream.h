@@ -308,6 +308,14 @@ typedef struct ss_segment {
   SS_ATOMIC(uint32_t) spin_misses;
   SS_ATOMIC(uint32_t) spin_skipped;
   SS_ATOMIC(int64_t) spin_learned_ns; /* a longer budget that would have paid, 0: none */
+  /* The identity as validated at open (or written at create): everything
+   * that sizes or locates memory is read from here, never again from the
+   * shared header, which any process that can write the segment may change
+   * (docs/ABI.md, "The header is trusted once"). */
+  ss_identity id;
+  /* This mapping's entry in the bus-error guard (src/core/guard.c): set
+   * when the file shrank under the mapping; NULL while unmapped. */
+  struct ss_guard *guard;
 } ss_segment;
 
 typedef struct ss_create_args {
@@ -363,6 +371,17 @@ SS_API int ss_segment_unlink_segname(const char *segname);
 SS_API uint64_t ss_identity_checksum(const ss_identity *id);
 /* Validate a mapped header against the bytes actually mapped. */
 SS_API int ss_header_validate(const ss_header *hdr, size_t file_bytes);
+/* Copy a header's identity out of shared memory (magic with acquire order,
+ * then the rest) and validate the copy: what ss_segment_open keeps. */
+SS_API int ss_identity_snapshot(ss_identity *out, const ss_header *hdr, size_t file_bytes);
+/* SS_OK, or SS_ECORRUPT once the segment's file shrank under this mapping
+ * (a bus error was caught there: see src/core/guard.c); every later call on
+ * the handle fails the same way. */
+SS_API int ss_segment_status(const ss_segment *seg);
+/* The first field that sizes or locates memory whose shared value differs
+ * from the handle's copy (another process rewrote the header after open),
+ * or NULL. The handle goes on using its copy; writers refuse (ss_lock). */
+SS_API const char *ss_identity_changed(const ss_segment *seg);
 SS_API uint8_t *ss_slot(const ss_segment *seg, uint32_t slot);
 
 /* ---- the robust cross-process lock (src/core/lock.c) ------------------- */

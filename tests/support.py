@@ -154,6 +154,17 @@ def patch_bytes(path: str, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def patch_identity(path: str, offset: int, data: bytes) -> None:
+    """Patch a checksummed identity field and store the matching checksum:
+    a segment that passes validation but says something else (or something
+    impossible)."""
+    patch_bytes(path, offset, data)
+    checksum = field("checksum")[0]
+    with open(path, "rb") as f:
+        head = f.read(checksum)
+    patch_bytes(path, checksum, fnv1a64(head[8:]).to_bytes(8, "little"))
+
+
 class HeaderWords:
     """A live read-only mapping of a segment header, to watch counters such
     as ``waiters`` that the public API does not expose."""

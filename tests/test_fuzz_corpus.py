@@ -23,7 +23,7 @@ import pytest
 import support
 
 FUZZ = os.path.join(support.ROOT, "tests", "fuzz")
-C_HARNESSES = ("fuzz_header", "fuzz_open", "fuzz_ring", "fuzz_history")
+C_HARNESSES = ("fuzz_header", "fuzz_open", "fuzz_ring", "fuzz_history", "fuzz_live")
 PY_HARNESSES = ("fuzz_py_open", "fuzz_py_stat", "fuzz_py_recv", "fuzz_py_shared_array",
                 "fuzz_py_loader")
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")

@@ -1,5 +1,6 @@
 /* Clocks and deadlines, in nanoseconds. */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <time.h>
 
 #include "internal.h"
@@ -21,6 +22,21 @@ int64_t ss_deadline_ns(int64_t timeout_ns) {
   int64_t now = ss_monotonic_ns();
   /* Saturate: a timeout of years (math.inf in Python) means never. */
   return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
+}
+
+void ss_backoff(int64_t since_ns, int64_t now_ns) {
+  int64_t waited = now_ns - since_ns;
+  if (waited < SS_BACKOFF_YIELD_NS) {
+    sched_yield();
+    return;
+  }
+  /* A window a few stores long that stays open this long belongs to a
+   * writer that lost its core, or to a peer that left the word odd: sleep,
+   * growing to 1 ms, instead of burning a core on it for ever. */
+  int64_t nap = waited / 16;
+  if (nap > SS_NS_PER_S / 1000) nap = SS_NS_PER_S / 1000;
+  struct timespec ts = {0, (long)nap};
+  nanosleep(&ts, NULL);
 }
 
 int64_t ss_remaining_ns(int64_t deadline) {

@@ -62,7 +62,7 @@ static ss_gpu *g_list;
 static pthread_mutex_t g_list_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const ss_gpu_area *area_of(const ss_segment *seg) {
-  return (const ss_gpu_area *)seg->hdr->id.gpu;
+  return (const ss_gpu_area *)seg->id.gpu;
 }
 
 int ss_gpu_ordinal(const ss_gpu *g) { return g->ordinal; }
@@ -178,7 +178,7 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
     ss_cuda_set_err("creating the stream's segment failed (status %d)", rc);
     goto fail;
   }
-  memcpy(g->instance_id, seg->hdr->id.instance_id, 16);
+  memcpy(g->instance_id, seg->id.instance_id, 16);
   return finish_attach(g, out, SS_OK);
 fail:
   return finish_attach(g, out, rc);
@@ -186,8 +186,8 @@ fail:
 
 int ss_gpu_area_validate(const ss_segment *seg) {
   const ss_gpu_area *a = area_of(seg);
-  uint64_t payload = seg->hdr->id.payload_bytes;
-  if (!(seg->hdr->id.flags & SS_FLAG_GPU)) {
+  uint64_t payload = seg->id.payload_bytes;
+  if (!(seg->id.flags & SS_FLAG_GPU)) {
     ss_cuda_set_err("not a GPU stream");
     return SS_ENOTGPU;
   }
@@ -202,9 +202,9 @@ int ss_gpu_area_validate(const ss_segment *seg) {
             "(version %u, %u slots)", a->version, a->slot_count);
     return SS_ENOTGPU;
   }
-  if (seg->hdr->id.slot_count != SS_GPU_SLOTS) {
+  if (seg->id.slot_count != SS_GPU_SLOTS) {
     ss_cuda_set_err("this GPU stream has %u slot seqlocks, not %u (unknown layout)",
-            seg->hdr->id.slot_count, SS_GPU_SLOTS);
+            seg->id.slot_count, SS_GPU_SLOTS);
     return SS_ENOTGPU;
   }
   return SS_OK;
@@ -212,7 +212,7 @@ int ss_gpu_area_validate(const ss_segment *seg) {
 
 /* CUDA IPC memory lives as long as its exporter, the creator. */
 static int creator_gone(const ss_segment *seg) {
-  return !ss_proc_alive(seg->hdr->id.creator_pid, seg->hdr->id.creator_start_ticks);
+  return !ss_proc_alive(seg->id.creator_pid, seg->id.creator_start_ticks);
 }
 
 int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
@@ -221,7 +221,7 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   if (rc) return rc;
   if ((rc = ss_gpu_area_validate(seg))) return rc;
   const ss_gpu_area *a = area_of(seg);
-  const uint8_t *inst = seg->hdr->id.instance_id;
+  const uint8_t *inst = seg->id.instance_id;
   pthread_mutex_lock(&g_list_mu);
   for (ss_gpu *g = g_list; g; g = g->next) {
     if (g->pid == getpid() && memcmp(g->instance_id, inst, 16) == 0 && !g->owner_released) {
@@ -251,7 +251,7 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   }
   if (creator_gone(seg)) {
     ss_cuda_set_err("the process that created this GPU stream (pid %d) has exited; its device "
-            "buffer was freed with it", (int)seg->hdr->id.creator_pid);
+            "buffer was freed with it", (int)seg->id.creator_pid);
     return SS_EGPUGONE;
   }
   if ((rc = ss_cuda_push(ordinal))) return rc;
@@ -261,8 +261,8 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
     return ENOMEM;
   }
   memcpy(g->instance_id, inst, 16);
-  g->creator_pid = seg->hdr->id.creator_pid;
-  g->payload_bytes = seg->hdr->id.payload_bytes;
+  g->creator_pid = seg->id.creator_pid;
+  g->payload_bytes = seg->id.payload_bytes;
   g->slot_stride = a->slot_stride;
   CUipcMemHandle mh;
   CUipcEventHandle eh;
@@ -376,7 +376,7 @@ static int enter(ss_gpu *g, const ss_segment *seg) {
     ss_cuda_set_err("the process that created this GPU stream (pid %d) has exited; its device "
             "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
             "stay readable); recreate the stream",
-            (int)seg->hdr->id.creator_pid);
+            (int)seg->id.creator_pid);
     return SS_EGPUGONE;
   }
   int rc = ss_cuda_push(g->ordinal);
@@ -426,7 +426,7 @@ static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const voi
     ss_write_abort(seg);
     return ss_cu_fail("cuEventRecord(IPC event)", r);
   }
-  if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) {
+  if (seg->id.flags & SS_FLAG_CPU_MIRROR) {
     uint8_t *mirror = ss_slot(seg, dst_slot); /* CPU slot i mirrors device slot i */
     if (host_src) {
       memcpy(mirror, host_src, g->payload_bytes);
@@ -502,7 +502,7 @@ int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns) {
     rc = ss_cu_fail("cuMemsetD8Async", r);
     goto out;
   }
-  if (seg->hdr->id.flags & SS_FLAG_CPU_MIRROR) memset(ss_slot(seg, slot), 0, g->payload_bytes);
+  if (seg->id.flags & SS_FLAG_CPU_MIRROR) memset(ss_slot(seg, slot), 0, g->payload_bytes);
   /* The mirror is already zero: finish without a device-to-host copy. */
   if ((r = cu.EventRecord(g->ipc_event, g->stream))) {
     ss_write_abort(seg);

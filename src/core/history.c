@@ -24,7 +24,7 @@ uint32_t ss_history_depth(const ss_segment *seg) { return seg->history; }
  * repair is never read as history. */
 static int published(ss_segment *seg, int64_t deadline, uint64_t *count, uint32_t *slot) {
   ss_publish_line *p = &seg->hdr->pub;
-  int64_t odd_since = 0;
+  int64_t odd_since = 0, odd_first = 0;
   for (unsigned i = 0;; i++) {
     uint64_t s = atomic_load_explicit(&p->seq, memory_order_acquire);
     if (!(s & 1)) {
@@ -33,7 +33,7 @@ static int published(ss_segment *seg, int64_t deadline, uint64_t *count, uint32_
       atomic_thread_fence(memory_order_acquire);
       if (atomic_load_explicit(&p->seq, memory_order_relaxed) == s) {
         *count = c;
-        *slot = sl % seg->hdr->id.slot_count;
+        *slot = sl % seg->id.slot_count;
         return SS_OK;
       }
       continue;
@@ -43,13 +43,13 @@ static int published(ss_segment *seg, int64_t deadline, uint64_t *count, uint32_
      * the stream; a live one keeps it and we wait. */
     int64_t now = ss_monotonic_ns();
     if (!odd_since) {
-      odd_since = now;
+      odd_since = odd_first = now;
     } else if (now - odd_since > SS_PUB_ODD_NS) {
       ss_check_writer(seg);
       odd_since = now;
     }
     if (now >= deadline) return SS_ETIMEDOUT;
-    if (i < 64) ss_cpu_relax(); else sched_yield();
+    if (i < 64) ss_cpu_relax(); else ss_backoff(odd_first, now);
   }
 }
 
@@ -61,7 +61,7 @@ static int published(ss_segment *seg, int64_t deadline, uint64_t *count, uint32_
  * `after` (everything behind it is older still). */
 static uint32_t walk(const ss_segment *seg, uint64_t after, uint64_t c, uint32_t p,
                      ss_history_frame *out) {
-  uint32_t n = seg->hdr->id.slot_count, k = 0;
+  uint32_t n = seg->id.slot_count, k = 0;
   uint64_t bound = c; /* the next slot back must hold a count <= bound */
   for (uint32_t j = 0; j < n; j++) {
     uint32_t i = (p + n - j) % n;
@@ -103,8 +103,8 @@ static int locate_latest(ss_segment *seg, uint64_t after, int64_t timeout_ns, in
   return SS_OK;
 }
 
-int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
-                      int64_t spin_ns, ss_history_frame *frames, uint32_t *n, uint64_t *last) {
+static int locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
+                  int64_t spin_ns, ss_history_frame *frames, uint32_t *n, uint64_t *last) {
   *n = 0;
   *last = after;
   if (ss_slotless(seg)) return SS_EKIND;
@@ -139,8 +139,19 @@ int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int6
   }
 }
 
+int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
+                      int64_t spin_ns, ss_history_frame *frames, uint32_t *n, uint64_t *last) {
+  if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
+  int rc = locate(seg, after, max_frames, timeout_ns, spin_ns, frames, n, last);
+  if (ss_segment_status(seg) != SS_OK) {
+    *n = 0;
+    return SS_ECORRUPT;
+  }
+  return rc;
+}
+
 uint32_t ss_history_copy(const ss_segment *seg, ss_history_frame *frames, uint32_t n, void *dst) {
-  size_t bytes = (size_t)seg->hdr->id.payload_bytes;
+  size_t bytes = (size_t)seg->id.payload_bytes;
   uint32_t kept = 0;
   for (uint32_t j = 0; j < n; j++) {
     memcpy((uint8_t *)dst + (size_t)kept * bytes, ss_slot(seg, frames[j].at.slot), bytes);

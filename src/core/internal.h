@@ -1,7 +1,7 @@
 /* Helpers shared by the core's source files; not part of the public ABI.
  *
  * The files call each other without a circle:
- *   clock.c, futex.c, proc.c, names.c, fault.c   leaves
+ *   clock.c, futex.c, proc.c, names.c, fault.c, guard.c   leaves
  *   sleepers.c     who sleeps on a stream                (proc, clock)
  *   mutex.c        a plain robust mutex                  (clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
@@ -24,6 +24,12 @@ uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h);
  * until a deadline from ss_deadline_ns, as the next call's timeout: -1 for
  * none (wait for ever), else >= 0 (0 once it has passed). */
 int64_t ss_remaining_ns(int64_t deadline);
+/* One pause of a wait for a word another process should change within
+ * microseconds (an odd seqlock), waiting since `since_ns`: sched_yield for
+ * the first SS_BACKOFF_YIELD_NS, then sleeps that grow to 1 ms, so that a
+ * word left odd by a live peer costs no core. */
+#define SS_BACKOFF_YIELD_NS 1000000
+void ss_backoff(int64_t since_ns, int64_t now_ns);
 
 /* src/core/proc.c (ss_proc_alive and ss_proc_start_ticks are public).
  * This process's pid and start time and this thread's tid, without a
@@ -47,6 +53,18 @@ static inline int ss_fault_active(void) {
     atomic_signal_fence(memory_order_seq_cst);               \
     if (ss_fault_active()) ss_fault_hit(name);               \
   } while (0)
+
+/* ---- src/core/guard.c: a file that shrank under a mapping ---------------- */
+
+/* Enter the segment's mapping (base, map_bytes) in the bus-error guard, and
+ * take it out before it is unmapped (ss_segment_close does). */
+void ss_guard_attach(ss_segment *seg);
+void ss_guard_detach(ss_segment *seg);
+/* rc, or SS_ECORRUPT if a bus error was caught in the segment's mapping:
+ * what a call returns after it touched the segment. */
+static inline int ss_guarded(const ss_segment *seg, int rc) {
+  return ss_segment_status(seg) != SS_OK ? SS_ECORRUPT : rc;
+}
 
 /* ---- src/core/futex.c ---------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 
 #include "internal.h"
 
-static uint32_t slot_count(const ss_segment *seg) { return seg->hdr->id.slot_count; }
+static uint32_t slot_count(const ss_segment *seg) { return seg->id.slot_count; }
 
 static SS_ATOMIC(uint64_t) *slot_seq(ss_segment *seg, uint32_t i) { return ss_slot_seq(seg, i); }
 
@@ -27,7 +27,7 @@ uint32_t ss_writing_slot(const ss_segment *seg) {
 }
 
 int ss_slotless(const ss_segment *seg) {
-  uint32_t f = seg->hdr->id.flags;
+  uint32_t f = seg->id.flags;
   return (f & SS_FLAG_GPU) && !(f & SS_FLAG_CPU_MIRROR);
 }
 
@@ -258,6 +258,6 @@ void ss_write_locked(ss_segment *seg, const void *src, size_t n, const uint64_t 
 void ss_clear_locked(ss_segment *seg) {
   if (ss_slotless(seg)) return;
   uint32_t w = ss_write_begin(seg);
-  memset(ss_slot(seg, w), 0, seg->hdr->id.payload_bytes);
+  memset(ss_slot(seg, w), 0, seg->id.payload_bytes);
   ss_write_end(seg, NULL);
 }

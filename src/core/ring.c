@@ -51,8 +51,8 @@ static ss_ring_end_line *own_end(const ss_channel *ch, int role) {
 
 /* ---- validation and mapping ------------------------------------------- */
 
-static int validate_channel(const ss_header *h) {
-  const ss_identity *id = &h->id;
+static int validate_channel(const ss_segment *seg) {
+  const ss_identity *id = &seg->id;
   uint64_t c = id->payload_bytes;
   if (id->kind != SS_KIND_CHANNEL) return SS_EKIND;
   if (id->slot_count != 1 || id->slot_stride != c || c < SS_CHANNEL_MIN_CAPACITY ||
@@ -64,7 +64,7 @@ static int validate_channel(const ss_header *h) {
 /* Replace the segment's mapping by header + ring + ring again, so that
  * ring[i] and ring[i + capacity] are the same byte. */
 static int map_mirror(ss_channel *ch) {
-  uint64_t cap = ch->seg.hdr->id.payload_bytes;
+  uint64_t cap = ch->seg.id.payload_bytes;
   size_t total = SS_HEADER_BYTES + 2 * cap;
   int fd = shm_open(ch->seg.segname, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return errno;
@@ -86,7 +86,7 @@ static int map_mirror(ss_channel *ch) {
   close(fd);
   /* The name could have been unlinked and created again since we validated
    * it: the generation (instance id) must be the one we checked. */
-  if (memcmp(((ss_header *)va)->id.instance_id, ch->seg.hdr->id.instance_id, 16) != 0) {
+  if (memcmp(((ss_header *)va)->id.instance_id, ch->seg.id.instance_id, 16) != 0) {
     munmap(va, total);
     return ESTALE;
   }
@@ -94,6 +94,7 @@ static int map_mirror(ss_channel *ch) {
   ch->seg.base = va;
   ch->seg.hdr = (ss_header *)va;
   ch->seg.map_bytes = total;
+  ss_guard_attach(&ch->seg);
   ch->ctl = (ss_ring_control *)(va + SS_RING_CONTROL_OFFSET);
   ch->ring = va + SS_HEADER_BYTES;
   ch->capacity = cap;
@@ -309,7 +310,7 @@ int ss_channel_open(ss_channel *ch, const char *name, size_t len, int role) {
   int rc = ss_segment_open(&ch->seg, name, len, SS_KIND_CHANNEL, 0);
   if (rc) return rc;
   init_local(ch);
-  if ((rc = validate_channel(ch->seg.hdr)) != SS_OK || (rc = map_mirror(ch)) != SS_OK ||
+  if ((rc = validate_channel(&ch->seg)) != SS_OK || (rc = map_mirror(ch)) != SS_OK ||
       (rc = claim(ch, role)) != SS_OK) {
     ss_segment_close(&ch->seg);
     return rc;
@@ -396,6 +397,7 @@ static int consumer_closed(const ss_channel *ch) {
 int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_t timeout_ns,
                           void **payload, void **meta) {
   if (ch->role != SS_ROLE_PRODUCER || ch->tx_open) return SS_EROLE;
+  if (ss_segment_status(&ch->seg) != SS_OK) return SS_ECORRUPT;
   if (meta_len > SS_MSG_MAX_META || size > UINT32_MAX) return SS_ETOOBIG;
   uint32_t off = payload_off(meta_len);
   uint64_t len = record_len(off, size);
@@ -452,6 +454,7 @@ void ss_channel_rollback_tx(ss_channel *ch) { ch->tx_open = 0; }
 
 int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
   if (ch->role != SS_ROLE_CONSUMER) return SS_EROLE;
+  if (ss_segment_status(&ch->seg) != SS_OK) return SS_ECORRUPT;
   if (ch->rd == ch->head_cache) {
     /* SYNC POINT (h2): acquire load of head pairs with the producer's release
      * store: every byte of the records before head is visible. */

@@ -37,9 +37,10 @@ static int history_valid(const ss_identity *id) {
          !(id->flags & SS_FLAG_GPU) && id->slot_count == id->history + 1;
 }
 
-int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
-  const ss_identity *id = &hdr->id;
-  uint64_t magic = atomic_load_explicit(&id->magic, memory_order_acquire);
+/* Checks a private copy of an identity: the copy cannot change under the
+ * checks, nor between the checks and its use. */
+static int identity_validate(const ss_identity *id, size_t file_bytes) {
+  uint64_t magic = atomic_load_explicit(&id->magic, memory_order_relaxed);
   if (magic == 0) return SS_EBUSY;
   if (magic != SS_MAGIC) return SS_ECORRUPT;
   if (id->layout_version != SS_LAYOUT_VERSION && id->layout_version != SS_LAYOUT_VERSION_HISTORY)
@@ -81,10 +82,44 @@ int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
   return SS_OK;
 }
 
+int ss_identity_snapshot(ss_identity *out, const ss_header *hdr, size_t file_bytes) {
+  /* SYNC POINT (m): acquire pairs with the creator's release store of the
+   * magic: the bytes copied after it are the initialised identity. */
+  uint64_t magic = atomic_load_explicit(&hdr->id.magic, memory_order_acquire);
+  memcpy((uint8_t *)out + sizeof magic, (const uint8_t *)&hdr->id + sizeof magic,
+         sizeof *out - sizeof magic);
+  atomic_store_explicit(&out->magic, magic, memory_order_relaxed);
+  return identity_validate(out, file_bytes);
+}
+
+const char *ss_identity_changed(const ss_segment *seg) {
+  /* The fields that size or locate memory, as a writer would rely on them
+   * if it trusted the shared copy. A few loads of a line nobody writes. */
+  const volatile ss_identity *now = &seg->hdr->id;
+  const ss_identity *was = &seg->id;
+  if (now->payload_offset != was->payload_offset) return "payload_offset";
+  if (now->payload_bytes != was->payload_bytes) return "payload_bytes";
+  if (now->slot_stride != was->slot_stride) return "slot_stride";
+  if (now->slot_count != was->slot_count) return "slot_count";
+  if (now->history != was->history) return "history";
+  if (now->itemsize != was->itemsize) return "itemsize";
+  if (now->ndim != was->ndim) return "ndim";
+  for (uint32_t i = 0; i < SS_MAX_NDIM; i++)
+    if (now->shape[i] != was->shape[i]) return "shape";
+  if (now->kind != was->kind) return "kind";
+  if (now->flags != was->flags) return "flags";
+  return NULL;
+}
+
+int ss_header_validate(const ss_header *hdr, size_t file_bytes) {
+  ss_identity copy;
+  return ss_identity_snapshot(&copy, hdr, file_bytes);
+}
+
 /* Where each slot's seqlock word lives (ss_slot_seq): the header's slot
  * line, or the records after the slots of a history stream. */
 static void bind_slots(ss_segment *seg) {
-  const ss_identity *id = &seg->hdr->id;
+  const ss_identity *id = &seg->id;
   seg->history = id->history;
   if (id->history) {
     seg->slot_seq_off = (size_t)(id->payload_offset + id->slot_stride * id->slot_count);
@@ -188,10 +223,12 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
    * that acquire-loads a valid magic sees the whole initialised header. */
   atomic_store_explicit(&id->magic, SS_MAGIC, memory_order_release);
 
+  memcpy(&seg->id, id, sizeof seg->id);
   seg->hdr = h;
   seg->base = (uint8_t *)base;
   seg->map_bytes = total;
   bind_slots(seg);
+  ss_guard_attach(seg);
   return SS_OK;
 }
 
@@ -206,8 +243,8 @@ static int map_validated(ss_segment *seg, int fd, int writable, size_t limit, in
       int prot = PROT_READ | (writable ? PROT_WRITE : 0);
       void *base = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
       if (base == MAP_FAILED) return errno;
-      int rc = ss_header_validate((ss_header *)base, size);
-      if (rc == SS_OK && len < size && ((ss_header *)base)->id.history) {
+      int rc = ss_identity_snapshot(&seg->id, (ss_header *)base, size);
+      if (rc == SS_OK && len < size && seg->id.history) {
         /* A history stream's slot seqlocks are in its records, at the end
          * of the file: a header-only peek maps it all (lazily: no page is
          * touched), so that the write-in-flight test can read them. */
@@ -215,13 +252,14 @@ static int map_validated(ss_segment *seg, int fd, int writable, size_t limit, in
         len = size;
         base = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
         if (base == MAP_FAILED) return errno;
-        rc = ss_header_validate((ss_header *)base, size);
+        rc = ss_identity_snapshot(&seg->id, (ss_header *)base, size);
       }
       if (rc == SS_OK) {
         seg->base = (uint8_t *)base;
         seg->hdr = (ss_header *)base;
         seg->map_bytes = len;
         bind_slots(seg);
+        ss_guard_attach(seg);
         return SS_OK;
       }
       munmap(base, len);
@@ -251,7 +289,7 @@ int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expe
   rc = map_validated(seg, fd, writable, 0, SS_INIT_WAIT_NS);
   close(fd);
   if (rc) return rc;
-  const ss_identity *id = &seg->hdr->id;
+  const ss_identity *id = &seg->id;
   if (id->name_len != len || memcmp(id->name, name, len) != 0) {
     /* Two names hashed alike: refuse rather than hand over another stream. */
     ss_segment_close(seg);
@@ -279,6 +317,7 @@ int ss_segment_peek(ss_segment *seg, const char *segname) {
 }
 
 void ss_segment_close(ss_segment *seg) {
+  ss_guard_detach(seg);
   if (seg->base) munmap(seg->base, seg->map_bytes);
   seg->base = NULL;
   seg->hdr = NULL;
@@ -297,5 +336,8 @@ int ss_segment_unlink(const char *name, size_t len) {
 }
 
 uint8_t *ss_slot(const ss_segment *seg, uint32_t slot) {
-  return seg->base + seg->hdr->id.payload_offset + (size_t)slot * seg->hdr->id.slot_stride;
+  /* Callers pass a slot below id.slot_count (reduced modulo it when it came
+   * from shared memory): with the private geometry that stays inside the
+   * mapping validated at open. */
+  return seg->base + seg->id.payload_offset + (size_t)slot * seg->id.slot_stride;
 }

@@ -31,7 +31,7 @@ static void load_info(const ss_publish_line *p, ss_pubinfo *info) {
 static int copy_owned(ss_segment *seg, const ss_snapshot_args *a, ss_pubinfo *info,
                       ss_frame *frame) {
   load_info(&seg->hdr->pub, info);
-  if (info->state != SS_STATE_VALID && !(a->last_complete && seg->hdr->id.slot_count > 1))
+  if (info->state != SS_STATE_VALID && !(a->last_complete && seg->id.slot_count > 1))
     return SS_EINCONSISTENT;
   uint32_t slot = ss_published_slot(seg);
   frame->slot = slot;
@@ -81,8 +81,8 @@ static enum try_result try_read(ss_segment *seg, const ss_snapshot_args *a, ss_p
   return atomic_load_explicit(sseq, memory_order_relaxed) == ss1 ? TRY_DONE : TRY_TORN;
 }
 
-int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,
-                ss_frame *frame) {
+static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a,
+                    ss_pubinfo *info, ss_frame *frame) {
   if (a->holds_lock) return copy_owned(seg, a, info, frame);
   int64_t deadline = ss_deadline_ns(timeout_ns);
   int64_t odd_until = 0;
@@ -103,9 +103,10 @@ int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, 
   if (seg->readonly == 2) {
     /* A read-only mapping cannot take the lock: keep retrying until the
      * deadline. */
-    while (ss_monotonic_ns() < deadline) {
+    int64_t since = ss_monotonic_ns();
+    for (int64_t now = since; now < deadline; now = ss_monotonic_ns()) {
       if (try_read(seg, a, info, &arrival, frame, &rc) == TRY_DONE) return rc;
-      sched_yield();
+      ss_backoff(since, now);
     }
     return SS_ETIMEDOUT;
   }
@@ -116,6 +117,14 @@ int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, 
   rc = copy_owned(seg, a, info, frame);
   ss_unlock(seg);
   return rc;
+}
+
+int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,
+                ss_frame *frame) {
+  if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
+  /* A copy that ran into a truncated file read zeros (src/core/guard.c):
+   * the read fails instead of returning them. */
+  return ss_guarded(seg, snapshot(seg, timeout_ns, a, info, frame));
 }
 
 /* ---- CPU reads ------------------------------------------------------------ */
@@ -157,6 +166,8 @@ int ss_view_valid(const ss_segment *seg, const ss_frame *frame) {
    * any store of a newer write, this acquire fence makes the odd (or newer)
    * slot seq visible here. */
   atomic_thread_fence(memory_order_acquire);
+  /* A view into a file that shrank read zeros (src/core/guard.c): not valid. */
   return atomic_load_explicit(ss_slot_seq(seg, frame->slot), memory_order_relaxed) ==
-         frame->slot_seq;
+             frame->slot_seq &&
+         ss_segment_status(seg) == SS_OK;
 }

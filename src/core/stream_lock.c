@@ -26,6 +26,7 @@ static int lock_and_repair(ss_segment *seg, int64_t timeout_ns) {
 }
 
 int ss_lock(ss_segment *seg, int64_t timeout_ns) {
+  if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
     if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
@@ -38,7 +39,15 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
     if (atomic_load_explicit(readers, memory_order_relaxed) > 0)
       atomic_store_explicit(readers, 0, memory_order_relaxed);
   }
-  return lock_and_repair(seg, timeout_ns);
+  int rc = lock_and_repair(seg, timeout_ns);
+  if ((rc == SS_OK || rc == SS_EOWNERDEAD) && ss_identity_changed(seg)) {
+    /* A header rewritten after open: nothing is written into a segment
+     * whose other users may size it differently (docs/ABI.md, "The header
+     * is trusted once"). */
+    ss_mutex_unlock(&seg->hdr->lock);
+    return SS_ECORRUPT;
+  }
+  return rc;
 }
 
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
@@ -54,4 +63,6 @@ int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
   return rc;
 }
 
-int ss_unlock(ss_segment *seg) { return ss_mutex_unlock(&seg->hdr->lock); }
+/* A write under the lock that ran into a truncated file (src/core/guard.c)
+ * is reported when the lock is released: every write ends here. */
+int ss_unlock(ss_segment *seg) { return ss_guarded(seg, ss_mutex_unlock(&seg->hdr->lock)); }

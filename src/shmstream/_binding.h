@@ -132,6 +132,9 @@ inline const StatusRow kStatusTable[] = {
     {SS_EINCONSISTENT, nullptr, "read_last_complete", &g_inconsistent,
      "stream '$name' has one slot, and its last write failed in place: no complete frame is left; "
      "the next successful write recovers it (streams with slots >= 2 keep the last complete frame)"},
+    {SS_EINCONSISTENT, nullptr, "bad state", &g_corrupt,
+     "stream '$name' holds frame state $detail, which no shmstream writes (the header was "
+     "overwritten); remove it with shmstream.unlink('$name') and create it again"},
     {SS_EINCONSISTENT, nullptr, "abandoned", &g_inconsistent,
      "the writer of '$name' exited (process died) in the middle of a write, so no consistent "
      "payload is published; the next successful write recovers the stream"},
@@ -143,6 +146,15 @@ inline const StatusRow kStatusTable[] = {
      "this thread already holds the lock of '$name' through another handle; release it there first"},
     {SS_ENOTOWNER, nullptr, nullptr, &PyExc_RuntimeError,
      "release of '$name' by a thread that does not hold its lock"},
+    // -- a segment another process changed under an open handle (docs/ABI.md,
+    //    "The header is trusted once")
+    {SS_ECORRUPT, nullptr, "shrunk", &g_corrupt,
+     "the segment file of $kind '$name' shrank under this handle (another process truncated it), "
+     "so $op failed; close this handle, remove the segment with shmstream.unlink('$name') and "
+     "create it again"},
+    {SS_ECORRUPT, nullptr, "changed", &g_corrupt,
+     "the header of $kind '$name' was rewritten after it was opened ($detail changed), so $op was "
+     "refused and nothing was written; close this handle, remove the segment with shmstream.unlink('$name') and create it again"},
     // -- names and headers
     {SS_ENAME, nullptr, nullptr, &PyExc_ValueError, "invalid $kind name '$name': a name is $detail"},
     {SS_EKIND, nullptr, nullptr, &PyExc_ValueError,
@@ -236,6 +248,19 @@ inline std::string fill(const char *text, const ErrorContext &c) {
   if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
   raise(PyExc_RuntimeError, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed (status " +
                                 std::to_string(rc) + ")");
+}
+
+// The row of an SS_ECORRUPT that an open handle met: "shrunk" (a bus error
+// was caught in its mapping), "changed" (its header was rewritten; *detail
+// names the field) or "" (the segment was bad from the start).
+inline const char *corrupt_when(const ss_segment *seg, std::string *detail) {
+  if (!seg->hdr) return "";
+  if (ss_segment_status(seg) != SS_OK) return "shrunk";
+  if (const char *field = ss_identity_changed(seg)) {
+    *detail = field;
+    return "changed";
+  }
+  return "";
 }
 
 // A timeout argument: None or math.inf -> -1 (wait for ever); a number of

@@ -213,7 +213,9 @@ class Channel {
 
   [[noreturn]] void raise_status(int rc, const char *op) {
     std::string detail = rc == SS_EROLE && ch.tx_open ? " (a zero-copy send is still open)" : "";
-    ssb::raise_status(rc, {"channel", name_, op, producer() ? "producer" : "consumer", detail});
+    const char *when = rc == SS_ECORRUPT ? corrupt_when(&ch.seg, &detail) : "";
+    if (!*when) when = producer() ? "producer" : "consumer";
+    ssb::raise_status(rc, {"channel", name_, op, when, detail});
   }
 
   // fn(chunk_ns) through the one chunked wait (_binding.h); spins only in
@@ -561,14 +563,14 @@ NB_MODULE(_channel, m) {
   m.def("peek", [](const std::string &segname) {
     ss_segment seg{};
     int rc = ss_segment_peek(&seg, segname.c_str());
-    if (rc == SS_OK && seg.hdr->id.kind != SS_KIND_CHANNEL) rc = SS_EKIND;
+    if (rc == SS_OK && seg.id.kind != SS_KIND_CHANNEL) rc = SS_EKIND;
     if (rc != SS_OK) {
       ss_segment_close(&seg);
       ssb::raise_status(rc, {"channel", segname, "peek", "", ""});
     }
     ss_ring_control *ctl = (ss_ring_control *)((uint8_t *)seg.hdr + SS_RING_CONTROL_OFFSET);
     nb::dict d;
-    d["capacity"] = seg.hdr->id.payload_bytes;
+    d["capacity"] = seg.id.payload_bytes;
     d["head"] = ctl->head.pos.load();
     d["tail"] = ctl->tail.pos.load();
     d["producer"] = end_info(ctl, SS_ROLE_PRODUCER);

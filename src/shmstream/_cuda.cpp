@@ -211,14 +211,14 @@ NB_MODULE(_cuda, m) {
       .def("close", &GpuStream::close)
       .def("release_owned", [](GpuStream &s) {
         // The creator gives its device buffer up (unlink).
-        if (s.seg.hdr) ss_gpu_release_owned(s.seg.hdr->id.instance_id);
+        if (s.seg.hdr) ss_gpu_release_owned(s.seg.id.instance_id);
       })
       .def_prop_ro("closed", [](GpuStream &s) { return s.gpu == nullptr; })
       .def_prop_ro("ordinal", [](GpuStream &s) { return ss_gpu_ordinal(s.g("use")); })
       .def_prop_ro("stream", [](GpuStream &s) { return ss_gpu_stream(s.g("use")); })
       .def_prop_ro("owner", [](GpuStream &s) { return (bool)ss_gpu_is_owner(s.g("use")); })
-      .def_prop_ro("instance_id", [](GpuStream &s) { return hex(s.seg.hdr->id.instance_id, 16); })
-      .def_prop_ro("payload_bytes", [](GpuStream &s) { return s.seg.hdr->id.payload_bytes; })
+      .def_prop_ro("instance_id", [](GpuStream &s) { return hex(s.seg.id.instance_id, 16); })
+      .def_prop_ro("payload_bytes", [](GpuStream &s) { return s.seg.id.payload_bytes; })
       .def("slot_ptr", [](GpuStream &s, uint32_t slot) { return ss_gpu_slot_ptr(s.g("use"), slot); })
       .def("published_ptr", [](GpuStream &s) {
         return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(&s.seg));
@@ -242,7 +242,7 @@ NB_MODULE(_cuda, m) {
         ss_gpu *g = s.g("write to");
         Py_buffer view{};
         if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
-        if ((uint64_t)view.len != s.seg.hdr->id.payload_bytes) {
+        if ((uint64_t)view.len != s.seg.id.payload_bytes) {
           PyBuffer_Release(&view);
           raise(PyExc_ValueError, "source buffer of " + std::to_string(view.len) +
                 " bytes does not match the payload of '" + s.name + "'");

@@ -71,6 +71,20 @@ def decode(text: str) -> np.dtype:
     return dt
 
 
+def of_segment(segment: Any) -> np.dtype:
+    """The dtype a segment header describes, checked against the header's
+    itemsize: a description that contradicts it (a foreign or rewritten
+    header) would make every read fail later, so it fails here, once."""
+    dt = decode(segment.dtype)
+    if dt.itemsize != int(segment.itemsize):
+        raise ValueError(
+            f"the header of {segment.name!r} describes dtype {str(dt)!r} ({dt.itemsize} bytes) "
+            f"but an itemsize of {int(segment.itemsize)} bytes; the segment is corrupt or "
+            f"foreign: remove it with shmstream.unlink({segment.name!r}) and create it again"
+        )
+    return dt
+
+
 def plain_name(dt: np.dtype) -> str:
     """pyshmem-style dtype string for humans and configs: 'float32', or the
     description text for structured dtypes."""

@@ -47,17 +47,26 @@ class Segment {
 
   ~Segment() { ss_segment_close(&seg); }
 
-  std::string name() const { return std::string(hdr()->id.name, hdr()->id.name_len); }
+  std::string name() const { return std::string(seg.id.name, seg.id.name_len); }
   const ss_header *hdr() const { return seg.hdr; }
   ss_header *hdr() { return seg.hdr; }
-  size_t payload_bytes() const { return (size_t)hdr()->id.payload_bytes; }
+  size_t payload_bytes() const { return (size_t)seg.id.payload_bytes; }
 
   // "stream" or "shared array": the kind the error messages name.
-  const char *kind_name() const { return kind_text(hdr()->id.kind); }
+  const char *kind_name() const { return kind_text(seg.id.kind); }
 
   [[noreturn]] void raise_status(int rc, const char *op, std::string detail = "") {
-    bool abandoned = hdr()->pub.state.load(std::memory_order_relaxed) == SS_STATE_ABANDONED;
-    ssb::raise_status(rc, {kind_name(), name(), op, abandoned ? "abandoned" : "", detail});
+    const char *when = "";
+    uint32_t state = hdr()->pub.state.load(std::memory_order_relaxed);
+    if (rc == SS_ECORRUPT) {
+      when = corrupt_when(&seg, &detail);
+    } else if (state == SS_STATE_ABANDONED) {
+      when = "abandoned";
+    } else if (rc == SS_EINCONSISTENT && state != SS_STATE_ABORTED && state != SS_STATE_VALID) {
+      when = "bad state";  // no process of ours writes this value
+      detail = std::to_string(state);
+    }
+    ssb::raise_status(rc, {kind_name(), name(), op, when, detail});
   }
 
   // Returns true if the lock was taken over from a dead owner.
@@ -73,6 +82,14 @@ class Segment {
   void unlock() {
     int rc = ss_unlock(&seg);
     if (rc) raise_status(rc, "unlock");
+  }
+
+  // After a bulk access: a file that shrank under it (src/core/guard.c)
+  // made it touch zero pages; the call fails, releasing a lock it took.
+  void check_mapping(const char *op, bool locked = true) {
+    if (ss_segment_status(&seg) == SS_OK) return;
+    if (!locked) ss_unlock(&seg);
+    raise_status(SS_ECORRUPT, op);
   }
 
   void check_len(const Buffer &b, const char *what) {
@@ -109,6 +126,7 @@ class Segment {
     } else {
       ss_write_locked_ex(&seg, src, payload_bytes(), &meta);
     }
+    check_mapping("write", locked);
     uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
     return c;
@@ -150,6 +168,7 @@ class Segment {
       nb::gil_scoped_release nogil;
       ss_clear_locked(&seg);
     }
+    check_mapping("clear", locked);
     uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
     return c;
@@ -332,6 +351,7 @@ class Segment {
         } else {
           n = ss_history_copy(&seg, f.data(), n, b.view.buf);
         }
+        check_mapping("read_new");
         if (n || !located || attempt == 3) break;
         from = last;
       }
@@ -527,28 +547,34 @@ NB_MODULE(_native, m) {
          "Map only the header of a segment, by segment name (for list and stat).")
       .def_prop_ro("name", &Segment::name)
       .def_prop_ro("segname", [](Segment &s) { return std::string(s.seg.segname); })
-      .def_prop_ro("kind", [](Segment &s) { return s.hdr()->id.kind; })
-      .def_prop_ro("flags", [](Segment &s) { return s.hdr()->id.flags; })
+      .def_prop_ro("kind", [](Segment &s) { return s.seg.id.kind; })
+      .def_prop_ro("flags", [](Segment &s) { return s.seg.id.flags; })
       .def_prop_ro("shape", [](Segment &s) {
         nb::list l;
-        for (uint32_t i = 0; i < s.hdr()->id.ndim; i++) l.append(s.hdr()->id.shape[i]);
+        for (uint32_t i = 0; i < s.seg.id.ndim; i++) l.append(s.seg.id.shape[i]);
         return nb::tuple(l);
       })
-      .def_prop_ro("itemsize", [](Segment &s) { return s.hdr()->id.itemsize; })
-      .def_prop_ro("dtype", [](Segment &s) { return std::string(s.hdr()->id.dtype, s.hdr()->id.dtype_len); })
-      .def_prop_ro("payload_bytes", [](Segment &s) { return s.hdr()->id.payload_bytes; })
-      .def_prop_ro("creator_pid", [](Segment &s) { return s.hdr()->id.creator_pid; })
-      .def_prop_ro("creator_start_ticks", [](Segment &s) { return s.hdr()->id.creator_start_ticks; })
-      .def_prop_ro("created_ns", [](Segment &s) { return s.hdr()->id.created_ns; })
-      .def_prop_ro("mode", [](Segment &s) { return s.hdr()->id.mode; })
+      .def_prop_ro("itemsize", [](Segment &s) { return s.seg.id.itemsize; })
+      .def_prop_ro("dtype", [](Segment &s) {
+        // Another process wrote these bytes: undecodable ones become U+FFFD,
+        // and the dtype parser then refuses the text with its own message.
+        PyObject *t = PyUnicode_DecodeUTF8(s.seg.id.dtype, s.seg.id.dtype_len, "replace");
+        if (!t) throw nb::python_error();
+        return nb::steal<nb::str>(t);
+      })
+      .def_prop_ro("payload_bytes", [](Segment &s) { return s.seg.id.payload_bytes; })
+      .def_prop_ro("creator_pid", [](Segment &s) { return s.seg.id.creator_pid; })
+      .def_prop_ro("creator_start_ticks", [](Segment &s) { return s.seg.id.creator_start_ticks; })
+      .def_prop_ro("created_ns", [](Segment &s) { return s.seg.id.created_ns; })
+      .def_prop_ro("mode", [](Segment &s) { return s.seg.id.mode; })
       .def_prop_ro("instance_id", [](Segment &s) {
         static const char hex[] = "0123456789abcdef";
         std::string out;
-        for (uint8_t b : s.hdr()->id.instance_id) { out += hex[b >> 4]; out += hex[b & 15]; }
+        for (uint8_t b : s.seg.id.instance_id) { out += hex[b >> 4]; out += hex[b & 15]; }
         return out;
       })
       .def_prop_ro("gpu_area", [](Segment &s) {
-        return nb::bytes((const char *)s.hdr()->id.gpu, sizeof s.hdr()->id.gpu);
+        return nb::bytes((const char *)s.seg.id.gpu, sizeof s.seg.id.gpu);
       })
       .def_prop_ro("readonly", [](Segment &s) { return s.seg.readonly; })
       .def_prop_ro("count", [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
@@ -599,6 +625,7 @@ NB_MODULE(_native, m) {
            "Start a write (lock held); returns the slot to fill.")
       .def("write_end", [](Segment &s, std::optional<uint64_t> frame_id) {
         ss_write_end(&s.seg, frame_id ? &*frame_id : nullptr);
+        s.check_mapping("write_end");
         return s.hdr()->pub.count.load(std::memory_order_relaxed);
       }, "frame_id"_a = nb::none())
       .def("write_abort", [](Segment &s) { ss_write_abort(&s.seg); })
@@ -649,9 +676,11 @@ NB_MODULE(_native, m) {
       }, "after"_a, "wait_new"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1, "holds_lock"_a = false,
          "Locate the published frame without copying: (slot, slot_seq, count, frame_id, write_time_ns).")
       .def("view_valid", [](Segment &s, uint32_t slot, uint64_t slot_seq) {
-        if (slot >= s.hdr()->id.slot_count) raise(PyExc_IndexError, "no such slot");
+        if (slot >= s.seg.id.slot_count) raise(PyExc_IndexError, "no such slot");
         ss_frame f{slot, slot_seq};
-        return (bool)ss_view_valid(&s.seg, &f);
+        bool valid = ss_view_valid(&s.seg, &f);
+        s.check_mapping("read_view");  // a shrunk file is not an overwrite
+        return valid;
       }, "slot"_a, "slot_seq"_a, "True while the slot still holds the frame view() located.")
       .def("wait_count", [](Segment &s, uint64_t after, nb::handle timeout, int64_t spin_ns) {
         return s.wait_count(after, to_ns(timeout), spin_ns);
@@ -659,7 +688,7 @@ NB_MODULE(_native, m) {
       .def("payload", [](Segment &s, uint32_t slot) {
         // A writable byte view of one slot; it keeps this Segment (and so
         // the mapping) alive for as long as the view exists.
-        if (slot >= s.hdr()->id.slot_count) raise(PyExc_IndexError, "no such slot");
+        if (slot >= s.seg.id.slot_count) raise(PyExc_IndexError, "no such slot");
         nb::handle owner = nb::find(&s);
         size_t shape[1] = {s.payload_bytes()};
         return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape, owner);
@@ -673,7 +702,7 @@ NB_MODULE(_native, m) {
       }, "(spin misses in a row, waits since the last probe, learned spin ns) of this handle.")
       .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(&s.seg); })
       .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(&s.seg); })
-      .def_prop_ro("slot_count", [](Segment &s) { return s.hdr()->id.slot_count; })
+      .def_prop_ro("slot_count", [](Segment &s) { return s.seg.id.slot_count; })
       .def_prop_ro("history", [](Segment &s) { return ss_history_depth(&s.seg); })
       .def("read_since", [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout,
                             int64_t spin_ns, nb::handle out) {
@@ -696,10 +725,11 @@ NB_MODULE(_native, m) {
         auto *row = (const uint64_t *)b.view.buf;
         nb::list out;
         for (size_t i = 0; i < n; i++, row += 5) {
-          if (row[3] >= s.hdr()->id.slot_count) raise(PyExc_IndexError, "no such slot");
+          if (row[3] >= s.seg.id.slot_count) raise(PyExc_IndexError, "no such slot");
           ss_frame f{(uint32_t)row[3], row[4]};
           out.append((bool)ss_view_valid(&s.seg, &f));
         }
+        s.check_mapping("read_since_view");
         return out;
       }, "meta"_a, "For each row of locate()'s meta: True while its slot still holds that frame.")
       .def("cancel", [](Segment &s) { ss_cancel(&s.seg); },

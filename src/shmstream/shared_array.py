@@ -287,7 +287,7 @@ class SharedArray(np.ndarray):
             if m is None:
                 m = _Mapping(seg, owner=False)
                 _mappings[key] = m
-        dt = _dtypes.decode(m.seg.dtype)
+        dt = _dtypes.of_segment(m.seg)
         rec = dt.names is not None
         if rec:
             dt = np.dtype((np.record, dt))

@@ -96,7 +96,7 @@ class SharedMemory(Reading, Waiting, History):
                 "SharedMemory handles are made by shmstream.create() or "
                 "shmstream.open(), not by calling the class"
             )
-        dtype = _dtypes.decode(segment.dtype)
+        dtype = _dtypes.of_segment(segment)
         shape = tuple(int(d) for d in segment.shape)
         self.name: str = segment.name
         self.shape: tuple[int, ...] = shape

@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   atomic_store(&p->count, count);
   atomic_store(&p->slot, slot);
   atomic_store(&p->state, state);
-  uint32_t slots = seg.hdr->id.slot_count;
+  uint32_t slots = seg.id.slot_count;
   size_t rec_bytes = (size_t)slots * SS_SLOT_RECORD_BYTES;
   memcpy(ss_slot_record_at(&seg, 0), data, size < rec_bytes ? size : rec_bytes);
 

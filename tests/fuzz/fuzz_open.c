@@ -32,7 +32,7 @@ static void drain_channel(const char *name) {
 static void read_stream(const char *name, int readonly) {
   ss_segment seg;
   if (ss_segment_open(&seg, name, strlen(name), 0, readonly) != SS_OK) return;
-  const ss_identity *id = &seg.hdr->id;
+  const ss_identity *id = &seg.id;
   /* A GPU stream without CPU mirror has no CPU slot: its payload_bytes
    * sizes device memory, and every CPU read refuses it (SS_EKIND). */
   size_t n = ss_slotless(&seg) ? 0 : (size_t)id->payload_bytes;

@@ -171,6 +171,48 @@ def _loader() -> None:
     _write("fuzz_py_loader", "lost-slot", bytes([4]) + struct.pack("<qqqq", 0, 0, 99, 0))
 
 
+def _live() -> None:
+    """fuzz_live.c's programs: [history bit] then steps [op][offset u16][len]
+    [bytes]; op % 8: 0 read, 1 read_new, 2 view, 3 write, 4 history, 5 wait,
+    6 last complete, 7 truncate to offset % 8 pages."""
+    import random
+
+    from shmstream import _native
+
+    at = {k: v[0] for k, v in _native.layout().items()}
+
+    def step(op: int, offset: int, data: bytes = b"") -> bytes:
+        return struct.pack("<BHB", op, offset, len(data)) + data
+
+    every_call = b"".join(step(op, 0) for op in range(7))
+    u32, u64 = struct.Struct("<I").pack, struct.Struct("<Q").pack
+    seeds = {
+        "reads-plain": b"\0" + every_call,
+        "reads-history": b"\1" + every_call,
+        "grow-payload": b"\0" + step(0, at["payload_bytes"], u64(4096)) + every_call,
+        "zero-slots": b"\1" + step(4, at["slot_count"], u32(0)) + every_call,
+        "huge-stride": b"\0" + step(2, at["slot_stride"], u64(1 << 40)) + every_call,
+        "grow-history": b"\1" + step(4, at["slot_count"], u32(60))
+        + step(4, at["history"], u32(59)) + step(4, 0),
+        "bad-slot": b"\1" + step(0, at["slot"], u32(0xFFFFFFFF)) + every_call,
+        "forged-records": b"\1" + step(4, 4096, b"\2" + b"\xff" * 63)
+        + step(4, 4096 + 64, b"\2" + b"\xff" * 63),
+        "shrink-to-header": b"\0" + step(7, 1) + every_call + step(0, 0),
+        "shrink-to-zero": b"\1" + step(7, 0) + every_call + step(3, 0),
+    }
+    for label, data in seeds.items():
+        _write("fuzz_live", label, data)
+    rng = random.Random(1)  # the same programs on every run
+    offsets = [at[k] for k in ("payload_bytes", "slot_stride", "slot_count", "payload_offset",
+                               "shape", "history", "seq", "slot", "state", "count")]
+    for i in range(30):
+        data = bytes([rng.randrange(2)])
+        for _ in range(rng.randrange(1, 12)):
+            offset = rng.choice(offsets + [rng.randrange(5000)])
+            data += step(rng.randrange(8), offset, rng.randbytes(rng.randrange(9)))
+        _write("fuzz_live", f"random-{i:02d}", data)
+
+
 def main() -> None:
     for f in glob.glob(os.path.join(CORPUS, "*", "seed-*")):
         os.unlink(f)
@@ -179,6 +221,7 @@ def main() -> None:
     _array(prefix)
     _channel(prefix)
     _loader()
+    _live()
     for d in sorted(glob.glob(os.path.join(CORPUS, "*"))):
         files = os.listdir(d)
         print(f"{os.path.basename(d)}: {len(files)} files, "

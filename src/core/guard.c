@@ -1,0 +1,153 @@
+/* A shrunk segment is an error, not a SIGBUS.
+ *
+ * Any process that can write a segment's file can also truncate it while
+ * others have it mapped; their next access to a page past the new end
+ * raises SIGBUS, which kills a process by default. So each mapping the core
+ * makes is entered in a table, and a SIGBUS handler that finds the faulting
+ * address in an entry replaces the rest of that mapping, from the faulting
+ * page on, with private zero pages (mmap MAP_FIXED | MAP_ANONYMOUS) and
+ * marks the entry. The access that faulted is re-executed on the zero page
+ * and the operation finishes on garbage, which nobody sees: every core call
+ * that reports a status checks the mark (ss_segment_status) and answers
+ * SS_ECORRUPT, for this call and every later one on the handle. A zero-copy
+ * view held past the truncation reads zeros instead of killing the process.
+ * docs/ABI.md, "The header is trusted once", states the rule.
+ *
+ * A bus error anywhere else, or one sent with kill(), goes to the handler
+ * that was installed before ours (torch's, Python's faulthandler) or to the
+ * default action. A library that installs its own SIGBUS handler after ours
+ * displaces it; each attach re-installs ours on top, chaining to the newer
+ * one. The handler calls only mmap and atomics (mmap is not on POSIX's list
+ * of async-signal-safe functions but is a plain system call on Linux). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SS_GUARDS_PER_BLOCK 256
+
+struct ss_guard {
+  SS_ATOMIC(uintptr_t) lo;  /* first byte of the mapping, 0: entry free */
+  SS_ATOMIC(uintptr_t) hi;  /* one past its last byte */
+  SS_ATOMIC(int) hit;       /* a bus error was caught in it */
+  SS_ATOMIC(int) used;      /* taken by a handle (claimed by CAS) */
+};
+
+/* Blocks are never freed: the handler may walk them at any moment, and a
+ * handle keeps a pointer to its entry. */
+typedef struct guard_block {
+  struct ss_guard entry[SS_GUARDS_PER_BLOCK];
+  _Atomic(struct guard_block *) next;
+} guard_block;
+
+static _Atomic(guard_block *) g_blocks;
+static pthread_mutex_t g_install = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction g_previous; /* the handler ours displaced */
+
+static void chain(int sig, siginfo_t *si, void *uc) {
+  struct sigaction prev = g_previous;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) prev.sa_sigaction(sig, si, uc);
+    return;
+  }
+  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+    return;
+  }
+  /* The default action: restore it; a fault re-executes and kills the
+   * process as it would have without us, a sent signal is sent again (it
+   * is blocked in this handler, so it is delivered when we return). */
+  signal(sig, SIG_DFL);
+  if (si->si_code <= 0) raise(sig);
+}
+
+static int rescue(uintptr_t addr) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (guard_block *b = atomic_load_explicit(&g_blocks, memory_order_acquire); b;
+       b = atomic_load_explicit(&b->next, memory_order_acquire)) {
+    for (int i = 0; i < SS_GUARDS_PER_BLOCK; i++) {
+      struct ss_guard *g = &b->entry[i];
+      uintptr_t lo = atomic_load_explicit(&g->lo, memory_order_acquire);
+      uintptr_t hi = atomic_load_explicit(&g->hi, memory_order_acquire);
+      if (!lo || addr < lo || addr >= hi) continue;
+      uintptr_t from = addr & ~(page - 1);
+      void *r = mmap((void *)from, hi - from, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+      if (r == MAP_FAILED) return 0;
+      atomic_store_explicit(&g->hit, 1, memory_order_release);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+  /* si_code > 0: raised by the kernel for an access, si_addr is the byte. */
+  if (si && si->si_code > 0 && rescue((uintptr_t)si->si_addr)) return;
+  chain(sig, si, uc);
+}
+
+/* Ours on top of whatever is installed now (called with g_install held). */
+static void install(void) {
+  struct sigaction cur;
+  if (sigaction(SIGBUS, NULL, &cur) != 0) return;
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  g_previous = cur;
+  sigaction(SIGBUS, &sa, NULL);
+}
+
+static struct ss_guard *claim_entry(void) {
+  for (;;) {
+    guard_block *last = NULL;
+    for (guard_block *b = atomic_load_explicit(&g_blocks, memory_order_acquire); b;
+         b = atomic_load_explicit(&b->next, memory_order_acquire)) {
+      for (int i = 0; i < SS_GUARDS_PER_BLOCK; i++) {
+        int free_ = 0;
+        if (atomic_compare_exchange_strong(&b->entry[i].used, &free_, 1)) return &b->entry[i];
+      }
+      last = b;
+    }
+    guard_block *nb = mmap(NULL, sizeof *nb, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (nb == MAP_FAILED) return NULL;
+    guard_block *none = NULL;
+    _Atomic(guard_block *) *tail = last ? &last->next : &g_blocks;
+    if (!atomic_compare_exchange_strong(tail, &none, nb)) munmap(nb, sizeof *nb);
+  }
+}
+
+void ss_guard_attach(ss_segment *seg) {
+  pthread_mutex_lock(&g_install);
+  install();
+  pthread_mutex_unlock(&g_install);
+  struct ss_guard *g = claim_entry();
+  if (!g) return; /* out of memory for the table: unguarded, as before */
+  atomic_store_explicit(&g->hit, 0, memory_order_relaxed);
+  atomic_store_explicit(&g->hi, (uintptr_t)seg->base + seg->map_bytes, memory_order_relaxed);
+  atomic_store_explicit(&g->lo, (uintptr_t)seg->base, memory_order_release);
+  seg->guard = g;
+}
+
+void ss_guard_detach(ss_segment *seg) {
+  struct ss_guard *g = seg->guard;
+  if (!g) return;
+  seg->guard = NULL;
+  atomic_store_explicit(&g->lo, 0, memory_order_release);
+  atomic_store_explicit(&g->hi, 0, memory_order_relaxed);
+  atomic_store_explicit(&g->used, 0, memory_order_release);
+}
+
+int ss_segment_status(const ss_segment *seg) {
+  const struct ss_guard *g = seg->guard;
+  return g && atomic_load_explicit(&g->hit, memory_order_acquire) ? SS_ECORRUPT : SS_OK;
+}
