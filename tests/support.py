@@ -154,6 +154,16 @@ def patch_bytes(path: str, offset: int, data: bytes) -> None:
         f.write(data)
 
 
+def patch_identity(path: str, offset: int, data: bytes) -> None:
+    """Patch a checksummed identity field of the segment file ``path`` and
+    store the matching checksum: a segment that passes validation but says
+    something impossible (or hostile)."""
+    patch_bytes(path, offset, data)
+    with open(path, "rb") as f:
+        head = f.read(2040)
+    patch_bytes(path, 2040, fnv1a64(head[8:]).to_bytes(8, "little"))
+
+
 class HeaderWords:
     """A live read-only mapping of a segment header, to watch counters such
     as ``waiters`` that the public API does not expose."""
