@@ -284,6 +284,24 @@ def test_the_stat_command_names_a_removal_that_works(name, capsys):
     assert not os.path.exists(support.segment_path(name))
 
 
+def test_a_user_name_comes_before_the_escaped_form_list_shows(make_name):
+    # list shows a stream named X"a\b" as X"a\\b" (backslashes escaped); if a
+    # stream has that very name, unlink removes it first
+    base = make_name()
+    plain, literal = base + "a\\b", base + "a\\\\b"
+    for n in (plain, literal):
+        shmstream.create(n, shape=(1,)).close()
+    try:
+        assert [e.shown for e in registry.scan(("stream",)) if e.name == plain] == [literal]
+        assert registry.remove(literal) is True
+        assert plain in shmstream.list_streams() and literal not in shmstream.list_streams()
+        assert registry.remove(literal) is True  # now: the name list shows for plain
+        assert plain not in shmstream.list_streams()
+    finally:
+        for n in (plain, literal):
+            registry.remove(n)
+
+
 # ---- the one escaping helper -------------------------------------------------------
 
 

@@ -409,7 +409,9 @@ def remove(name: str) -> bool:
     ``name`` is a user name, or any name ``list`` shows (what
     :func:`printable` makes of a segment name, a stored name, or a skipped
     entry's name): a corrupt segment, listed by its segment name, is removed
-    by that name. A FIFO or link with shmstream's prefix is unlinked (never
+    by that name. A user name comes first: ``"a\\\\b"`` removes the object
+    of that name if there is one, else the one ``list`` shows so
+    (``"a\\b"``). A FIFO or link with shmstream's prefix is unlinked (never
     followed); a directory raises IsADirectoryError."""
     if not isinstance(name, str):
         _checks.check_name(name, "shared-memory object")  # the TypeError
@@ -433,17 +435,18 @@ def _unlink_file(segname: str) -> bool:
 
 def _remove_listed(name: str) -> bool:
     """Unlink what ``list`` shows as ``name`` (see :func:`remove`)."""
-    bare = name.removeprefix("/")
+
+    def shows(listed: str) -> bool:
+        return name in (listed, printable(listed))
+
     prefixes = (FILE_PREFIX, _loader_pool.SLOT_FILE_PREFIX)
     hits = set()
-    if bare.startswith(prefixes) or printable(bare) != bare or "\\" in bare:
+    if name.removeprefix("/").startswith(prefixes):  # a segment or skipped entry's name
         hits = {"/" + f for f in _listdir() if f.startswith(prefixes)
-                and bare in (f, printable(f))}
-    if not hits and (printable(name) != name or "\\" in name):
-        # a stored name shown escaped (invalid UTF-8, control characters):
-        # the file holding it
-        hits = {e.segname for e in scan() if e.name is not None
-                and name in (e.name, printable(e.name))}
+                and (shows(f) or shows("/" + f))}
+    if not hits and printable(name) != name:
+        # a stored name shown escaped (not UTF-8, control characters): its file
+        hits = {e.segname for e in scan() if e.name is not None and shows(e.name)}
     removed = False
     for segname in sorted(hits):
         removed = _unlink_file(segname) or removed
