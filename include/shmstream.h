@@ -363,7 +363,9 @@ SS_API int ss_segment_create(ss_segment *seg, const ss_create_args *args);
 SS_API int ss_segment_open(ss_segment *seg, const char *name, size_t len,
                            uint32_t expected_kind, int readonly);
 /* Map the header only (for stat/list): payload bytes are not mapped. Does
- * not wait for an unfinished creator: SS_EBUSY at once. */
+ * not wait for an unfinished creator: SS_EBUSY at once. Never blocks and
+ * never follows a link: ELOOP for a symlink, ENODEV for anything else that
+ * is not a regular file (FIFO, directory, socket, device). */
 SS_API int ss_segment_peek(ss_segment *seg, const char *segname);
 SS_API void ss_segment_close(ss_segment *seg);
 SS_API int ss_segment_unlink(const char *name, size_t len);

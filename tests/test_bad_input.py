@@ -434,24 +434,21 @@ def test_errors_name_what_to_do_for_names_and_arguments(name):
 # ---- fuzz findings (tests/fuzz/README.md), as named tests ----------------------
 
 
-def _patch_identity(name, offset, data):
-    support.patch_identity(support.segment_path(name), offset, data)
-
-
 def test_a_header_whose_dtype_holds_object_pointers_is_refused(name):
     # Copying the payload into an object array made its bytes pointers:
     # read() crashed the interpreter.
     with shmstream.stream(name, shape=(2,), dtype=np.float64) as h:
         h.write(np.array([1.5, 2.5]))
-        _patch_identity(name, support.field("dtype")[0], b"|O8\0")
-        _patch_identity(name, support.field("dtype_len")[0], (3).to_bytes(4, "little"))
+        path = support.segment_path(name)
+        support.patch_identity(path, support.field("dtype")[0], b"|O8\0")
+        support.patch_identity(path, support.field("dtype_len")[0], (3).to_bytes(4, "little"))
         with pytest.raises(ValueError, match="object references"):
             shmstream.open(name)
 
 
 def test_an_unreadable_dtype_description_is_a_ValueError(name):
     with shmstream.stream(name, shape=(2,), dtype=[("x", "<f4")]):
-        _patch_identity(name, support.field("dtype")[0], b"[('x',\0")
+        support.patch_identity(support.segment_path(name), support.field("dtype")[0], b"[('x',\0")
         with pytest.raises(ValueError, match="not one shmstream writes"):
             shmstream.open(name)
 

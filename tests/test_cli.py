@@ -13,7 +13,7 @@ import pytest
 
 import shmstream
 import support
-from shmstream import cli
+from shmstream import cli, registry
 
 
 @pytest.fixture
@@ -139,36 +139,42 @@ def test_unlink_destroys_each_name_and_returns_0(capsys):
             shmstream.unlink(n)
 
 
+def _entry(name):
+    return registry.Entry("/shmstream-" + name, name, "stream", 0, None, None, None)
+
+
 def test_purge_passes_the_cuda_flag_and_prints_removed_names(monkeypatch, capsys):
     calls = []
 
-    def fake_purge(*, include_cuda_orphans=False):
+    def fake_purge_report(*, include_cuda_orphans=False):
         calls.append(include_cuda_orphans)
-        return ["a", "b"]
+        return registry.PurgeReport(
+            [_entry("a"), _entry("b")], [registry.Skipped("/shmstream-f", "a FIFO, not a regular file")])
 
-    monkeypatch.setattr(shmstream, "purge", fake_purge)
+    monkeypatch.setattr(registry, "purge_report", fake_purge_report)
     assert cli.main(["purge"]) == 0
     assert cli.main(["purge", "--include-cuda-orphans"]) == 0
     assert calls == [False, True]
-    out = capsys.readouterr().out
-    assert "'a'" in out and "'b'" in out
+    captured = capsys.readouterr()
+    assert "'a'" in captured.out and "'b'" in captured.out
+    assert "skipped /shmstream-f: a FIFO, not a regular file" in captured.err
 
 
 def test_purge_removes_real_streams(monkeypatch, name, capsys):
     # Only our stream is in scope: other tests' streams must survive.
-    real = shmstream.purge
+    real = registry.purge_report
 
-    def scoped_purge(*, include_cuda_orphans=False):
+    def scoped_purge_report(*, include_cuda_orphans=False):
         assert include_cuda_orphans is False
         removed = []
-        for n in shmstream.list_streams():
-            if n == name:
-                shmstream.unlink(n)
-                removed.append(n)
-        return removed
+        for e in registry.scan(("stream",)):
+            if e.name == name:
+                shmstream.unlink(e.name)
+                removed.append(e)
+        return registry.PurgeReport(removed, [])
 
     assert callable(real)
-    monkeypatch.setattr(shmstream, "purge", scoped_purge)
+    monkeypatch.setattr(registry, "purge_report", scoped_purge_report)
     shmstream.create(name, shape=(1,)).close()
     assert cli.main(["purge"]) == 0
     assert name in capsys.readouterr().out

@@ -303,12 +303,30 @@ int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expe
   return SS_OK;
 }
 
+/* Open a name found in /dev/shm for peeking. Anyone can put anything
+ * there, so: never block (a FIFO would wait for a writer for ever), never
+ * follow a link (ELOOP), and refuse what is not a regular file (ENODEV:
+ * FIFO, directory, socket, device). The type is checked on the descriptor,
+ * not by a stat of the name before the open, which the name could be
+ * swapped under. Returns the fd, or -errno. */
+static int open_peekable(const char *segname) {
+  int fd = shm_open(segname, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? ENODEV : 0;
+  if (err) {
+    close(fd);
+    return -err;
+  }
+  return fd;
+}
+
 int ss_segment_peek(ss_segment *seg, const char *segname) {
   memset(seg, 0, sizeof *seg);
   if (strlen(segname) >= SS_SEGMENT_NAME_MAX) return SS_ENAME;
   strcpy(seg->segname, segname);
-  int fd = shm_open(segname, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return errno;
+  int fd = open_peekable(segname);
+  if (fd < 0) return -fd;
   /* No waiting for an unfinished creator: listing must not stall on one. */
   int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES, 0);
   close(fd);

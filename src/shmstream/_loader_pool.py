@@ -28,6 +28,7 @@ stay under the pool's bound (``max_bytes``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import secrets
@@ -95,18 +96,20 @@ def slot_path(token: str, k: int, gen: int) -> str:
 
 def list_slot_files(token: str | None = None) -> dict[str, list[str]]:
     """Slot files in /dev/shm: {pool token: [paths]}, only ``token``'s if
-    given."""
+    given. Only regular files count (a FIFO, link or directory with the
+    prefix is not a slot: the registry reports it); names are
+    ``os.fsdecode``d, so a token may hold lone surrogates."""
     out: dict[str, list[str]] = {}
     try:
-        entries = os.listdir(SHM_DIR)
+        with os.scandir(SHM_DIR) as entries:
+            for entry in entries:
+                if not entry.name.startswith(SLOT_FILE_PREFIX):
+                    continue
+                tok = entry.name[len(SLOT_FILE_PREFIX):].split(".", 1)[0]
+                if (token is None or tok == token) and entry.is_file(follow_symlinks=False):
+                    out.setdefault(tok, []).append(f"{SHM_DIR}/{entry.name}")
     except OSError:
-        return out
-    for entry in entries:
-        if not entry.startswith(SLOT_FILE_PREFIX):
-            continue
-        tok = entry[len(SLOT_FILE_PREFIX):].split(".", 1)[0]
-        if token is None or tok == token:
-            out.setdefault(tok, []).append(f"{SHM_DIR}/{entry}")
+        pass
     return out
 
 
@@ -116,15 +119,22 @@ def purge_dead_loader_pools() -> list[str]:
     of the pools removed. Live loaders' pools are left alone."""
     removed = []
     for token, paths in list_slot_files().items():
-        segname = _native.segment_name(root_name(token))
         try:
+            segname = _native.segment_name(root_name(token))
+        except (TypeError, ValueError):
+            segname = None  # no root can have this name (not UTF-8, too long)
+        try:
+            if segname is None:
+                raise FileNotFoundError(root_name(token))
             seg = _native.Segment.peek(segname)
             owner_alive = _proc.alive(seg.creator_pid, seg.creator_start_ticks)
             del seg
         except BlockingIOError:
             continue  # a root still being created: its owner is alive
-        except OSError:  # gone, or not a segment we can read: the slots are orphans
+        except OSError as exc:  # gone, or not a segment we can read: the slots are orphans
             owner_alive = False
+            if exc.errno in (errno.ELOOP, errno.ENODEV):
+                segname = None  # a link or FIFO, not a root: left alone (the registry says so)
         except Exception:  # noqa: BLE001 - a corrupt root: nobody can use the slots
             owner_alive = False
         if owner_alive:
@@ -132,8 +142,9 @@ def purge_dead_loader_pools() -> list[str]:
         for path in paths:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        with contextlib.suppress(OSError):
-            _native.unlink_segname(segname)
+        if segname is not None:
+            with contextlib.suppress(OSError):
+                _native.unlink_segname(segname)
         removed.append(root_name(token))
     return sorted(removed)
 

@@ -400,6 +400,28 @@ void check_open_rc(Segment *s, int rc, const std::string &name, int kind, const 
   ssb::raise_status(rc, {kind_text(kind), name, op, "", rc == SS_ENAME ? name_rule() : ""});
 }
 
+// Bytes from shared memory or a directory listing as a str, the way Python
+// decodes file names: invalid UTF-8 becomes lone surrogates
+// (surrogateescape), so a planted name never fails a listing.
+nb::str text_of(const std::string &bytes) {
+  PyObject *o = PyUnicode_DecodeUTF8(bytes.data(), (Py_ssize_t)bytes.size(), "surrogateescape");
+  if (!o) throw nb::python_error();
+  return nb::steal<nb::str>(o);
+}
+
+// peek by segment name; errors name it with anything outside printable
+// ASCII as '?' (a file name in /dev/shm can hold any bytes).
+Segment *peek_segment(const std::string &segname) {
+  std::string shown = segname;
+  for (char &c : shown)
+    if ((unsigned char)c < 0x20 || (unsigned char)c > 0x7e) c = '?';
+  Segment *s = make_segment();
+  int rc = segname.find('\0') == std::string::npos ? ss_segment_peek(&s->seg, segname.c_str())
+                                                    : (int)SS_ENAME;
+  check_open_rc(s, rc, shown, 0, "peek");
+  return s;
+}
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -538,15 +560,15 @@ NB_MODULE(_native, m) {
         check_open_rc(s, rc, name, kind, "open");
         return s;
       }, "name"_a, "kind"_a = 0, "readonly"_a = false, nb::rv_policy::take_ownership)
-      .def_static("peek", [](const std::string &segname) {
-        Segment *s = make_segment();
-        int rc = ss_segment_peek(&s->seg, segname.c_str());
-        check_open_rc(s, rc, segname, 0, "peek");
-        return s;
-      }, "segname"_a, nb::rv_policy::take_ownership,
+      .def_static("peek", [](const std::string &segname) { return peek_segment(segname); },
+         "segname"_a, nb::rv_policy::take_ownership,
          "Map only the header of a segment, by segment name (for list and stat).")
-      .def_prop_ro("name", &Segment::name)
-      .def_prop_ro("segname", [](Segment &s) { return std::string(s.seg.segname); })
+      .def_static("peek", [](nb::bytes segname) {
+        return peek_segment(std::string(segname.c_str(), segname.size()));
+      }, "segname"_a, nb::rv_policy::take_ownership,
+         "peek by the file name's bytes (os.fsencode of a name listed in /dev/shm).")
+      .def_prop_ro("name", [](Segment &s) { return text_of(s.name()); })
+      .def_prop_ro("segname", [](Segment &s) { return text_of(s.seg.segname); })
       .def_prop_ro("kind", [](Segment &s) { return s.seg.id.kind; })
       .def_prop_ro("flags", [](Segment &s) { return s.seg.id.flags; })
       .def_prop_ro("shape", [](Segment &s) {

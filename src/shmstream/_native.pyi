@@ -1,7 +1,7 @@
 """shmstream C core binding (internal; use the shmstream package)"""
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, overload
 
 import numpy
 from numpy.typing import NDArray
@@ -85,9 +85,17 @@ class Segment:
     @staticmethod
     def open(name: str, kind: int = 0, readonly: bool = False) -> Segment: ...
 
+    @overload
     @staticmethod
     def peek(segname: str) -> Segment:
         """Map only the header of a segment, by segment name (for list and stat)."""
+
+    @overload
+    @staticmethod
+    def peek(segname: bytes) -> Segment:
+        """
+        peek by the file name's bytes (os.fsencode of a name listed in /dev/shm).
+        """
 
     @property
     def name(self) -> str: ...

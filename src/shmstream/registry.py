@@ -17,11 +17,22 @@ Kinds:
   counted in the pool's size; docs/loader.md);
 * ``corrupt`` and ``unfinished``: a ``shmstream-*`` file whose header does
   not validate, or whose creator has not finished it (no user name).
+
+Anyone can put anything in /dev/shm, so every scan opens an entry without
+blocking and without following a link, and leaves alone (as a
+:class:`Skipped`, with the reason) what is not a regular file or cannot be
+read: a FIFO, a symlink, a directory, a file of another user. File names
+and stored user names are ``str`` decoded the way Python decodes file
+names (undecodable bytes as lone surrogates, ``os.fsdecode``), so no name
+stops a scan; :func:`printable` is how they are shown, and the name it
+shows is one :func:`remove` accepts.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import stat as _stat
 import time
 from typing import Any, Iterable
 
@@ -32,8 +43,8 @@ from .errors import CorruptStreamError
 from .gpu import device as _gpu_device
 from .publication import STATE_NAMES
 
-__all__ = ["Entry", "KINDS", "list_channels", "list_streams", "purge", "purge_abandoned", "remove", "scan",
-           "stat"]
+__all__ = ["Entry", "KINDS", "PurgeReport", "Skipped", "list_channels", "list_streams", "printable",
+           "purge", "purge_abandoned", "purge_report", "remove", "scan", "stat", "survey"]
 
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
 KINDS = ("stream", "gpu-stream", "channel", "array", "loader-pool")
@@ -55,6 +66,59 @@ class Entry:
     creator_alive: bool | None
     created: float | None  # UNIX time of the create
 
+    @property
+    def shown(self) -> str:
+        """The name ``list`` shows: the user name, or the segment name if
+        the header has none, through :func:`printable`."""
+        return printable(self.name if self.name is not None else self.segname)
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """An entry of /dev/shm with shmstream's prefix that the registry left
+    alone: not a regular file, or not readable by this process."""
+
+    segname: str  # "/" + the file name (undecodable bytes as surrogates)
+    reason: str  # why, for people: "a FIFO, not a regular file", ...
+
+
+def printable(text: str, *, backslash: bool = True) -> str:
+    """``text`` safe to print on a terminal, the way ``ls -b`` shows names:
+    an undecodable byte (a lone surrogate from ``os.fsdecode``) as ``\\xff``,
+    a control or other non-printable character (escape codes, bidi
+    overrides) as ``\\x1b``, ``\\u202e``..., and a backslash as ``\\\\``
+    (``backslash=False`` leaves backslashes alone: for text that is already
+    quoted, such as an error message with ``repr`` names). Printable text
+    without a backslash is returned unchanged."""
+    if text.isprintable() and not (backslash and "\\" in text):
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the byte code - 0xDC00
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch == "\\":
+            out.append("\\\\" if backslash else ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def _not_regular(mode: int) -> str | None:
+    """Why a file of this st_mode is left alone (None: a regular file)."""
+    if _stat.S_ISREG(mode):
+        return None
+    what = ("a symbolic link" if _stat.S_ISLNK(mode) else "a FIFO" if _stat.S_ISFIFO(mode)
+            else "a directory" if _stat.S_ISDIR(mode) else "a socket" if _stat.S_ISSOCK(mode)
+            else "a device" if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode) else "a special file")
+    return f"{what}, not a regular file"
+
 
 def _kind_of(seg: Any) -> str:
     kind = int(seg.kind)
@@ -68,7 +132,8 @@ def _kind_of(seg: Any) -> str:
 
 
 def segment_files() -> list[str]:
-    """POSIX names ("/shmstream-...") of every shmstream file in /dev/shm."""
+    """POSIX names ("/shmstream-...") of every shmstream file in /dev/shm
+    (``os.fsdecode``d: undecodable bytes as lone surrogates)."""
     try:
         entries = os.listdir(SHM_DIR)
     except OSError:
@@ -78,23 +143,50 @@ def segment_files() -> list[str]:
 
 def _file_bytes(segname: str) -> int:
     try:
-        return os.stat(SHM_DIR + segname).st_size
+        return os.lstat(SHM_DIR + segname).st_size
     except OSError:
         return 0
 
 
 def entry(segname: str) -> Entry | None:
-    """The registry entry of one segment (None if it vanished)."""
+    """The registry entry of one segment (None if it vanished, or is left
+    alone: see :func:`survey`)."""
+    found = _examine(segname)
+    return found if isinstance(found, Entry) else None
+
+
+def _examine(segname: str) -> Entry | Skipped | None:
+    """One ``shmstream-*`` name of /dev/shm: its entry, why it is left
+    alone, or None if it vanished. Never raises, never blocks."""
+    try:  # the reason, for people; the C core checks the type on the fd it opens
+        why = _not_regular(os.lstat(SHM_DIR + segname).st_mode)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return Skipped(segname, f"cannot stat it: {exc.strerror}")
+    if why is not None:
+        return Skipped(segname, why)
     try:
-        seg = _native.Segment.peek(segname)
+        seg = _native.Segment.peek(os.fsencode(segname))
     except FileNotFoundError:
         return None
     except BlockingIOError:  # magic still 0: the creator is filling it (or died doing so)
         return Entry(segname, None, "unfinished", _file_bytes(segname), None, None, None)
     except (CorruptStreamError, ValueError):
         return Entry(segname, None, "corrupt", _file_bytes(segname), None, None, None)
-    except OSError:
-        return None  # not ours to read (permissions)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENODEV):  # replaced since the lstat
+            return Skipped(segname, "not a regular file")
+        return Skipped(segname, f"cannot read it: {exc.strerror}")  # another user's, ...
+    except Exception as exc:  # noqa: BLE001 - one bad entry never stops a scan
+        return Skipped(segname, f"cannot read it: {exc}")
+    try:
+        return _entry_of(segname, seg)
+    except Exception as exc:  # noqa: BLE001
+        return Skipped(segname, f"cannot read its header: {exc}")
+
+
+def _entry_of(segname: str, seg: Any) -> Entry:
     pid, ticks = int(seg.creator_pid), int(seg.creator_start_ticks)
     kind = _kind_of(seg)
     size = _file_bytes(segname)
@@ -109,14 +201,48 @@ def _pool_files(root: str) -> list[str]:
     return _loader_pool.list_slot_files(token).get(token, [])
 
 
+def _odd_slot_files() -> list[Skipped]:
+    """Loader slot file names (``shmstream.loader-*``) that are not regular
+    files: the pool module never uses them, nothing removes them."""
+    odd = []
+    try:
+        with os.scandir(SHM_DIR) as found:
+            for d in found:
+                if d.name.startswith(_loader_pool.SLOT_FILE_PREFIX) and not d.is_file(
+                        follow_symlinks=False):
+                    try:
+                        why = _not_regular(d.stat(follow_symlinks=False).st_mode)
+                    except OSError:
+                        continue  # vanished
+                    odd.append(Skipped("/" + d.name, why or "not a regular file"))
+    except OSError:
+        pass
+    return odd
+
+
+def survey(kinds: Iterable[str] | None = None) -> tuple[list[Entry], list[Skipped]]:
+    """:func:`scan`, and what it left alone: the ``shmstream-*`` and
+    ``shmstream.loader-*`` names of /dev/shm that are not regular files or
+    cannot be read, each with the reason, sorted by name."""
+    wanted = None if kinds is None else set(kinds)
+    found: list[Entry] = []
+    skipped: list[Skipped] = []
+    for segname in segment_files():
+        e = _examine(segname)
+        if isinstance(e, Skipped):
+            skipped.append(e)
+        elif e is not None and (wanted is None or e.kind in wanted):
+            found.append(e)
+    skipped += _odd_slot_files()
+    return (sorted(found, key=lambda e: (e.kind, e.name or "", e.segname)),
+            sorted(skipped, key=lambda s: s.segname))
+
+
 def scan(kinds: Iterable[str] | None = None) -> list[Entry]:
     """Every shmstream segment in /dev/shm (of the given kinds), sorted by
-    kind and name."""
-    wanted = None if kinds is None else set(kinds)
-    found = [e for e in map(entry, segment_files()) if e is not None]
-    if wanted is not None:
-        found = [e for e in found if e.kind in wanted]
-    return sorted(found, key=lambda e: (e.kind, e.name or "", e.segname))
+    kind and name. Entries that are not regular files or cannot be read are
+    left out (:func:`survey` says which, and why)."""
+    return survey(kinds)[0]
 
 
 def list_streams() -> list[str]:
@@ -233,10 +359,20 @@ def stat(name: str) -> dict[str, Any]:
         seg = _native.Segment.peek(segname)
     except FileNotFoundError:
         raise _checks.missing_name_error(name) from None
-    except CorruptStreamError as exc:
+    except CorruptStreamError:
         raise CorruptStreamError(
-            f"{name!r} has a corrupt or foreign header ({exc}); remove it with "
-            f"shmstream.unlink({name!r})"
+            f"{name!r} has a corrupt or foreign header ({SHM_DIR}{segname}: bad magic, "
+            f"checksum, size or an unknown layout version); remove it with "
+            f"shmstream.unlink({name!r}) or 'shmstream unlink {printable(name)}'"
+        ) from None
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENODEV):
+            raise
+        what = _examine(segname)
+        raise CorruptStreamError(
+            f"{name!r} is not a shmstream segment: {SHM_DIR}{segname} is "
+            f"{what.reason if isinstance(what, Skipped) else 'not a regular file'}; remove it "
+            f"with shmstream.unlink({name!r}) or 'shmstream unlink {printable(name)}'"
         ) from None
     if seg.name != name:  # another name with the same hash: not ours
         raise _checks.missing_name_error(name)
@@ -268,9 +404,60 @@ def readable(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def remove(name: str) -> bool:
-    """Destroy the object ``name`` of any kind; True if something was there."""
-    _checks.check_name(name, "shared-memory object")
-    return bool(_native.unlink_segname(_native.segment_name(name)))
+    """Destroy the object ``name`` of any kind; True if something was there.
+
+    ``name`` is a user name, or any name ``list`` shows (what
+    :func:`printable` makes of a segment name, a stored name, or a skipped
+    entry's name): a corrupt segment, listed by its segment name, is removed
+    by that name. A user name comes first: ``"a\\\\b"`` removes the object
+    of that name if there is one, else the one ``list`` shows so
+    (``"a\\b"``). A FIFO or link with shmstream's prefix is unlinked (never
+    followed); a directory raises IsADirectoryError."""
+    if not isinstance(name, str):
+        _checks.check_name(name, "shared-memory object")  # the TypeError
+    try:
+        segname = _native.segment_name(_checks.check_name(name, "shared-memory object"))
+    except ValueError:  # not a user name (a lone surrogate...): maybe a listed one
+        if _remove_listed(name):
+            return True
+        raise
+    return _unlink_file(segname) or _remove_listed(name)
+
+
+def _unlink_file(segname: str) -> bool:
+    """Unlink /dev/shm/<segname> (any name bytes; a link is not followed)."""
+    try:
+        os.unlink(SHM_DIR + segname)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _remove_listed(name: str) -> bool:
+    """Unlink what ``list`` shows as ``name`` (see :func:`remove`)."""
+
+    def shows(listed: str) -> bool:
+        return name in (listed, printable(listed))
+
+    prefixes = (FILE_PREFIX, _loader_pool.SLOT_FILE_PREFIX)
+    hits = set()
+    if name.removeprefix("/").startswith(prefixes):  # a segment or skipped entry's name
+        hits = {"/" + f for f in _listdir() if f.startswith(prefixes)
+                and (shows(f) or shows("/" + f))}
+    if not hits and printable(name) != name:
+        # a stored name shown escaped (not UTF-8, control characters): its file
+        hits = {e.segname for e in scan() if e.name is not None and shows(e.name)}
+    removed = False
+    for segname in sorted(hits):
+        removed = _unlink_file(segname) or removed
+    return removed
+
+
+def _listdir() -> list[str]:
+    try:
+        return os.listdir(SHM_DIR)
+    except OSError:
+        return []
 
 
 # ---- purge -------------------------------------------------------------------------
@@ -295,11 +482,7 @@ def _remove_orphaned_cuda_ipc_files() -> list[str]:
     """Remove PyTorch's ``cuda.shm.<id>.<hex pid>.<seq>`` files whose
     producer is dead."""
     removed: list[str] = []
-    try:
-        entries = os.listdir(SHM_DIR)
-    except OSError:
-        return removed
-    for name in entries:
+    for name in _listdir():
         parts = name.split(".")
         if len(parts) < 4 or parts[0] != "cuda" or parts[1] != "shm":
             continue
@@ -319,29 +502,32 @@ def _remove_orphaned_cuda_ipc_files() -> list[str]:
 
 def _unfinished_for_long(segname: str) -> bool:
     try:
-        age = time.time() - os.stat(SHM_DIR + segname).st_mtime
+        age = time.time() - os.lstat(SHM_DIR + segname).st_mtime
     except OSError:
         return False
     return age > UNFINISHED_ORPHAN_S
 
 
-def _remove(entries: Iterable[Entry]) -> list[Entry]:
+def _remove(entries: Iterable[Entry], skipped: list[Skipped] | None = None) -> list[Entry]:
     removed = []
     for e in entries:
         try:
-            if _native.unlink_segname(e.segname):
+            if _unlink_file(e.segname):
                 removed.append(e)
-        except OSError:
-            continue
+        except OSError as exc:  # another user's file in sticky /dev/shm, ...
+            if skipped is not None:
+                skipped.append(Skipped(e.segname, f"cannot remove it: {exc.strerror}"))
     return removed
 
 
-def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-pool")) -> list[Entry]:
+def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-pool"), *,
+                    skipped: list[Skipped] | None = None) -> list[Entry]:
     """Remove the objects of these kinds that nobody uses any more (creator
     dead; for a channel, no live end either; a loader pool's slot files go
     with its root, and slot files whose root is gone too), and unfinished
     segments whose creator died mid-create. Streams are never removed here.
-    Returns the entries removed."""
+    Returns the entries removed; what could not be removed is appended to
+    ``skipped`` if given."""
     wanted = set(kinds)
     entries = scan()
     pools = []
@@ -351,19 +537,40 @@ def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-pool")) 
     # then every other abandoned object (a pool root that had no slot file
     # yet included; a root the pool module removed is already gone)
     return pools + _remove(
-        e for e in entries
-        if (e.kind in wanted and e not in pools and _abandoned(e))
-        or (e.kind == "unfinished" and _unfinished_for_long(e.segname))
+        (e for e in entries
+         if (e.kind in wanted and e not in pools and _abandoned(e))
+         or (e.kind == "unfinished" and _unfinished_for_long(e.segname))),
+        skipped,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class PurgeReport:
+    """What :func:`purge_report` did: the entries it removed, and the ones
+    it left alone with the reason (not a regular file, unreadable, could
+    not be removed)."""
+
+    removed: list[Entry]
+    skipped: list[Skipped]
+
+
+def purge_report(*, include_cuda_orphans: bool = False) -> PurgeReport:
+    """:func:`purge`, saying what it removed and what it skipped. One bad
+    entry never stops it: a FIFO, link or directory with shmstream's prefix
+    is skipped (never opened for long, never followed, never removed), and
+    a file it cannot read or remove is skipped with the reason."""
+    entries, skipped = survey()
+    removed = _remove((e for e in entries if e.kind in ("stream", "gpu-stream", "corrupt")),
+                      skipped)
+    removed += purge_abandoned(skipped=skipped)
+    if include_cuda_orphans:
+        _remove_orphaned_cuda_ipc_files()
+    return PurgeReport(removed, skipped)
 
 
 def purge_entries(*, include_cuda_orphans: bool = False) -> list[Entry]:
     """:func:`purge`, returning the registry entries it removed."""
-    removed = _remove(scan(("stream", "gpu-stream", "corrupt")))
-    removed += purge_abandoned()
-    if include_cuda_orphans:
-        _remove_orphaned_cuda_ipc_files()
-    return removed
+    return purge_report(include_cuda_orphans=include_cuda_orphans).removed
 
 
 def purge(*, include_cuda_orphans: bool = False) -> list[str]:
@@ -373,7 +580,10 @@ def purge(*, include_cuda_orphans: bool = False) -> list[str]:
     either end); return the user names removed, sorted.
 
     Corrupt segments, and unfinished ones older than a minute, with
-    shmstream's prefix are removed too (they have no name to return). With
+    shmstream's prefix are removed too (they have no name to return).
+    Entries that are not regular files (FIFOs, links, directories) or that
+    it cannot read or remove are skipped, never stop it
+    (:func:`purge_report` says which and why). With
     ``include_cuda_orphans=True`` it also deletes PyTorch CUDA IPC files
     whose producer process is dead. Not reversible: processes using a
     removed object keep their mapping, but nobody can open it again.

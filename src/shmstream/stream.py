@@ -735,10 +735,12 @@ def open(
 
 
 def unlink(name: str) -> None:
-    """Destroy the object ``name`` (a stream, or any other kind); silent if
-    it does not exist (``shmstream.registry.remove`` says whether it did)."""
-    _checks.check_name(name)
-    _native.unlink_segname(_native.segment_name(name))
+    """Destroy the object ``name`` (a stream, or any other kind, or any name
+    ``shmstream list`` shows: a corrupt segment by its segment name); silent
+    if it does not exist (``shmstream.registry.remove`` says whether it did)."""
+    from . import registry  # here: the registry imports every kind
+
+    registry.remove(name)
 
 
 def unlink_quiet(name: str) -> None:

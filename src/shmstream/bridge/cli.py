@@ -96,10 +96,13 @@ def print_remote(args: argparse.Namespace) -> int:
     if not found:
         print("no remote exports found", file=sys.stderr)
         return 0
+    from ..registry import printable  # names come from other machines: escape them
+
     cols = ("namespace", "kind", "name", "key", "bridge")
-    widths = [max(len(c), *(len(e[c]) for e in found)) for c in cols]
+    rows = [{c: printable(str(e[c])) for c in cols} for e in found]
+    widths = [max(len(c), *(len(e[c]) for e in rows)) for c in cols]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
-    for e in found:
+    for e in rows:
         print("  ".join(e[c].ljust(w) for c, w in zip(cols, widths)).rstrip())
     return 0
 

@@ -28,7 +28,9 @@ def package() -> Any:
 
 
 def error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    from ..registry import printable  # a name in a message may come from /dev/shm
+
+    print(f"{PROG}: error: {printable(message, backslash=False)}", file=sys.stderr)
 
 
 def one_line(exc: BaseException) -> str:

@@ -7,9 +7,10 @@ import json
 import sys
 from typing import Any, Callable
 
+from .. import registry
 from ..bridge import cli as bridge_cli  # no zenoh import until it is used
-from ..registry import KINDS, readable, remove, scan
-from ._common import fmt_bytes, package
+from ..registry import KINDS, printable, readable, remove, survey
+from ._common import PROG, fmt_bytes, package
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -17,7 +18,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "list",
         aliases=["ls"],
         help="list every shmstream object in /dev/shm: streams, GPU streams, channels, "
-        "shared arrays, DataLoader slot pools (a table: KIND, SIZE, CREATOR, NAME)",
+        "shared arrays, DataLoader slot pools (a table: KIND, SIZE, CREATOR, NAME; names with "
+        "control characters or undecodable bytes escaped, as 'ls -b' does); entries that are "
+        "not regular files or cannot be read are skipped, each named on stderr",
     )
     list_p.add_argument("--kind", choices=KINDS, action="append",
                         help="only this kind (repeatable)")
@@ -39,12 +42,15 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="destroy objects by name; exit status 0 whether or not each existed "
         "(a missing name is reported on stderr), 1 for an invalid name",
     )
-    unlink_p.add_argument("names", nargs="+", metavar="NAME", help="names")
+    unlink_p.add_argument("names", nargs="+", metavar="NAME",
+                          help="names, as 'shmstream list' shows them (a corrupt segment "
+                          "by its /shmstream-... name)")
 
     purge_p = sub.add_parser(
         "purge",
         help="remove ALL streams (pyshmem's purge), and the channels, shared arrays and "
-        "DataLoader slot pools nobody uses any more (creator dead); print what was removed",
+        "DataLoader slot pools nobody uses any more (creator dead); print what was removed, "
+        "and on stderr what was skipped and why (not a regular file, unreadable)",
     )
     purge_p.add_argument(
         "--include-cuda-orphans", action="store_true",
@@ -54,19 +60,29 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
             "rm": cmd_unlink, "purge": cmd_purge}
 
 
+def _report_skipped(skipped: list[registry.Skipped]) -> None:
+    for s in skipped:
+        print(f"{PROG}: skipped {printable(s.segname)}: {s.reason}", file=sys.stderr)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if getattr(args, "remote", False):
         return bridge_cli.print_remote(args)
     if args.names:
         kinds = args.kind or ["stream", "gpu-stream"]
-        names = (package().list_streams() if kinds == ["stream", "gpu-stream"]
-                 else sorted(e.name for e in scan(kinds) if e.name is not None))
+        if kinds == ["stream", "gpu-stream"]:
+            names = package().list_streams()
+        else:
+            found, skipped = survey(kinds)
+            names = sorted(e.name for e in found if e.name is not None)
+            _report_skipped(skipped)
         for name in names:
-            print(name)
+            print(printable(name))
         if not names:
             print("nothing found", file=sys.stderr)
         return 0
-    entries = scan(args.kind)
+    entries, skipped = survey(args.kind)
+    _report_skipped(skipped)
     if args.json:
         print(json.dumps([e.__dict__ for e in entries]))
         return 0
@@ -77,7 +93,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [(e.kind, fmt_bytes(e.bytes),
              "-" if e.creator_pid is None
              else f"{e.creator_pid} ({'alive' if e.creator_alive else 'dead'})",
-             e.name if e.name is not None else e.segname) for e in entries]
+             e.shown) for e in entries]
     widths = [max(len(r[i]) for r in rows + [("KIND", "SIZE", "CREATOR", "")]) for i in range(3)]
     print(f"{'KIND':<{widths[0]}}  {'SIZE':>{widths[1]}}  {'CREATOR':<{widths[2]}}  NAME")
     for kind, size, creator, name in rows:
@@ -105,23 +121,26 @@ def cmd_stat(args: argparse.Namespace) -> int:
     shown.pop("lock_owner_alive", None)
     width = max((len(k) for k in shown), default=0) + 2
     for key, value in shown.items():
-        print(f"{key + ':':<{width}}{_format_value(value)}")
+        print(f"{key + ':':<{width}}{printable(_format_value(value))}")
     return 0
 
 
 def cmd_unlink(args: argparse.Namespace) -> int:
     for name in args.names:
+        typed = printable(name, backslash=False)  # echoed as typed, control characters escaped
         if remove(name):
-            print(f"unlinked {name!r}")
+            print(f"unlinked '{typed}'")
         else:
-            print(f"nothing named {name!r} to unlink", file=sys.stderr)
+            print(f"nothing named '{typed}' to unlink", file=sys.stderr)
     return 0
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    removed = list(package().purge(include_cuda_orphans=args.include_cuda_orphans) or [])
+    report = package().registry.purge_report(include_cuda_orphans=args.include_cuda_orphans)
+    removed = sorted(e.shown for e in report.removed)
     for name in removed:
-        print(f"purged {name!r}")
+        print(f"purged '{name}'")
+    _report_skipped(report.skipped)
     print(f"removed {len(removed)} object(s)" if removed else "nothing to purge",
           file=sys.stderr)
     return 0
