@@ -393,6 +393,9 @@ SS_API uint8_t *ss_slot(const ss_segment *seg, uint32_t slot);
  * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. */
 SS_API int ss_lock(ss_segment *seg, int64_t timeout_ns);
 SS_API int ss_unlock(ss_segment *seg);
+/* The thread id the lock's mutex word names as its owner (0: free): what
+ * stat shows when the informational owner words are empty. */
+SS_API int32_t ss_lock_word_tid(const ss_segment *seg);
 
 /* ---- streams (src/core/stream.c) --------------------------------------- */
 

@@ -138,3 +138,26 @@ def test_the_enospc_message_says_how_many_bytes_are_needed_and_free():
     assert "needs 16781312 bytes" in channel_line
     assert "needs 16781312 bytes" in array_line
     assert "4194304 bytes free" in stream_line
+
+
+def test_a_dev_shm_out_of_inodes_says_files_not_bytes():
+    # tmpfs counts files apart from bytes: 16 MiB free, room for 4 files.
+    out = run(
+        """
+        import errno
+        import numpy as np
+        import shmstream
+        made = []
+        try:
+            for i in range(10):
+                made.append(shmstream.create(f"s{i}", shape=(4,), dtype=np.float32))
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            assert "no free inodes" in str(exc) and "nr_inodes" in str(exc), exc
+            print(len(made), "ok")
+        else:
+            raise AssertionError("ten creates fitted in four inodes")
+        """,
+        size="16m,nr_inodes=4",
+    )
+    assert out.endswith("ok") and int(out.split()[0]) < 10

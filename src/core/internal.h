@@ -88,9 +88,13 @@ void ss_mutex_init(pthread_mutex_t *m);
 /* timeout_ns < 0 waits forever, 0 tries once. SS_OK or SS_EOWNERDEAD (held;
  * the caller repairs what the dead owner left, then ss_mutex_consistent),
  * SS_ETIMEDOUT, SS_EDEADLK, SS_ECORRUPT (the kind word is not ours: the mutex
- * is not one ss_mutex_init made), or a positive errno. The owner is recorded. */
+ * is not one ss_mutex_init made; or, checked every 100 ms of a wait, the
+ * word names a thread that does not exist: no one will release it), or a
+ * positive errno. The owner is recorded. */
 int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns);
 void ss_mutex_consistent(ss_lock_line *l);
+/* The tid the mutex word names as its owner (0: free, or not glibc). */
+int32_t ss_mutex_word_tid(const ss_lock_line *l);
 int ss_mutex_unlock(ss_lock_line *l);
 
 /* ---- slots: where each slot's seqlock word and record are ---------------- */

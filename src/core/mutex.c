@@ -4,7 +4,9 @@
  * dead owner left behind is repaired by the caller (stream_lock.c). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -43,19 +45,57 @@ static int kind_ok(const pthread_mutex_t *m) {
 #endif
 }
 
+int32_t ss_mutex_word_tid(const ss_lock_line *l) {
+#ifdef __GLIBC__
+  /* glibc's robust mutex word: the owner's tid, plus FUTEX_WAITERS and
+   * FUTEX_OWNER_DIED in the top bits. */
+  return ((const volatile pthread_mutex_t *)&l->m.mutex)->__data.__owner & 0x3fffffff;
+#else
+  (void)l;
+  return 0;
+#endif
+}
+
+/* Whether thread `tid` exists, as far as /proc can tell (1 without /proc).
+ * /proc/<tid> stays until the thread is reaped, after the kernel has
+ * released its robust mutexes (FUTEX_OWNER_DIED, tid cleared). */
+static int thread_exists(int32_t tid) {
+  char path[32];
+  if (access("/proc/self", F_OK) != 0) return 1;
+  snprintf(path, sizeof path, "/proc/%d", (int)tid);
+  return access(path, F_OK) == 0;
+}
+
+/* A lock word that names a thread that does not exist was not left by a
+ * death (the kernel clears the tid then): another process wrote it, and no
+ * one will ever release it. */
+static int forged(const ss_lock_line *l) {
+  int32_t tid = ss_mutex_word_tid(l);
+  return tid != 0 && !thread_exists(tid);
+}
+
+/* How long one wait of an unbounded lock lasts before the lock word is
+ * checked for a forged owner. */
+#define SS_LOCK_CHECK_NS (100 * 1000 * 1000LL)
+
 int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns) {
   pthread_mutex_t *m = &l->m.mutex;
   int rc;
   if (!kind_ok(m)) return SS_ECORRUPT;
-  if (timeout_ns < 0) {
-    rc = pthread_mutex_lock(m);
-  } else if (timeout_ns == 0) {
+  if (timeout_ns == 0) {
     rc = pthread_mutex_trylock(m);
     if (rc == EBUSY) rc = ETIMEDOUT;
   } else {
     int64_t deadline = ss_deadline_ns(timeout_ns);
-    struct timespec ts = {(time_t)(deadline / SS_NS_PER_S), (long)(deadline % SS_NS_PER_S)};
-    rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+    for (;;) {
+      int64_t now = ss_monotonic_ns();
+      int64_t until = deadline - now > SS_LOCK_CHECK_NS ? now + SS_LOCK_CHECK_NS : deadline;
+      struct timespec ts = {(time_t)(until / SS_NS_PER_S), (long)(until % SS_NS_PER_S)};
+      rc = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+      if (rc != ETIMEDOUT) break;
+      if (forged(l)) return SS_ECORRUPT;
+      if (until >= deadline) break;
+    }
   }
   int status;
   switch (rc) {

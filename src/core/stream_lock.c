@@ -50,6 +50,8 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
   return rc;
 }
 
+int32_t ss_lock_word_tid(const ss_segment *seg) { return ss_mutex_word_tid(&seg->hdr->lock); }
+
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   atomic_fetch_add_explicit(readers, 1, memory_order_relaxed);

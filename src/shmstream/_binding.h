@@ -155,6 +155,10 @@ inline const StatusRow kStatusTable[] = {
     {SS_ECORRUPT, nullptr, "changed", &g_corrupt,
      "the header of $kind '$name' was rewritten after it was opened ($detail changed), so $op was "
      "refused and nothing was written; close this handle, remove the segment with shmstream.unlink('$name') and create it again"},
+    {SS_ECORRUPT, nullptr, "bad lock", &g_corrupt,
+     "the lock of $kind '$name' can never be taken: its mutex is not one shmstream made, or its "
+     "word names thread $detail, which does not exist (another process overwrote it); remove "
+     "the segment with shmstream.unlink('$name') and create it again"},
     // -- names and headers
     {SS_ENAME, nullptr, nullptr, &PyExc_ValueError, "invalid $kind name '$name': a name is $detail"},
     {SS_EKIND, nullptr, nullptr, &PyExc_ValueError,
@@ -257,7 +261,7 @@ inline const char *corrupt_when(const ss_segment *seg, std::string *detail) {
   if (!seg->hdr) return "";
   if (ss_segment_status(seg) != SS_OK) return "shrunk";
   if (const char *field = ss_identity_changed(seg)) {
-    *detail = field;
+    if (detail) *detail = field;
     return "changed";
   }
   return "";

@@ -76,6 +76,9 @@ class Segment {
       rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_lock(&seg, chunk); });
     if (rc == SS_OK) return false;
     if (rc == SS_EOWNERDEAD) return true;
+    if (rc == SS_ECORRUPT && !*corrupt_when(&seg, nullptr))
+      ssb::raise_status(rc, {kind_name(), name(), "lock", "bad lock",
+                             std::to_string(ss_lock_word_tid(&seg))});
     raise_status(rc, "lock", std::to_string(hdr()->lock.owner_pid.load()));
   }
 
@@ -613,6 +616,8 @@ NB_MODULE(_native, m) {
       .def_prop_ro("aborted", [](Segment &s) { return s.hdr()->pub.aborted.load(std::memory_order_relaxed); })
       .def_prop_ro("owner_pid", [](Segment &s) { return s.hdr()->lock.owner_pid.load(std::memory_order_relaxed); })
       .def_prop_ro("owner_tid", [](Segment &s) { return s.hdr()->lock.owner_tid.load(std::memory_order_relaxed); })
+      .def_prop_ro("lock_word_tid", [](Segment &s) { return ss_lock_word_tid(&s.seg); },
+                   "The thread the lock's mutex word names as its owner (0: free).")
       .def_prop_ro("acquisitions", [](Segment &s) { return s.hdr()->lock.acquisitions.load(std::memory_order_relaxed); })
       .def_prop_ro("waiters", [](Segment &s) {
         // readers asleep: the sleeper bits, and those without a slot

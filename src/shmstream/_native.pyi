@@ -173,6 +173,10 @@ class Segment:
     def owner_tid(self) -> int: ...
 
     @property
+    def lock_word_tid(self) -> int:
+        """The thread the lock's mutex word names as its owner (0: free)."""
+
+    @property
     def acquisitions(self) -> int: ...
 
     @property

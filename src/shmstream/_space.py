@@ -18,9 +18,28 @@ def free_bytes() -> int:
     return st.f_bavail * st.f_frsize
 
 
+def free_inodes() -> int:
+    """Files that can still be made in /dev/shm (-1: unknown)."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return -1
+    return st.f_favail if st.f_files else -1  # f_files 0: no inode limit
+
+
 def no_space_error(name: str, what: str, need: int, layout: str) -> OSError:
-    """The ENOSPC of a create, with the sizes a user needs to fix it."""
+    """The ENOSPC of a create, with the sizes a user needs to fix it. A
+    tmpfs out of inodes says ENOSPC too, with bytes to spare: then the
+    message is about files, not bytes."""
     free = free_bytes()
+    if free_inodes() == 0:
+        return OSError(
+            28,  # ENOSPC
+            f"cannot create {what} {name!r}: {SHM_DIR} has no free inodes (it holds as many "
+            f"files as it may, with {free} bytes still free); remove what is no longer used "
+            f"('shmstream list', 'shmstream purge'), or allow more files (e.g. mount -o "
+            f"remount,nr_inodes=1m {SHM_DIR})",
+        )
     exc = OSError(
         28,  # ENOSPC
         f"cannot create {what} {name!r}: it needs {need} bytes in {SHM_DIR} ({layout}), and "

@@ -292,7 +292,9 @@ def _stream_stat(seg: Any) -> dict[str, Any]:
         "frame_id": int(seg.frame_id),
         "state": STATE_NAMES.get(int(seg.state), int(seg.state)),
         "lock_owner": lock_owner or None,
-        "lock_owner_tid": int(seg.owner_tid) or None,
+        # The mutex word's owner when the informational words are empty: a
+        # forged word, or an owner between taking the lock and recording it.
+        "lock_owner_tid": int(seg.owner_tid) or int(seg.lock_word_tid) or None,
         "lock_owner_alive": _proc.alive(lock_owner) if lock_owner else None,
         "lock_acquisitions": int(seg.acquisitions),
         "waiters": int(seg.waiters),
