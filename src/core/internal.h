@@ -32,6 +32,17 @@ int32_t ss_self_pid(void);
 int32_t ss_self_tid(void);
 uint64_t ss_self_start_ticks(void);
 
+/* src/core/owner.c (ss_pidns_self and ss_pidns_match are public): who may
+ * open a segment (docs/ABI.md, "Owner and PID namespace"). */
+void ss_pidns_record(ss_identity *id);       /* at create, before the checksum */
+int ss_pidns_check(const ss_identity *id);   /* SS_EPIDNS or SS_OK (unknown passes) */
+int ss_owner_record(int fd, ss_segment *seg); /* seg->owner_uid and file_mode from fstat */
+/* ss_owner_record, then SS_EOWNER unless the owner is the caller's euid,
+ * in opts (may be NULL) or in SHMSTREAM_ALLOW_OWNERS. */
+int ss_owner_check(int fd, ss_segment *seg, const ss_open_opts *opts);
+/* A file opened again by name has the owner checked at open: SS_OK or SS_EOWNER. */
+int ss_owner_same(int fd, const ss_segment *seg);
+
 /* ---- src/core/fault.c: crash points (docs/ABI.md, "Crash points") ------- */
 
 extern SS_ATOMIC(int) ss_fault_armed_;

@@ -143,6 +143,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (fd < 0) return errno;
   /* shm_open applies the umask; the caller's mode is what they asked for. */
   fchmod(fd, a->mode ? a->mode : 0600);
+  ss_owner_record(fd, seg);
   /* Reserve every page now: a full /dev/shm is ENOSPC here, not a SIGBUS
    * on some later write. */
   if (ftruncate(fd, (off_t)total) != 0 || (rc = posix_fallocate(fd, 0, (off_t)total)) != 0) {
@@ -182,6 +183,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   memcpy(id->dtype, a->dtype, dtype_len);
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
   id->history = a->history; /* its slot records are zero: no publication yet */
+  ss_pidns_record(id);
   ss_mutex_init(&h->lock.m.mutex);
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT (m): the magic is stored last with release order, so an opener
@@ -236,6 +238,11 @@ static int map_validated(ss_segment *seg, int fd, int writable, size_t limit, in
 
 int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
                     int readonly) {
+  return ss_segment_open_ex(seg, name, len, expected_kind, readonly, NULL);
+}
+
+int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
+                       int readonly, const ss_open_opts *opts) {
   memset(seg, 0, sizeof *seg);
   int rc = ss_segment_name(name, len, seg->segname);
   if (rc) return rc;
@@ -248,6 +255,7 @@ int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expe
     fd = shm_open(seg->segname, O_RDONLY | O_CLOEXEC, 0);
   }
   if (fd < 0) return errno;
+  if ((rc = ss_owner_check(fd, seg, opts)) != SS_OK) return close(fd), rc;
   rc = map_validated(seg, fd, writable, 0, SS_INIT_WAIT_NS);
   close(fd);
   if (rc) return rc;
@@ -261,6 +269,7 @@ int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expe
     ss_segment_close(seg);
     return SS_EKIND;
   }
+  if ((rc = ss_pidns_check(id)) != SS_OK) return ss_segment_close(seg), rc;
   seg->readonly = writable ? (readonly ? 1 : 0) : 2;
   return SS_OK;
 }
@@ -271,6 +280,7 @@ int ss_segment_peek(ss_segment *seg, const char *segname) {
   strcpy(seg->segname, segname);
   int fd = shm_open(segname, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return errno;
+  ss_owner_record(fd, seg);
   /* No waiting for an unfinished creator: listing must not stall on one. */
   int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES, 0);
   close(fd);
