@@ -16,6 +16,7 @@ need root; the PID-namespace ones need ``unshare``.
 """
 from __future__ import annotations
 
+import glob
 import os
 import pickle
 import pwd
@@ -284,3 +285,103 @@ def test_a_channel_made_in_another_pid_namespace_is_shown_and_never_purged_as_ab
         assert os.path.exists(support.SHM_DIR + _native.segment_name(chan))
     finally:
         shmstream.unlink_channel(chan)
+
+
+# ---- the C API -----------------------------------------------------------------------------
+
+C_OWNER_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "shmstream.h"
+
+/* argv[1]: a stream, argv[2]: a channel, both owned by another uid. */
+int main(int argc, char **argv) {
+  (void)argc;
+  ss_segment seg;
+  ss_channel ch;
+  int rc = ss_segment_open(&seg, argv[1], strlen(argv[1]), SS_KIND_STREAM, 0);
+  printf("open %d %u\n", rc, seg.owner_uid);
+  uint32_t allow[] = {1234, %(uid)d};
+  ss_open_opts opts = {allow, 2};
+  rc = ss_segment_open_ex(&seg, argv[1], strlen(argv[1]), SS_KIND_STREAM, 1, &opts);
+  printf("open_ex %d\n", rc);
+  if (rc == SS_OK) ss_segment_close(&seg);
+  rc = ss_channel_open(&ch, argv[2], strlen(argv[2]), SS_ROLE_CONSUMER);
+  printf("channel_open %d\n", rc);
+  rc = ss_channel_open_ex(&ch, argv[2], strlen(argv[2]), SS_ROLE_CONSUMER, &opts);
+  printf("channel_open_ex %d\n", rc);
+  if (rc == SS_OK) ss_channel_close(&ch);
+  uint32_t dev;
+  uint64_t ino;
+  rc = ss_pidns_self(&dev, &ino);
+  printf("pidns %d %d\n", rc, ino != 0);
+  return 0;
+}
+"""
+
+
+def test_the_c_api_refuses_another_uid_and_opens_with_ss_open_opts(name, make_name, tmp_path):
+    src = tmp_path / "owner.c"
+    src.write_text(C_OWNER_PROGRAM.replace("%(uid)d", str(OTHER_UID)))
+    exe = support.compile_c(str(tmp_path / "owner"), [str(src)])
+    chan = make_name()
+    h = shmstream.create(name, shape=(2,), dtype=np.int32)
+    prod = shmstream.channel(chan, 4096, role="producer")
+    try:
+        give_away(name)
+        give_away(chan)
+        env = {k: v for k, v in os.environ.items() if k != "SHMSTREAM_ALLOW_OWNERS"}
+        out = subprocess.run([exe, name, chan], capture_output=True, text=True, env=env,
+                             timeout=support.WAIT, check=True).stdout.split("\n")
+        eowner = -28  # SS_EOWNER (include/shmstream.h)
+        assert out[:5] == [f"open {eowner} {OTHER_UID}", "open_ex 0", f"channel_open {eowner}",
+                           "channel_open_ex 0", "pidns 0 1"]
+    finally:
+        prod.close()
+        shmstream.unlink_channel(chan)
+        h.close()
+
+
+# ---- GPU streams (the fake driver of tests/fake_libcuda.c) -------------------------------------
+
+
+def test_a_gpu_stream_of_another_uid_is_refused_and_attaches_with_allow_owner(tmp_path, make_name):
+    driver = support.compile_c(str(tmp_path / "libcuda_fake.so"),
+                               [os.path.join(support.ROOT, "tests", "fake_libcuda.c")],
+                               with_core=False, shared=True)
+    name = make_name()
+    body = f"""
+        import os, numpy as np, shmstream
+        from shmstream import _native
+        NAME = {name!r}
+        h = shmstream.create(NAME, shape=(3,), gpu_device="cuda:0")
+        try:
+            os.chown("/dev/shm" + _native.segment_name(NAME), {OTHER_UID}, -1)
+            for dev in ("cuda:0", None):
+                try:
+                    shmstream.open(NAME, gpu_device=dev)
+                except shmstream.SegmentOwnerError:
+                    pass
+                else:
+                    raise SystemExit("opened another uid's GPU stream")
+            g = shmstream.open(NAME, gpu_device="cuda:0", allow_owner={OTHER_UID})
+            assert g.gpu_device == "cuda:0"
+            g.close()
+            print("ok")
+        finally:
+            h.close()
+            shmstream.unlink(NAME)
+    """
+    env = {k: v for k, v in os.environ.items() if k != "SHMSTREAM_ALLOW_OWNERS"}
+    env["SHMSTREAM_LIBCUDA"] = driver
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(body)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=support.WAIT * 2)
+    finally:
+        proc.kill()
+        proc.wait()
+        for path in glob.glob(f"/dev/shm/fakecuda-{proc.pid}-*"):  # the fake driver's memory
+            os.remove(path)
+    assert proc.returncode == 0 and out.strip() == "ok", out + err

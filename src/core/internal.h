@@ -2,6 +2,7 @@
  *
  * The files call each other without a circle:
  *   clock.c, futex.c, proc.c, names.c, fault.c   leaves
+ *   owner.c        who may open a segment: owner uid, PID namespace (leaf)
  *   sleepers.c     who sleeps on a stream                (proc, clock)
  *   mutex.c        a plain robust mutex                  (clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
