@@ -100,7 +100,10 @@ enum ss_status {
   SS_DIRECT_ECLOSED = -24,    /* the reader was closed */
   SS_DIRECT_ERANGE = -25,     /* a requested row lies outside the array */
   SS_DIRECT_ETRUNCATED = -26, /* the file shrank under a read */
-  SS_DIRECT_ENOTREG = -27     /* path is not a regular file */
+  SS_DIRECT_ENOTREG = -27,    /* path is not a regular file */
+  /* who may open a segment (src/core/owner.c; docs/ABI.md, "Owner and PID namespace") */
+  SS_EOWNER = -28, /* the file belongs to another uid, not allowed (ss_open_opts, SHMSTREAM_ALLOW_OWNERS) */
+  SS_EPIDNS = -29  /* the creator is in another PID namespace: pids cannot be judged */
 };
 
 /* ---- the on-memory header (4096 bytes at offset 0 of every segment) ---- */
@@ -129,7 +132,9 @@ typedef struct ss_identity {
   char dtype[SS_MAX_DTYPE_BYTES + 1]; /* 432  dtype text, NUL-terminated */
   uint8_t gpu[512];              /* 1456 GPU area (IPC handles), zero on CPU */
   uint32_t history;              /* 1968 publications kept (slot_count - 1); 0 = none */
-  uint8_t reserved[68];          /* 1972 */
+  uint32_t pidns_dev;            /* 1972 creator's PID namespace: st_dev of /proc/self/ns/pid (0: unknown or > 32 bits) */
+  uint64_t pidns_ino;            /* 1976 and its st_ino; 0: unknown (made by an older build) */
+  uint8_t reserved[56];          /* 1984 */
   uint64_t checksum;             /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
 } ss_identity;
 
@@ -235,7 +240,9 @@ SS_PIN(id.name, 176);
 SS_PIN(id.dtype, 432);
 SS_PIN(id.gpu, 1456);
 SS_PIN(id.history, 1968);
-SS_PIN(id.reserved, 1972);
+SS_PIN(id.pidns_dev, 1972);
+SS_PIN(id.pidns_ino, 1976);
+SS_PIN(id.reserved, 1984);
 SS_PIN(id.checksum, 2040);
 SS_PIN(lock.m, 2048);
 SS_PIN(lock.owner_pid, 2096);
@@ -316,6 +323,10 @@ typedef struct ss_segment {
   /* This mapping's entry in the bus-error guard (src/core/guard.c): set
    * when the file shrank under the mapping; NULL while unmapped. */
   struct ss_guard *guard;
+  /* The file's owner and permission bits (fstat of the fd at open, create
+   * or peek); after SS_EOWNER, the owner that was refused. */
+  uint32_t owner_uid;
+  uint32_t file_mode;
 } ss_segment;
 
 typedef struct ss_create_args {
@@ -362,6 +373,21 @@ SS_API int ss_segment_create(ss_segment *seg, const ss_create_args *args);
 /* expected_kind 0 accepts any kind. */
 SS_API int ss_segment_open(ss_segment *seg, const char *name, size_t len,
                            uint32_t expected_kind, int readonly);
+/* ss_segment_open with options. ss_segment_open(...) is
+ * ss_segment_open_ex(..., NULL). */
+typedef struct ss_open_opts {
+  /* Owners (uids) whose segments may be opened besides the caller's
+   * effective uid; the uids and user names listed in the environment
+   * variable SHMSTREAM_ALLOW_OWNERS ("1000,alice") are allowed too. */
+  const uint32_t *allow_owners;
+  size_t n_allow_owners;
+} ss_open_opts;
+/* Refuses with SS_EOWNER a file whose owner is not the caller's effective
+ * uid nor allowed (seg->owner_uid says who owns it), and with SS_EPIDNS a
+ * segment whose creator recorded another PID namespace than the caller's
+ * (docs/ABI.md, "Owner and PID namespace"). opts may be NULL. */
+SS_API int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len,
+                              uint32_t expected_kind, int readonly, const ss_open_opts *opts);
 /* Map the header only (for stat/list): payload bytes are not mapped. Does
  * not wait for an unfinished creator: SS_EBUSY at once. Never blocks and
  * never follows a link: ELOOP for a symlink, ENODEV for anything else that
@@ -532,6 +558,16 @@ SS_API int64_t ss_default_spin_ns(void);
 SS_API int ss_proc_alive(int32_t pid, uint64_t start_ticks);
 /* Start time of pid (/proc/<pid>/stat field 22), 0 if unknown. */
 SS_API uint64_t ss_proc_start_ticks(int32_t pid);
+
+/* ---- owners and PID namespaces (src/core/owner.c) ----------------------- */
+
+/* This process's PID namespace: st_dev (0 if it does not fit 32 bits) and
+ * st_ino of /proc/self/ns/pid. 0 or a positive errno (then both are 0). */
+SS_API int ss_pidns_self(uint32_t *dev, uint64_t *ino);
+/* Was the segment made in this process's PID namespace? 1 yes, 0 no (its
+ * pids mean nothing here: liveness cannot be judged), -1 unknown (made by
+ * an older build, or no /proc). */
+SS_API int ss_pidns_match(const ss_identity *id);
 
 /* ---- clocks (src/core/clock.c) ----------------------------------------- */
 SS_API int64_t ss_monotonic_ns(void);

@@ -145,6 +145,10 @@ SS_API int ss_channel_create(ss_channel *ch, const char *name, uint64_t capacity
 /* Attach to an existing channel as `role`. SS_EATTACHED if a live process
  * holds that end; a dead holder is replaced (ch->... takeovers counts it). */
 SS_API int ss_channel_open(ss_channel *ch, const char *name, size_t len, int role);
+/* ss_channel_open with the options of ss_segment_open_ex (owners allowed
+ * besides the caller's euid; opts may be NULL): SS_EOWNER, SS_EPIDNS. */
+SS_API int ss_channel_open_ex(ss_channel *ch, const char *name, size_t len, int role,
+                              const ss_open_opts *opts);
 /* Publish what is pending, give up the role (the peer sees SS_END_CLOSED),
  * wake the peer. The mapping stays; ss_channel_close unmaps. */
 SS_API void ss_channel_detach(ss_channel *ch);

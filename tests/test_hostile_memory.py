@@ -331,3 +331,20 @@ def test_a_lock_word_naming_a_thread_that_does_not_exist_is_reported_not_waited_
             support.patch_bytes(path, owner_word, bytes(4))
         s.write(_frame(3))  # the word repaired: writes go on
         assert s.count == 2 and np.array_equal(s.read(), _frame(3))
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink"])
+def test_opening_a_name_whose_entry_is_a_fifo_or_link_fails_at_once(name, plant, tmp_path):
+    # A reader that opened a FIFO would wait for a writer for ever; a link
+    # would hand over a file that is not in /dev/shm.
+    path = support.segment_path(name)
+    if plant == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink(tmp_path / "elsewhere", path)
+    for call in (lambda: shmstream.open(name), lambda: shmstream.open(name, readonly=True),
+                 lambda: shmstream.open_channel(name)):
+        with pytest.raises(OSError, match="remove it with shmstream.unlink"):
+            call()
+    shmstream.unlink(name)
+    assert not os.path.lexists(path)

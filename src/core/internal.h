@@ -2,6 +2,7 @@
  *
  * The files call each other without a circle:
  *   clock.c, futex.c, proc.c, names.c, fault.c, guard.c   leaves
+ *   owner.c        who may open a segment: owner uid, PID namespace (leaf)
  *   sleepers.c     who sleeps on a stream                (proc, clock)
  *   mutex.c        a plain robust mutex                  (clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
@@ -38,6 +39,17 @@ int32_t ss_self_pid(void);
 int32_t ss_self_tid(void);
 uint64_t ss_self_start_ticks(void);
 
+/* src/core/owner.c (ss_pidns_self and ss_pidns_match are public): who may
+ * open a segment (docs/ABI.md, "Owner and PID namespace"). */
+void ss_pidns_record(ss_identity *id);       /* at create, before the checksum */
+int ss_pidns_check(const ss_identity *id);   /* SS_EPIDNS or SS_OK (unknown passes) */
+int ss_owner_record(int fd, ss_segment *seg); /* seg->owner_uid and file_mode from fstat */
+/* ss_owner_record, then SS_EOWNER unless the owner is the caller's euid,
+ * in opts (may be NULL) or in SHMSTREAM_ALLOW_OWNERS. */
+int ss_owner_check(int fd, ss_segment *seg, const ss_open_opts *opts);
+/* A file opened again by name has the owner checked at open: SS_OK or SS_EOWNER. */
+int ss_owner_same(int fd, const ss_segment *seg);
+
 /* ---- src/core/fault.c: crash points (docs/ABI.md, "Crash points") ------- */
 
 extern SS_ATOMIC(int) ss_fault_armed_;
@@ -53,6 +65,10 @@ static inline int ss_fault_active(void) {
     atomic_signal_fence(memory_order_seq_cst);               \
     if (ss_fault_active()) ss_fault_hit(name);               \
   } while (0)
+
+/* src/core/segment.c: open a /dev/shm name without blocking or following a
+ * link; a FIFO, directory or device is ENODEV. The fd, or -errno. */
+int ss_open_regular(const char *segname, int flags);
 
 /* ---- src/core/guard.c: a file that shrank under a mapping ---------------- */
 

@@ -66,8 +66,9 @@ static int validate_channel(const ss_segment *seg) {
 static int map_mirror(ss_channel *ch) {
   uint64_t cap = ch->seg.id.payload_bytes;
   size_t total = SS_HEADER_BYTES + 2 * cap;
-  int fd = shm_open(ch->seg.segname, O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return errno;
+  int fd = ss_open_regular(ch->seg.segname, O_RDWR);
+  if (fd < 0) return -fd;
+  if (ss_owner_same(fd, &ch->seg) != SS_OK) return close(fd), ESTALE; /* replaced since open */
   uint8_t *va = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (va == MAP_FAILED) {
     int err = errno;
@@ -305,9 +306,14 @@ int ss_channel_create(ss_channel *ch, const char *name, uint64_t capacity, int r
 }
 
 int ss_channel_open(ss_channel *ch, const char *name, size_t len, int role) {
+  return ss_channel_open_ex(ch, name, len, role, NULL);
+}
+
+int ss_channel_open_ex(ss_channel *ch, const char *name, size_t len, int role,
+                       const ss_open_opts *opts) {
   memset(ch, 0, sizeof *ch);
   if (role != SS_ROLE_PRODUCER && role != SS_ROLE_CONSUMER) return SS_EROLE;
-  int rc = ss_segment_open(&ch->seg, name, len, SS_KIND_CHANNEL, 0);
+  int rc = ss_segment_open_ex(&ch->seg, name, len, SS_KIND_CHANNEL, 0, opts);
   if (rc) return rc;
   init_local(ch);
   if ((rc = validate_channel(&ch->seg)) != SS_OK || (rc = map_mirror(ch)) != SS_OK ||

@@ -178,6 +178,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (fd < 0) return errno;
   /* shm_open applies the umask; the caller's mode is what they asked for. */
   fchmod(fd, a->mode ? a->mode : 0600);
+  ss_owner_record(fd, seg);
   /* Reserve every page now: a full /dev/shm is ENOSPC here, not a SIGBUS
    * on some later write. */
   if (ftruncate(fd, (off_t)total) != 0 || (rc = posix_fallocate(fd, 0, (off_t)total)) != 0) {
@@ -217,6 +218,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   memcpy(id->dtype, a->dtype, dtype_len);
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
   id->history = a->history; /* its slot records are zero: no publication yet */
+  ss_pidns_record(id);
   ss_mutex_init(&h->lock.m.mutex);
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT (m): the magic is stored last with release order, so an opener
@@ -274,18 +276,42 @@ static int map_validated(ss_segment *seg, int fd, int writable, size_t limit, in
 
 int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
                     int readonly) {
+  return ss_segment_open_ex(seg, name, len, expected_kind, readonly, NULL);
+}
+
+/* Open a name in /dev/shm. Anyone can put anything there, so: never block
+ * (a FIFO opened for reading would wait for a writer for ever), never
+ * follow a link (ELOOP), and refuse what is not a regular file (ENODEV:
+ * FIFO, directory, socket, device). The type is checked on the descriptor,
+ * not by a stat of the name before the open, which the name could be
+ * swapped under. flags: O_RDONLY or O_RDWR. Returns the fd, or -errno. */
+int ss_open_regular(const char *segname, int flags) {
+  int fd = shm_open(segname, flags | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? ENODEV : 0;
+  if (err) {
+    close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
+                       int readonly, const ss_open_opts *opts) {
   memset(seg, 0, sizeof *seg);
   int rc = ss_segment_name(name, len, seg->segname);
   if (rc) return rc;
   int writable = 1;
-  int fd = shm_open(seg->segname, O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0 && errno == EACCES && readonly) {
+  int fd = ss_open_regular(seg->segname, O_RDWR);
+  if (fd == -EACCES && readonly) {
     /* Someone else's segment shared read-only with us: read without the
      * lock fallback (seg->readonly == 2). */
     writable = 0;
-    fd = shm_open(seg->segname, O_RDONLY | O_CLOEXEC, 0);
+    fd = ss_open_regular(seg->segname, O_RDONLY);
   }
-  if (fd < 0) return errno;
+  if (fd < 0) return -fd;
+  if ((rc = ss_owner_check(fd, seg, opts)) != SS_OK) return close(fd), rc;
   rc = map_validated(seg, fd, writable, 0, SS_INIT_WAIT_NS);
   close(fd);
   if (rc) return rc;
@@ -299,34 +325,19 @@ int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expe
     ss_segment_close(seg);
     return SS_EKIND;
   }
+  if ((rc = ss_pidns_check(id)) != SS_OK) return ss_segment_close(seg), rc;
   seg->readonly = writable ? (readonly ? 1 : 0) : 2;
   return SS_OK;
 }
 
-/* Open a name found in /dev/shm for peeking. Anyone can put anything
- * there, so: never block (a FIFO would wait for a writer for ever), never
- * follow a link (ELOOP), and refuse what is not a regular file (ENODEV:
- * FIFO, directory, socket, device). The type is checked on the descriptor,
- * not by a stat of the name before the open, which the name could be
- * swapped under. Returns the fd, or -errno. */
-static int open_peekable(const char *segname) {
-  int fd = shm_open(segname, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  struct stat st;
-  int err = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? ENODEV : 0;
-  if (err) {
-    close(fd);
-    return -err;
-  }
-  return fd;
-}
 
 int ss_segment_peek(ss_segment *seg, const char *segname) {
   memset(seg, 0, sizeof *seg);
   if (strlen(segname) >= SS_SEGMENT_NAME_MAX) return SS_ENAME;
   strcpy(seg->segname, segname);
-  int fd = open_peekable(segname);
+  int fd = ss_open_regular(segname, O_RDONLY);
   if (fd < 0) return -fd;
+  ss_owner_record(fd, seg);
   /* No waiting for an unfinished creator: listing must not stall on one. */
   int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES, 0);
   close(fd);

@@ -14,6 +14,8 @@ from .errors import (
     FrameOverwrittenError,
     GpuStreamGoneError,
     InconsistentStreamError,
+    PidNamespaceError,
+    SegmentOwnerError,
     StaleStreamError,
 )
 from .publication import FrameBatch, Publication
@@ -34,7 +36,9 @@ __all__ = [
     "GPU_SUPPORTED_DTYPES",
     "GpuStreamGoneError",
     "InconsistentStreamError",
+    "PidNamespaceError",
     "Publication",
+    "SegmentOwnerError",
     "SharedMemory",
     "StaleStreamError",
     "__version__",

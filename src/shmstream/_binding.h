@@ -13,6 +13,10 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <pwd.h>
+#include <unistd.h>
 
 #include "shmstream.h"
 #include "shmstream_channel.h"
@@ -63,6 +67,8 @@ inline PyObject *g_closed = PyExc_EOFError;            // ChannelClosedError
 inline PyObject *g_broken = PyExc_BrokenPipeError;     // ChannelBrokenError
 inline PyObject *g_busy = PyExc_RuntimeError;          // ChannelBusyError
 inline PyObject *g_gone = PyExc_RuntimeError;          // GpuStreamGoneError
+inline PyObject *g_owner = PyExc_PermissionError;      // SegmentOwnerError
+inline PyObject *g_pidns = PyExc_RuntimeError;         // PidNamespaceError
 
 inline void load_error_types() {
   nb::module_ errors = nb::module_::import_("shmstream.errors");
@@ -76,6 +82,8 @@ inline void load_error_types() {
   take(g_broken, "ChannelBrokenError");
   take(g_busy, "ChannelBusyError");
   take(g_gone, "GpuStreamGoneError");
+  take(g_owner, "SegmentOwnerError");
+  take(g_pidns, "PidNamespaceError");
 }
 
 // Who failed and how: fills the $kind, $name, $op and $detail of a message.
@@ -160,6 +168,12 @@ inline const StatusRow kStatusTable[] = {
      "word names thread $detail, which does not exist (another process overwrote it); remove "
      "the segment with shmstream.unlink('$name') and create it again"},
     // -- names and headers
+    {ENODEV, nullptr, "open", nullptr,
+     "the /dev/shm entry of $kind '$name' is not a shared-memory segment (a FIFO, directory or "
+     "device another process put there); remove it with shmstream.unlink('$name')", Raise::OsWhat},
+    {ELOOP, nullptr, "open", nullptr,
+     "the /dev/shm entry of $kind '$name' is a symbolic link, which shmstream never follows; "
+     "remove it with shmstream.unlink('$name')", Raise::OsWhat},
     {SS_ENAME, nullptr, nullptr, &PyExc_ValueError, "invalid $kind name '$name': a name is $detail"},
     {SS_EKIND, nullptr, nullptr, &PyExc_ValueError,
      "'$name' is a shared-memory object of another kind (not a $kind)"},
@@ -203,6 +217,19 @@ inline const StatusRow kStatusTable[] = {
     {EINVAL, "channel", "create", &PyExc_ValueError,
      "capacity must be a power of two between 4096 and 2**40 bytes"},
     {ESTALE, "channel", nullptr, &g_corrupt, "channel '$name' was removed and created again while attaching; retry"},
+    // -- who may open a segment (docs/ABI.md, "Owner and PID namespace")
+    {SS_EOWNER, nullptr, nullptr, &g_owner,
+     "$kind '$name' is owned by $detail; another user's segment is a channel between that user "
+     "and this process (they can read and change what goes through it). If you trust that user, "
+     "pass allow_owner=<their uid or user name> to the open call, or set the environment "
+     "variable SHMSTREAM_ALLOW_OWNERS=<uid>[,<uid>...]; otherwise remove it with "
+     "shmstream.unlink('$name') and create it again"},
+    {SS_EPIDNS, nullptr, nullptr, &g_pidns,
+     "$kind '$name' was created in another PID namespace ($detail): its pids (creator, lock "
+     "owner, writer, channel ends) mean nothing here, so a live peer would look dead. Processes "
+     "that share a segment must share a PID namespace: run the containers with "
+     "`docker run --pid=container:<id>` (or --pid=host), or set `shareProcessNamespace: true` "
+     "in the Kubernetes pod spec"},
     // -- GPU streams
     {SS_EGPUGONE, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
     {SS_EPOISONED, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
@@ -224,6 +251,40 @@ inline const StatusRow kStatusTable[] = {
      "invalid read request (output size does not match the rows)"},
     {0, "DirectArray", nullptr, nullptr, "$name", Raise::OsPath},  // any other errno
 };
+
+// The $detail of SS_EOWNER and SS_EPIDNS, from the segment that failed to
+// open (ss_segment_open_ex leaves the refused owner in seg.owner_uid); ""
+// for other statuses.
+inline std::string user_text(uint32_t uid) {
+  std::string out = "uid " + std::to_string(uid);
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found)
+    out += std::string(" (user '") + found->pw_name + "')";
+  return out;
+}
+
+inline std::string open_detail(int rc, const ss_segment &seg) {
+  if (rc == SS_EOWNER)
+    return user_text(seg.owner_uid) + ", not by this process's effective " +
+           user_text((uint32_t)geteuid());
+  if (rc == SS_EPIDNS) {
+    uint32_t dev = 0;
+    uint64_t ino = 0;
+    ss_pidns_self(&dev, &ino);
+    return "this process is in pid:[" + std::to_string(ino) + "]";
+  }
+  return "";
+}
+
+// allow_owner uids from Python (shmstream._owners resolves names) as the
+// core's open options; the vector must outlive the call.
+inline ss_open_opts open_opts(const std::vector<uint32_t> &uids) {
+  ss_open_opts o{};
+  o.allow_owners = uids.empty() ? nullptr : uids.data();
+  o.n_allow_owners = uids.size();
+  return o;
+}
 
 inline std::string fill(const char *text, const ErrorContext &c) {
   std::string out;

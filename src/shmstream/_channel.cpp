@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cerrno>
 #include <cmath>
@@ -531,10 +532,10 @@ nb::tuple end_info(ss_ring_control *ctl, int role) {
 
 void check_create_rc(Channel *c, int rc, const std::string &name, bool creating) {
   if (rc == SS_OK) return;
-  delete c;
   std::string detail = rc == SS_ENAME       ? name_rule()
                        : rc == SS_EATTACHED ? (creating ? "end" : "end of that role")
-                                            : "";
+                                            : ssb::open_detail(rc, c->ch.seg);
+  delete c;
   ssb::raise_status(rc, {"channel", name, creating ? "create" : "open", "", detail});
 }
 
@@ -666,17 +667,20 @@ NB_MODULE(_channel, m) {
         check_create_rc(c, rc, name, true);
         return c;
       }, "name"_a, "capacity"_a, "role"_a, "mode"_a = 0600, nb::rv_policy::take_ownership)
-      .def_static("open", [](const std::string &name, int role) {
+      .def_static("open", [](const std::string &name, int role,
+                             const std::vector<uint32_t> &allow_owners) {
         Channel *c = new Channel();
         c->name_ = name;
+        ss_open_opts opts = ssb::open_opts(allow_owners);
         int rc;
         {
           nb::gil_scoped_release nogil;
-          rc = ss_channel_open(&c->ch, name.data(), name.size(), role);
+          rc = ss_channel_open_ex(&c->ch, name.data(), name.size(), role, &opts);
         }
         check_create_rc(c, rc, name, false);
         return c;
-      }, "name"_a, "role"_a, nb::rv_policy::take_ownership)
+      }, "name"_a, "role"_a, "allow_owners"_a = std::vector<uint32_t>(),
+         nb::rv_policy::take_ownership)
       .def_prop_ro("name", [](Channel &c) { return c.name_; })
       .def_prop_ro("segname", [](Channel &c) { return std::string(c.ch.seg.segname); })
       .def_prop_ro("capacity", [](Channel &c) { return c.ch.capacity; })

@@ -1,5 +1,7 @@
 """shmstream channel binding (internal; use shmstream.channel)"""
 
+from collections.abc import Sequence
+
 from shmstream.channel import (
     _zc_array as array,
     _zc_array_protocol as __array__,
@@ -112,7 +114,7 @@ class Channel:
     def create(name: str, capacity: int, role: int, mode: int = 384) -> Channel: ...
 
     @staticmethod
-    def open(name: str, role: int) -> Channel: ...
+    def open(name: str, role: int, allow_owners: Sequence[int] = []) -> Channel: ...
 
     @property
     def name(self) -> str: ...

@@ -188,3 +188,38 @@ def duplicate_name_error(name: str, what: str = "shared memory",
     )
     exc.errno = 17  # EEXIST
     return exc
+
+
+def check_allow_owner(allow_owner: Any) -> list[int]:
+    """``allow_owner`` of every open function: None, a uid (int), a user
+    name (str), or a collection of them (a service that opens the streams
+    of several users); returns the uids. The open refuses a segment owned by
+    another uid than the caller's effective uid unless it is listed here or
+    in the environment variable SHMSTREAM_ALLOW_OWNERS (docs/ABI.md, "Owner
+    and PID namespace")."""
+    if allow_owner is None:
+        return []
+    items = [allow_owner] if isinstance(allow_owner, (int, str)) else allow_owner
+    try:
+        items = list(items)
+    except TypeError:
+        raise TypeError(
+            "allow_owner must be a uid (int), a user name (str) or a collection of them, "
+            f"not {type(allow_owner).__name__}"
+        ) from None
+    uids = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
+            raise TypeError(f"allow_owner entries must be uids (int) or user names (str), "
+                            f"not {type(item).__name__}")
+        if isinstance(item, str):
+            import pwd
+
+            try:
+                item = pwd.getpwnam(item).pw_uid
+            except KeyError:
+                raise ValueError(f"allow_owner: no user named {item!r}") from None
+        if not 0 <= item < 2**32 - 1:
+            raise ValueError(f"allow_owner: {item} is not a uid (0 to 2**32 - 2)")
+        uids.append(int(item))
+    return uids

@@ -193,21 +193,29 @@ NB_MODULE(_cuda, m) {
         }
         return s;
       }, nb::rv_policy::take_ownership)
-      .def_static("attach", [](const std::string &name, int ordinal, bool readonly) {
+      .def_static("attach", [](const std::string &name, int ordinal, bool readonly,
+                               const std::vector<uint32_t> &allow_owners) {
         auto *s = new GpuStream();
         s->name = name;
+        ss_open_opts opts = ssb::open_opts(allow_owners);
         int rc;
         {
           nb::gil_scoped_release nogil;
-          rc = ss_segment_open(&s->seg, name.data(), name.size(), SS_KIND_STREAM, readonly);
+          rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), SS_KIND_STREAM, readonly, &opts);
           if (rc == SS_OK) rc = ss_gpu_attach(&s->seg, ordinal, &s->gpu);
+        }
+        if (rc == SS_EOWNER || rc == SS_EPIDNS) {
+          std::string detail = ssb::open_detail(rc, s->seg);
+          delete s;
+          ssb::raise_status(rc, {"GPU stream", name, "attach", "", detail});
         }
         if (rc) {
           delete s;
           raise_rc(rc, name, nullptr, "attach");
         }
         return s;
-      }, nb::rv_policy::take_ownership)
+      }, "name"_a, "ordinal"_a, "readonly"_a, "allow_owners"_a = std::vector<uint32_t>(),
+         nb::rv_policy::take_ownership)
       .def("close", &GpuStream::close)
       .def("release_owned", [](GpuStream &s) {
         // The creator gives its device buffer up (unlink).

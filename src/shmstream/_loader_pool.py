@@ -128,6 +128,8 @@ def purge_dead_loader_pools() -> list[str]:
                 raise FileNotFoundError(root_name(token))
             seg = _native.Segment.peek(segname)
             owner_alive = _proc.alive(seg.creator_pid, seg.creator_start_ticks)
+            # made in another PID namespace: its pid cannot be judged here, keep it
+            owner_alive = owner_alive or int(seg.pidns_match) == 0
             del seg
         except BlockingIOError:
             continue  # a root still being created: its owner is alive

@@ -399,8 +399,9 @@ Segment *make_segment() { return new Segment(); }
 // create, open or peek failed: the error names what was asked for.
 void check_open_rc(Segment *s, int rc, const std::string &name, int kind, const char *op) {
   if (rc == SS_OK) return;
+  std::string detail = rc == SS_ENAME ? name_rule() : ssb::open_detail(rc, s->seg);
   delete s;
-  ssb::raise_status(rc, {kind_text(kind), name, op, "", rc == SS_ENAME ? name_rule() : ""});
+  ssb::raise_status(rc, {kind_text(kind), name, op, "", detail});
 }
 
 // Bytes from shared memory or a directory listing as a str, the way Python
@@ -442,6 +443,12 @@ NB_MODULE(_native, m) {
   m.attr("MAX_HISTORY") = SS_MAX_HISTORY;
   m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
+  m.def("pidns_self", []() {
+    uint32_t dev = 0;
+    uint64_t ino = 0;
+    ss_pidns_self(&dev, &ino);
+    return nb::make_tuple(dev, ino);
+  }, "(st_dev, st_ino) of /proc/self/ns/pid; (0, 0) if unknown.");
   m.attr("KIND_STREAM") = (int)SS_KIND_STREAM;
   m.attr("KIND_CHANNEL") = (int)SS_KIND_CHANNEL;
   m.attr("KIND_ARRAY") = (int)SS_KIND_ARRAY;
@@ -491,6 +498,7 @@ NB_MODULE(_native, m) {
     F(id.mode, mode); F(id.creator_start_ticks, creator_start_ticks); F(id.instance_id, instance_id);
     F(id.created_ns, created_ns); F(id.name_len, name_len); F(id.dtype_len, dtype_len);
     F(id.name, name); F(id.dtype, dtype); F(id.gpu, gpu); F(id.history, history);
+    F(id.pidns_dev, pidns_dev); F(id.pidns_ino, pidns_ino);
     F(id.reserved, identity_reserved);
     F(id.checksum, checksum);
     F(lock.m, mutex); F(lock.owner_pid, owner_pid); F(lock.owner_tid, owner_tid);
@@ -553,16 +561,22 @@ NB_MODULE(_native, m) {
       }, "name"_a, "kind"_a, "shape"_a, "itemsize"_a, "dtype"_a, "flags"_a = 0, "mode"_a = 0600,
          "payload_bytes"_a = 0, "slots"_a = SS_DEFAULT_SLOTS, "history"_a = 0,
          nb::rv_policy::take_ownership)
-      .def_static("open", [](const std::string &name, int kind, bool readonly) {
+      .def_static("open", [](const std::string &name, int kind, bool readonly,
+                             const std::vector<uint32_t> &allow_owners) {
         Segment *s = make_segment();
+        ss_open_opts opts = ssb::open_opts(allow_owners);
         int rc;
         {
           nb::gil_scoped_release nogil;
-          rc = ss_segment_open(&s->seg, name.data(), name.size(), (uint32_t)kind, readonly);
+          rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), (uint32_t)kind, readonly, &opts);
         }
         check_open_rc(s, rc, name, kind, "open");
         return s;
-      }, "name"_a, "kind"_a = 0, "readonly"_a = false, nb::rv_policy::take_ownership)
+      }, "name"_a, "kind"_a = 0, "readonly"_a = false, "allow_owners"_a = std::vector<uint32_t>(),
+         nb::rv_policy::take_ownership,
+         "Open by user name; a segment owned by another uid than this process's effective uid "
+         "is refused (SegmentOwnerError) unless its owner is in allow_owners or "
+         "SHMSTREAM_ALLOW_OWNERS.")
       .def_static("peek", [](const std::string &segname) { return peek_segment(segname); },
          "segname"_a, nb::rv_policy::take_ownership,
          "Map only the header of a segment, by segment name (for list and stat).")
@@ -592,6 +606,13 @@ NB_MODULE(_native, m) {
       .def_prop_ro("creator_start_ticks", [](Segment &s) { return s.seg.id.creator_start_ticks; })
       .def_prop_ro("created_ns", [](Segment &s) { return s.seg.id.created_ns; })
       .def_prop_ro("mode", [](Segment &s) { return s.seg.id.mode; })
+      // The file's owner and permission bits, from fstat at open or peek.
+      .def_prop_ro("owner_uid", [](Segment &s) { return s.seg.owner_uid; })
+      .def_prop_ro("file_mode", [](Segment &s) { return s.seg.file_mode; })
+      // The creator's PID namespace inode (0: unknown), and whether it is
+      // this process's: 1 yes, 0 no, -1 unknown (docs/ABI.md).
+      .def_prop_ro("pidns_ino", [](Segment &s) { return s.seg.id.pidns_ino; })
+      .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.seg.id); })
       .def_prop_ro("instance_id", [](Segment &s) {
         static const char hex[] = "0123456789abcdef";
         std::string out;

@@ -27,6 +27,9 @@ LAYOUT_VERSION_HISTORY: int = 2
 
 SEGMENT_PREFIX: str = '/shmstream-'
 
+def pidns_self() -> tuple:
+    """(st_dev, st_ino) of /proc/self/ns/pid; (0, 0) if unknown."""
+
 KIND_STREAM: int = 1
 
 KIND_CHANNEL: int = 2
@@ -83,7 +86,10 @@ class Segment:
     def create(name: str, kind: int, shape: Sequence[int], itemsize: int, dtype: str, flags: int = 0, mode: int = 384, payload_bytes: int = 0, slots: int = 2, history: int = 0) -> Segment: ...
 
     @staticmethod
-    def open(name: str, kind: int = 0, readonly: bool = False) -> Segment: ...
+    def open(name: str, kind: int = 0, readonly: bool = False, allow_owners: Sequence[int] = []) -> Segment:
+        """
+        Open by user name; a segment owned by another uid than this process's effective uid is refused (SegmentOwnerError) unless its owner is in allow_owners or SHMSTREAM_ALLOW_OWNERS.
+        """
 
     @overload
     @staticmethod
@@ -132,6 +138,18 @@ class Segment:
 
     @property
     def mode(self) -> int: ...
+
+    @property
+    def owner_uid(self) -> int: ...
+
+    @property
+    def file_mode(self) -> int: ...
+
+    @property
+    def pidns_ino(self) -> int: ...
+
+    @property
+    def pidns_match(self) -> int: ...
 
     @property
     def instance_id(self) -> str: ...

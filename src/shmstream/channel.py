@@ -467,14 +467,18 @@ def channel(
 
 
 def open_channel(
-    name: str, *, role: str = "consumer", batch: int = 1
+    name: str, *, role: str = "consumer", batch: int = 1, allow_owner: Any = None
 ) -> ChannelProducer | ChannelConsumer:
     """Attach to the existing channel ``name`` as ``role`` (the consumer by
     default). ChannelBusyError if a live process holds that end; a dead
     holder's end is taken over. FileNotFoundError if there is no such
-    channel (create it with ``channel``)."""
+    channel (create it with ``channel``). A channel owned by another user
+    is refused (SegmentOwnerError) unless ``allow_owner`` (a uid, a user
+    name or a collection of them) or SHMSTREAM_ALLOW_OWNERS names that
+    user; one made in another PID namespace raises PidNamespaceError."""
     _checks.check_name(name, "channel")
-    ch = _wrap(_channel.Channel.open(name, _role(role)))
+    owners = _checks.check_allow_owner(allow_owner)
+    ch = _wrap(_channel.Channel.open(name, _role(role), owners))
     if batch != 1 and isinstance(ch, ChannelProducer):
         ch.batch = batch
     return ch

@@ -46,3 +46,22 @@ class GpuStreamGoneError(RuntimeError):
     exited (CUDA IPC memory belongs to its exporter), or a writer died before
     its device copy completed. Metadata, and a CPU mirror if there is one,
     stay readable; recreate the stream to go on."""
+
+
+class SegmentOwnerError(PermissionError):
+    """The segment's file belongs to another user than this process's
+    effective uid: whoever owns it can read and change what goes through it
+    (a name squatted by another user becomes a channel into this process).
+    Open it anyway, if you trust that user, with ``allow_owner=<uid or user
+    name>`` or the environment variable ``SHMSTREAM_ALLOW_OWNERS=uid,...``."""
+
+
+class PidNamespaceError(RuntimeError):
+    """The segment was created in another PID namespace (another container
+    sharing /dev/shm): its pids cannot be judged from here, so a live peer
+    would look dead. Peers must share a PID namespace (``docker run
+    --pid=container:<id>``, Kubernetes ``shareProcessNamespace: true``).
+
+    A RuntimeError, not an OSError: the call and the file are fine, the
+    deployment is not; code that catches OSError around ``open`` to create
+    a missing stream must not take this for one."""

@@ -34,6 +34,7 @@ import errno
 import os
 import stat as _stat
 import time
+import warnings
 from typing import Any, Iterable
 
 from . import _checks, _dtypes, _loader_pool, _native, _proc
@@ -63,7 +64,7 @@ class Entry:
     kind: str  # one of KINDS, "corrupt" or "unfinished"
     bytes: int  # size of the file
     creator_pid: int | None
-    creator_alive: bool | None
+    creator_alive: bool | None  # None: unknown (unreadable, or another PID namespace)
     created: float | None  # UNIX time of the create
 
     @property
@@ -187,13 +188,42 @@ def _examine(segname: str) -> Entry | Skipped | None:
 
 
 def _entry_of(segname: str, seg: Any) -> Entry:
-    pid, ticks = int(seg.creator_pid), int(seg.creator_start_ticks)
+    pid = int(seg.creator_pid)
     kind = _kind_of(seg)
     size = _file_bytes(segname)
     if kind == "loader-pool":  # the root and its slot files
         size += sum(_file_bytes(p[len(SHM_DIR):]) for p in _pool_files(seg.name))
-    return Entry(segname, seg.name, kind, size, pid, _proc.alive(pid, ticks),
-                 seg.created_ns / 1e9)
+    return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), seg.created_ns / 1e9)
+
+
+def _creator_alive(seg: Any) -> bool | None:
+    """Is the creator alive? None when it was made in another PID namespace:
+    its pid means nothing here (docs/ABI.md, "Owner and PID namespace")."""
+    if int(seg.pidns_match) == 0:
+        return None
+    return _proc.alive(int(seg.creator_pid), int(seg.creator_start_ticks))
+
+
+def _access(seg: Any) -> dict[str, Any]:
+    """Who owns the file and who may change it, and whether its pids can be
+    judged here: stat's ``owner_uid``, ``owner``, ``writable_by_others`` and
+    ``pid_namespace`` ("same", "other": made in another PID namespace,
+    this process cannot open it; "unknown": made by an older version)."""
+    import pwd
+
+    uid = int(seg.owner_uid)
+    try:
+        user: str | None = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = None
+    match = int(seg.pidns_match)
+    return {
+        "owner_uid": uid,
+        "owner": user,
+        "owned_by_caller": uid == os.geteuid(),
+        "writable_by_others": bool(int(seg.file_mode) & 0o002),
+        "pid_namespace": {1: "same", 0: "other"}.get(match, "unknown"),
+    }
 
 
 def _pool_files(root: str) -> list[str]:
@@ -285,7 +315,7 @@ def _stream_stat(seg: Any) -> dict[str, Any]:
         "notify": bool(flags & _native.FLAG_NOTIFY),
         "instance_id": seg.instance_id,
         "creator_pid": int(seg.creator_pid),
-        "creator_alive": _proc.alive(int(seg.creator_pid), int(seg.creator_start_ticks)),
+        "creator_alive": _creator_alive(seg),
         "count": int(seg.count),
         "write_sequence": int(seg.seq),
         "write_time": seg.write_time_ns / 1e9,
@@ -295,7 +325,8 @@ def _stream_stat(seg: Any) -> dict[str, Any]:
         # The mutex word's owner when the informational words are empty: a
         # forged word, or an owner between taking the lock and recording it.
         "lock_owner_tid": int(seg.owner_tid) or int(seg.lock_word_tid) or None,
-        "lock_owner_alive": _proc.alive(lock_owner) if lock_owner else None,
+        "lock_owner_alive": (_proc.alive(lock_owner) if lock_owner and int(seg.pidns_match) != 0
+                             else None),
         "lock_acquisitions": int(seg.acquisitions),
         "waiters": int(seg.waiters),
         "aborted_writes": int(seg.aborted),
@@ -319,7 +350,7 @@ def _array_stat(seg: Any, kind: str) -> dict[str, Any]:
         "size": int(seg.payload_bytes),
         "instance_id": seg.instance_id,
         "creator_pid": pid,
-        "creator_alive": _proc.alive(pid, int(seg.creator_start_ticks)),
+        "creator_alive": _creator_alive(seg),
         "created": seg.created_ns / 1e9,
         "mode": int(seg.mode),
         "segment": seg.segname,
@@ -333,7 +364,7 @@ def _channel_stat(seg: Any) -> dict[str, Any]:
     d.update(
         instance_id=seg.instance_id,
         creator_pid=pid,
-        creator_alive=_proc.alive(pid, int(seg.creator_start_ticks)),
+        creator_alive=_creator_alive(seg),
         created=seg.created_ns / 1e9,
         mode=int(seg.mode),
         segment=seg.segname,
@@ -354,7 +385,14 @@ def stat(name: str) -> dict[str, Any]:
     ``capacity``, ``head``, ``tail``, ``queued_bytes`` and its two ends
     (pid, state, alive, attaches, takeovers); a shared array's and a loader
     slot's ``shape``, ``dtype`` and ``size``. Times are UNIX seconds and
-    ``mode`` the permission bits (the command prints them readably)."""
+    ``mode`` the permission bits (the command prints them readably).
+
+    Every kind also has ``owner_uid`` and ``owner`` (the file's owner and
+    its user name, None if unknown), ``owned_by_caller``,
+    ``writable_by_others`` (the file's mode lets other users write it) and
+    ``pid_namespace``: "same", "other" (made in another PID namespace:
+    ``creator_alive`` and ``lock_owner_alive`` are then None, and ``open``
+    refuses it) or "unknown" (made by an older version)."""
     _checks.check_name(name, "shared-memory object")
     segname = _native.segment_name(name)
     try:
@@ -380,10 +418,10 @@ def stat(name: str) -> dict[str, Any]:
         raise _checks.missing_name_error(name)
     kind = _kind_of(seg)
     if kind in ("stream", "gpu-stream"):
-        return _stream_stat(seg)
+        return {**_stream_stat(seg), **_access(seg)}
     if kind == "channel":
-        return _channel_stat(seg)
-    info = _array_stat(seg, kind)
+        return {**_channel_stat(seg), **_access(seg)}
+    info = {**_array_stat(seg, kind), **_access(seg)}
     if kind == "loader-pool":
         files = _pool_files(name)
         info["slot_files"] = len(files)
@@ -469,7 +507,7 @@ def _abandoned(e: Entry) -> bool:
     """Is nobody using this non-stream segment any more? Arrays and loader
     slots belong to their creator; a channel is abandoned when its creator
     is dead and no live process holds either end."""
-    if e.creator_alive:
+    if e.creator_alive is not False:  # alive, or unknown (another PID namespace)
         return False
     if e.kind != "channel":
         return True
@@ -532,6 +570,14 @@ def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-pool"), 
     ``skipped`` if given."""
     wanted = set(kinds)
     entries = scan()
+    foreign = [e for e in entries if e.kind in wanted and e.creator_alive is None]
+    if foreign:
+        warnings.warn(
+            f"purge skipped {len(foreign)} object(s) made in another PID namespace "
+            f"({', '.join(repr(e.name) for e in foreign)}): their creators' pids cannot be "
+            "judged from here; run purge in that namespace, or unlink them by name",
+            stacklevel=2,
+        )
     pools = []
     if "loader-pool" in wanted:  # the pool module removes root and files together
         dead_pools = set(_loader_pool.purge_dead_loader_pools())

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _dtypes, _native, _space
-from .errors import StaleStreamError
+from .errors import SegmentOwnerError, StaleStreamError
 
 __all__ = ["SharedArray", "SharedRecArray", "share"]
 
@@ -127,6 +127,8 @@ def _attach(name: str, segname: str, instance_id: str) -> _Mapping:
             return m
         try:
             seg = _native.Segment.open(name, _native.KIND_ARRAY, False)
+        except SegmentOwnerError:
+            raise
         except PermissionError:
             seg = _native.Segment.open(name, _native.KIND_ARRAY, True)
         except FileNotFoundError:
@@ -271,12 +273,16 @@ class SharedArray(np.ndarray):
         self.close()
 
     @classmethod
-    def open(cls, name: str, *, writable: bool = False) -> "SharedArray":
+    def open(cls, name: str, *, writable: bool = False, allow_owner: Any = None) -> "SharedArray":
         """Attach to a shared array by name (the ``name`` given to
-        :func:`share`, or ``shm_name``). Read-only unless ``writable``."""
+        :func:`share`, or ``shm_name``). Read-only unless ``writable``.
+        An array owned by another user is refused (SegmentOwnerError)
+        unless ``allow_owner`` (a uid, a user name or a collection of them)
+        or SHMSTREAM_ALLOW_OWNERS names that user."""
         _checks.check_name(name, "shared array")
+        owners = _checks.check_allow_owner(allow_owner)
         try:
-            seg = _native.Segment.open(name, _native.KIND_ARRAY, not writable)
+            seg = _native.Segment.open(name, _native.KIND_ARRAY, not writable, owners)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"no shared array named {name!r}; create one with shmstream.share(array, name=...)"

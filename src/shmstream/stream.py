@@ -39,7 +39,7 @@ import math
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -206,16 +206,18 @@ class SharedMemory(Reading, Waiting, History):
 
     @classmethod
     def _open(
-        cls, name: str, *, gpu_device: Any = None, readonly: bool = False
+        cls, name: str, *, gpu_device: Any = None, readonly: bool = False,
+        allow_owner: Any = None,
     ) -> SharedMemory:
         _checks.check_name(name)
+        owners = _checks.check_allow_owner(allow_owner)
         try:
-            segment = _native.Segment.open(name, _native.KIND_STREAM, bool(readonly))
+            segment = _native.Segment.open(name, _native.KIND_STREAM, bool(readonly), owners)
         except FileNotFoundError:
             raise _checks.missing_name_error(name) from None
         if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
             assert _gpu_open is not None, "shmstream.gpu is imported with shmstream"
-            return _gpu_open(segment, name, gpu_device, bool(readonly))
+            return _gpu_open(segment, name, gpu_device, bool(readonly), owners)
         return cls(segment, readonly=bool(readonly))
 
     @classmethod
@@ -726,12 +728,18 @@ def create(
 
 
 def open(
-    name: str, *, gpu_device: str | int | bool | None = None, readonly: bool = False
+    name: str, *, gpu_device: str | int | bool | None = None, readonly: bool = False,
+    allow_owner: int | str | Iterable[int | str] | None = None,
 ) -> SharedMemory:
     """Attach to the existing stream ``name`` (shape, dtype and contents
     come from it). ``readonly=True`` gives a handle that refuses writes,
-    locks and unlink. Raises FileNotFoundError if it does not exist."""
-    return SharedMemory._open(name, gpu_device=gpu_device, readonly=readonly)
+    locks and unlink. Raises FileNotFoundError if it does not exist.
+    Another user's stream is refused (SegmentOwnerError) unless that user
+    is in ``allow_owner`` (a uid, a user name, or a collection of them) or
+    in ``SHMSTREAM_ALLOW_OWNERS``; one made in another PID namespace is
+    refused (PidNamespaceError; docs/ABI.md, "Owner and PID namespace")."""
+    return SharedMemory._open(name, gpu_device=gpu_device, readonly=readonly,
+                              allow_owner=allow_owner)
 
 
 def unlink(name: str) -> None:

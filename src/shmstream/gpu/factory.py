@@ -3,7 +3,7 @@
 through the hook this package registers)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -52,8 +52,10 @@ def create(
     return handle
 
 
-def open(segment: Any, name: str, gpu_device: Any, readonly: bool) -> Any:  # noqa: A001
-    """``shmstream.open(name, gpu_device=...)`` of a GPU stream."""
+def open(segment: Any, name: str, gpu_device: Any, readonly: bool,  # noqa: A001
+         allow_owners: Sequence[int] = ()) -> Any:
+    """``shmstream.open(name, gpu_device=...)`` of a GPU stream
+    (``allow_owners``: the uids ``allow_owner`` resolved to)."""
     mirror = bool(int(segment.flags) & _native.FLAG_CPU_MIRROR)
     if gpu_device is False:
         if not mirror:
@@ -69,7 +71,7 @@ def open(segment: Any, name: str, gpu_device: Any, readonly: bool) -> Any:  # no
         if not gpu_available():
             return GpuSharedMemory(segment, readonly=readonly)
         try:
-            return open(segment, name, True, readonly)
+            return open(segment, name, True, readonly, allow_owners)
         except (GpuStreamGoneError, RuntimeError, ValueError) as exc:
             handle = GpuSharedMemory(segment, readonly=readonly)
             handle._attach_error = str(exc)
@@ -86,7 +88,7 @@ def open(segment: Any, name: str, gpu_device: Any, readonly: bool) -> Any:  # no
             )
     else:
         _check_index(name, gpu_device, index)
-    gs = _cuda.GpuStream.attach(name, index, bool(readonly))
+    gs = _cuda.GpuStream.attach(name, index, bool(readonly), list(allow_owners))
     if gs.instance_id != segment.instance_id:
         gs.close()
         raise RuntimeError(f"stream {name!r} was replaced while it was being opened")
