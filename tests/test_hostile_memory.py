@@ -84,8 +84,15 @@ def test_a_header_rewritten_after_open_changes_nothing_a_reader_touches(name, sp
         w.close()
 
 
-@pytest.mark.parametrize("field,value", REWRITES, ids=[f"{f}={int.from_bytes(v, 'little')}"
-                                                       for f, v in REWRITES])
+#: The rewrites that move or resize memory: a writer refuses them.
+SIZING = [(f, v) for f, v in REWRITES if f in ("payload_bytes", "slot_count", "slot_stride", "ndim",
+                                               "payload_offset")]
+#: The rewrites that only describe the bytes: the handle's copy rules.
+DESCRIBING = [(f, v) for f, v in REWRITES if (f, v) not in SIZING]
+
+
+@pytest.mark.parametrize("field,value", SIZING, ids=[f"{f}={int.from_bytes(v, 'little')}"
+                                                     for f, v in SIZING])
 def test_a_writer_refuses_a_rewritten_header_and_names_the_field(name, field, value):
     w = shmstream.create(name, shape=(N,), dtype=np.float32)
     try:
@@ -96,6 +103,20 @@ def test_a_writer_refuses_a_rewritten_header_and_names_the_field(name, field, va
         assert w.count == 1, "a refused write published something"
         # The lock was released: a reader's fallback is not stuck behind it.
         assert np.array_equal(w.read(timeout=support.WAIT), _frame(1))
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("field,value", DESCRIBING, ids=[f"{f}={int.from_bytes(v, 'little')}"
+                                                         for f, v in DESCRIBING])
+def test_a_rewritten_shape_or_itemsize_changes_nothing_for_the_writer(name, field, value):
+    w = shmstream.create(name, shape=(N,), dtype=np.float32)
+    try:
+        w.write(_frame(1))
+        support.patch_identity(support.segment_path(name), support.field(field)[0], value)
+        w.write(_frame(2))
+        assert w.count == 2 and np.array_equal(w.read(), _frame(2))
+        assert w.shape == (N,) and w.dtype == np.float32
     finally:
         w.close()
 

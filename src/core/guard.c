@@ -31,13 +31,6 @@
 
 #define SS_GUARDS_PER_BLOCK 256
 
-struct ss_guard {
-  SS_ATOMIC(uintptr_t) lo;  /* first byte of the mapping, 0: entry free */
-  SS_ATOMIC(uintptr_t) hi;  /* one past its last byte */
-  SS_ATOMIC(int) hit;       /* a bus error was caught in it */
-  SS_ATOMIC(int) used;      /* taken by a handle (claimed by CAS) */
-};
-
 /* Blocks are never freed: the handler may walk them at any moment, and a
  * handle keeps a pointer to its entry. */
 typedef struct guard_block {
@@ -147,7 +140,4 @@ void ss_guard_detach(ss_segment *seg) {
   atomic_store_explicit(&g->used, 0, memory_order_release);
 }
 
-int ss_segment_status(const ss_segment *seg) {
-  const struct ss_guard *g = seg->guard;
-  return g && atomic_load_explicit(&g->hit, memory_order_acquire) ? SS_ECORRUPT : SS_OK;
-}
+int ss_segment_status(const ss_segment *seg) { return ss_guarded(seg, SS_OK); }

@@ -141,9 +141,9 @@ static int locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t 
 
 int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
                       int64_t spin_ns, ss_history_frame *frames, uint32_t *n, uint64_t *last) {
-  if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
+  if (ss_mapping_lost(seg)) return SS_ECORRUPT;
   int rc = locate(seg, after, max_frames, timeout_ns, spin_ns, frames, n, last);
-  if (ss_segment_status(seg) != SS_OK) {
+  if (ss_mapping_lost(seg)) {
     *n = 0;
     return SS_ECORRUPT;
   }

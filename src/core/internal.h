@@ -14,6 +14,8 @@
 #ifndef SS_INTERNAL_H
 #define SS_INTERNAL_H
 
+#include <string.h>
+
 #include "shmstream.h"
 
 #define SS_NS_PER_S 1000000000LL
@@ -72,14 +74,42 @@ int ss_open_regular(const char *segname, int flags);
 
 /* ---- src/core/guard.c: a file that shrank under a mapping ---------------- */
 
+/* One mapping in the guard's table. Here, not in guard.c, so that the
+ * check after every call (ss_mapping_lost) is two inlined loads. */
+struct ss_guard {
+  SS_ATOMIC(uintptr_t) lo;  /* first byte of the mapping, 0: entry free */
+  SS_ATOMIC(uintptr_t) hi;  /* one past its last byte */
+  SS_ATOMIC(int) hit;       /* a bus error was caught in it */
+  SS_ATOMIC(int) used;      /* taken by a handle (claimed by CAS) */
+};
 /* Enter the segment's mapping (base, map_bytes) in the bus-error guard, and
  * take it out before it is unmapped (ss_segment_close does). */
 void ss_guard_attach(ss_segment *seg);
 void ss_guard_detach(ss_segment *seg);
-/* rc, or SS_ECORRUPT if a bus error was caught in the segment's mapping:
- * what a call returns after it touched the segment. */
+/* A bus error was caught in the segment's mapping (ss_segment_status). The
+ * handler runs on the faulting thread, so relaxed order is enough for the
+ * call that faulted; another thread's call sees it at its next check. */
+static inline int ss_mapping_lost(const ss_segment *seg) {
+  const struct ss_guard *g = seg->guard;
+  return g && atomic_load_explicit(&g->hit, memory_order_relaxed);
+}
+/* The fields that size or place memory are as the handle validated them:
+ * payload offset, payload bytes, slot stride, slot count and ndim (identity
+ * bytes 24..55: four words) and the history depth. On the lock's path,
+ * so four word compares and no call; shape, itemsize, kind and flags only
+ * describe the bytes, and ss_identity_changed (the error's wording) checks
+ * them too. */
+static inline int ss_identity_same(const ss_segment *seg) {
+  uint64_t now[4], was[4];
+  memcpy(now, (const uint8_t *)&seg->hdr->id + offsetof(ss_identity, payload_offset), sizeof now);
+  memcpy(was, (const uint8_t *)&seg->id + offsetof(ss_identity, payload_offset), sizeof was);
+  return ((now[0] ^ was[0]) | (now[1] ^ was[1]) | (now[2] ^ was[2]) | (now[3] ^ was[3])) == 0 &&
+         seg->hdr->id.history == seg->id.history;
+}
+/* rc, or SS_ECORRUPT if the mapping was lost: what a call returns after it
+ * touched the segment. */
 static inline int ss_guarded(const ss_segment *seg, int rc) {
-  return ss_segment_status(seg) != SS_OK ? SS_ECORRUPT : rc;
+  return ss_mapping_lost(seg) ? SS_ECORRUPT : rc;
 }
 
 /* ---- src/core/futex.c ---------------------------------------------------- */

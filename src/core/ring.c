@@ -403,7 +403,7 @@ static int consumer_closed(const ss_channel *ch) {
 int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_t timeout_ns,
                           void **payload, void **meta) {
   if (ch->role != SS_ROLE_PRODUCER || ch->tx_open) return SS_EROLE;
-  if (ss_segment_status(&ch->seg) != SS_OK) return SS_ECORRUPT;
+  if (ss_mapping_lost(&ch->seg)) return SS_ECORRUPT;
   if (meta_len > SS_MSG_MAX_META || size > UINT32_MAX) return SS_ETOOBIG;
   uint32_t off = payload_off(meta_len);
   uint64_t len = record_len(off, size);
@@ -460,7 +460,7 @@ void ss_channel_rollback_tx(ss_channel *ch) { ch->tx_open = 0; }
 
 int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
   if (ch->role != SS_ROLE_CONSUMER) return SS_EROLE;
-  if (ss_segment_status(&ch->seg) != SS_OK) return SS_ECORRUPT;
+  if (ss_mapping_lost(&ch->seg)) return SS_ECORRUPT;
   if (ch->rd == ch->head_cache) {
     /* SYNC POINT (h2): acquire load of head pairs with the producer's release
      * store: every byte of the records before head is visible. */

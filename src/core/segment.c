@@ -97,6 +97,9 @@ const char *ss_identity_changed(const ss_segment *seg) {
    * if it trusted the shared copy. A few loads of a line nobody writes. */
   const volatile ss_identity *now = &seg->hdr->id;
   const ss_identity *was = &seg->id;
+  if (now->magic != was->magic) return "magic";
+  if (now->layout_version != was->layout_version) return "layout_version";
+  if (now->header_bytes != was->header_bytes) return "header_bytes";
   if (now->payload_offset != was->payload_offset) return "payload_offset";
   if (now->payload_bytes != was->payload_bytes) return "payload_bytes";
   if (now->slot_stride != was->slot_stride) return "slot_stride";

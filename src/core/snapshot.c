@@ -121,9 +121,9 @@ static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args 
 
 int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,
                 ss_frame *frame) {
-  if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
   /* A copy that ran into a truncated file read zeros (src/core/guard.c):
-   * the read fails instead of returning them. */
+   * the read fails instead of returning them (and so does every later one:
+   * the mark stays). */
   return ss_guarded(seg, snapshot(seg, timeout_ns, a, info, frame));
 }
 
@@ -169,5 +169,5 @@ int ss_view_valid(const ss_segment *seg, const ss_frame *frame) {
   /* A view into a file that shrank read zeros (src/core/guard.c): not valid. */
   return atomic_load_explicit(ss_slot_seq(seg, frame->slot), memory_order_relaxed) ==
              frame->slot_seq &&
-         ss_segment_status(seg) == SS_OK;
+         !ss_mapping_lost(seg);
 }

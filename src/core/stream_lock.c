@@ -26,7 +26,6 @@ static int lock_and_repair(ss_segment *seg, int64_t timeout_ns) {
 }
 
 int ss_lock(ss_segment *seg, int64_t timeout_ns) {
-  if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
     if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
@@ -40,7 +39,7 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
       atomic_store_explicit(readers, 0, memory_order_relaxed);
   }
   int rc = lock_and_repair(seg, timeout_ns);
-  if ((rc == SS_OK || rc == SS_EOWNERDEAD) && ss_identity_changed(seg)) {
+  if ((rc == SS_OK || rc == SS_EOWNERDEAD) && !ss_identity_same(seg)) {
     /* A header rewritten after open: nothing is written into a segment
      * whose other users may size it differently (docs/ABI.md, "The header
      * is trusted once"). */

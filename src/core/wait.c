@@ -133,7 +133,7 @@ static void spin_learn(ss_segment *seg, int64_t spin_ns, int64_t waited) {
 int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   int ignore_failed, uint64_t *count_out) {
   ss_publish_line *p = &seg->hdr->pub;
-  if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
+  if (ss_mapping_lost(seg)) return SS_ECORRUPT;
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
   if (c > after) { *count_out = c; return SS_OK; }
   if (spin_ns > 0 && timeout_ns != 0 && !spin_pays(seg)) spin_ns = 0;
@@ -168,7 +168,7 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     }
     if ((i & 15) == 0) {
       if (cancelled(seg)) return SS_ECANCELLED;
-      if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
+      if (ss_mapping_lost(seg)) return SS_ECORRUPT;
       if (!ignore_failed && inconsistent(p)) return SS_EINCONSISTENT;
       now = ss_monotonic_ns();
     }
@@ -192,7 +192,7 @@ static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int sl
   ss_notify_line *nl = &seg->hdr->notify;
   for (;;) {
     if (cancelled(seg)) return SS_ECANCELLED;
-    if (ss_segment_status(seg) != SS_OK) return SS_ECORRUPT;
+    if (ss_mapping_lost(seg)) return SS_ECORRUPT;
     int64_t now = ss_monotonic_ns();
     if (now >= deadline) return SS_ETIMEDOUT;
     /* SYNC POINT (c): the waker bumps wake_seq (release) after publishing the

@@ -88,11 +88,9 @@ class Segment {
   }
 
   // After a bulk access: a file that shrank under it (src/core/guard.c)
-  // made it touch zero pages; the call fails, releasing a lock it took.
-  void check_mapping(const char *op, bool locked = true) {
-    if (ss_segment_status(&seg) == SS_OK) return;
-    if (!locked) ss_unlock(&seg);
-    raise_status(SS_ECORRUPT, op);
+  // made it touch zero pages; the call fails.
+  void check_mapping(const char *op) {
+    if (ss_segment_status(&seg) != SS_OK) raise_status(SS_ECORRUPT, op);
   }
 
   void check_len(const Buffer &b, const char *what) {
@@ -129,7 +127,8 @@ class Segment {
     } else {
       ss_write_locked_ex(&seg, src, payload_bytes(), &meta);
     }
-    check_mapping("write", locked);
+    // Without the caller's lock, unlock() reports a shrunk file (ss_unlock).
+    if (locked) check_mapping("write");
     uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
     return c;
@@ -171,7 +170,7 @@ class Segment {
       nb::gil_scoped_release nogil;
       ss_clear_locked(&seg);
     }
-    check_mapping("clear", locked);
+    if (locked) check_mapping("clear");
     uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
     return c;
