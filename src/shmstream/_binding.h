@@ -209,6 +209,10 @@ inline const StatusRow kStatusTable[] = {
      "(close the other handle first)"},
     {SS_ETOOBIG, "channel", nullptr, &PyExc_ValueError, "message is larger than the ring of '$name' can ever hold"},
     {SS_EROLE, "channel", nullptr, &PyExc_RuntimeError, "$op is not possible on this end of '$name'$detail"},
+    {EEXIST, "shared array", nullptr, nullptr,
+     "a shared-memory object named '$name' already exists; attach to a shared array with "
+     "shmstream.SharedArray.open('$name'), pick another name, or remove it with "
+     "shmstream.unlink('$name')", Raise::OsWhat},
     {EEXIST, "channel", nullptr, nullptr,
      "channel '$name' already exists; attach with shmstream.open_channel('$name') or remove it with "
      "shmstream.unlink_channel('$name')", Raise::OsWhat},

@@ -156,9 +156,10 @@ def check_slots(slots: Any) -> int:
     return int(slots)
 
 
-def check_history(history: Any, slots: int, gpu: bool) -> int:
+def check_history(history: Any, slots: Any, gpu: bool) -> int:
     """``history=N`` of create: 0 (none) to MAX_HISTORY publications kept;
-    it sets the slots itself (N + 1), and GPU streams have none."""
+    it sets the slots itself (N + 1), so ``slots`` must be left out (None),
+    and GPU streams have none."""
     n = check_int("history", history, minimum=0)
     if n > _native.MAX_HISTORY:
         raise ValueError(f"history must be 0 to {_native.MAX_HISTORY}, got {n}")
@@ -167,9 +168,20 @@ def check_history(history: Any, slots: int, gpu: bool) -> int:
             "history is not available on GPU streams (their device buffer has 2 slots); "
             "record a GPU stream through its CPU mirror (cpu_mirror=True) instead"
         )
-    if n and slots != _native.DEFAULT_SLOTS:
+    if n and slots is not None:
         raise ValueError(f"history={n} uses {n + 1} slots; leave slots out (got slots={slots})")
     return n
+
+
+def check_cpu_open(name: str, gpu_device: Any) -> None:
+    """open(name, gpu_device=...) of a CPU stream: a CPU handle where the
+    caller asked for device memory would surprise it later, so refuse."""
+    if gpu_device is not None and gpu_device is not False:
+        raise ValueError(
+            f"stream {name!r} is a CPU stream, so it cannot be opened with gpu_device="
+            f"{gpu_device!r}; open it without gpu_device (a GPU stream is made with "
+            f"shmstream.create(..., gpu_device=...))"
+        )
 
 
 def missing_name_error(name: str, what: str = "shared memory",

@@ -7,6 +7,7 @@ records, sub-arrays, titles and datetime fields exactly.
 from __future__ import annotations
 
 import ast
+import warnings
 from typing import Any
 
 import numpy as np
@@ -54,10 +55,14 @@ def decode(text: str) -> np.dtype:
     references, which would make copied bytes into pointers (a fuzz finding:
     a header saying ``|O8`` crashed ``read()``)."""
     try:
-        if text.startswith("[") or text.startswith("("):
-            dt = np.lib.format.descr_to_dtype(ast.literal_eval(text))
-        else:
-            dt = np.dtype(text)
+        # encode never writes a deprecated alias ('a8'): one is foreign text,
+        # refused here rather than warned about in every reader.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            if text.startswith("[") or text.startswith("("):
+                dt = np.lib.format.descr_to_dtype(ast.literal_eval(text))
+            else:
+                dt = np.dtype(text)
     except Exception as exc:  # noqa: BLE001 - SyntaxError, RecursionError, ...: all mean unreadable
         raise ValueError(
             f"dtype description {text[:80]!r} is not one shmstream writes "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import numbers
 import queue
 import signal
 import threading
@@ -326,9 +327,9 @@ def replay(
     counts instead (frame ids and times kept). ``restamp=True`` stamps the
     publication time instead of the recorded one. Stops early on ``stop``
     or (``handle_signals``) SIGINT/SIGTERM."""
-    rec = load_recording(path)
     _checks.check_name(name)
-    pace = _check_rate(rate)
+    pace = _check_rate(rate)  # the arguments before the files
+    rec = load_recording(path)
     handle, created = _target(rec, name, history)
     stats = ReplayStats(name, str(path), created=created)
     try:
@@ -375,10 +376,12 @@ def replay(
 def _check_rate(rate: Any) -> float | None:
     if rate is None:
         return None
-    value = _checks.check_timeout(rate, "rate")  # a non-negative real number or inf
-    if not value:
-        raise ValueError("rate must be > 0 frames per second (math.inf: as fast as possible)")
-    return value
+    rule = "rate must be > 0 frames per second (math.inf: as fast as possible, None: as recorded)"
+    if isinstance(rate, (bool, np.bool_)) or not isinstance(rate, numbers.Real):
+        raise TypeError(f"{rule}, not {type(rate).__name__} {rate!r}")
+    if not float(rate) > 0:  # NaN too
+        raise ValueError(f"{rule}, got {rate!r}")
+    return float(rate)
 
 
 def _due(pace: float | None, i: int, times: np.ndarray) -> float | None:

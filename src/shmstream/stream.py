@@ -152,7 +152,7 @@ class SharedMemory(Reading, Waiting, History):
         cpu_mirror: bool | None = None,
         notify: bool = False,
         mode: int = 0o600,
-        slots: int = _native.DEFAULT_SLOTS,
+        slots: int | None = None,
         history: int = 0,
     ) -> SharedMemory:
         _checks.check_name(name)
@@ -176,8 +176,8 @@ class SharedMemory(Reading, Waiting, History):
         if expected >= 2**62:
             raise ValueError(f"a payload of {expected} bytes is too large")
         mode = _checks.check_mode(mode)
-        slots = _checks.check_slots(slots)
         history = _checks.check_history(history, slots, gpu_device is not None)
+        slots = _checks.check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
         if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
             if slots not in (_native.DEFAULT_SLOTS, GPU_SLOTS):
                 raise ValueError(
@@ -218,6 +218,7 @@ class SharedMemory(Reading, Waiting, History):
         if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
             assert _gpu_open is not None, "shmstream.gpu is imported with shmstream"
             return _gpu_open(segment, name, gpu_device, bool(readonly), owners)
+        _checks.check_cpu_open(name, gpu_device)
         return cls(segment, readonly=bool(readonly))
 
     @classmethod
@@ -231,7 +232,7 @@ class SharedMemory(Reading, Waiting, History):
             gpu_device=config.get("gpu_device"),
             cpu_mirror=config.get("cpu_mirror"),
             notify=config.get("notify", False),
-            slots=config.get("slots", _native.DEFAULT_SLOTS),
+            slots=config.get("slots"),
             history=config.get("history", 0),
         )
 
@@ -701,7 +702,7 @@ def create(
     auto_unlink: bool = False,
     notify: bool = False,
     mode: int = 0o600,
-    slots: int = _native.DEFAULT_SLOTS,
+    slots: int | None = None,
     history: int = 0,
 ) -> SharedMemory:
     """Create a stream named ``name`` holding arrays of ``shape`` and
@@ -785,7 +786,7 @@ def stream(
     cpu_mirror: bool | None = None,
     notify: bool = False,
     mode: int = 0o600,
-    slots: int = _native.DEFAULT_SLOTS,
+    slots: int | None = None,
     history: int = 0,
 ) -> _Stream:
     """``with shmstream.stream(name, shape=...) as shm:`` a temporary stream,

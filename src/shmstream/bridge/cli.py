@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any
 
+from ..cli._common import number
 from ._keys import DEFAULT_PREFIX
 from ._session import ZENOH_HINT
 
@@ -38,7 +39,7 @@ def add_remote_arguments(list_parser: argparse.ArgumentParser) -> None:
     list_parser.add_argument(
         "--remote", action="store_true",
         help="list what bridges reachable over Zenoh export (needs shmstream[zenoh])")
-    list_parser.add_argument("--timeout", type=float, default=2.0, metavar="S",
+    list_parser.add_argument("--timeout", type=number(), default=2.0, metavar="S",
                              help="with --remote: how long to wait for answers (default 2)")
     add_session_arguments(list_parser)
 
@@ -71,9 +72,9 @@ def add_bridge_parser(sub: Any) -> None:
                    help="remove the mirrors when the bridge stops (default: keep them)")
     p.add_argument("--list", action="store_true",
                    help="print what reachable bridges export, then exit")
-    p.add_argument("--timeout", type=float, default=2.0, metavar="S",
+    p.add_argument("--timeout", type=number(), default=2.0, metavar="S",
                    help="with --list: how long to wait for answers (default 2)")
-    p.add_argument("--spin-us", type=float, default=5.0, metavar="US",
+    p.add_argument("--spin-us", type=number(above=False), default=5.0, metavar="US",
                    help="exports spin this long for the next local write before sleeping "
                         "(default 5)")
     p.add_argument("--quiet", action="store_true", help="log errors only")

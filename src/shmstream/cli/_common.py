@@ -3,10 +3,11 @@ call time (so tests can monkeypatch it), one-line errors, readable rates and
 ages."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import math
 import sys
-from typing import Any
+from typing import Any, Callable
 
 PROG = "shmstream"
 
@@ -20,6 +21,32 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     RuntimeError,
     TimeoutError,
 )
+
+
+def number(*, minimum: float = 0.0, above: bool = True, infinite: bool = False,
+           kind: type = float) -> Callable[[str], Any]:
+    """An argparse ``type=`` for a numeric option: refuses what is not a
+    number, NaN, infinities (unless ``infinite``) and values below
+    ``minimum`` (or equal to it, with ``above``), so that every option of
+    every subcommand fails with exit 2 and a message naming the option."""
+    bound = f"{'>' if above else '>='} {minimum:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if math.isnan(value):
+            raise argparse.ArgumentTypeError(f"NaN is not a value; give a number {bound}")
+        if math.isinf(value) and not infinite:
+            raise argparse.ArgumentTypeError(f"{text!r} is not finite; give a number {bound}")
+        if value < minimum or (above and value == minimum):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {bound}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's fallback message names the type
+    return parse
 
 
 def package() -> Any:

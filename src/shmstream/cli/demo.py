@@ -14,7 +14,7 @@ import signal
 import time
 from typing import Any, Callable
 
-from ._common import error, fmt_rate, package, status_line
+from ._common import fmt_rate, number, package, status_line
 
 # The consumer's shared counters (one float64 each, written every frame so
 # the parent samples them at the same instant as the writer's count).
@@ -26,11 +26,11 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "demo",
         help="start a producer and a consumer process and show frames flowing between them",
     )
-    demo_p.add_argument("--seconds", type=float, default=5.0, metavar="S",
+    demo_p.add_argument("--seconds", type=number(), default=5.0, metavar="S",
                         help="run time (default 5)")
     demo_p.add_argument("--shape", default="480x640x3", metavar="HxW[xC]",
                         help="frame shape, uint8 (default 480x640x3)")
-    demo_p.add_argument("--rate", type=float, default=1000.0, metavar="HZ",
+    demo_p.add_argument("--rate", type=number(above=False), default=1000.0, metavar="HZ",
                         help="producer rate in Hz, 0 for as fast as possible (default 1000)")
     return {"demo": cmd_demo}
 
@@ -194,7 +194,4 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if args.seconds <= 0:
-        error("--seconds must be positive")
-        return 2
     return run_demo(args.seconds, parse_shape(args.shape), args.rate)

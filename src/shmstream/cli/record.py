@@ -7,7 +7,7 @@ import math
 import sys
 from typing import Any, Callable
 
-from ._common import error, fmt_rate, package, status_line
+from ._common import fmt_rate, number, package, status_line
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -21,14 +21,15 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
                        help="recording directory to create (frames.npy, counts.npy, "
                        "frame_ids.npy, write_times_ns.npy, stream.json)")
     stop = rec_p.add_mutually_exclusive_group()
-    stop.add_argument("--frames", type=int, metavar="N", help="stop after N frames")
-    stop.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
+    stop.add_argument("--frames", type=number(minimum=1, above=False, kind=int), metavar="N",
+                      help="stop after N frames")
+    stop.add_argument("--seconds", type=number(), metavar="S", help="stop after S seconds")
     rec_p.add_argument("--backlog", action="store_true",
                        help="start with the frames the stream's history still holds (default: "
                        "the frames published from now on)")
     rec_p.add_argument("--overwrite", action="store_true",
                        help="replace DIR if it is a recording")
-    rec_p.add_argument("--interval", type=float, default=1.0, metavar="S",
+    rec_p.add_argument("--interval", type=number(), default=1.0, metavar="S",
                        help="seconds between progress lines and file syncs (default 1)")
     rec_p.add_argument("--quiet", action="store_true", help="no progress line")
 
@@ -42,14 +43,14 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     pace = rep_p.add_mutually_exclusive_group()
     pace.add_argument("--as-recorded", action="store_true",
                       help="the recorded spacing of the write times (the default)")
-    pace.add_argument("--rate", type=float, metavar="HZ", help="HZ frames per second")
+    pace.add_argument("--rate", type=number(), metavar="HZ", help="HZ frames per second")
     pace.add_argument("--fast", action="store_true", help="as fast as possible")
     rep_p.add_argument("--renumber", action="store_true",
                        help="publish with the stream's own counts (for a stream already past "
                        "the recorded ones); frame ids and times are kept")
     rep_p.add_argument("--restamp", action="store_true",
                        help="stamp the publication time instead of the recorded write time")
-    rep_p.add_argument("--history", type=int, metavar="N",
+    rep_p.add_argument("--history", type=number(minimum=1, above=False, kind=int), metavar="N",
                        help="history of a stream the replay creates (default: the recorded "
                        "stream's)")
     rep_p.add_argument("--quiet", action="store_true", help="no progress line")
@@ -61,15 +62,6 @@ def _line(what: str, frames: int, rate: float, extra: str) -> str:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    if args.frames is not None and args.frames < 1:
-        error("--frames must be at least 1")
-        return 2
-    if args.seconds is not None and not args.seconds > 0:
-        error("--seconds must be positive")
-        return 2
-    if not args.interval > 0:
-        error("--interval must be positive")
-        return 2
     tty = sys.stdout.isatty()
     shown = []
 
@@ -92,9 +84,6 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    if args.rate is not None and not args.rate > 0:
-        error("--rate must be positive")
-        return 2
     rate = math.inf if args.fast else args.rate
     tty = sys.stdout.isatty()
     shown = []

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from ._common import error, fmt_age, fmt_rate, package, status_line
+from ._common import fmt_age, fmt_rate, number, package, status_line
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -17,9 +17,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "liveness (Ctrl-C to stop)",
     )
     watch_p.add_argument("name", metavar="NAME", help="stream name")
-    watch_p.add_argument("--interval", type=float, default=0.5, metavar="S",
+    watch_p.add_argument("--interval", type=number(), default=0.5, metavar="S",
                          help="seconds between refreshes (default 0.5)")
-    watch_p.add_argument("--count", type=int, default=0, metavar="N",
+    watch_p.add_argument("--count", type=number(above=False, kind=int), default=0, metavar="N",
                          help="stop after N refreshes (default: run until Ctrl-C)")
     watch_p.add_argument("--no-read", action="store_true",
                          help="only sample the counters; do not consume frames (missed is "
@@ -28,9 +28,6 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    if args.interval <= 0:
-        error("--interval must be positive")
-        return 2
     pkg = package()
     handle = pkg.open(args.name, readonly=True)
     tty = sys.stdout.isatty()
