@@ -246,7 +246,8 @@ def test_replay_into_a_stream_of_another_shape_or_dtype_says_so(make_name, tmp_p
     ("bad json", ValueError, "corrupt stream.json"),
     ("other format", ValueError, "is not a shmstream recording"),
     ("no frames", ValueError, "frames.npy is missing"),
-    ("frames not npy", ValueError, "frames.npy is not a readable NumPy"),
+    ("frames not npy", ValueError, "frames.npy is not a NumPy .npy file"),
+    ("frames header garbage", ValueError, "frames.npy is not a readable NumPy"),
     ("short column", ValueError, "columns have"),
     ("shape mismatch", ValueError, "is inconsistent"),
     ("counts go back", ValueError, "counts do not increase"),
@@ -265,8 +266,10 @@ def test_a_bad_recording_is_refused_with_a_clear_error(make_name, tmp_path, dama
         (rec / "stream.json").write_text(json.dumps({**info, "format": "x"}))
     elif damage == "no frames":
         (rec / "frames.npy").unlink()
-    elif damage == "frames not npy":
+    elif damage == "frames not npy":  # NumPy alone would call it pickled data
         (rec / "frames.npy").write_bytes(b"garbage" * 10)
+    elif damage == "frames header garbage":
+        (rec / "frames.npy").write_bytes(b"\x93NUMPY\x01\x00\x10\x00{'descr': garbage" + bytes(60))
     elif damage == "short column":
         np.save(rec / "frame_ids.npy", np.arange(2, dtype=np.uint64))
     elif damage == "shape mismatch":
@@ -275,8 +278,9 @@ def test_a_bad_recording_is_refused_with_a_clear_error(make_name, tmp_path, dama
         np.save(rec / "counts.npy", np.array([3, 2, 1], np.uint64))
     elif damage == "a file":
         rec = rec / "frames.npy"
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match=match) as caught:
         shmstream.load_recording(rec)
+    assert "pickled" not in str(caught.value)
     with pytest.raises(error, match=match):  # and replay says the same
         shmstream.replay(rec, make_name(), rate=math.inf)
 

@@ -259,6 +259,12 @@ def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
     where = path / file
     if not where.is_file():
         raise ValueError(f"recording {str(path)!r} is incomplete: {file} is missing")
+    with open(where, "rb") as f:
+        # Without the magic, np.load takes a file for a pickle and says so,
+        # which misleads: say what is wrong.
+        if f.read(6) != b"\x93NUMPY":
+            raise ValueError(f"recording {str(path)!r}: {file} is not a NumPy .npy file "
+                             "(it does not start with the .npy magic)")
     try:
         try:
             array = np.load(where, mmap_mode="r" if mmap else None, allow_pickle=False)
@@ -266,7 +272,7 @@ def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
             if not mmap:
                 raise
             array = np.load(where, allow_pickle=False)  # an empty array cannot be mapped
-    except (ValueError, OSError, EOFError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a damaged header raises anything (SyntaxError, tokenize.TokenError)
         raise ValueError(f"recording {str(path)!r}: {file} is not a readable NumPy .npy file "
                          f"({exc})") from None
     if not isinstance(array, np.ndarray) or array.ndim < 1 or (
