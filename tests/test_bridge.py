@@ -650,3 +650,62 @@ def test_bridge_hops_diagnostic_accounts_for_the_round_trip(tmp_path):
     assert 0.5 * res["round_trip_us"] <= sum(hops.values()) <= 1.5 * res["round_trip_us"], res
     tag = "bench-bridge-"
     assert [f for f in os.listdir("/dev/shm") if tag in f and str(proc.pid) in f] == []
+
+
+def test_publisher_threads_and_the_export_thread_keep_exact_counts(make_name):
+    """StreamExport's counters are written by every publisher's thread and by
+    the export thread: with many publishers writing, opening and closing at
+    once (and the interpreter switching threads as often as it can), none of
+    its counts loses an update: every put is counted once, the newest count
+    is the stream's, and the publishers all leave."""
+    import itertools
+    import sys
+    import threading
+
+    class CountingPublisher:  # counts the puts (next() on a count is atomic)
+        def __init__(self, pub: Any) -> None:
+            self.pub, self.calls = pub, itertools.count()
+
+        def put(self, *args: Any, **kwargs: Any) -> None:
+            next(self.calls)
+            self.pub.put(*args, **kwargs)
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.pub, attr)
+
+    name = make_name("race")
+    src = shmstream.create(name, shape=(4,), dtype=np.int64)
+    n_threads, n_frames = 6, 300
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with Bridge(exports=[name], namespace=f"ns{uuid.uuid4().hex[:8]}",
+                    listen=[endpoint(free_port())]) as bridge:
+            support.wait_until(lambda: name in bridge._exports, what="the export")
+            export = bridge._exports[name]
+            counting = export._pub = CountingPublisher(export._pub)
+            start = threading.Barrier(n_threads)
+            put: list[int] = []
+
+            def writer(t: int) -> None:
+                start.wait()
+                total = 0
+                for k in range(n_frames):
+                    with bridge.publisher(name) as pub:  # publishers come and go
+                        for _ in range(3):
+                            pub.write(np.full(4, t * 10_000 + k, np.int64))
+                        total += pub.frames_put
+                put.append(total)
+
+            threads = [threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            assert sum(put) == n_threads * n_frames * 3
+            assert export.frames_sent == next(counting.calls) >= sum(put)
+            assert export._sent_count == src.count == sum(put)
+            assert export._publishers == 0
+    finally:
+        sys.setswitchinterval(switch)
+        src.unlink()

@@ -73,7 +73,7 @@ def test_write_then_read_round_trips_through_the_device_buffer(fake_driver, mirr
         torch = sys.modules.get("torch")
         assert torch is None or not torch.cuda.is_available()
         from shmstream.gpu import device as _gpu
-        assert _gpu._torch() is None
+        assert _gpu.cuda_torch() is None
     """)
 
 

@@ -94,6 +94,79 @@ def test_the_stream_layer_never_imports_the_gpu_layer():
         assert not any(t.startswith("shmstream.gpu") for t in edges[mod]), mod
 
 
+# ---- private names stay private -------------------------------------------------------
+#
+# The rule (docs/STYLE lesson 9): a leading-underscore name may be used only
+# inside the module that defines it. A private *module* (``_checks.py``,
+# the ``_native`` extension, ``bridge/_wire.py``) is the package's own: its
+# public names may be used from anywhere in the package. What one module
+# takes from another is public there: documented, no leading underscore.
+# Dunders (``__version__``, ``__all__``) are not private. The benchmarks
+# (bench/, being moved out of the package) are not checked.
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _resolve(package: str, level: int, module: str | None) -> str:
+    if not level:
+        return module or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def _private_reach_ins() -> list[str]:
+    mods = _python_modules()
+    modules = set(mods) | {f"shmstream.{p.stem}" for p in PKG.glob("_*.cpp")}
+    found = []
+    for mod, path in sorted(mods.items()):
+        if mod.startswith("shmstream.bench"):
+            continue
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        bound: dict[str, str] = {}  # local name -> the shmstream module it names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("shmstream"):
+                        local = a.asname or a.name.partition(".")[0]
+                        bound[local] = a.name if a.asname else "shmstream"
+            elif isinstance(node, ast.ImportFrom):
+                target = _resolve(package, node.level, node.module)
+                if not target.startswith("shmstream"):
+                    continue
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    if sub in modules:
+                        bound[a.asname or a.name] = sub  # a module: its public names are open
+                    elif _is_private(a.name) and target != mod:
+                        found.append(f"{mod}:{node.lineno} imports {a.name} from {target}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _is_private(node.attr)
+                    and isinstance(node.value, ast.Name) and node.value.id in bound):
+                owner = bound[node.value.id]
+                if f"{owner}.{node.attr}" not in modules and owner != mod:
+                    found.append(f"{mod}:{node.lineno} uses {owner}.{node.attr}")
+    return found
+
+
+def test_the_private_name_rule_sees_a_reach_in(tmp_path, monkeypatch):
+    (tmp_path / "shmstream").mkdir()
+    (tmp_path / "shmstream" / "a.py").write_text("def _helper():\n    pass\n")
+    (tmp_path / "shmstream" / "b.py").write_text(
+        "from .a import _helper\nfrom . import a\na._helper()\n")
+    monkeypatch.setattr(__import__(__name__), "PKG", tmp_path / "shmstream")
+    found = _private_reach_ins()
+    assert len(found) == 2, found
+
+
+def test_no_module_uses_another_modules_private_names():
+    found = _private_reach_ins()
+    assert not found, "private names used outside their module: " + "; ".join(found)
+
+
 # ---- C ------------------------------------------------------------------------------
 
 

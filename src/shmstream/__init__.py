@@ -9,15 +9,8 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import _native  # noqa: F401  (loads the core; its errors come from .errors)
-from .errors import (
-    CorruptStreamError,
-    FrameOverwrittenError,
-    GpuStreamGoneError,
-    InconsistentStreamError,
-    PidNamespaceError,
-    SegmentOwnerError,
-    StaleStreamError,
-)
+from .errors import *  # noqa: F403  (every public exception; errors.__all__)
+from .errors import __all__ as _error_names
 from .publication import FrameBatch, Publication
 from .stream import SharedMemory, create, open, stream, unlink, unlink_quiet
 from ._locked_many import locked_many
@@ -30,17 +23,10 @@ except _PackageNotFoundError:  # source tree imported without installation
     __version__ = "0+unknown"
 
 __all__ = [
-    "CorruptStreamError",
     "FrameBatch",
-    "FrameOverwrittenError",
     "GPU_SUPPORTED_DTYPES",
-    "GpuStreamGoneError",
-    "InconsistentStreamError",
-    "PidNamespaceError",
     "Publication",
-    "SegmentOwnerError",
     "SharedMemory",
-    "StaleStreamError",
     "__version__",
     "create",
     "gpu_available",
@@ -68,6 +54,7 @@ from .channel import (  # noqa: E402
 from .recording import Recording, load_recording  # noqa: E402
 from .recorder import RecordStats, ReplayStats, record, replay  # noqa: E402
 
+__all__ += _error_names
 __all__ += [
     "Recording", "RecordStats", "ReplayStats", "load_recording", "record", "replay",
     "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",

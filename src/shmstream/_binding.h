@@ -40,27 +40,26 @@ inline std::string name_rule() {
   return "1 to " + std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL";
 }
 
-// OSError(errno, "<what>: <strerror>"): OSError picks the subclass
-// (FileExistsError, FileNotFoundError, ...) from errno.
-[[noreturn]] inline void raise_os(int err, const std::string &what) {
-  PyObject *args = Py_BuildValue("(is)", err, (what + ": " + std::strerror(err)).c_str());
-  PyErr_SetObject(PyExc_OSError, args);
-  Py_XDECREF(args);
-  throw nb::python_error();
-}
-
-// OSError(errno, strerror, filename), for errors about a file.
-[[noreturn]] inline void raise_os_path(int err, const std::string &path) {
-  PyObject *args = Py_BuildValue("(iss)", err, std::strerror(err), path.c_str());
-  PyErr_SetObject(PyExc_OSError, args);
-  Py_XDECREF(args);
-  throw nb::python_error();
-}
-
 // ---- status codes -> exceptions: the one table --------------------------
 
 // shmstream.errors' exception types, looked up when a module is imported
 // (load_error_types) so that every module raises the same classes.
+inline PyObject *g_error = PyExc_RuntimeError;         // ShmstreamError
+inline PyObject *g_os = PyExc_OSError;                 // ShmstreamOSError (picks by errno)
+inline PyObject *g_timeout = PyExc_TimeoutError;       // ShmstreamTimeoutError
+inline PyObject *g_value = PyExc_ValueError;           // ShmstreamValueError
+inline PyObject *g_type = PyExc_TypeError;             // ShmstreamTypeError
+inline PyObject *g_index = PyExc_IndexError;           // ShmstreamIndexError
+inline PyObject *g_buffer = PyExc_BufferError;         // ShmstreamBufferError
+inline PyObject *g_handle_closed = PyExc_RuntimeError; // HandleClosedError
+inline PyObject *g_cancelled = PyExc_RuntimeError;     // WaitCancelledError
+inline PyObject *g_lock_held = PyExc_RuntimeError;     // LockHeldError
+inline PyObject *g_not_owner = PyExc_RuntimeError;     // NotLockOwnerError
+inline PyObject *g_loan = PyExc_RuntimeError;          // LoanStateError
+inline PyObject *g_role = PyExc_RuntimeError;          // ChannelRoleError
+inline PyObject *g_no_cuda = PyExc_RuntimeError;       // CudaUnavailableError
+inline PyObject *g_cuda = PyExc_RuntimeError;          // CudaError
+inline PyObject *g_version = PyExc_ValueError;         // LayoutVersionError
 inline PyObject *g_inconsistent = PyExc_RuntimeError;  // InconsistentStreamError
 inline PyObject *g_corrupt = PyExc_ValueError;         // CorruptStreamError
 inline PyObject *g_closed = PyExc_EOFError;            // ChannelClosedError
@@ -76,6 +75,22 @@ inline void load_error_types() {
     nb::object t = errors.attr(name);
     slot = t.release().ptr();  // held for the life of the process
   };
+  take(g_error, "ShmstreamError");
+  take(g_os, "ShmstreamOSError");
+  take(g_timeout, "ShmstreamTimeoutError");
+  take(g_value, "ShmstreamValueError");
+  take(g_type, "ShmstreamTypeError");
+  take(g_index, "ShmstreamIndexError");
+  take(g_buffer, "ShmstreamBufferError");
+  take(g_handle_closed, "HandleClosedError");
+  take(g_cancelled, "WaitCancelledError");
+  take(g_lock_held, "LockHeldError");
+  take(g_not_owner, "NotLockOwnerError");
+  take(g_loan, "LoanStateError");
+  take(g_role, "ChannelRoleError");
+  take(g_no_cuda, "CudaUnavailableError");
+  take(g_cuda, "CudaError");
+  take(g_version, "LayoutVersionError");
   take(g_inconsistent, "InconsistentStreamError");
   take(g_corrupt, "CorruptStreamError");
   take(g_closed, "ChannelClosedError");
@@ -84,6 +99,24 @@ inline void load_error_types() {
   take(g_gone, "GpuStreamGoneError");
   take(g_owner, "SegmentOwnerError");
   take(g_pidns, "PidNamespaceError");
+}
+
+// ShmstreamOSError(errno, "<what>: <strerror>"): it picks the subclass
+// (ShmstreamFileExistsError, ShmstreamFileNotFoundError, ...) from errno,
+// as OSError does.
+[[noreturn]] inline void raise_os(int err, const std::string &what) {
+  PyObject *args = Py_BuildValue("(is)", err, (what + ": " + std::strerror(err)).c_str());
+  PyErr_SetObject(g_os, args);
+  Py_XDECREF(args);
+  throw nb::python_error();
+}
+
+// ShmstreamOSError(errno, strerror, filename), for errors about a file.
+[[noreturn]] inline void raise_os_path(int err, const std::string &path) {
+  PyObject *args = Py_BuildValue("(iss)", err, std::strerror(err), path.c_str());
+  PyErr_SetObject(g_os, args);
+  Py_XDECREF(args);
+  throw nb::python_error();
 }
 
 // Who failed and how: fills the $kind, $name, $op and $detail of a message.
@@ -117,24 +150,24 @@ inline constexpr const char kBadChannelSegment[] =
 // row that matches (status, kind, when) wins, so specific rows come first.
 inline const StatusRow kStatusTable[] = {
     // -- waits that ran out
-    {SS_ETIMEDOUT, "stream", "read", &PyExc_TimeoutError,
+    {SS_ETIMEDOUT, "stream", "read", &g_timeout,
      "timed out waiting for a stable write on '$name': a writer holds the lock (write in progress)"},
-    {SS_ETIMEDOUT, "GPU stream", "read", &PyExc_TimeoutError,
+    {SS_ETIMEDOUT, "GPU stream", "read", &g_timeout,
      "timed out waiting for a stable write on GPU stream '$name': a writer holds the lock (write in progress)"},
-    {SS_ETIMEDOUT, nullptr, "read_new", &PyExc_TimeoutError, "timed out waiting for a new write on '$name'"},
-    {SS_ETIMEDOUT, nullptr, "wait", &PyExc_TimeoutError,
+    {SS_ETIMEDOUT, nullptr, "read_new", &g_timeout, "timed out waiting for a new write on '$name'"},
+    {SS_ETIMEDOUT, nullptr, "wait", &g_timeout,
      "timed out waiting for stream '$name' to pass count $detail"},
-    {SS_ETIMEDOUT, nullptr, "lock", &PyExc_TimeoutError,
+    {SS_ETIMEDOUT, nullptr, "lock", &g_timeout,
      "timed out waiting for shared memory lock of '$name' (held by pid $detail)"},
-    {SS_ETIMEDOUT, nullptr, "read_last_complete", &PyExc_TimeoutError,
+    {SS_ETIMEDOUT, nullptr, "read_last_complete", &g_timeout,
      "timed out waiting for the lock of '$name'"},
-    {SS_ETIMEDOUT, "channel", "producer", &PyExc_TimeoutError,
+    {SS_ETIMEDOUT, "channel", "producer", &g_timeout,
      "$op on '$name' timed out: the ring is full (the consumer is not keeping up)"},
-    {SS_ETIMEDOUT, "channel", "consumer", &PyExc_TimeoutError, "$op on '$name' timed out: no message arrived"},
-    {SS_ETIMEDOUT, nullptr, nullptr, &PyExc_TimeoutError, "$op on $kind '$name' timed out"},
+    {SS_ETIMEDOUT, "channel", "consumer", &g_timeout, "$op on '$name' timed out: no message arrived"},
+    {SS_ETIMEDOUT, nullptr, nullptr, &g_timeout, "$op on $kind '$name' timed out"},
     // -- handles closed under a waiter
-    {SS_ECANCELLED, "channel", nullptr, &PyExc_RuntimeError, "channel '$name' was closed while $op was waiting"},
-    {SS_ECANCELLED, nullptr, nullptr, &PyExc_RuntimeError,
+    {SS_ECANCELLED, "channel", nullptr, &g_cancelled, "channel '$name' was closed while $op was waiting"},
+    {SS_ECANCELLED, nullptr, nullptr, &g_cancelled,
      "$kind '$name' was closed while a read was waiting; open it again with shmstream.open('$name')"},
     // -- failed writes
     {SS_EINCONSISTENT, nullptr, "read_last_complete", &g_inconsistent,
@@ -150,9 +183,9 @@ inline const StatusRow kStatusTable[] = {
      "the last write to '$name' was aborted (an exception inside write_view), so no consistent "
      "payload is published; the next successful write recovers the stream"},
     // -- the lock
-    {SS_EDEADLK, nullptr, nullptr, &PyExc_RuntimeError,
+    {SS_EDEADLK, nullptr, nullptr, &g_lock_held,
      "this thread already holds the lock of '$name' through another handle; release it there first"},
-    {SS_ENOTOWNER, nullptr, nullptr, &PyExc_RuntimeError,
+    {SS_ENOTOWNER, nullptr, nullptr, &g_not_owner,
      "release of '$name' by a thread that does not hold its lock"},
     // -- a segment another process changed under an open handle (docs/ABI.md,
     //    "The header is trusted once")
@@ -174,18 +207,18 @@ inline const StatusRow kStatusTable[] = {
     {ELOOP, nullptr, "open", nullptr,
      "the /dev/shm entry of $kind '$name' is a symbolic link, which shmstream never follows; "
      "remove it with shmstream.unlink('$name')", Raise::OsWhat},
-    {SS_ENAME, nullptr, nullptr, &PyExc_ValueError, "invalid $kind name '$name': a name is $detail"},
-    {SS_EKIND, nullptr, nullptr, &PyExc_ValueError,
+    {SS_ENAME, nullptr, nullptr, &g_value, "invalid $kind name '$name': a name is $detail"},
+    {SS_EKIND, nullptr, nullptr, &g_value,
      "'$name' is a shared-memory object of another kind (not a $kind)"},
     {SS_ECORRUPT, "channel", "open", &g_corrupt, kBadChannelSegment},
-    {SS_EVERSION, "channel", "open", &g_corrupt, kBadChannelSegment},
+    {SS_EVERSION, "channel", "open", &g_version, kBadChannelSegment},
     {SS_EBUSY, "channel", "open", &g_corrupt, kBadChannelSegment},
     {SS_ECORRUPT, "channel", nullptr, &g_corrupt, "channel '$name' holds an impossible record header or ring position (corrupt ring); "
      "remove it with shmstream.unlink_channel('$name') and create it again"},
     {SS_ECORRUPT, nullptr, nullptr, &g_corrupt,
      "segment of '$name' is corrupt or not a shmstream segment (bad magic, checksum or size); "
      "remove it with shmstream.unlink('$name')"},
-    {SS_EVERSION, nullptr, nullptr, &g_corrupt,
+    {SS_EVERSION, nullptr, nullptr, &g_version,
      "segment of '$name' has an unknown layout version; it was made by another shmstream version; "
      "upgrade, or remove it with shmstream.unlink('$name')"},
     {SS_EBUSY, nullptr, "peek", nullptr,
@@ -207,8 +240,8 @@ inline const StatusRow kStatusTable[] = {
     {SS_EATTACHED, "channel", nullptr, &g_busy,
      "channel '$name' already has a live $detail; a channel has one producer and one consumer "
      "(close the other handle first)"},
-    {SS_ETOOBIG, "channel", nullptr, &PyExc_ValueError, "message is larger than the ring of '$name' can ever hold"},
-    {SS_EROLE, "channel", nullptr, &PyExc_RuntimeError, "$op is not possible on this end of '$name'$detail"},
+    {SS_ETOOBIG, "channel", nullptr, &g_value, "message is larger than the ring of '$name' can ever hold"},
+    {SS_EROLE, "channel", nullptr, &g_role, "$op is not possible on this end of '$name'$detail"},
     {EEXIST, "shared array", nullptr, nullptr,
      "a shared-memory object named '$name' already exists; attach to a shared array with "
      "shmstream.SharedArray.open('$name'), pick another name, or remove it with "
@@ -218,7 +251,7 @@ inline const StatusRow kStatusTable[] = {
      "shmstream.unlink_channel('$name')", Raise::OsWhat},
     {ENOENT, "channel", nullptr, nullptr,
      "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
-    {EINVAL, "channel", "create", &PyExc_ValueError,
+    {EINVAL, "channel", "create", &g_value,
      "capacity must be a power of two between 4096 and 2**40 bytes"},
     {ESTALE, "channel", nullptr, &g_corrupt, "channel '$name' was removed and created again while attaching; retry"},
     // -- who may open a segment (docs/ABI.md, "Owner and PID namespace")
@@ -237,21 +270,21 @@ inline const StatusRow kStatusTable[] = {
     // -- GPU streams
     {SS_EGPUGONE, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
     {SS_EPOISONED, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
-    {SS_ENOCUDA, nullptr, nullptr, &PyExc_RuntimeError, "CUDA support is not available: $detail"},
-    {SS_EFORK, nullptr, nullptr, &PyExc_RuntimeError, "$op on GPU stream '$name': $detail"},
-    {SS_ECUDA, nullptr, nullptr, &PyExc_RuntimeError, "$op on GPU stream '$name': $detail"},
-    {SS_ENOTGPU, nullptr, nullptr, &PyExc_ValueError, "GPU stream '$name': $detail"},
+    {SS_ENOCUDA, nullptr, nullptr, &g_no_cuda, "CUDA support is not available: $detail"},
+    {SS_EFORK, nullptr, nullptr, &g_cuda, "$op on GPU stream '$name': $detail"},
+    {SS_ECUDA, nullptr, nullptr, &g_cuda, "$op on GPU stream '$name': $detail"},
+    {SS_ENOTGPU, nullptr, nullptr, &g_value, "GPU stream '$name': $detail"},
     // -- the direct-I/O reader ($name is the file's path)
-    {SS_DIRECT_ESHORT, nullptr, nullptr, &PyExc_ValueError,
+    {SS_DIRECT_ESHORT, nullptr, nullptr, &g_value,
      "file '$name' has $detail; check shape, dtype and offset"},
-    {SS_DIRECT_ENOTREG, nullptr, nullptr, &PyExc_ValueError, "'$name' is not a regular file"},
-    {SS_DIRECT_ECLOSED, nullptr, nullptr, &PyExc_ValueError,
+    {SS_DIRECT_ENOTREG, nullptr, nullptr, &g_value, "'$name' is not a regular file"},
+    {SS_DIRECT_ECLOSED, nullptr, nullptr, &g_value,
      "read from a closed DirectArray ('$name'); open a new one to read again"},
-    {SS_DIRECT_ERANGE, nullptr, nullptr, &PyExc_IndexError,
+    {SS_DIRECT_ERANGE, nullptr, nullptr, &g_index,
      "row index out of range for the DirectArray on '$name'"},
-    {SS_DIRECT_ETRUNCATED, nullptr, nullptr, &PyExc_OSError,
+    {SS_DIRECT_ETRUNCATED, nullptr, nullptr, &g_os,
      "file '$name' became shorter than the array while reading"},
-    {EINVAL, "DirectArray", nullptr, &PyExc_ValueError,
+    {EINVAL, "DirectArray", nullptr, &g_value,
      "invalid read request (output size does not match the rows)"},
     {0, "DirectArray", nullptr, nullptr, "$name", Raise::OsPath},  // any other errno
 };
@@ -315,7 +348,7 @@ inline std::string fill(const char *text, const ErrorContext &c) {
     raise(*r.type, msg);
   }
   if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
-  raise(PyExc_RuntimeError, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed (status " +
+  raise(g_error, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed (status " +
                                 std::to_string(rc) + ")");
 }
 
@@ -352,11 +385,11 @@ inline int64_t to_ns(nb::handle timeout, const char *what = "timeout") {
     }
   }
   if (!real)
-    raise(PyExc_TypeError, std::string(what) + " must be a number of seconds, math.inf or None, "
+    raise(g_type, std::string(what) + " must be a number of seconds, math.inf or None, "
           "not " + Py_TYPE(o)->tp_name);
   if (std::isinf(t) && t > 0) return -1;
   if (!(t >= 0))
-    raise(PyExc_ValueError, std::string(what) + " must be >= 0 seconds, math.inf or None");
+    raise(g_value, std::string(what) + " must be >= 0 seconds, math.inf or None");
   double ns = t * 1e9;
   return ns >= 9.2e18 ? -1 : (int64_t)ns;
 }
@@ -389,7 +422,7 @@ int chunked(int64_t timeout_ns, F &&fn) {
 inline void def_fault_injection(nb::module_ &m) {
   m.def("fault_arm", [](const std::string &point, uint32_t nth, bool exit) {
     if (ss_fault_arm(point.c_str(), nth, exit ? SS_FAULT_EXIT : SS_FAULT_SIGKILL) != SS_OK)
-      raise(PyExc_ValueError, "unknown crash point '" + point + "'; see fault_points()");
+      raise(g_value, "unknown crash point '" + point + "'; see fault_points()");
   }, nb::arg("point"), nb::arg("nth") = 1, nb::arg("exit") = false,
      "Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.");
   m.def("fault_disarm", &ss_fault_disarm);

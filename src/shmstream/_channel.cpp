@@ -119,7 +119,7 @@ int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t siz
 
 [[noreturn]] void raise_layout(int why, size_t size) {
   if (why == 1)
-    raise(PyExc_BufferError, "this message's dtype has no DLPack equivalent; use np.asarray");
+    raise(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
   raise(g_corrupt, "a received array message is corrupt: its shape and dtype describe "
                    "another size than its " + std::to_string(size) + " payload bytes; "
                    "the producer wrote a bad record");
@@ -154,7 +154,7 @@ struct RxMessage {
 
   void check() const {
     if (!pin.is_valid() || pin.is_none())
-      raise(PyExc_RuntimeError, "this zero-copy message was released at the end of its 'with' "
+      raise(g_handle_closed, "this zero-copy message was released at the end of its 'with' "
             "block; keep what you need (np.array(msg) copies) inside the block");
   }
   nb::object bytes_view() const {
@@ -172,6 +172,15 @@ struct RxMessage {
     if (why) raise_layout(why, size);
     return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, (size_t)l.ndim, l.shape, pin,
                                                        nullptr, l.dt, nb::device::cpu::value));
+  }
+  // The payload as a read-only ndarray view (uint8 for a bytes message);
+  // a dtype without a DLPack code (structured, strings, ...) is viewed by
+  // channel.py's decoder (set_decoder).
+  nb::object array_view() const {
+    nb::object asarray = nb::module_::import_("numpy").attr("asarray");
+    nb::object typed = typed_view();
+    if (!typed.is_none()) return asarray(typed);
+    return nb::handle(g_decode)(meta, bytes_view());
   }
   // A DLPack capsule of the message made here (no ndarray in between),
   // read-only when versioned; the consumer's tensor holds the pin.
@@ -207,7 +216,7 @@ class Channel {
   bool attached() const { return ch.role != 0 && ch.ctl != nullptr; }
   void check_open(const char *what) const {
     if (!attached())
-      raise(PyExc_RuntimeError, std::string(what) + " on channel '" + name_ +
+      raise(g_handle_closed, std::string(what) + " on channel '" + name_ +
             "', which is closed; attach again with shmstream.open_channel('" + name_ + "')");
   }
   bool producer() const { return ch.role == SS_ROLE_PRODUCER; }
@@ -253,11 +262,11 @@ class Channel {
 
   void check_size(size_t size, size_t meta_len) {
     if (meta_len > SS_MSG_MAX_META)
-      raise(PyExc_ValueError, "array description of " + std::to_string(meta_len) +
+      raise(g_value, "array description of " + std::to_string(meta_len) +
             " bytes is too long for a message header");
     uint64_t max = ss_channel_max_message(&ch, (uint32_t)meta_len);
     if (size > max)
-      raise(PyExc_ValueError, "message of " + std::to_string(size) + " bytes is larger than the "
+      raise(g_value, "message of " + std::to_string(size) + " bytes is larger than the "
             "ring of '" + name_ + "' can hold (at most " + std::to_string(max) +
             " bytes per message with capacity " + std::to_string(ch.capacity) +
             "); create the channel with a larger capacity");
@@ -280,7 +289,7 @@ class Channel {
 
   void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send");
-    if (!producer()) raise(PyExc_RuntimeError, "send on the consumer end of '" + name_ + "'");
+    if (!producer()) raise(g_role, "send on the consumer end of '" + name_ + "'");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {
@@ -300,7 +309,7 @@ class Channel {
   // All items carry the same array metadata `meta` (None for bytes messages).
   size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send_many");
-    if (!producer()) raise(PyExc_RuntimeError, "send_many on the consumer end of '" + name_ + "'");
+    if (!producer()) raise(g_role, "send_many on the consumer end of '" + name_ + "'");
     nb::object seq = nb::steal(PySequence_Fast(items.ptr(), "send_many takes a sequence of "
                                                             "bytes-like objects"));
     if (!seq.is_valid()) throw nb::python_error();
@@ -339,8 +348,8 @@ class Channel {
   // Zero-copy send: a writable byte view of the loan; commit or rollback.
   nb::object loan(size_t nbytes, nb::handle meta, int64_t timeout_ns) {
     check_open("send_zero_copy");
-    if (!producer()) raise(PyExc_RuntimeError, "send_zero_copy on the consumer end of '" + name_ + "'");
-    if (ch.tx_open) raise(PyExc_RuntimeError, "a zero-copy send on '" + name_ + "' is already open");
+    if (!producer()) raise(g_role, "send_zero_copy on the consumer end of '" + name_ + "'");
+    if (ch.tx_open) raise(g_loan, "a zero-copy send on '" + name_ + "' is already open");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {
@@ -370,7 +379,7 @@ class Channel {
 
   void check_consumer(const char *what) {
     check_open(what);
-    if (producer()) raise(PyExc_RuntimeError, std::string(what) + " on the producer end of '" + name_ + "'");
+    if (producer()) raise(g_role, std::string(what) + " on the producer end of '" + name_ + "'");
   }
 
   // After copying a message out: release it now unless views pin earlier ones.
@@ -631,8 +640,22 @@ NB_MODULE(_channel, m) {
       .def_prop_ro("nbytes", [](const RxMessage &r) { return r.size; })
       .def_prop_ro("is_array", [](const RxMessage &r) { return (r.flags & SS_MSG_ARRAY) != 0; })
       .def_prop_ro("released", [](const RxMessage &r) { return !r.pin.is_valid() || r.pin.is_none(); })
-      .def("_bytes_view", &RxMessage::bytes_view)
-      .def("_typed_view", &RxMessage::typed_view)
+      .def_prop_ro("data", &RxMessage::bytes_view,
+                   "The payload as a read-only memoryview (pins the ring bytes while alive).")
+      .def_prop_ro("array", &RxMessage::array_view,
+                   "The payload as a read-only ndarray view (uint8 for a bytes message).")
+      .def("__array__", [](const RxMessage &r, nb::handle dtype, nb::handle copy) {
+        nb::object a = r.array_view();
+        if (!dtype.is_none()) {
+          nb::object want = nb::module_::import_("numpy").attr("dtype")(dtype);
+          if (!want.equal(a.attr("dtype"))) return nb::object(a.attr("astype")(want));
+        }
+        int c = PyObject_IsTrue(copy.ptr());
+        if (c < 0) throw nb::python_error();
+        return c ? nb::object(a.attr("copy")()) : a;
+      }, "dtype"_a = nb::none(), "copy"_a = nb::none(),
+         "The payload as an ndarray (numpy's array protocol): the view, converted to dtype "
+         "or copied when asked.")
       .def("release", &RxMessage::release,
            "Drop this message's hold on its ring bytes (views keep theirs).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
@@ -699,12 +722,12 @@ NB_MODULE(_channel, m) {
       .def_prop_ro("pinned", [](Channel &c) { return c.pins.size(); })
       .def("end_info", [](Channel &c, int role) {
         // (pid, state, attaches, takeovers, alive) of one end, for stat and tests.
-        if (!c.ch.ctl) raise(PyExc_RuntimeError, "channel is closed");
+        if (!c.ch.ctl) raise(g_handle_closed, "channel is closed");
         return end_info(c.ch.ctl, role);
       }, "role"_a)
       .def("peer_status", [](Channel &c) {
         // 0 ok, or the negative status (dead / closed), and the peer's pid.
-        if (!c.attached()) raise(PyExc_RuntimeError, "channel is closed");
+        if (!c.attached()) raise(g_handle_closed, "channel is closed");
         int32_t pid = 0;
         int rc = ss_channel_peer_status(&c.ch, &pid);
         return nb::make_tuple(rc, pid);
@@ -721,7 +744,7 @@ NB_MODULE(_channel, m) {
         return c.loan(nbytes, meta, to_ns(timeout));
       }, "nbytes"_a, "meta"_a = nb::none(), "timeout"_a = nb::none())
       .def("commit", [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
-        if (!c.ch.tx_open) raise(PyExc_RuntimeError, "no zero-copy send is open");
+        if (!c.ch.tx_open) raise(g_loan, "no zero-copy send is open");
         ss_channel_commit_tx(&c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
       }, "nbytes"_a, "type_id"_a = 0, "array"_a = false)
       .def("rollback", [](Channel &c) { ss_channel_rollback_tx(&c.ch); })

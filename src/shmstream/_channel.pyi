@@ -2,12 +2,6 @@
 
 from collections.abc import Sequence
 
-from shmstream.channel import (
-    _zc_array as array,
-    _zc_array_protocol as __array__,
-    _zc_data as data
-)
-
 
 def fault_arm(point: str, nth: int = 1, exit: bool = False) -> None:
     """
@@ -84,6 +78,21 @@ class ZeroCopyMessage:
     @property
     def released(self) -> bool: ...
 
+    @property
+    def data(self) -> object:
+        """
+        The payload as a read-only memoryview (pins the ring bytes while alive).
+        """
+
+    @property
+    def array(self) -> object:
+        """The payload as a read-only ndarray view (uint8 for a bytes message)."""
+
+    def __array__(self, dtype: object | None = None, copy: object | None = None) -> object:
+        """
+        The payload as an ndarray (numpy's array protocol): the view, converted to dtype or copied when asked.
+        """
+
     def release(self) -> None:
         """Drop this message's hold on its ring bytes (views keep theirs)."""
 
@@ -97,14 +106,6 @@ class ZeroCopyMessage:
         """
 
     def __dlpack_device__(self) -> tuple: ...
-
-    @property
-    def data(self) -> memoryview:
-        """The payload as a read-only memoryview (pins the ring bytes while alive)."""
-
-    @property
-    def array(self) -> object:
-        """The payload as a read-only ndarray view (uint8 for a bytes message)."""
 
 def release_all(msgs: object) -> None:
     """Release every ZeroCopyMessage of msgs (views keep their own holds)."""

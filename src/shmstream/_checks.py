@@ -16,6 +16,12 @@ from typing import Any
 import numpy as np
 
 from . import _dtypes, _native
+from .errors import (
+    ShmstreamFileExistsError,
+    ShmstreamFileNotFoundError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
 
 #: The largest value of a shared 64-bit counter (count, frame id, time).
 MAX_U64 = 2**64 - 1
@@ -28,11 +34,11 @@ NAME_RULE: str = _native.NAME_RULE
 def check_name(name: Any, what: str = "stream") -> str:
     """A name of 1 to 255 UTF-8 bytes without NUL (docs/ABI.md, "Names")."""
     if not isinstance(name, str):
-        raise TypeError(f"{what} name must be a str, not {type(name).__name__}")
+        raise ShmstreamTypeError(f"{what} name must be a str, not {type(name).__name__}")
     try:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"{what} name {name!r} cannot be encoded as UTF-8 (lone surrogate); "
             f"a name is {NAME_RULE}"
         ) from None
@@ -42,20 +48,20 @@ def check_name(name: Any, what: str = "stream") -> str:
             else "contains a NUL character" if "\x00" in name
             else f"is {size} UTF-8 bytes long"
         )
-        raise ValueError(f"invalid {what} name {name!r}: it {reason}; a name is {NAME_RULE}")
+        raise ShmstreamValueError(f"invalid {what} name {name!r}: it {reason}; a name is {NAME_RULE}")
     return name
 
 
 def check_int(what: str, value: Any, minimum: int | None = None) -> int:
     """An integer (a bool, a float or a string is refused, not truncated)."""
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{what} must be an integer, not {value!r}")
+        raise ShmstreamTypeError(f"{what} must be an integer, not {value!r}")
     try:
         checked = operator.index(value)
     except TypeError:
-        raise TypeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
+        raise ShmstreamTypeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
     if minimum is not None and checked < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {checked}")
+        raise ShmstreamValueError(f"{what} must be >= {minimum}, got {checked}")
     return checked
 
 
@@ -63,7 +69,7 @@ def check_u64(what: str, value: Any, minimum: int = 0) -> int:
     """An integer in [minimum, 2**64): the type of every shared counter."""
     checked = check_int(what, value)
     if not minimum <= checked <= MAX_U64:
-        raise ValueError(f"{what} must be in [{minimum}, 2**64), got {checked}")
+        raise ShmstreamValueError(f"{what} must be in [{minimum}, 2**64), got {checked}")
     return checked
 
 
@@ -75,16 +81,16 @@ def check_shape(shape: Any, max_ndim: int | None = _native.MAX_NDIM) -> tuple[in
     """An int or a sequence of non-negative ints (no bools, no floats), of
     at most ``max_ndim`` dimensions (a segment header holds 8; None: any)."""
     if isinstance(shape, (str, bytes, bool, np.bool_)):
-        raise TypeError(f"shape must be a tuple of integers, not {shape!r}")
+        raise ShmstreamTypeError(f"shape must be a tuple of integers, not {shape!r}")
     if isinstance(shape, (int, np.integer)):
         return (check_dim(shape),)
     try:
         items = list(shape)
     except TypeError:
-        raise TypeError(f"shape must be a tuple of integers, not {type(shape).__name__}") from None
+        raise ShmstreamTypeError(f"shape must be a tuple of integers, not {type(shape).__name__}") from None
     dims = tuple(check_dim(d) for d in items)
     if max_ndim is not None and len(dims) > max_ndim:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"shape {dims} has {len(dims)} dimensions; at most {max_ndim} are supported"
         )
     return dims
@@ -107,9 +113,9 @@ def check_after(after: Any) -> int:
     try:
         value = operator.index(after)
     except TypeError:
-        raise ValueError(f"after must be an integer, not {type(after).__name__} {after!r}") from None
+        raise ShmstreamValueError(f"after must be an integer, not {type(after).__name__} {after!r}") from None
     if value < 0:
-        raise ValueError(f"after must be non-negative, got {value}")
+        raise ShmstreamValueError(f"after must be non-negative, got {value}")
     return value
 
 
@@ -120,13 +126,13 @@ def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real):
-        raise TypeError(
+        raise ShmstreamTypeError(
             f"{what} must be a number of seconds, math.inf or None, not "
             f"{type(timeout).__name__} {timeout!r}"
         )
     value = float(timeout)
     if math.isnan(value) or value < 0:
-        raise ValueError(f"{what} must be >= 0 seconds, math.inf or None, got {timeout!r}")
+        raise ShmstreamValueError(f"{what} must be >= 0 seconds, math.inf or None, got {timeout!r}")
     return value
 
 
@@ -135,16 +141,16 @@ def spin_ns(spin_us: Any) -> int:
     if spin_us is None:
         return -1
     if isinstance(spin_us, (bool, np.bool_)) or not isinstance(spin_us, numbers.Real):
-        raise TypeError(f"spin_us must be a number of microseconds or None, not {spin_us!r}")
+        raise ShmstreamTypeError(f"spin_us must be a number of microseconds or None, not {spin_us!r}")
     value = float(spin_us)
     if not value >= 0:
-        raise ValueError(f"spin_us must be >= 0 or None, got {spin_us!r}")
+        raise ShmstreamValueError(f"spin_us must be >= 0 or None, got {spin_us!r}")
     return int(min(value, 1e12) * 1000)
 
 
 def check_mode(mode: Any) -> int:
     if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or not 0 < mode <= 0o777:
-        raise ValueError(f"mode must be permission bits like 0o600, got {mode!r}")
+        raise ShmstreamValueError(f"mode must be permission bits like 0o600, got {mode!r}")
     return int(mode)
 
 
@@ -152,7 +158,7 @@ def check_slots(slots: Any) -> int:
     if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or not (
         1 <= slots <= _native.MAX_SLOTS
     ):
-        raise ValueError(f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}")
+        raise ShmstreamValueError(f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}")
     return int(slots)
 
 
@@ -162,14 +168,14 @@ def check_history(history: Any, slots: Any, gpu: bool) -> int:
     and GPU streams have none."""
     n = check_int("history", history, minimum=0)
     if n > _native.MAX_HISTORY:
-        raise ValueError(f"history must be 0 to {_native.MAX_HISTORY}, got {n}")
+        raise ShmstreamValueError(f"history must be 0 to {_native.MAX_HISTORY}, got {n}")
     if n and gpu:
-        raise ValueError(
+        raise ShmstreamValueError(
             "history is not available on GPU streams (their device buffer has 2 slots); "
             "record a GPU stream through its CPU mirror (cpu_mirror=True) instead"
         )
     if n and slots is not None:
-        raise ValueError(f"history={n} uses {n + 1} slots; leave slots out (got slots={slots})")
+        raise ShmstreamValueError(f"history={n} uses {n + 1} slots; leave slots out (got slots={slots})")
     return n
 
 
@@ -177,7 +183,7 @@ def check_cpu_open(name: str, gpu_device: Any) -> None:
     """open(name, gpu_device=...) of a CPU stream: a CPU handle where the
     caller asked for device memory would surprise it later, so refuse."""
     if gpu_device is not None and gpu_device is not False:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"stream {name!r} is a CPU stream, so it cannot be opened with gpu_device="
             f"{gpu_device!r}; open it without gpu_device (a GPU stream is made with "
             f"shmstream.create(..., gpu_device=...))"
@@ -186,7 +192,7 @@ def check_cpu_open(name: str, gpu_device: Any) -> None:
 
 def missing_name_error(name: str, what: str = "shared memory",
                        create: str = "shmstream.create({name!r}, ...)") -> FileNotFoundError:
-    exc = FileNotFoundError(
+    exc = ShmstreamFileNotFoundError(
         f"{what} {name!r} does not exist; create it with {create.format(name=name)} first"
     )
     exc.errno = 2  # ENOENT
@@ -195,7 +201,7 @@ def missing_name_error(name: str, what: str = "shared memory",
 
 def duplicate_name_error(name: str, what: str = "shared memory",
                          attach: str = "shmstream.open({name!r})") -> FileExistsError:
-    exc = FileExistsError(
+    exc = ShmstreamFileExistsError(
         f"{what} {name!r} already exists; use {attach.format(name=name)} to attach to it"
     )
     exc.errno = 17  # EEXIST
@@ -215,14 +221,14 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
     try:
         items = list(items)
     except TypeError:
-        raise TypeError(
+        raise ShmstreamTypeError(
             "allow_owner must be a uid (int), a user name (str) or a collection of them, "
             f"not {type(allow_owner).__name__}"
         ) from None
     uids = []
     for item in items:
         if isinstance(item, bool) or not isinstance(item, (int, str)):
-            raise TypeError(f"allow_owner entries must be uids (int) or user names (str), "
+            raise ShmstreamTypeError(f"allow_owner entries must be uids (int) or user names (str), "
                             f"not {type(item).__name__}")
         if isinstance(item, str):
             import pwd
@@ -230,8 +236,8 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
             try:
                 item = pwd.getpwnam(item).pw_uid
             except KeyError:
-                raise ValueError(f"allow_owner: no user named {item!r}") from None
+                raise ShmstreamValueError(f"allow_owner: no user named {item!r}") from None
         if not 0 <= item < 2**32 - 1:
-            raise ValueError(f"allow_owner: {item} is not a uid (0 to 2**32 - 2)")
+            raise ShmstreamValueError(f"allow_owner: {item} is not a uid (0 to 2**32 - 2)")
         uids.append(int(item))
     return uids

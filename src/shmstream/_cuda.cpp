@@ -62,7 +62,7 @@ class GpuStream {
   }
 
   ss_gpu *g(const char *op) {
-    if (!gpu) raise(PyExc_RuntimeError, std::string("cannot ") + op + " a closed GPU stream handle");
+    if (!gpu) raise(g_handle_closed, std::string("cannot ") + op + " a closed GPU stream handle");
     return gpu;
   }
 
@@ -120,7 +120,7 @@ class DLImport {
     t = nullptr;
   }
   DLTensor &dl() {
-    if (!t) raise(PyExc_RuntimeError, "DLPack tensor already released");
+    if (!t) raise(g_handle_closed, "DLPack tensor already released");
     return t->dl_tensor;
   }
 };
@@ -162,7 +162,7 @@ NB_MODULE(_cuda, m) {
     return nb::bytes((const char *)u, 16);
   });
   m.def("device_by_uuid", [](nb::bytes uuid) {
-    if (uuid.size() != 16) raise(PyExc_ValueError, "a device uuid is 16 bytes");
+    if (uuid.size() != 16) raise(g_value, "a device uuid is 16 bytes");
     return ss_cuda_device_by_uuid((const uint8_t *)uuid.c_str());
   });
 
@@ -170,7 +170,7 @@ NB_MODULE(_cuda, m) {
       .def_static("create", [](const std::string &name, std::vector<uint64_t> shape,
                                uint64_t itemsize, const std::string &dtype, int flags, int mode,
                                int ordinal) {
-        if (shape.size() > SS_MAX_NDIM) raise(PyExc_ValueError, "too many dimensions");
+        if (shape.size() > SS_MAX_NDIM) raise(g_value, "too many dimensions");
         auto *s = new GpuStream();
         s->name = name;
         ss_create_args a{};
@@ -252,7 +252,7 @@ NB_MODULE(_cuda, m) {
         if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
         if ((uint64_t)view.len != s.seg.id.payload_bytes) {
           PyBuffer_Release(&view);
-          raise(PyExc_ValueError, "source buffer of " + std::to_string(view.len) +
+          raise(g_value, "source buffer of " + std::to_string(view.len) +
                 " bytes does not match the payload of '" + s.name + "'");
         }
         const uint64_t *fid = frame_id ? &*frame_id : nullptr;
@@ -390,7 +390,7 @@ NB_MODULE(_cuda, m) {
   nb::class_<DLImport>(m, "DLImport")
       .def_static("take", [](nb::handle capsule) {
         if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
-          raise(PyExc_TypeError, "expected an unconsumed DLPack capsule ('dltensor')");
+          raise(g_type, "expected an unconsumed DLPack capsule ('dltensor')");
         auto *t = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
         if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw nb::python_error();
         auto *imp = new DLImport();

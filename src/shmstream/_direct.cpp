@@ -76,7 +76,7 @@ class Reader {
   void read_units(nb::handle units, uint64_t unit_bytes, nb::handle out) {
     Buffer idx(units, false), dst(out, true);
     if (idx.view.itemsize != 8 || idx.view.len % 8 != 0) {
-      raise(PyExc_TypeError, "units must be a contiguous int64 array");
+      raise(g_type, "units must be a contiguous int64 array");
     }
     size_t n = (size_t)idx.view.len / 8;
     int rc;

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _native
+from .errors import ShmstreamTypeError, ShmstreamValueError
 
 
 def normalize(dtype: Any) -> np.dtype:
@@ -20,15 +21,15 @@ def normalize(dtype: Any) -> np.dtype:
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
-        raise TypeError(f"dtype {dtype!r} is not understood by NumPy: {exc}") from None
+        raise ShmstreamTypeError(f"dtype {dtype!r} is not understood by NumPy: {exc}") from None
     if dt.hasobject:
-        raise TypeError(
+        raise ShmstreamTypeError(
             f"dtype {dt} holds Python object references, which are pointers into one "
             "process's heap and mean nothing in another process; store fixed-size data "
             "instead (e.g. fixed-width strings 'U16'/'S16', or numeric codes)"
         )
     if dt.itemsize == 0 and dt.names is None and dt.kind in "USV":
-        raise TypeError(
+        raise ShmstreamTypeError(
             f"dtype {dt} has no size; give strings a width, e.g. 'U16' or 'S16'"
         )
     return dt
@@ -41,7 +42,7 @@ def encode(dt: np.dtype) -> str:
     else:
         text = repr(np.lib.format.dtype_to_descr(dt))
     if len(text.encode()) > _native.MAX_DTYPE_BYTES:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"dtype {dt} is too complex to describe in a stream header "
             f"(more than {_native.MAX_DTYPE_BYTES} bytes of description)"
         )
@@ -64,12 +65,12 @@ def decode(text: str) -> np.dtype:
             else:
                 dt = np.dtype(text)
     except Exception as exc:  # noqa: BLE001 - SyntaxError, RecursionError, ...: all mean unreadable
-        raise ValueError(
+        raise ShmstreamValueError(
             f"dtype description {text[:80]!r} is not one shmstream writes "
             f"({type(exc).__name__}: {exc}); the segment or message is corrupt or foreign"
         ) from None
     if dt.hasobject:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"dtype description {text[:80]!r} holds Python object references, which "
             "shmstream never stores; the segment or message is corrupt or foreign"
         )
@@ -82,7 +83,7 @@ def of_segment(segment: Any) -> np.dtype:
     header) would make every read fail later, so it fails here, once."""
     dt = decode(segment.dtype)
     if dt.itemsize != int(segment.itemsize):
-        raise ValueError(
+        raise ShmstreamValueError(
             f"the header of {segment.name!r} describes dtype {str(dt)!r} ({dt.itemsize} bytes) "
             f"but an itemsize of {int(segment.itemsize)} bytes; the segment is corrupt or "
             f"foreign: remove it with shmstream.unlink({segment.name!r}) and create it again"

@@ -18,8 +18,13 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import _checks
-from .errors import FrameOverwrittenError
 from .publication import FrameBatch, Publication
+from .errors import (
+    FrameOverwrittenError,
+    NoCpuMirrorError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
 
 
 class History:
@@ -36,7 +41,7 @@ class History:
     def _history_segment(self, operation: str) -> Any:
         seg = self._check_open(operation)
         if self.gpu_enabled and not self.cpu_mirror:
-            raise ValueError(
+            raise NoCpuMirrorError(
                 f"cannot {operation} GPU stream {self.name!r}: it has no CPU mirror, and "
                 "history reads (and recording) read frames on the CPU; create it with "
                 "cpu_mirror=True"
@@ -58,13 +63,13 @@ class History:
         dims = "".join(f", {d}" for d in self.shape)
         want = f"an array of shape (n{dims}) and dtype {self.dtype}, n >= 1"
         if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be {want}, not {type(out).__name__}")
+            raise ShmstreamTypeError(f"out must be {want}, not {type(out).__name__}")
         if out.ndim != len(self.shape) + 1 or out.shape[1:] != self.shape or out.shape[0] < 1 \
                 or out.dtype != self.dtype:
-            raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; stream "
+            raise ShmstreamValueError(f"out has shape {out.shape} and dtype {out.dtype}; stream "
                              f"{self.name!r} needs {want}")
         if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a C-contiguous, writable array")
+            raise ShmstreamValueError("out must be a C-contiguous, writable array")
         return out
 
     def read_since(

@@ -38,7 +38,12 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import _native, _proc
-from .errors import CorruptStreamError
+from .errors import (
+    BatchLostError,
+    CorruptStreamError,
+    ShmstreamFileNotFoundError,
+    ShmstreamOSError,
+)
 
 SHM_DIR = "/dev/shm"
 #: User-name prefix of a pool's root segment.
@@ -125,7 +130,7 @@ def purge_dead_loader_pools() -> list[str]:
             segname = None  # no root can have this name (not UTF-8, too long)
         try:
             if segname is None:
-                raise FileNotFoundError(root_name(token))
+                raise ShmstreamFileNotFoundError(root_name(token))
             seg = _native.Segment.peek(segname)
             owner_alive = _proc.alive(seg.creator_pid, seg.creator_start_ticks)
             # made in another PID namespace: its pid cannot be judged here, keep it
@@ -177,7 +182,7 @@ def map_slot_file(path: str, capacity: int, populate: bool) -> mmap.mmap:
     try:
         size = os.fstat(fd).st_size
         if size != capacity:
-            raise OSError(f"loader slot file {path} has {size} bytes, its pool says {capacity}")
+            raise ShmstreamOSError(f"loader slot file {path} has {size} bytes, its pool says {capacity}")
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
         return mmap.mmap(fd, capacity, flags=flags)
     finally:
@@ -334,7 +339,7 @@ class Pool:
             cap = int(e[_CAP])
             t.forget_retired(self.maps)
         if not ok:
-            raise RuntimeError(
+            raise BatchLostError(
                 "shmstream.torch.DataLoader: a batch was lost: the worker that wrote it died "
                 "and its slot was reused; restart the epoch")
         cached = self.maps.get(k)
@@ -426,10 +431,10 @@ class PoolClient:
     def __init__(self, token: str, instance_id: str, wrap: Any = None) -> None:
         seg = _native.Segment.open(root_name(token), _native.KIND_ARRAY, False)
         if seg.instance_id != instance_id:
-            raise FileNotFoundError(f"loader pool {root_name(token)!r} was replaced")
+            raise ShmstreamFileNotFoundError(f"loader pool {root_name(token)!r} was replaced")
         words = seg.payload().view(np.int64)
         if words.size < _HEAD or int(words[_H_MAGIC]) != TABLE_MAGIC:
-            raise OSError(f"loader pool {root_name(token)!r} has no slot table")
+            raise ShmstreamOSError(f"loader pool {root_name(token)!r} has no slot table")
         self.token = token
         self.table = _Table(seg, token)
         self.pid = os.getpid()
@@ -469,7 +474,7 @@ class PoolClient:
                 buf = self.wrap(create_slot_file(path, cap))
                 if not os.path.exists(SHM_DIR + self.table.seg.segname):
                     _unlink_quiet(path)  # the loader is gone: no orphan file
-                    raise FileNotFoundError(f"loader pool {root_name(self.token)!r} was removed")
+                    raise ShmstreamFileNotFoundError(f"loader pool {root_name(self.token)!r} was removed")
                 with self.table.locked():
                     self.table.line(k)[_READY] = 1
             else:

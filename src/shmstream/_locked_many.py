@@ -7,8 +7,9 @@ import time
 from typing import Any, Sequence
 
 from . import _checks
-from ._waiting import _remaining
+from ._waiting import remaining
 from .stream import SharedMemory
+from .errors import ShmstreamValueError
 
 __all__ = ["locked_many"]
 
@@ -31,19 +32,19 @@ class _LockedMany:
         ordered = sorted(handles, key=_handle_name)
         for previous, current in zip(ordered, ordered[1:]):
             if previous.name == current.name:
-                raise ValueError("locked_many() requires unique stream names")
+                raise ShmstreamValueError("locked_many() requires unique stream names")
         timeout = self._timeout
         timeout = _checks.check_timeout(timeout)
         poll_interval = float(self._poll_interval)
         if not math.isfinite(poll_interval) or poll_interval <= 0.0:
-            raise ValueError("poll_interval must be positive")
+            raise ShmstreamValueError("poll_interval must be positive")
         deadline = None if timeout is None or math.isinf(timeout) else time.monotonic() + timeout
         if all(type(handle) is SharedMemory for handle in ordered):
             acquired: list[SharedMemory] = []
             self._exit = acquired
             try:
                 for handle in ordered:
-                    handle.acquire(timeout=_remaining(deadline), poll_interval=poll_interval)
+                    handle.acquire(timeout=remaining(deadline), poll_interval=poll_interval)
                     acquired.append(handle)
             except BaseException:
                 _release_in_reverse(acquired)
@@ -52,7 +53,7 @@ class _LockedMany:
         with ExitStack() as stack:
             for handle in ordered:
                 stack.enter_context(
-                    handle.locked(timeout=_remaining(deadline), poll_interval=poll_interval)
+                    handle.locked(timeout=remaining(deadline), poll_interval=poll_interval)
                 )
             self._exit = stack.pop_all()
         return handles

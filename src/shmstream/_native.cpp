@@ -95,7 +95,7 @@ class Segment {
 
   void check_len(const Buffer &b, const char *what) {
     if ((size_t)b.view.len != payload_bytes())
-      raise(PyExc_ValueError, std::string(what) + " buffer of " + std::to_string(b.view.len) +
+      raise(g_value, std::string(what) + " buffer of " + std::to_string(b.view.len) +
             " bytes does not match the payload of '" + name() + "' (" +
             std::to_string(payload_bytes()) + " bytes)");
   }
@@ -117,7 +117,7 @@ class Segment {
     uint64_t now = hdr()->pub.count.load(std::memory_order_relaxed);
     if (count && count <= now) {
       if (!locked) unlock();
-      raise(PyExc_ValueError, "count " + std::to_string(count) + " does not exceed the count of '" +
+      raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" +
             name() + "' (" + std::to_string(now) + "): a mirror's counts only grow");
     }
     ss_publish_meta meta{frame_id, write_time_ns, count};
@@ -284,7 +284,7 @@ class Segment {
   // Bytes of `frames` (a C-contiguous writable buffer), checked to hold n frames.
   void check_room(const Buffer &b, size_t n) {
     if ((size_t)b.view.len < n * payload_bytes())
-      raise(PyExc_ValueError, "out holds " + std::to_string(b.view.len) + " bytes, not the " +
+      raise(g_value, "out holds " + std::to_string(b.view.len) + " bytes, not the " +
             std::to_string(n) + " frame(s) of '" + name() + "' it must take");
   }
 
@@ -528,15 +528,15 @@ NB_MODULE(_native, m) {
                                uint64_t itemsize, const std::string &dtype, int flags, int mode,
                                uint64_t payload_bytes, uint32_t slots, uint32_t history) {
         if (history > SS_MAX_HISTORY)
-          raise(PyExc_ValueError, "history must be 0 to " + std::to_string(SS_MAX_HISTORY) +
+          raise(g_value, "history must be 0 to " + std::to_string(SS_MAX_HISTORY) +
                 ", not " + std::to_string(history));
         if (slots < 1 || slots > SS_MAX_SLOTS)
-          raise(PyExc_ValueError, "slots must be 1 to " + std::to_string(SS_MAX_SLOTS) +
+          raise(g_value, "slots must be 1 to " + std::to_string(SS_MAX_SLOTS) +
                 ", not " + std::to_string(slots));
         if (shape.size() > SS_MAX_NDIM)
-          raise(PyExc_ValueError, "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
+          raise(g_value, "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
         if (dtype.size() > SS_MAX_DTYPE_BYTES)
-          raise(PyExc_ValueError, "dtype description is longer than " + std::to_string(SS_MAX_DTYPE_BYTES) + " bytes");
+          raise(g_value, "dtype description is longer than " + std::to_string(SS_MAX_DTYPE_BYTES) + " bytes");
         Segment *s = make_segment();
         ss_create_args a{};
         a.name = name.c_str();
@@ -723,7 +723,7 @@ NB_MODULE(_native, m) {
       }, "after"_a, "wait_new"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1, "holds_lock"_a = false,
          "Locate the published frame without copying: (slot, slot_seq, count, frame_id, write_time_ns).")
       .def("view_valid", [](Segment &s, uint32_t slot, uint64_t slot_seq) {
-        if (slot >= s.seg.id.slot_count) raise(PyExc_IndexError, "no such slot");
+        if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
         ss_frame f{slot, slot_seq};
         bool valid = ss_view_valid(&s.seg, &f);
         s.check_mapping("read_view");  // a shrunk file is not an overwrite
@@ -735,7 +735,7 @@ NB_MODULE(_native, m) {
       .def("payload", [](Segment &s, uint32_t slot) {
         // A writable byte view of one slot; it keeps this Segment (and so
         // the mapping) alive for as long as the view exists.
-        if (slot >= s.seg.id.slot_count) raise(PyExc_IndexError, "no such slot");
+        if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
         nb::handle owner = nb::find(&s);
         size_t shape[1] = {s.payload_bytes()};
         return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape, owner);
@@ -772,7 +772,7 @@ NB_MODULE(_native, m) {
         auto *row = (const uint64_t *)b.view.buf;
         nb::list out;
         for (size_t i = 0; i < n; i++, row += 5) {
-          if (row[3] >= s.seg.id.slot_count) raise(PyExc_IndexError, "no such slot");
+          if (row[3] >= s.seg.id.slot_count) raise(g_index, "no such slot");
           ss_frame f{(uint32_t)row[3], row[4]};
           out.append((bool)ss_view_valid(&s.seg, &f));
         }

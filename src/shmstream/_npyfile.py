@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 import numpy as np
+from .errors import ShmstreamValueError
 
 _MAGIC = b"\x93NUMPY"
 _ALIGN = 64  # NumPy aligns the data after the header to 64 bytes
@@ -48,18 +49,18 @@ class NpyAppender:
             if total - fixed < 256 ** len_bytes:
                 pad = total - fixed - len(text) - 1
                 if pad < 0:  # pragma: no cover - size comes from _MAX_ROWS
-                    raise ValueError("npy header does not fit its reserved size")
+                    raise ShmstreamValueError("npy header does not fit its reserved size")
                 body = text + b" " * pad + b"\n"
                 return (_MAGIC + bytes([version, 0]) + len(body).to_bytes(len_bytes, "little")
                         + body)
-        raise ValueError("dtype description too long for a .npy header")  # pragma: no cover
+        raise ShmstreamValueError("dtype description too long for a .npy header")  # pragma: no cover
 
     def append(self, rows: Any) -> None:
         """Append rows (an array of shape ``(n, *row_shape)``, C-contiguous,
         of this dtype)."""
         data = np.ascontiguousarray(rows, dtype=self.dtype)
         if data.shape[1:] != self.row_shape:
-            raise ValueError(f"rows of shape {data.shape[1:]} appended to {self.path}, whose "
+            raise ShmstreamValueError(f"rows of shape {data.shape[1:]} appended to {self.path}, whose "
                              f"rows have shape {self.row_shape}")
         self._file.write(memoryview(data).cast("B") if data.size else b"")
         self.rows += data.shape[0]

@@ -12,6 +12,7 @@ import numpy as np
 
 from ._scopes import ReadView
 from .publication import STATE_NAMES, Publication
+from .errors import NotLockOwnerError, ShmstreamTypeError, ShmstreamValueError
 
 # Hot-path globals bound once.
 _ndarray = np.ndarray
@@ -80,17 +81,17 @@ class Reading:
 
     def _check_out(self, out: Any) -> np.ndarray:
         if not isinstance(out, _ndarray):
-            raise TypeError(
+            raise ShmstreamTypeError(
                 f"out must be a numpy.ndarray of shape {self.shape} and dtype "
                 f"{self.dtype}, not {type(out).__name__}"
             )
         if out.shape != self.shape or out.dtype != self.dtype:
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"out has shape {out.shape} and dtype {out.dtype}; stream "
                 f"{self.name!r} needs shape {self.shape} and dtype {self.dtype}"
             )
         if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a C-contiguous, writable array")
+            raise ShmstreamValueError("out must be a C-contiguous, writable array")
         return out
 
     def read(
@@ -130,11 +131,11 @@ class Reading:
             raise AssertionError
         self._check_writable("take an unsafe shared view from")
         if out is not None:
-            raise ValueError(
+            raise ShmstreamValueError(
                 "out is supported only for safe reads; pass safe=True with out="
             )
         if not self._holds_lock():
-            raise RuntimeError("safe=False requires an active 'with shm.locked()' block")
+            raise NotLockOwnerError("safe=False requires an active 'with shm.locked()' block")
         self._record(seg.count)
         return self._payload_view(seg)
 
@@ -152,11 +153,11 @@ class Reading:
         if not safe:
             self._check_writable("take an unsafe publication view from")
             if out is not None:
-                raise ValueError(
+                raise ShmstreamValueError(
                     "out is supported only for safe reads; pass safe=True with out="
                 )
             if not self._holds_lock():
-                raise RuntimeError(
+                raise NotLockOwnerError(
                     "safe=False requires an active 'with shm.locked()' block"
                 )
             count, frame_id, wt = seg.publication()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from . import _native
+from .errors import ShmstreamOSError
 
 SHM_DIR = "/dev/shm"
 
@@ -33,14 +34,14 @@ def no_space_error(name: str, what: str, need: int, layout: str) -> OSError:
     message is about files, not bytes."""
     free = free_bytes()
     if free_inodes() == 0:
-        return OSError(
+        return ShmstreamOSError(
             28,  # ENOSPC
             f"cannot create {what} {name!r}: {SHM_DIR} has no free inodes (it holds as many "
             f"files as it may, with {free} bytes still free); remove what is no longer used "
             f"('shmstream list', 'shmstream purge'), or allow more files (e.g. mount -o "
             f"remount,nr_inodes=1m {SHM_DIR})",
         )
-    exc = OSError(
+    exc = ShmstreamOSError(
         28,  # ENOSPC
         f"cannot create {what} {name!r}: it needs {need} bytes in {SHM_DIR} ({layout}), and "
         f"{SHM_DIR} has {free if free >= 0 else 'an unknown number of'} bytes free; make "

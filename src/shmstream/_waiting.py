@@ -24,7 +24,8 @@ _ASYNC_CHUNK_S = 0.25
 _empty = np.empty
 
 
-def _remaining(deadline: float | None) -> float | None:
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left until a time.monotonic() deadline (0 at the latest); None: no deadline."""
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
@@ -228,7 +229,7 @@ def _blocking_wait(
     task frees its executor thread soon."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        left = _remaining(deadline)
+        left = remaining(deadline)
         chunk = _ASYNC_CHUNK_S if left is None else min(left, _ASYNC_CHUNK_S)
         try:
             if dst is None:

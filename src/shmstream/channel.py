@@ -27,10 +27,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import _channel, _checks, _dtypes, _native, _space
-from .errors import (
-    ChannelClosedError,
-    CorruptStreamError,
-)
+from .errors import ChannelClosedError, CorruptStreamError, ShmstreamTypeError, ShmstreamValueError
 
 __all__ = [
     "channel",
@@ -59,17 +56,21 @@ def _array_meta(dtype: np.dtype, shape: tuple) -> bytes:
     meta = _meta_cache.get(key)
     if meta is None:
         if len(shape) > _native.MAX_NDIM:
-            raise ValueError(f"at most {_native.MAX_NDIM} dimensions travel in a message")
+            raise ShmstreamValueError(f"at most {_native.MAX_NDIM} dimensions travel in a message")
         text = _dtypes.encode(_dtypes.normalize(dtype)).encode()
         meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(text), *shape) + text
         if len(meta) > _channel.MAX_META:
-            raise ValueError(f"dtype {dtype} is too complex to describe in a message header")
+            raise ShmstreamValueError(f"dtype {dtype} is too complex to describe in a message header")
         if len(_meta_cache) < _CACHE_LIMIT:
             _meta_cache[key] = meta
     return meta
 
 
-def _describe(meta: bytes) -> tuple:
+def describe(meta: bytes) -> tuple[np.dtype, tuple[int, ...]]:
+    """The (dtype, shape) that an array message's ``meta`` header describes
+    (``ZeroCopyMessage.meta``, a received record's meta). The header was
+    written by another process: an unreadable one raises
+    CorruptStreamError."""
     desc = _desc_cache.get(meta)
     if desc is None:
         try:
@@ -85,46 +86,13 @@ def _describe(meta: bytes) -> tuple:
 
 
 def _decode(meta: bytes, data: Any) -> np.ndarray:
-    dtype, shape = _describe(meta)
+    dtype, shape = describe(meta)
     if dtype.itemsize == 0 or math.prod(shape) == 0:
         return np.empty(shape, dtype)
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
 _channel.set_decoder(_decode)
-
-
-# ---- zero-copy message views (ZeroCopyMessage is defined in C++) -----------
-
-
-def _zc_data(self: ZeroCopyMessage) -> memoryview:
-    """The payload as a read-only memoryview (pins the ring bytes while alive)."""
-    return self._bytes_view()
-
-
-def _zc_array(self: ZeroCopyMessage) -> np.ndarray:
-    """The payload as a read-only ndarray view (uint8 for a bytes message)."""
-    if not self.is_array:
-        return np.asarray(self._typed_view())
-    typed = self._typed_view()
-    if typed is not None:
-        return np.asarray(typed)
-    dtype, shape = _describe(self.meta)  # structured, strings, ...: no DLPack code
-    if dtype.itemsize == 0 or math.prod(shape) == 0:
-        return np.empty(shape, dtype)
-    return np.frombuffer(self._bytes_view(), dtype=dtype).reshape(shape)
-
-
-def _zc_array_protocol(self: ZeroCopyMessage, dtype: Any = None, copy: Any = None) -> np.ndarray:
-    a = _zc_array(self)
-    if dtype is not None and np.dtype(dtype) != a.dtype:
-        return a.astype(dtype)
-    return a.copy() if copy else a
-
-
-ZeroCopyMessage.data = property(_zc_data)
-ZeroCopyMessage.array = property(_zc_array)
-ZeroCopyMessage.__array__ = _zc_array_protocol
 
 
 class ZeroCopyBatch(list):
@@ -277,7 +245,7 @@ class ChannelProducer(_End):
         except TypeError:
             buf = _as_buffer(obj)
             if buf is obj:
-                raise TypeError(
+                raise ShmstreamTypeError(
                     f"send takes bytes, a buffer, an ndarray or a DLPack tensor, not {type(obj).__name__}"
                 ) from None
             self.send(buf, type_id, timeout)
@@ -314,7 +282,7 @@ class ChannelProducer(_End):
         if it raises. Views must not outlive the block."""
         if dtype is None and shape is None:
             if nbytes is None:
-                raise TypeError("send_zero_copy needs nbytes, or dtype and shape")
+                raise ShmstreamTypeError("send_zero_copy needs nbytes, or dtype and shape")
             n = _checks.check_int("nbytes", nbytes, minimum=0)
             self._check_fits(n, None)
             return _Loan(self._ch, n, None, type_id, timeout, None, None)
@@ -322,7 +290,7 @@ class ChannelProducer(_End):
         shp = _checks.check_shape(() if shape is None else shape)
         n = math.prod(shp) * dt.itemsize
         if nbytes is not None and _checks.check_int("nbytes", nbytes) != n:
-            raise ValueError(f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)")
+            raise ShmstreamValueError(f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)")
         meta = _array_meta(dt, shp)
         self._check_fits(n, meta)
         return _Loan(self._ch, n, meta, type_id, timeout, dt, shp)
@@ -330,7 +298,7 @@ class ChannelProducer(_End):
     def _check_fits(self, n: int, meta: bytes | None) -> None:
         most = self._ch.max_message(len(meta) if meta else 0)
         if n > most:
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"message of {n} bytes is larger than the ring of {self.name!r} can hold "
                 f"(at most {most} bytes per message with capacity {self.capacity}); "
                 "create the channel with a larger capacity"
@@ -430,7 +398,7 @@ def _role(role: str) -> int:
     try:
         return _ROLES[role]
     except (KeyError, TypeError):
-        raise ValueError(f"role must be 'producer' or 'consumer', not {role!r}") from None
+        raise ShmstreamValueError(f"role must be 'producer' or 'consumer', not {role!r}") from None
 
 
 def _wrap(ch: Any) -> ChannelProducer | ChannelConsumer:
@@ -451,7 +419,7 @@ def channel(
     _checks.check_name(name, "channel")
     capacity = _checks.check_int("capacity", capacity)
     if capacity < _channel.MIN_CAPACITY or capacity & (capacity - 1):
-        raise ValueError(
+        raise ShmstreamValueError(
             f"capacity must be a power of two >= {_channel.MIN_CAPACITY} bytes, not {capacity}"
         )
     try:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _direct
+from .errors import ShmstreamIndexError, ShmstreamTypeError, ShmstreamValueError
 
 __all__ = ["DirectArray", "direct_mmap", "DEFAULT_CACHE_BYTES"]
 
@@ -61,7 +62,7 @@ def _consumes(item: Any) -> tuple[Any, int]:
     if arr.dtype.kind not in "iu":
         if arr.size == 0:
             return arr.astype(np.intp), 1  # [] selects nothing, as in NumPy
-        raise IndexError(
+        raise ShmstreamIndexError(
             "only integers, slices (`:`), ellipsis (`...`), numpy.newaxis (`None`) and "
             "integer or boolean arrays are valid indices"
         )
@@ -93,7 +94,7 @@ class DirectArray:
                  cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         dt = _checks.check_dtype(dtype)
         if dt.itemsize == 0:
-            raise TypeError(f"dtype {dt} has no size; give a sized dtype such as 'S8'")
+            raise ShmstreamTypeError(f"dtype {dt} has no size; give a sized dtype such as 'S8'")
         self._shape = _checks.check_shape(shape, max_ndim=None)
         self._dtype = dt
         self._offset = _checks.check_int("offset", offset, minimum=0)
@@ -137,7 +138,7 @@ class DirectArray:
 
     def __len__(self) -> int:
         if not self._shape:
-            raise TypeError("len() of a 0-d DirectArray")
+            raise ShmstreamTypeError("len() of a 0-d DirectArray")
         return self._shape[0]
 
     def __repr__(self) -> str:
@@ -163,7 +164,7 @@ class DirectArray:
 
     def __getitem__(self, key: Any) -> Any:
         if self._closed:
-            raise ValueError(f"read from a closed DirectArray ({self._path!r}); "
+            raise ShmstreamValueError(f"read from a closed DirectArray ({self._path!r}); "
                              "open a new one to read again")
         if type(key) is slice and self._shape:
             # The hot path (a[i:j:k]), kept short: a warm read is a few µs.
@@ -194,7 +195,7 @@ class DirectArray:
         else:
             i = operator.index(key)
             if not -n0 <= i < n0:
-                raise IndexError(f"index {i} is out of bounds for axis 0 with size {n0}")
+                raise ShmstreamIndexError(f"index {i} is out of bounds for axis 0 with size {n0}")
             start, step, count = i % n0, 1, 1
             out = np.empty(self._shape[1:], self._dtype)
         if count and out.size:
@@ -222,9 +223,9 @@ class DirectArray:
             used.append(n)
         ndim = len(self._shape)
         if ellipses > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
+            raise ShmstreamIndexError("an index can only have a single ellipsis ('...')")
         if sum(used) > ndim:
-            raise IndexError(f"too many indices for array: array is {ndim}-dimensional, "
+            raise ShmstreamIndexError(f"too many indices for array: array is {ndim}-dimensional, "
                              f"but {sum(used)} were indexed")
         if ellipses:
             at = next(i for i, item in enumerate(items) if item is Ellipsis)

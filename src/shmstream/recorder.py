@@ -31,6 +31,7 @@ from . import _checks
 from .stream import create as _create
 from .stream import open as _open
 from .recording import Recording, RecordingWriter, load_recording
+from .errors import NoCpuMirrorError, ShmstreamTypeError, ShmstreamValueError
 
 __all__ = ["RecordStats", "ReplayStats", "record", "replay"]
 
@@ -187,10 +188,8 @@ class _Spool:
 def _open_for_reading(name: str) -> Any:
     try:
         return _open(name, readonly=True, gpu_device=False)
-    except ValueError as exc:
-        if "CPU mirror" not in str(exc):
-            raise
-        raise ValueError(
+    except NoCpuMirrorError:
+        raise NoCpuMirrorError(
             f"cannot record GPU stream {name!r}: it has no CPU mirror, and recording reads "
             "frames on the CPU; create it with cpu_mirror=True"
         ) from None
@@ -378,9 +377,9 @@ def _check_rate(rate: Any) -> float | None:
         return None
     rule = "rate must be > 0 frames per second (math.inf: as fast as possible, None: as recorded)"
     if isinstance(rate, (bool, np.bool_)) or not isinstance(rate, numbers.Real):
-        raise TypeError(f"{rule}, not {type(rate).__name__} {rate!r}")
+        raise ShmstreamTypeError(f"{rule}, not {type(rate).__name__} {rate!r}")
     if not float(rate) > 0:  # NaN too
-        raise ValueError(f"{rule}, got {rate!r}")
+        raise ShmstreamValueError(f"{rule}, got {rate!r}")
     return float(rate)
 
 
@@ -398,20 +397,18 @@ def _target(rec: Recording, name: str, history: int | None) -> tuple[Any, bool]:
     except FileNotFoundError:
         depth = rec.history if history is None else history
         return _create(name, shape=rec.shape, dtype=rec.dtype, history=depth), True
-    except ValueError as exc:
-        if "CPU mirror" not in str(exc):
-            raise
+    except NoCpuMirrorError:
         handle = None
     if handle is None or handle.gpu_enabled:
         if handle is not None:
             handle.close()
-        raise ValueError(
+        raise ShmstreamValueError(
             f"cannot replay into GPU stream {name!r}: a GPU write cannot carry the recorded "
             "counts and write times; replay into a CPU stream"
         )
     if handle.shape != rec.shape or handle.dtype != rec.dtype:
         handle.close()
-        raise ValueError(
+        raise ShmstreamValueError(
             f"recording {str(rec.path)!r} holds {rec.dtype} frames of shape {rec.shape}, but "
             f"stream {name!r} holds {handle.dtype} frames of shape {handle.shape}; replay into "
             "a stream of the same shape and dtype, or a new name"
@@ -424,7 +421,7 @@ def _check_counts(rec: Recording, handle: Any, renumber: bool) -> None:
         return
     first, now = int(rec.counts[0]), handle.count
     if now >= first:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"stream {handle.name!r} is at count {now}, not below the recording's first count "
             f"{first}: the recorded counts cannot be published (a stream's counts only grow); "
             "replay into a new stream, or renumber (renumber=True, --renumber) to publish "

@@ -30,6 +30,7 @@ import numpy as np
 from . import _dtypes
 from ._npyfile import NpyAppender
 from .publication import FrameBatch, Publication
+from .errors import ShmstreamFileExistsError, ShmstreamFileNotFoundError, ShmstreamValueError
 
 __all__ = ["FORMAT", "COLUMNS", "Recording", "RecordingWriter", "load_recording"]
 
@@ -135,12 +136,12 @@ class RecordingWriter:
 def _prepare_directory(path: Path, overwrite: bool) -> None:
     if path.exists():
         if not overwrite:
-            raise FileExistsError(
+            raise ShmstreamFileExistsError(
                 f"{str(path)!r} already exists; choose another path, or pass overwrite=True "
                 "(--overwrite) to replace a recording"
             )
         if not (path / DESCRIPTION).is_file():
-            raise FileExistsError(
+            raise ShmstreamFileExistsError(
                 f"{str(path)!r} exists and is not a shmstream recording (no {DESCRIPTION}); "
                 "refusing to overwrite it"
             )
@@ -170,7 +171,7 @@ class Recording:
         lengths = {len(c) for c in columns}
         if lengths != {n}:
             if self.complete:
-                raise ValueError(
+                raise ShmstreamValueError(
                     f"recording {str(self.path)!r} is inconsistent: frames.npy has {n} frames "
                     f"but its columns have {sorted(lengths)} entries"
                 )
@@ -183,16 +184,16 @@ class Recording:
             self.dtype = _dtypes.decode(self.info["dtype"]) if isinstance(
                 self.info["dtype"], str) else np.dtype(self.info["dtype"])
         except (KeyError, TypeError, ValueError, SyntaxError) as exc:
-            raise ValueError(f"recording {str(self.path)!r} has a bad {DESCRIPTION}: no valid "
+            raise ShmstreamValueError(f"recording {str(self.path)!r} has a bad {DESCRIPTION}: no valid "
                              f"shape and dtype ({exc})") from None
         if self.frames.shape[1:] != self.shape or self.frames.dtype != self.dtype:
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"recording {str(self.path)!r} is inconsistent: frames.npy holds "
                 f"{self.frames.dtype} frames of shape {self.frames.shape[1:]}, {DESCRIPTION} "
                 f"says {self.dtype} of shape {self.shape}"
             )
         if n > 1 and not bool(np.all(self.counts[1:] > self.counts[:-1])):
-            raise ValueError(f"recording {str(self.path)!r} is corrupt: its counts do not "
+            raise ShmstreamValueError(f"recording {str(self.path)!r} is corrupt: its counts do not "
                              "increase")
 
     @property
@@ -233,23 +234,23 @@ def load_recording(path: str | os.PathLike[str]) -> Recording:
 
 def _read_description(path: Path) -> dict[str, Any]:
     if not path.exists():
-        raise FileNotFoundError(f"no recording at {str(path)!r}; make one with "
+        raise ShmstreamFileNotFoundError(f"no recording at {str(path)!r}; make one with "
                                 f"'shmstream record NAME -o {path}'")
     if not path.is_dir():
-        raise ValueError(f"{str(path)!r} is not a shmstream recording: a recording is a "
+        raise ShmstreamValueError(f"{str(path)!r} is not a shmstream recording: a recording is a "
                          f"directory holding frames.npy, {', '.join(COLUMNS)} and {DESCRIPTION}")
     desc = path / DESCRIPTION
     if not desc.is_file():
-        raise ValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} is missing")
+        raise ShmstreamValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} is missing")
     try:
         info = json.loads(desc.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"recording {str(path)!r} has a corrupt {DESCRIPTION}: {exc}") from None
+        raise ShmstreamValueError(f"recording {str(path)!r} has a corrupt {DESCRIPTION}: {exc}") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT:
-        raise ValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} does not "
+        raise ShmstreamValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} does not "
                          f"say format {FORMAT!r}")
     if info.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"recording {str(path)!r} has format version "
+        raise ShmstreamValueError(f"recording {str(path)!r} has format version "
                          f"{info.get('format_version')!r}; this shmstream reads version "
                          f"{FORMAT_VERSION}: upgrade shmstream")
     return info
@@ -258,12 +259,12 @@ def _read_description(path: Path) -> dict[str, Any]:
 def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
     where = path / file
     if not where.is_file():
-        raise ValueError(f"recording {str(path)!r} is incomplete: {file} is missing")
+        raise ShmstreamValueError(f"recording {str(path)!r} is incomplete: {file} is missing")
     with open(where, "rb") as f:
         # Without the magic, np.load takes a file for a pickle and says so,
         # which misleads: say what is wrong.
         if f.read(6) != b"\x93NUMPY":
-            raise ValueError(f"recording {str(path)!r}: {file} is not a NumPy .npy file "
+            raise ShmstreamValueError(f"recording {str(path)!r}: {file} is not a NumPy .npy file "
                              "(it does not start with the .npy magic)")
     try:
         try:
@@ -273,10 +274,10 @@ def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
                 raise
             array = np.load(where, allow_pickle=False)  # an empty array cannot be mapped
     except Exception as exc:  # noqa: BLE001 - a damaged header raises anything (SyntaxError, tokenize.TokenError)
-        raise ValueError(f"recording {str(path)!r}: {file} is not a readable NumPy .npy file "
+        raise ShmstreamValueError(f"recording {str(path)!r}: {file} is not a readable NumPy .npy file "
                          f"({exc})") from None
     if not isinstance(array, np.ndarray) or array.ndim < 1 or (
             file != "frames.npy" and (array.ndim != 1 or array.dtype.kind not in "iu")):
-        raise ValueError(f"recording {str(path)!r}: {file} does not hold "
+        raise ShmstreamValueError(f"recording {str(path)!r}: {file} does not hold "
                          f"{'frames' if file == 'frames.npy' else 'one integer per frame'}")
     return array

@@ -43,7 +43,15 @@ from typing import Any
 import numpy as np
 
 from . import _checks, _dtypes, _native, _space
-from .errors import SegmentOwnerError, StaleStreamError
+from .errors import (
+    HandleClosedError,
+    SegmentOwnerError,
+    ShmstreamFileNotFoundError,
+    ShmstreamPermissionError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+    StaleStreamError,
+)
 
 __all__ = ["SharedArray", "SharedRecArray", "share"]
 
@@ -132,7 +140,7 @@ def _attach(name: str, segname: str, instance_id: str) -> _Mapping:
         except PermissionError:
             seg = _native.Segment.open(name, _native.KIND_ARRAY, True)
         except FileNotFoundError:
-            raise FileNotFoundError(
+            raise ShmstreamFileNotFoundError(
                 f"shared array {name!r} no longer exists: its creator closed it, dropped "
                 "its last reference, or exited before this process attached; keep the "
                 "SharedArray returned by share() alive until the workers have attached"
@@ -150,7 +158,7 @@ def _attach(name: str, segname: str, instance_id: str) -> _Mapping:
 def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple | None,
            offset: int, writable: bool, attach_writable: bool) -> "SharedArray":
     if writable and m.seg.readonly == 2:
-        raise PermissionError(
+        raise ShmstreamPermissionError(
             f"shared array {m.name!r} belongs to another user who shared it read-only; "
             "attach it read-only"
         )
@@ -160,7 +168,7 @@ def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple
         # NumPy takes a negative offset without strides and points before
         # the buffer (a fuzz_py_shared_array finding): the descriptor, which
         # another process sent, is checked here.
-        raise ValueError(
+        raise ShmstreamValueError(
             f"shared array {m.name!r}: the received descriptor (offset {offset}, shape {shape}, "
             f"strides {strides}) points outside the shared memory; it is corrupt"
         )
@@ -215,7 +223,7 @@ class SharedArray(np.ndarray):
         if m is None or not m.contains(self):
             return self._plain().__reduce__()
         if m.closed:
-            raise RuntimeError(
+            raise HandleClosedError(
                 f"shared array {m.name!r} is closed, so other processes cannot attach to it; "
                 "pickle it before close(), or share() the data again"
             )
@@ -284,7 +292,7 @@ class SharedArray(np.ndarray):
         try:
             seg = _native.Segment.open(name, _native.KIND_ARRAY, not writable, owners)
         except FileNotFoundError:
-            raise FileNotFoundError(
+            raise ShmstreamFileNotFoundError(
                 f"no shared array named {name!r}; create one with shmstream.share(array, name=...)"
             ) from None
         key = (seg.segname, seg.instance_id)
@@ -351,7 +359,7 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
     /dev/shm is full.
     """
     if isinstance(array, np.ma.MaskedArray):
-        raise TypeError(
+        raise ShmstreamTypeError(
             "share() does not share masked arrays (the mask would be lost); "
             "share array.data and array.mask separately"
         )
@@ -359,7 +367,7 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
     try:
         dt = _checks.check_dtype(a.dtype)
     except TypeError as exc:
-        raise TypeError(
+        raise ShmstreamTypeError(
             f"share() cannot put this array in shared memory: {exc}. For text, "
             "convert first (e.g. arr.astype('U32')); for arbitrary Python objects, "
             "pass the array to the workers normally (it is pickled)"
@@ -369,7 +377,7 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
     else:
         _checks.check_name(name, "shared array")
     if a.ndim > _native.MAX_NDIM:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"share() supports at most {_native.MAX_NDIM} dimensions, got {a.ndim}; "
             "share a reshaped array and reshape it back in the workers"
         )

@@ -49,8 +49,11 @@ from ._reading import Reading
 from ._scopes import LockScope, WriteView
 from ._history import History
 from ._waiting import Waiting
-from .errors import StaleStreamError
 from .publication import STATE_NAMES
+from .errors import (
+    GpuRequiredError, HandleClosedError, LoanStateError, LockHeldError, NotLockOwnerError,
+    ShmstreamPermissionError, ShmstreamTypeError, ShmstreamValueError, StaleStreamError,
+)
 
 __all__ = [
     "SharedMemory",
@@ -92,7 +95,7 @@ class SharedMemory(Reading, Waiting, History):
         self, segment: Any, *, owner: bool = False, readonly: bool = False
     ) -> None:
         if not isinstance(segment, _native.Segment):
-            raise TypeError(
+            raise ShmstreamTypeError(
                 "SharedMemory handles are made by shmstream.create() or "
                 "shmstream.open(), not by calling the class"
             )
@@ -162,25 +165,25 @@ class SharedMemory(Reading, Waiting, History):
             dims = dims + tuple(dt.shape)
             dt = dt.base
         if len(dims) > _native.MAX_NDIM:
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"shape {dims} has {len(dims)} dimensions; at most "
                 f"{_native.MAX_NDIM} are supported"
             )
         expected = math.prod(dims) * dt.itemsize
         if size is not None:
             if isinstance(size, bool) or int(size) != expected:
-                raise ValueError(
+                raise ShmstreamValueError(
                     "size does not match shape and dtype: "
                     f"expected {expected}, got {size}"
                 )
         if expected >= 2**62:
-            raise ValueError(f"a payload of {expected} bytes is too large")
+            raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
         mode = _checks.check_mode(mode)
         history = _checks.check_history(history, slots, gpu_device is not None)
         slots = _checks.check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
         if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
             if slots not in (_native.DEFAULT_SLOTS, GPU_SLOTS):
-                raise ValueError(
+                raise ShmstreamValueError(
                     f"a GPU stream has {GPU_SLOTS} slots (its device double "
                     f"buffer), got slots={slots!r}"
                 )
@@ -239,7 +242,7 @@ class SharedMemory(Reading, Waiting, History):
     # -- errors --
 
     def _closed_error(self, operation: str) -> RuntimeError:
-        return RuntimeError(
+        return HandleClosedError(
             f"cannot {operation} closed shared memory {self.name!r}; "
             f"reopen it with shmstream.open({self.name!r})"
         )
@@ -255,7 +258,7 @@ class SharedMemory(Reading, Waiting, History):
         if seg is None:
             raise self._closed_error(operation)
         if self.readonly:
-            raise PermissionError(
+            raise ShmstreamPermissionError(
                 f"cannot {operation} read-only shared memory {self.name!r}; "
                 f"open it with shmstream.open({self.name!r}) to write"
             )
@@ -372,7 +375,7 @@ class SharedMemory(Reading, Waiting, History):
         """True if the last write is older than ``max_age`` seconds (always
         True before the first write)."""
         if not max_age > 0:
-            raise ValueError("max_age must be positive")
+            raise ShmstreamValueError("max_age must be positive")
         return self.age > float(max_age)
 
     def producer_alive(self) -> bool:
@@ -453,11 +456,11 @@ class SharedMemory(Reading, Waiting, History):
         seg = self._check_open("release")
         state = self._lk
         if state.owner is None:
-            raise RuntimeError(
+            raise NotLockOwnerError(
                 f"cannot release an unlocked shared memory lock ({self.name!r})"
             )
         if state.owner != _get_ident():
-            raise RuntimeError(
+            raise NotLockOwnerError(
                 f"cannot release a lock owned by another thread ({self.name!r})"
             )
         state.depth -= 1
@@ -478,13 +481,13 @@ class SharedMemory(Reading, Waiting, History):
         try:
             array = np.asarray(value, dtype=self.dtype)
         except (TypeError, ValueError) as exc:
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"cannot write {type(value).__name__} to stream {self.name!r}: "
                 f"expected an array of shape {self.shape} and dtype {self.dtype} "
                 f"({exc})"
             ) from None
         if array.shape != self.shape:
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"expected shape {self.shape}, got {tuple(array.shape)} "
                 f"(stream {self.name!r} holds {self.dtype} arrays of shape "
                 f"{self.shape})"
@@ -520,18 +523,21 @@ class SharedMemory(Reading, Waiting, History):
             self._write_with_metadata(value, frame_id, count, write_time_ns)
             return
         seg = self._check_writable("write to")  # raises: closed or read-only
+        value, frame_id = self._write_args(value, frame_id)
+        self._wrote = seg.write(value, frame_id, self._holds_lock())
+
+    def _write_args(self, value: Any, frame_id: int | None) -> tuple[np.ndarray, int | None]:
+        """The checked (payload, frame_id) of every slow-path write."""
         value = self._coerce(value)
         if frame_id is not None:
             frame_id = _checks.check_u64("frame_id", frame_id)
-        self._wrote = seg.write(value, frame_id, self._holds_lock())
+        return value, frame_id
 
     def _write_with_metadata(
         self, value: Any, frame_id: int | None, count: int | None, write_time_ns: int | None
     ) -> None:
         seg = self._check_writable("write to")
-        value = self._coerce(value)
-        if frame_id is not None:
-            frame_id = _checks.check_u64("frame_id", frame_id)
+        value, frame_id = self._write_args(value, frame_id)
         count = 0 if count is None else _checks.check_u64("count", count, minimum=1)
         write_time_ns = (
             0 if write_time_ns is None else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
@@ -544,12 +550,8 @@ class SharedMemory(Reading, Waiting, History):
         """:meth:`write` for a caller that already holds the lock."""
         seg = self._check_writable("write to")
         if not self._holds_lock():
-            raise RuntimeError(
-                "write_locked() requires an active 'with shm.locked()' block"
-            )
-        value = self._coerce(value)
-        if frame_id is not None:
-            frame_id = _checks.check_u64("frame_id", frame_id)
+            raise NotLockOwnerError("write_locked() requires an active 'with shm.locked()' block")
+        value, frame_id = self._write_args(value, frame_id)
         self._wrote = seg.write(value, frame_id, True)
 
     def write_view(self, *, timeout: float | None = None, frame_id: int | None = None) -> WriteView:
@@ -571,11 +573,9 @@ class SharedMemory(Reading, Waiting, History):
     def _begin_write_view(self, frame_id: int | None, what: str) -> np.ndarray:
         seg = self._check_writable("write to")
         if not self._holds_lock():
-            raise RuntimeError(f"{what} requires an active 'with shm.locked()' block")
+            raise NotLockOwnerError(f"{what} requires an active 'with shm.locked()' block")
         if self._writing:
-            raise RuntimeError(
-                f"a write_view of {self.name!r} is already open on this handle"
-            )
+            raise LoanStateError(f"a write_view of {self.name!r} is already open on this handle")
         published = self._payload_view(seg)
         view = self._payload_view(seg, seg.write_begin())
         if view is not published:
@@ -608,7 +608,7 @@ class SharedMemory(Reading, Waiting, History):
     def pinned_buffer(self) -> Any:
         """GPU streams only (not available in this build)."""
         self._check_writable("allocate a pinned write buffer for")
-        raise RuntimeError("pinned_buffer() requires a GPU-attached stream handle")
+        raise GpuRequiredError("pinned_buffer() requires a GPU-attached stream handle")
 
     # -- lifetime --
 
@@ -622,7 +622,7 @@ class SharedMemory(Reading, Waiting, History):
         state = self._lk
         if state.owner is not None and self._held:
             if state.owner != _get_ident():
-                raise RuntimeError(
+                raise LockHeldError(
                     f"cannot close shared memory {self.name!r} while another "
                     "thread owns its lock"
                 )
@@ -645,7 +645,7 @@ class SharedMemory(Reading, Waiting, History):
         """Destroy the stream (this handle is closed first). Raises
         StaleStreamError if the name now belongs to a newer generation."""
         if self.readonly:
-            raise PermissionError(
+            raise ShmstreamPermissionError(
                 f"cannot unlink read-only shared memory {self.name!r}; "
                 f"use shmstream.unlink({self.name!r})"
             )

@@ -54,7 +54,7 @@ from torch.utils.data._utils.collate import collate as _collate
 from torch.utils.data._utils.collate import default_collate, default_collate_fn_map
 
 from . import _checks, _loader_pool
-from .errors import CorruptStreamError
+from .errors import BatchLostError, CorruptStreamError
 
 __all__ = ["DataLoader", "ShmTransportWarning"]
 
@@ -421,7 +421,7 @@ class _Descriptor:
         if self.k >= 0:
             pool = _pools.get(self.token)
             if pool is None:
-                raise RuntimeError("shmstream.torch.DataLoader: a batch arrived after its loader "
+                raise BatchLostError("shmstream.torch.DataLoader: a batch arrived after its loader "
                                    "was garbage-collected")
             slot = pool.claim(self.k, self.gen, self.seq, self.fresh)
             if self.used > 0:

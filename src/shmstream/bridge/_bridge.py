@@ -25,6 +25,13 @@ from ._channels import ChannelExport, ChannelImport
 from ._session import close_session, import_zenoh, make_config, open_session
 from ._status import is_status_name, status_name
 from ._streams import StreamExport, StreamImport, StreamPublisher
+from ..errors import (
+    AlreadyStartedError,
+    ShmstreamTimeoutError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+    WaitCancelledError,
+)
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -45,11 +52,11 @@ def _patterns(what: str, value: Any) -> tuple[str, ...]:
     try:
         items = tuple(value)
     except TypeError:
-        raise TypeError(f"{what} must be a name, a glob or a list of them, not "
+        raise ShmstreamTypeError(f"{what} must be a name, a glob or a list of them, not "
                         f"{type(value).__name__}") from None
     for p in items:
         if not isinstance(p, str) or not p:
-            raise TypeError(f"{what} must hold non-empty strings, not {p!r}")
+            raise ShmstreamTypeError(f"{what} must hold non-empty strings, not {p!r}")
     return items
 
 
@@ -105,13 +112,13 @@ class Bridge:
         self.namespace = socket.gethostname() if namespace is None else namespace
         self.keys = _keys.Keys(key_prefix, self.namespace)  # validates both
         if not isinstance(remote_namespace, str) or not remote_namespace:
-            raise TypeError("remote_namespace must be a non-empty str (a glob)")
+            raise ShmstreamTypeError("remote_namespace must be a non-empty str (a glob)")
         if not isinstance(local_prefix, str):
-            raise TypeError("local_prefix must be a str")
+            raise ShmstreamTypeError("local_prefix must be a str")
         if not scan_interval > 0:
-            raise ValueError("scan_interval must be positive")
+            raise ShmstreamValueError("scan_interval must be positive")
         if spin_us is not None and not spin_us >= 0:
-            raise ValueError("spin_us must be >= 0 or None")
+            raise ShmstreamValueError("spin_us must be >= 0 or None")
         self.spin_us = spin_us
         self.remote_namespace = remote_namespace
         self.local_prefix = local_prefix
@@ -137,7 +144,7 @@ class Bridge:
 
     def start(self, timeout: float = QUERY_TIMEOUT_S) -> "Bridge":
         if self._session is not None:
-            raise RuntimeError("this bridge is already started")
+            raise AlreadyStartedError("this bridge is already started")
         self._session = open_session(self._config)
         try:
             self.id = str(self._session.zid())
@@ -234,7 +241,7 @@ class Bridge:
         Close it (or use ``with``) when done writing."""
         ex = self._exports.get(name)
         if not isinstance(ex, StreamExport):
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"this bridge exports no stream {name!r} (it exports {self.exported}); a "
                 "publisher writes a stream the bridge exports: name it in exports= and, if it "
                 "is made after start(), call wait_for_export(name) first")
@@ -249,10 +256,10 @@ class Bridge:
         with self._changed:
             while not ready():
                 if self._stop.is_set():
-                    raise RuntimeError(f"the bridge was closed while waiting for {what}")
+                    raise WaitCancelledError(f"the bridge was closed while waiting for {what}")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+                    raise ShmstreamTimeoutError(f"timed out after {timeout} s waiting for {what}")
                 self._changed.wait(0.25 if left is None else min(left, 0.25))
 
     def _notify(self) -> None:
@@ -366,7 +373,7 @@ class Bridge:
 
     def _refuse(self, local: str, why: str) -> None:
         if self._starting:
-            raise ValueError(why)
+            raise ShmstreamValueError(why)
         if self._failed.get(local) != why:
             self._failed[local] = why
             log.error("%s", why)
@@ -453,7 +460,7 @@ class Bridge:
         others = self._foreign.get(name)
         try:
             if others:
-                raise ValueError(
+                raise ShmstreamValueError(
                     f"cannot export {kind} {name!r}: bridge {sorted(others)[0]} already exports "
                     f"that name in namespace {self.namespace!r}; give this bridge another "
                     "--namespace"

@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 
 import shmstream
-from shmstream.channel import _describe
+from shmstream.channel import describe
 
 from . import _thread, _wire
 from ._status import MirrorSide, StatusWriter
+from ..errors import ShmstreamValueError
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -157,7 +158,7 @@ class ChannelExport:
                 if not self._eof:
                     self._eof = True
                     self._put_status(False)
-            except RuntimeError:
+            except shmstream.HandleClosedError:  # closed under the drain
                 if rx.closed:
                     break
                 raise
@@ -322,7 +323,7 @@ class ChannelImport(MirrorSide):
         try:
             head = _wire.unpack_batch_head(attachment)
             records = [
-                (r, _describe(r.meta) if r.meta else None)
+                (r, describe(r.meta) if r.meta else None)
                 for r in _wire.iter_records(payload, head.records, self._max_message)
             ]
             for r, desc in records:
@@ -396,7 +397,7 @@ def _open_mirror_channel(local: str, remote: str, capacity: int) -> Any:
     try:
         tx = shmstream.open_channel(local, role="producer")
     except ValueError:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"cannot import channel {remote!r} as {local!r}: that name is a stream or shared "
             "array here; choose another local prefix"
         ) from None
@@ -407,7 +408,7 @@ def _open_mirror_channel(local: str, remote: str, capacity: int) -> Any:
         ) from None
     if tx.capacity < capacity:
         tx.close()
-        raise ValueError(
+        raise ShmstreamValueError(
             f"cannot import channel {remote!r} as {local!r}: a channel of that name exists "
             f"with a ring of {tx.capacity} bytes, smaller than the source's {capacity}; "
             f"remove it with shmstream.unlink_channel({local!r}) or choose another local prefix"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from urllib.parse import quote, unquote
+from ..errors import ShmstreamValueError
 
 DEFAULT_PREFIX = "shmstream"
 KINDS = ("stream", "channel")
@@ -44,7 +45,7 @@ def encode_name(name: str) -> str:
 def encode_chunk(text: str) -> str:
     """One key chunk (a namespace, a bridge id) for any text."""
     if not isinstance(text, str) or not text:
-        raise ValueError(f"a namespace must be a non-empty str, not {text!r}")
+        raise ShmstreamValueError(f"a namespace must be a non-empty str, not {text!r}")
     return quote(text, safe=_SAFE)
 
 
@@ -55,7 +56,7 @@ def decode(text: str) -> str:
 def check_prefix(prefix: str) -> str:
     """A key prefix: one or more plain chunks (no wildcard, no ``@``)."""
     if not isinstance(prefix, str) or not _PREFIX_OK.match(prefix):
-        raise ValueError(
+        raise ShmstreamValueError(
             f"key prefix {prefix!r} must be chunks of letters, digits and '._-~' "
             "joined by '/', e.g. 'shmstream' or 'lab/shmstream'"
         )

@@ -16,6 +16,13 @@ import json
 import os
 import threading
 from typing import Any, Sequence
+from ..errors import (
+    MissingExtraError,
+    ShmstreamFileNotFoundError,
+    ShmstreamOSError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
 
 ZENOH_HINT = 'the shmstream bridge needs Eclipse Zenoh: pip install "shmstream[zenoh]"'
 
@@ -40,7 +47,7 @@ def import_zenoh() -> Any:
     try:
         import zenoh
     except ImportError as exc:
-        raise ModuleNotFoundError(f"{ZENOH_HINT} ({exc})", name="zenoh") from None
+        raise MissingExtraError(f"{ZENOH_HINT} ({exc})", name="zenoh") from None
     return zenoh
 
 
@@ -58,15 +65,15 @@ def make_config(config: str | os.PathLike | None = None, listen: Sequence[str] =
     zenoh = import_zenoh()
     for what, eps in (("listen", listen), ("connect", connect)):
         if isinstance(eps, str) or not all(isinstance(e, str) and e for e in eps):
-            raise TypeError(f"{what} must be a list of endpoint strings like 'tcp/127.0.0.1:7447'")
+            raise ShmstreamTypeError(f"{what} must be a list of endpoint strings like 'tcp/127.0.0.1:7447'")
     if config is not None:
         path = os.fspath(config)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"Zenoh configuration file {path!r} does not exist")
+            raise ShmstreamFileNotFoundError(f"Zenoh configuration file {path!r} does not exist")
         try:
             cfg = zenoh.Config.from_file(path)
         except zenoh.ZError as exc:
-            raise ValueError(f"Zenoh cannot read its configuration {path!r}: {exc}") from None
+            raise ShmstreamValueError(f"Zenoh cannot read its configuration {path!r}: {exc}") from None
     else:
         cfg = zenoh.Config()
         for key, value in DEFAULTS.items():
@@ -77,7 +84,7 @@ def make_config(config: str | os.PathLike | None = None, listen: Sequence[str] =
         if connect:
             cfg.insert_json5("connect/endpoints", json.dumps(list(connect)))
     except zenoh.ZError as exc:
-        raise ValueError(f"bad Zenoh endpoint in {list(listen) + list(connect)}: {exc}") from None
+        raise ShmstreamValueError(f"bad Zenoh endpoint in {list(listen) + list(connect)}: {exc}") from None
     return cfg
 
 
@@ -88,7 +95,7 @@ def open_session(cfg: Any) -> Any:
     try:
         session = zenoh.open(cfg)
     except zenoh.ZError as exc:
-        raise OSError(f"cannot open the Zenoh session: {exc}") from None
+        raise ShmstreamOSError(f"cannot open the Zenoh session: {exc}") from None
     with _lock:
         _open_sessions[id(session)] = session
     return session

@@ -22,6 +22,7 @@ import numpy as np
 import shmstream
 
 from . import _wire
+from ..errors import ShmstreamFileNotFoundError, ShmstreamValueError
 
 STATUS_SUFFIX = "@bridge"
 KIND_CODES = {"stream": 1, "channel": 2}
@@ -80,13 +81,13 @@ def mirror_status(name: str) -> dict[str, Any]:
     try:
         h = shmstream.open(status_name(name), readonly=True)
     except FileNotFoundError:
-        raise FileNotFoundError(
+        raise ShmstreamFileNotFoundError(
             f"{name!r} is not a bridge mirror (no status stream {status_name(name)!r}); "
             "mirrors are made by 'shmstream bridge --import'"
         ) from None
     try:
         if h.dtype != STATUS_DTYPE:
-            raise ValueError(f"{status_name(name)!r} is not a bridge status stream")
+            raise ShmstreamValueError(f"{status_name(name)!r} is not a bridge status stream")
         return _describe(h.read()[0], h)
     finally:
         h.close()
@@ -105,7 +106,7 @@ class StatusWriter:
             self._h = shmstream.open(self.name)
             if self._h.dtype != STATUS_DTYPE or self._h.shape != (1,):
                 self._h.close()
-                raise ValueError(
+                raise ShmstreamValueError(
                     f"{self.name!r} exists and is not a bridge status stream; remove it "
                     f"with shmstream.unlink({self.name!r}) or import under another prefix"
                 ) from None

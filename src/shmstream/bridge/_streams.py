@@ -36,6 +36,7 @@ import shmstream
 
 from . import _thread, _wire
 from ._status import MirrorSide, StatusWriter
+from ..errors import HandleClosedError, ShmstreamValueError
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -107,9 +108,13 @@ class StreamExport:
         except BaseException:
             self.h.close()
             raise
+        # Written by the export thread and by every publisher's writing
+        # thread: changed only under _lock (a read of one of them alone is
+        # one load, and needs no lock).
+        self._lock = threading.Lock()
         self.frames_sent = 0
         self._sent_count = 0  # count of the newest frame put (by either path)
-        self._unsettled: tuple[bytes, bytes] | None = None  # last frame, not yet re-sent
+        self._unsettled: tuple[bytes, bytes] | None = None  # newest frame, not yet re-sent
         self._publishers = 0
         self._closed = False
         self._thread = _thread.start(self._run, f"export {name}")
@@ -144,14 +149,17 @@ class StreamExport:
         head = _wire.pack_frame_head(count, frame_id, _write_time_ns(write_time),
                                      self._layout, self._generation)
         self._pub.put(data, attachment=head)
-        self.frames_sent += 1
-        self._sent_count = max(self._sent_count, count)
-        self._unsettled = (data, head)
+        with self._lock:
+            self.frames_sent += 1
+            if count >= self._sent_count:  # an older frame sent late is not the one to settle
+                self._sent_count = count
+                self._unsettled = (data, head)
 
     def _settle(self) -> None:
         """The stream went quiet: send the last frame once more, reliably (a
         frame the network dropped at the end of a burst still arrives)."""
-        unsettled, self._unsettled = self._unsettled, None
+        with self._lock:
+            unsettled, self._unsettled = self._unsettled, None
         if unsettled is not None:
             self._session.put(self._key, unsettled[0], attachment=unsettled[1],
                               congestion_control=self._zenoh.CongestionControl.BLOCK)
@@ -201,7 +209,7 @@ class StreamExport:
             except shmstream.InconsistentStreamError:
                 self._stop.wait(0.01)  # no consistent frame until the next write
                 continue
-            except RuntimeError:
+            except shmstream.HandleClosedError:  # closed under the read: done
                 if h.closed:
                     return
                 raise
@@ -223,7 +231,7 @@ class StreamExport:
                 self._settle()
         except shmstream.InconsistentStreamError:
             pass  # no consistent frame until the next write
-        except RuntimeError:
+        except shmstream.HandleClosedError:
             if not self.h.closed:
                 raise
 
@@ -232,9 +240,22 @@ class StreamExport:
     def publisher(self) -> "StreamPublisher":
         return StreamPublisher(self)
 
+    def add_publisher(self) -> None:
+        """A publisher now puts the frames (the export thread follows)."""
+        with self._lock:
+            self._publishers += 1
+
+    def remove_publisher(self) -> None:
+        """A publisher stopped: send its last frame once more, reliably, and
+        let the export thread carry the stream again once none is left."""
+        with self._lock:
+            self._publishers -= 1
+        if not self._closed:
+            self._settle()
+
     def check_open(self) -> None:
         if self._closed:
-            raise RuntimeError(
+            raise HandleClosedError(
                 f"the export of {self.name!r} is closed (the bridge closed, or the stream was "
                 "made again); get a new publisher from the bridge")
 
@@ -293,13 +314,13 @@ class StreamPublisher:
         self._export = export
         self.name = export.name
         self.h = shmstream.open(export.name)
-        export._publishers += 1
+        export.add_publisher()
         self._open = True
         self.frames_put = 0  # frames this publisher put
 
     def write(self, value: Any, *, frame_id: int | None = None) -> None:
         if not self._open:
-            raise RuntimeError(f"write to a closed publisher of {self.name!r}")
+            raise HandleClosedError(f"write to a closed publisher of {self.name!r}")
         self._export.check_open()  # before the write: nothing half done
         self.h.write(value, frame_id=frame_id)
         self._export.publish_written(self.h)
@@ -311,10 +332,8 @@ class StreamPublisher:
         still arrives), and the export thread carries the stream again."""
         if self._open:
             self._open = False
-            self._export._publishers -= 1
             self.h.close()
-            if not self._export._closed:
-                self._export._settle()
+            self._export.remove_publisher()
 
     def __enter__(self) -> "StreamPublisher":
         return self
@@ -333,7 +352,7 @@ class StreamImport(MirrorSide):
         shape, dtype_text = meta["shape"], meta["dtype"]
         self._layout = _wire.layout_id(shape, dtype_text)
         if self._layout != meta.get("layout"):
-            raise ValueError(f"the exporter of {self.remote!r} describes its layout inconsistently")
+            raise ShmstreamValueError(f"the exporter of {self.remote!r} describes its layout inconsistently")
         self.h = _open_mirror(local, meta, self._layout)
         try:
             self.status = StatusWriter(local, "stream")
@@ -447,14 +466,14 @@ def _open_mirror(local: str, meta: dict, layout: int) -> Any:
     try:
         h = shmstream.open(local)
     except ValueError:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"cannot import {meta['name']!r} as {local!r}: that name is a channel or shared "
             "array here; choose another local prefix"
         ) from None
     cfg = h.to_config()
     if _wire.layout_id(cfg["shape"], cfg["dtype"]) != layout:
         h.close()
-        raise ValueError(
+        raise ShmstreamValueError(
             f"cannot import {meta['name']!r} as {local!r}: a stream of that name exists with "
             f"shape {tuple(cfg['shape'])} dtype {cfg['dtype']}, the export has shape "
             f"{tuple(meta['shape'])} dtype {meta['dtype']}; remove it with "

@@ -9,17 +9,17 @@ import math
 import sys
 from typing import Any, Callable
 
+from ..errors import ShmstreamError
+
 PROG = "shmstream"
 
-# Exceptions that mean "the user asked for something that cannot be done"
-# (missing stream, bad name, read-only, timeout...). Anything else is a bug
-# and keeps its traceback.
+# Exceptions that mean "the user asked for something that cannot be done":
+# every error the library raises (missing stream, bad name, read-only,
+# timeout...; shmstream.ShmstreamError) and a failed system call on a path
+# the user gave (OSError). Anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,  # FileNotFoundError, FileExistsError, PermissionError, ...
-    ValueError,
-    TypeError,
-    RuntimeError,
-    TimeoutError,
+    ShmstreamError,
+    OSError,
 )
 
 

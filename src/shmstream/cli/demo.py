@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable
 
 from ._common import fmt_rate, number, package, status_line
+from ..errors import DemoFailedError, ShmstreamValueError
 
 # The consumer's shared counters (one float64 each, written every frame so
 # the parent samples them at the same instant as the writer's count).
@@ -39,9 +40,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in text.lower().split("x"))
     except ValueError:
-        raise ValueError(f"bad shape {text!r}: use numbers joined by 'x', e.g. 480x640x3") from None
+        raise ShmstreamValueError(f"bad shape {text!r}: use numbers joined by 'x', e.g. 480x640x3") from None
     if not shape or any(d <= 0 for d in shape):
-        raise ValueError(f"bad shape {text!r}: every dimension must be positive")
+        raise ShmstreamValueError(f"bad shape {text!r}: every dimension must be positive")
     return shape
 
 
@@ -165,7 +166,7 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
                 break
             dead = [p for p in procs if not p.is_alive()]
             if dead:
-                raise RuntimeError(f"demo child exited early (exit code {dead[0].exitcode})")
+                raise DemoFailedError(f"demo child exited early (exit code {dead[0].exitcode})")
     except KeyboardInterrupt:
         interrupted = "interrupted"
     except _Stop as why:

@@ -39,6 +39,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .. import _cuda, _native
+from ..errors import CudaUnavailableError, ShmstreamTypeError, ShmstreamValueError
 
 #: dtypes a CUDA stream can hold (the payload is copied as bytes; these are
 #: the ones every DLPack consumer, torch included, maps to a tensor dtype).
@@ -56,7 +57,9 @@ GPU_SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
 DEVICE_SLOTS: int = int(_cuda.SLOTS)
 
 # DLPack type codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6.
-_DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+#: DLPack type codes of the dtype kinds a GPU stream holds (int, uint, float,
+#: complex, bool).
+DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
 _probe: tuple[bool, str] | None = None
 
@@ -81,7 +84,7 @@ def unavailable_reason() -> str:
 
 def unsupported(name: str, gpu_device: Any) -> NoReturn:
     """Raise the error for a GPU stream request this process cannot serve."""
-    raise RuntimeError(
+    raise CudaUnavailableError(
         f"CUDA support is not available in this process ({unavailable_reason()}): stream "
         f"{name!r} asks for gpu_device={gpu_device!r}. Create a CPU stream "
         "(gpu_device=None), or run where a CUDA device is visible."
@@ -98,34 +101,35 @@ def parse_device(gpu_device: Any) -> int | None:
     elif isinstance(gpu_device, str):
         kind, _, rest = gpu_device.strip().partition(":")
         if kind != "cuda":
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"only CUDA devices are supported: gpu_device={gpu_device!r}; "
                 "use 'cuda' or 'cuda:N'"
             )
         try:
             index = int(rest) if rest else 0
         except ValueError:
-            raise ValueError(f"bad CUDA device {gpu_device!r}; use 'cuda:N'") from None
+            raise ShmstreamValueError(f"bad CUDA device {gpu_device!r}; use 'cuda:N'") from None
     elif hasattr(gpu_device, "type") and hasattr(gpu_device, "index"):  # torch.device
         if gpu_device.type != "cuda":
-            raise ValueError(f"only CUDA devices are supported, got {gpu_device!r}")
+            raise ShmstreamValueError(f"only CUDA devices are supported, got {gpu_device!r}")
         index = 0 if gpu_device.index is None else int(gpu_device.index)
     else:
-        raise TypeError(
+        raise ShmstreamTypeError(
             "gpu_device must be 'cuda:N', an int, a torch.device or None, not "
             f"{type(gpu_device).__name__}"
         )
     if index < 0:
-        raise ValueError(f"CUDA device index must be >= 0, got {index}")
+        raise ShmstreamValueError(f"CUDA device index must be >= 0, got {index}")
     return index
 
 
-def _check_index(name: str, gpu_device: Any, index: int) -> None:
+def check_index(name: str, gpu_device: Any, index: int) -> None:
+    """Refuse a device index this process cannot use (no CUDA, out of range)."""
     if not gpu_available():
         unsupported(name, gpu_device)
     count = _cuda.device_count()
     if index >= count:
-        raise ValueError(
+        raise ShmstreamValueError(
             f"gpu_device={gpu_device!r} for stream {name!r}: this process sees "
             f"{count} CUDA device(s) (cuda:0..cuda:{count - 1})"
         )
@@ -150,7 +154,7 @@ _torch_mod: Any = None
 _torch_tried = False
 
 
-def _torch() -> Any:
+def cuda_torch() -> Any:
     """torch if it is installed *with CUDA usable* (imported on the first GPU
     operation), else None. A CPU-only torch build (``torch.cuda.is_available()``
     False, e.g. the CUDA driver is only ours or a fake) cannot hold a CUDA
@@ -169,7 +173,8 @@ def _torch() -> Any:
     return _torch_mod
 
 
-def _torch_dtype(torch: Any, dt: np.dtype) -> Any:
+def torch_dtype(torch: Any, dt: np.dtype) -> Any:
+    """The torch dtype of a NumPy dtype a GPU stream holds."""
     return getattr(torch, "bool" if dt.kind == "b" else dt.name)
 
 
@@ -212,7 +217,7 @@ class CudaArray:
         # The copy that filled this array has completed on the host's
         # watch, so no stream needs to wait for anything.
         return _cuda.to_dlpack(
-            self, self._ptr, list(self.shape), _DL_CODE[self.dtype.kind],
+            self, self._ptr, list(self.shape), DL_CODE[self.dtype.kind],
             self.dtype.itemsize * 8, int(self._buf.ordinal),
         )
 
@@ -237,7 +242,7 @@ class CudaArray:
         return f"CudaArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r})"
 
 
-class _SlotOwner:
+class SlotOwner:
     """Keeps a handle alive for a live device view of its buffer."""
 
     __slots__ = ("handle", "ordinal")

@@ -8,9 +8,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _checks, _cuda, _dtypes, _native
-from ..errors import GpuStreamGoneError
-from .device import GPU_SUPPORTED_DTYPES, _check_index, gpu_available, parse_device, unsupported
+from .device import GPU_SUPPORTED_DTYPES, check_index, gpu_available, parse_device, unsupported
 from .handle import GpuSharedMemory
+from ..errors import (
+    CudaUnavailableError,
+    NoCpuMirrorError,
+    ShmstreamError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+    StaleStreamError,
+)
 
 __all__ = ["create", "open"]
 
@@ -23,15 +30,15 @@ def create(
     by the stream module, except the GPU ones)."""
     index = parse_device(gpu_device)
     if index is None:
-        raise TypeError("create() needs an explicit gpu_device such as 'cuda:0'")
+        raise ShmstreamTypeError("create() needs an explicit gpu_device such as 'cuda:0'")
     if dt not in GPU_SUPPORTED_DTYPES:
         supported = ", ".join(sorted(str(d) for d in GPU_SUPPORTED_DTYPES))
-        raise ValueError(
+        raise ShmstreamValueError(
             f"dtype {dt} is not supported for GPU shared memory; supported: {supported}"
         )
     if cpu_mirror is not None and not isinstance(cpu_mirror, (bool, np.bool_)):
-        raise TypeError(f"cpu_mirror must be True, False or None, not {cpu_mirror!r}")
-    _check_index(name, gpu_device, index)
+        raise ShmstreamTypeError(f"cpu_mirror must be True, False or None, not {cpu_mirror!r}")
+    check_index(name, gpu_device, index)
     flags = _native.FLAG_GPU
     if cpu_mirror:
         flags |= _native.FLAG_CPU_MIRROR
@@ -46,7 +53,7 @@ def create(
     segment = _native.Segment.open(name, _native.KIND_STREAM, False)
     if segment.instance_id != gs.instance_id:  # replaced in between: not ours
         gs.close()
-        raise RuntimeError(f"stream {name!r} was replaced while it was being created")
+        raise StaleStreamError(f"stream {name!r} was replaced while it was being created")
     handle = GpuSharedMemory(segment, owner=True)
     handle._attach(gs)
     return handle
@@ -59,7 +66,7 @@ def open(segment: Any, name: str, gpu_device: Any, readonly: bool,  # noqa: A001
     mirror = bool(int(segment.flags) & _native.FLAG_CPU_MIRROR)
     if gpu_device is False:
         if not mirror:
-            raise ValueError(
+            raise NoCpuMirrorError(
                 f"{name!r} is a GPU stream without a CPU mirror; cannot open it "
                 "CPU-only (recreate it with cpu_mirror=True, or open it with "
                 "gpu_device='cuda:N')"
@@ -72,7 +79,7 @@ def open(segment: Any, name: str, gpu_device: Any, readonly: bool,  # noqa: A001
             return GpuSharedMemory(segment, readonly=readonly)
         try:
             return open(segment, name, True, readonly, allow_owners)
-        except (GpuStreamGoneError, RuntimeError, ValueError) as exc:
+        except ShmstreamError as exc:  # not attachable here: a handle without a device
             handle = GpuSharedMemory(segment, readonly=readonly)
             handle._attach_error = str(exc)
             return handle
@@ -82,16 +89,16 @@ def open(segment: Any, name: str, gpu_device: Any, readonly: bool,  # noqa: A001
     if index is None:  # gpu_device=True: wherever the buffer lives
         index = _cuda.device_by_uuid(bytes(segment.gpu_area)[8:24])
         if index < 0:
-            raise RuntimeError(
+            raise CudaUnavailableError(
                 f"GPU stream {name!r} lives on a device this process cannot see "
                 "(check CUDA_VISIBLE_DEVICES)"
             )
     else:
-        _check_index(name, gpu_device, index)
+        check_index(name, gpu_device, index)
     gs = _cuda.GpuStream.attach(name, index, bool(readonly), list(allow_owners))
     if gs.instance_id != segment.instance_id:
         gs.close()
-        raise RuntimeError(f"stream {name!r} was replaced while it was being opened")
+        raise StaleStreamError(f"stream {name!r} was replaced while it was being opened")
     handle = GpuSharedMemory(segment, readonly=readonly)
     handle._attach(gs)
     return handle

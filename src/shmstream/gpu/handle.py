@@ -14,11 +14,18 @@ from typing import Any
 import numpy as np
 
 from .. import _checks, _cuda, _native, _proc
-from .._waiting import _remaining
-from ..errors import InconsistentStreamError
+from .._waiting import remaining
+from ..errors import (
+    GpuRequiredError,
+    InconsistentStreamError,
+    LoanStateError,
+    NotLockOwnerError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
 from ..publication import Publication
 from ..stream import SharedMemory
-from .device import _DL_CODE, CudaArray, _SlotOwner, _torch, _torch_dtype
+from .device import DL_CODE, CudaArray, SlotOwner, cuda_torch, torch_dtype
 
 
 class GpuSharedMemory(SharedMemory):
@@ -47,7 +54,7 @@ class GpuSharedMemory(SharedMemory):
         else:
             what = f"GPU stream {n!r} is not attached to its device on this handle"
         why = f" (attaching failed: {self._attach_error})" if self._attach_error else ""
-        return RuntimeError(
+        return GpuRequiredError(
             f"cannot {operation} {n!r}: {what}{why}; reopen it with "
             f"shmstream.open({n!r}, gpu_device='cuda:N') (or gpu_device=True)"
         )
@@ -67,11 +74,11 @@ class GpuSharedMemory(SharedMemory):
 
     def _result(self, out: Any) -> tuple[Any, int, int]:
         """(array, device pointer, stream it is ordered on)."""
-        torch = _torch()
+        torch = cuda_torch()
         if out is not None:
             return self._check_device_out(out, torch)
         if torch is not None:
-            t = torch.empty(self.shape, dtype=_torch_dtype(torch, self.dtype),
+            t = torch.empty(self.shape, dtype=torch_dtype(torch, self.dtype),
                             device=self.gpu_device)
             return t, int(t.data_ptr()), int(torch.cuda.current_stream(self._ordinal).cuda_stream)
         buf = _cuda.DeviceBuffer.alloc(self.size, self._ordinal)
@@ -79,16 +86,16 @@ class GpuSharedMemory(SharedMemory):
 
     def _check_device_out(self, out: Any, torch: Any) -> tuple[Any, int, int]:
         if isinstance(out, np.ndarray):
-            raise ValueError(
+            raise ShmstreamValueError(
                 "out must be a CUDA array on a GPU-attached handle (a torch CUDA "
                 "tensor or a CudaArray); NumPy out= works for CPU reads only"
             )
         if torch is not None and isinstance(out, torch.Tensor):
             if (not out.is_cuda or out.device.index != self._ordinal
                     or tuple(out.shape) != self.shape
-                    or out.dtype != _torch_dtype(torch, self.dtype)
+                    or out.dtype != torch_dtype(torch, self.dtype)
                     or not out.is_contiguous()):
-                raise ValueError(
+                raise ShmstreamValueError(
                     f"out must be a contiguous {self.dtype} CUDA tensor of shape "
                     f"{self.shape} on {self.gpu_device}"
                 )
@@ -96,9 +103,9 @@ class GpuSharedMemory(SharedMemory):
                 torch.cuda.current_stream(self._ordinal).cuda_stream)
         if isinstance(out, CudaArray):
             if out.shape != self.shape or out.dtype != self.dtype:
-                raise ValueError(f"out must have shape {self.shape} and dtype {self.dtype}")
+                raise ShmstreamValueError(f"out must have shape {self.shape} and dtype {self.dtype}")
             return out, out.data_ptr, 0
-        raise TypeError(
+        raise ShmstreamTypeError(
             f"out must be a torch CUDA tensor or a CudaArray, not {type(out).__name__}"
         )
 
@@ -108,8 +115,8 @@ class GpuSharedMemory(SharedMemory):
         if torch is not None and isinstance(value, torch.Tensor):
             t = value.detach()
             if tuple(t.shape) != self.shape:
-                raise ValueError(f"expected shape {self.shape}, got {tuple(t.shape)}")
-            want = _torch_dtype(torch, self.dtype)
+                raise ShmstreamValueError(f"expected shape {self.shape}, got {tuple(t.shape)}")
+            want = torch_dtype(torch, self.dtype)
             if t.is_cuda:
                 t = t.to(dtype=want).contiguous()
                 stream = torch.cuda.current_stream(t.device).cuda_stream
@@ -132,11 +139,11 @@ class GpuSharedMemory(SharedMemory):
         except TypeError:
             capsule = value.__dlpack__()
         imp = _cuda.DLImport.take(capsule)
-        want = (_DL_CODE[self.dtype.kind], self.dtype.itemsize * 8, 1)
+        want = (DL_CODE[self.dtype.kind], self.dtype.itemsize * 8, 1)
         shape = tuple(imp.shape)
         if shape != self.shape or tuple(imp.dtype) != want:
             imp.release()
-            raise ValueError(
+            raise ShmstreamValueError(
                 f"expected a {self.dtype} CUDA array of shape {self.shape}, got DLPack "
                 f"dtype {tuple(imp.dtype)} shape {shape}"
             )
@@ -148,7 +155,7 @@ class GpuSharedMemory(SharedMemory):
                 step *= dim
             if any(d > 1 and s != e for d, s, e in zip(shape, strides, reversed(expect))):
                 imp.release()
-                raise ValueError("a DLPack source must be C-contiguous")
+                raise ShmstreamValueError("a DLPack source must be C-contiguous")
         # No user stream to order against: the write waits for its copy.
         return _cuda.SRC_DEVICE, int(imp.ptr), 0, imp
 
@@ -188,7 +195,7 @@ class GpuSharedMemory(SharedMemory):
 
         self._check_writable("write to")
         if not self._holds_lock():
-            raise RuntimeError("write_locked() requires an active 'with shm.locked()' block")
+            raise NotLockOwnerError("write_locked() requires an active 'with shm.locked()' block")
         if self._gs is None:
             raise self._unattached("write to")
         self._publish(value, None if frame_id is None else _checks.check_u64("frame_id", frame_id))
@@ -207,16 +214,16 @@ class GpuSharedMemory(SharedMemory):
     def _device_view(self, ptr: int) -> Any:
         """A live device array over the buffer at ptr (torch tensor if torch
         is installed); it keeps this handle alive."""
-        owner = _SlotOwner(self, self._ordinal)
-        code, bits = _DL_CODE[self.dtype.kind], self.dtype.itemsize * 8
+        owner = SlotOwner(self, self._ordinal)
+        code, bits = DL_CODE[self.dtype.kind], self.dtype.itemsize * 8
         capsule = _cuda.to_dlpack(owner, ptr, list(self.shape), code, bits, self._ordinal)
-        torch = _torch()
+        torch = cuda_torch()
         if torch is not None:
             return torch.utils.dlpack.from_dlpack(capsule)
         return CudaArray(_SlotBuffer(ptr, self._ordinal), self.shape, self.dtype, ptr, owner)
 
     def _stream_now(self) -> int:
-        torch = _torch()
+        torch = cuda_torch()
         if torch is None:
             return 0
         return int(torch.cuda.current_stream(self._ordinal).cuda_stream)
@@ -224,12 +231,12 @@ class GpuSharedMemory(SharedMemory):
     def _begin_write_view(self, frame_id: int | None, what: str) -> Any:
         self._check_writable("write to")
         if not self._holds_lock():
-            raise RuntimeError(f"{what} requires an active 'with shm.locked()' block")
+            raise NotLockOwnerError(f"{what} requires an active 'with shm.locked()' block")
         gs = self._gs
         if gs is None:
             raise self._unattached("write to")
         if self._writing:
-            raise RuntimeError(f"a write_view of {self.name!r} is already open on this handle")
+            raise LoanStateError(f"a write_view of {self.name!r} is already open on this handle")
         self._view_stream = self._stream_now()
         ptr = gs.view_begin(self._view_stream)
         self._writing = True
@@ -255,7 +262,7 @@ class GpuSharedMemory(SharedMemory):
                 return super()._payload_view(seg, slot)
             raise self._unattached("take a shared view of")
         if slot is not None and slot != seg.published_slot:
-            raise RuntimeError("a device view of an unpublished slot is taken by write_view only")
+            raise LoanStateError("a device view of an unpublished slot is taken by write_view only")
         return self._device_view(int(self._gs.published_ptr()))
 
     def pinned_buffer(self) -> Any:
@@ -264,12 +271,12 @@ class GpuSharedMemory(SharedMemory):
         waits for its copy, so the buffer may be refilled at once)."""
         self._check_writable("allocate a pinned write buffer for")
         if self._gs is None:
-            raise RuntimeError("pinned_buffer() requires a GPU-attached stream handle")
+            raise GpuRequiredError("pinned_buffer() requires a GPU-attached stream handle")
         if self._pinned is None:
-            torch = _torch()
+            torch = cuda_torch()
             if torch is not None:
                 self._pinned = torch.empty(
-                    self.shape, dtype=_torch_dtype(torch, self.dtype), pin_memory=True
+                    self.shape, dtype=torch_dtype(torch, self.dtype), pin_memory=True
                 )
             else:
                 raw = _cuda.host_alloc(self.size)
@@ -353,8 +360,8 @@ class GpuSharedMemory(SharedMemory):
         spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            seg.wait_count(after, _remaining(deadline), spin)
-            dst, count, frame_id, wt = self._gpu_read(out, _remaining(deadline))
+            seg.wait_count(after, remaining(deadline), spin)
+            dst, count, frame_id, wt = self._gpu_read(out, remaining(deadline))
             if count > after:
                 return dst, count, frame_id, wt
             spin = 0
@@ -380,10 +387,10 @@ class GpuSharedMemory(SharedMemory):
         self._fail_if_invalid(seg)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            await self._wait_async(seg, self._seen, _remaining(deadline), None, spin_us)
+            await self._wait_async(seg, self._seen, remaining(deadline), None, spin_us)
             loop = asyncio.get_running_loop()
             dst, count, _, _ = await loop.run_in_executor(
-                None, self._gpu_read, out, _remaining(deadline))
+                None, self._gpu_read, out, remaining(deadline))
             if count > self._seen:
                 self._record(count)
                 return dst
