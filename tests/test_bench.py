@@ -1,24 +1,34 @@
-"""The benchmarks' shared helpers and the shape of what each part writes.
+"""The benchmarks (top-level ``benchmarks/``, run from a checkout as
+``python -m benchmarks``): their shared helpers, a quick smoke run of every
+part, and that none of them is installed with the library.
 
-Speed is never asserted here (it lives in BENCHMARKS.md); these tests check
-that the measurement scaffolding counts what it says, that the formatting is
-the one BENCHMARKS.md shows, and that each part's JSON keeps the sections its
-readers use. The stream part's full run is in test_cli.py, the direct part's
-in test_direct.py.
+Speed is never asserted here (it lives in BENCHMARKS.md), and neither is a
+benchmark's table text: these tests check that the measurement scaffolding
+counts what it says, that every part runs with ``--quick`` and writes its
+JSON, and that it leaves nothing in /dev/shm. They import ``benchmarks``
+from the checkout root (pytest's ``pythonpath``).
 """
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import benchmarks as _bench
 import shmstream
-import shmstream.bench as _bench
-from shmstream.bench import _common, arrays, channel, gpu
-from shmstream.bench._stream import peer as stream_peer
-from shmstream.bench._stream.peers import IMPLS, OURS, PIPE, make_peer
+from benchmarks import _common
+from benchmarks._stream import peer as stream_peer
+from benchmarks._stream.peers import IMPLS, OURS, PIPE, make_peer
+from shmstream import cli
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class FakeClock:
@@ -105,7 +115,7 @@ def test_results_json_has_the_common_sections_and_the_part_ones(tmp_path):
     res.dump(str(path), raw={"k": [1]})
     doc = json.loads(path.read_text())
     assert set(doc) == {"meta", "records", "errors", "tables", "raw"}
-    assert doc["meta"]["command"] == "python -m shmstream.bench demo --x"
+    assert doc["meta"]["command"] == "python -m benchmarks demo --x"
     assert {"date_utc", "python", "cpu_count", "versions", "loadavg_start",
             "loadavg_end"} <= set(doc["meta"])
     assert doc["records"] == [{"a": 1}] and doc["raw"] == {"k": [1]}
@@ -124,49 +134,128 @@ def test_every_stream_peer_has_rows_the_scenarios_can_compare():
     assert make_peer(OURS, "shmstream_other_build").label() == "shmstream (shmstream_other_build)"
 
 
-def test_channel_json_keeps_raw_and_median(tmp_path, capsys):
-    path = tmp_path / "channel.json"
-    assert channel.main(["--quick", "--rounds", "1", "--only", "thr32-1",
-                         "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "round 1: thr32-1 shmstream (send/recv)" in out and "msgs_per_s=" in out
+# ---- every part runs ------------------------------------------------------------
+
+#: The smoke run of each part: --quick plus what keeps it to seconds here.
+QUICK_ARGS = {
+    "arrays": [],
+    "bridge": ["--peers", "bridged,inproc,zenoh"],
+    "channel": ["--rounds", "1", "--only", "thr32-1"],
+    "direct": ["--readers", "np.memmap,shmstream.DirectArray"],
+    "gpu": [],
+    "history": [],
+    "loader": [],
+    "stream": [],
+}
+
+#: What a part needs that the test environment may lack: (module, why).
+NEEDS = {"bridge": "zenoh", "loader": "torch", "gpu": "torch"}
+
+
+def test_every_part_has_a_smoke_run():
+    assert set(_bench.known_parts()) == set(QUICK_ARGS)
+
+
+def _leftovers() -> list[str]:
+    pid = str(os.getpid())
+    return [f for f in os.listdir("/dev/shm") if pid in f and ("bench" in f or "shmsb" in f)]
+
+
+@pytest.mark.parametrize("part", sorted(QUICK_ARGS))
+def test_every_part_runs_quick_and_writes_its_json(part, tmp_path, capsys):
+    if part in NEEDS and importlib.util.find_spec(NEEDS[part]) is None:
+        pytest.skip(f"the {part} part needs {NEEDS[part]}")
+    if part == "gpu" and not shmstream.gpu_available():
+        assert _bench.main(["gpu", "--quick"]) == 1
+        assert "no CUDA device" in capsys.readouterr().err
+        return
+    path = tmp_path / f"{part}.json"
+    extra = []
+    if part == "direct":  # its array file, removed at the end
+        (tmp_path / "work").mkdir()
+        extra = ["--dir", str(tmp_path / "work")]
+    before = set(_leftovers())
+    assert _bench.main([part, "--quick", *QUICK_ARGS[part], *extra, "--json", str(path)]) == 0
     doc = json.loads(path.read_text())
-    assert {"raw", "median", "meta", "records"} <= set(doc)
-    assert list(doc["raw"]) == ["thr32-1|shmstream (send/recv)"]
-    assert doc["median"]["thr32-1|shmstream (send/recv)"]["msgs_per_s"] > 0
-    assert doc["records"][0]["scenario"] == "thr32-1" and not doc["errors"]
+    assert doc["meta"]["command"].startswith(f"python -m benchmarks {part} --quick")
+    assert doc["records"] and not doc.get("errors")
+    assert set(_leftovers()) <= before
+    if part == "direct":
+        assert os.listdir(tmp_path / "work") == []
 
 
-def test_arrays_json_and_table(tmp_path, capsys):
-    path = tmp_path / "arrays.json"
-    assert arrays.main(["--rows", "20000", "--workers", "1", "--repeats", "1",
-                        "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    for row in ("| shmstream ", "| pickled ", "| stdlib shm "):
-        assert row in out
-    doc = json.loads(path.read_text())
-    assert {r["method"] for r in doc["records"]} == set(arrays.METHODS)
-    assert doc["tables"] and not doc["errors"]
-    assert not [f for f in os.listdir("/dev/shm") if f == f"bench-arrays-stdlib-{os.getpid()}"]
-
-
-@pytest.mark.skipif(shmstream.gpu_available(), reason="runs the real benchmark on a GPU")
-def test_gpu_bench_without_a_device_says_why(capsys):
-    assert gpu.main(["--quick"]) == 1
-    assert "no CUDA device" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("part", _bench.known_parts())
+@pytest.mark.parametrize("part", sorted(QUICK_ARGS))
 def test_every_part_imports_and_shows_its_options(part, capsys):
     # a part whose module no longer imports (a helper renamed or moved) is
     # found here, not by the next person who runs it
     assert _bench.main([part, "--help"]) == 0
-    assert "usage:" in capsys.readouterr().out
+    assert "usage: python -m benchmarks " + part in capsys.readouterr().out
 
 
-def test_history_quick_run_records_every_row(tmp_path, capsys):
-    path = tmp_path / "history.json"
-    assert _bench.main(["history", "--quick", "--json", str(path)]) == 0
-    data = json.loads(path.read_text())
-    sections = {r["section"] for r in data["records"]}
-    assert {"recorder"} <= sections and not data["errors"]
+def test_an_unknown_part_is_refused_with_the_known_ones(capsys):
+    assert _bench.main(["no-such-part"]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-part" in err and "stream" in err
+
+
+def test_a_missing_peer_is_a_row_that_says_how_to_install_it(monkeypatch, capsys):
+    from benchmarks import stream
+    from benchmarks._stream import peers
+
+    real = peers.try_import
+
+    def no_pyshmem(module):
+        if module == "pyshmem":
+            return None, "ModuleNotFoundError: No module named 'pyshmem'"
+        return real(module)
+
+    monkeypatch.setattr(peers, "try_import", no_pyshmem)
+    assert stream.main(["--quick", "--sections", "a", "--peers", "shmstream,pyshmem"]) == 0
+    assert "pip install shmstream[bench]" in capsys.readouterr().out
+
+
+def test_the_bridge_part_refuses_a_rate_that_is_not_positive():
+    assert _bench.main(["bridge", "--rate", "0"]) == 2
+
+
+# ---- where the benchmarks live -------------------------------------------------------
+
+
+def test_python_m_benchmarks_runs_from_the_checkout_root():
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "stream" in proc.stdout and "python -m benchmarks" in proc.stdout
+
+
+def test_shmstream_bench_runs_the_benchmarks_of_the_checkout_around_it(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT / "tests")  # a subfolder of the checkout
+    assert cli.main(["bench", "--help"]) == 0
+    assert "parts:" in capsys.readouterr().out
+    assert cli.main(["bench", "no-such-part"]) == 2
+
+
+def test_shmstream_bench_outside_a_checkout_says_how_to_run_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "stream", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "python -m benchmarks" in err and "checkout" in err
+
+
+def test_the_installed_package_holds_no_benchmark_code():
+    """``pip install .`` installs the library only: no ``shmstream.bench``
+    module, and no benchmark file in the distribution's installed files."""
+    assert importlib.util.find_spec("shmstream.bench") is None
+    pkg_dir = Path(shmstream.__file__).resolve().parent
+    assert not (pkg_dir / "bench").exists()
+    assert Path(_bench.__file__).resolve().parent == ROOT / "benchmarks"  # not an installed copy
+    files = importlib.metadata.files("shmstream")
+    if files is None:
+        pytest.skip("shmstream's installed-files list (RECORD) is not available")
+    if pkg_dir.is_relative_to(ROOT / "src"):
+        pytest.skip("shmstream is imported from the source tree, not installed")
+    paths = [str(f) for f in files]
+    assert any(p.startswith("shmstream/") and p.endswith("stream.py") for p in paths), paths[:20]
+    bench_files = [p for p in paths if p.startswith(("shmstream/bench/", "benchmarks/"))
+                   or "/bench/" in p or p.startswith("bench")]
+    assert bench_files == []

@@ -311,70 +311,8 @@ def test_version_prints_the_package_version(capsys):
     assert shmstream.__version__ in capsys.readouterr().out
 
 
-def test_bench_unknown_part_lists_known_parts(capsys):
-    from shmstream import bench
-
-    assert cli.main(["bench", "no-such-part"]) != 0
-    err = capsys.readouterr().err
-    assert "no-such-part" in err and "stream" in err
-    assert "stream" in bench.known_parts()
-
-
-def test_bench_stream_quick_prints_every_row(tmp_path, capsys):
-    path = tmp_path / "bench.json"
-    assert cli.main(["bench", "stream", "--quick", "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    for shape in ("100x100", "128x128", "1000x1000"):
-        assert shape in out
-    for row in ("read()", "read(out=)", "pyshmem", "iceoryx2", "mp.shared_memory"):
-        assert row in out
-    for payload in ("64 B", "64 KiB", "4 MiB"):
-        assert payload in out
-    # (b) copy and zero-copy rows for every peer, the wake-up rows;
-    # (c) shmstream with its default two slots and with one
-    for row in ("copy: read_new(out=)", "zero-copy: read_new_view()",
-                "zero-copy: locked() + read(safe=False)",
-                "zero-copy: receive, read in place", "zero-copy: read in place",
-                "spin_us=0 both ends", "os.pipe() (kernel)", "like-for-like",
-                "best vs best", "slots=2 (default)", "slots=1"):
-        assert row in out
-    assert "(a)" in out and "(b)" in out and "(c)" in out
-    assert "shmstream best vs pyshmem" in out
-    doc = json.loads(path.read_text())
-    sections = {r["section"] for r in doc["records"]}
-    assert sections == {"a", "b", "c"}
-    assert not doc["errors"]
-    # nothing of the benchmark's is left in /dev/shm
-    leftovers = [f for f in os.listdir("/dev/shm") if f"shmsb{os.getpid()}" in f]
-    assert leftovers == []
-    assert not any(n.startswith(f"shmsbench-{os.getpid()}") for n in shmstream.list_streams())
-
-
 def test_console_entry_runs_as_module():
     proc = subprocess.run(
         [sys.executable, "-m", "shmstream", "list"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0
-    proc = subprocess.run(
-        [sys.executable, "-m", "shmstream.bench", "--help"],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == 0 and "stream" in proc.stdout
-
-
-def test_bench_missing_peer_shows_install_hint(monkeypatch, capsys):
-    from shmstream.bench import stream
-    from shmstream.bench._stream import peers
-
-    real = peers.try_import
-
-    def no_pyshmem(module):
-        if module == "pyshmem":
-            return None, "ModuleNotFoundError: No module named 'pyshmem'"
-        return real(module)
-
-    monkeypatch.setattr(peers, "try_import", no_pyshmem)
-    assert stream.main(["--quick", "--sections", "a", "--peers", "shmstream,pyshmem"]) == 0
-    out = capsys.readouterr().out
-    assert "n/a (pip install shmstream[bench])" in out
-    assert "shmstream" in out and "kHz" in out

@@ -546,13 +546,3 @@ def test_empty_arrays_and_zero_rows(tmp_path):
         assert a[:].shape == (0, 4) and len(a) == 0
         with pytest.raises(IndexError):
             a[0]
-
-
-def test_benchmark_runs_small(tmp_path, capsys):
-    from shmstream.bench import direct as bench
-
-    rc = bench.main(["--rows", "60000", "--tasks", "2", "--threads", "1,2", "--dir", str(tmp_path),
-                     "--readers", "np.memmap,shmstream.DirectArray"])
-    assert rc == 0
-    assert "| cold | 1 |" in capsys.readouterr().out
-    assert os.listdir(tmp_path) == []  # the array file is removed

@@ -1,6 +1,7 @@
 """The layers stay layers: no import cycle among the package's modules (lazy
 imports inside functions included), no circle of calls among the C core's
-files, and no source file so long that it holds several jobs."""
+files, benchmarks that use the library only through its public names, and
+no source file (library or benchmark) so long that it holds several jobs."""
 from __future__ import annotations
 
 import ast
@@ -10,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "src" / "shmstream"
 CORE = ROOT / "src" / "core"
+BENCH = ROOT / "benchmarks"
 
 #: Lines above which a source file has several jobs (generated stubs and
 #: recorded benchmark results are not code a person writes).
@@ -102,7 +104,7 @@ def test_the_stream_layer_never_imports_the_gpu_layer():
 # public names may be used from anywhere in the package. What one module
 # takes from another is public there: documented, no leading underscore.
 # Dunders (``__version__``, ``__all__``) are not private. The benchmarks
-# (bench/, being moved out of the package) are not checked.
+# (benchmarks/, beside the package) have their own rule: public API only.
 
 
 def _is_private(name: str) -> bool:
@@ -167,6 +169,54 @@ def test_no_module_uses_another_modules_private_names():
     assert not found, "private names used outside their module: " + "; ".join(found)
 
 
+def _private_uses(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of each name of shmstream's that starts with "_" which
+    ``path`` imports or reaches by attribute (``shmstream.bridge._session``,
+    ``from shmstream import _direct``, ``from shmstream.x import _helper``)."""
+    def private(dotted: str) -> bool:
+        parts = dotted.split(".")
+        return parts[0] == "shmstream" and any(
+            p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts)
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Attribute):
+            chain = [node.attr]
+            value = node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name):
+                names = [".".join([value.id, *reversed(chain)])]
+        found += [(node.lineno, n) for n in names if private(n)]
+    return found
+
+
+def test_benchmarks_use_only_the_public_api():
+    # The benchmarks sit beside the library and measure what a user gets: a
+    # private name they need is a public hook the library is missing.
+    paths = sorted(BENCH.rglob("*.py"))
+    assert paths, "benchmarks/ has no Python files"
+    uses = [f"{p.relative_to(ROOT)}:{line}: {name}" for p in paths
+            for line, name in _private_uses(p)]
+    assert not uses, "benchmarks reach into private names: " + "; ".join(uses)
+
+
+def test_the_private_name_check_finds_each_way_in(tmp_path):
+    f = tmp_path / "b.py"
+    f.write_text("import shmstream._direct\nfrom shmstream.bridge._session import make_config\n"
+                 "from shmstream.loader import _pool\nimport shmstream\nshmstream._native.x\n"
+                 "from shmstream import stream, __version__\nfrom . import _common\n")
+    assert {name for _, name in _private_uses(f)} == {
+        "shmstream._direct", "shmstream.bridge._session", "shmstream.bridge._session.make_config",
+        "shmstream.loader._pool", "shmstream._native", "shmstream._native.x"}
+
+
 # ---- C ------------------------------------------------------------------------------
 
 
@@ -210,7 +260,9 @@ def test_the_robust_mutex_knows_nothing_about_streams():
 
 def test_no_source_file_is_over_800_lines():
     long = []
-    for pattern in ("src/**/*.py", "src/**/*.c", "src/**/*.cpp", "src/**/*.h", "include/*.h"):
+    # benchmarks/ too: benchmark code is code (its recorded results are not)
+    for pattern in ("src/**/*.py", "src/**/*.c", "src/**/*.cpp", "src/**/*.h", "include/*.h",
+                    "benchmarks/**/*.py", "benchmarks/**/*.c"):
         for path in ROOT.glob(pattern):
             n = len(path.read_text().splitlines())
             if n > MAX_LINES:

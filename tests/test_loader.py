@@ -834,24 +834,3 @@ def test_a_worker_that_died_holding_the_pool_lock_leaves_a_consistent_pool(spawn
         client.give_back(again)
     finally:
         pool.destroy()
-
-
-def test_the_loader_benchmark_runs_both_regimes_and_checks_every_batch(tmp_path, capsys):
-    import json
-
-    from shmstream.bench import loader as bench
-
-    path = tmp_path / "loader.json"
-    assert bench.main(["--sizes", "40x1K/8", "--rounds", "1", "--epochs", "2",
-                       "--first-use", "8x1K", "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "regime default (persistent_workers=False)" in out and "regime persistent" in out
-    doc = json.loads(path.read_text())
-    epochs = [r for r in doc["records"] if "epoch" in r]
-    first_use = {r["first_use"] for r in doc["records"] if "first_use" in r}
-    assert first_use == {"torch", "fresh", "reused"} and "first use of a slot" in out
-    assert {(r["regime"], r["loader"]) for r in epochs} == {
-        (g, k) for g in ("default", "persistent") for k in ("torch", "shmstream")}
-    assert len(epochs) == 2 * 2 * 2
-    pools = [r["pool_stats"] for r in doc["records"] if "pool_stats" in r]
-    assert len(pools) == 2 and all(p["fresh"] + p["reused"] + p["fallbacks"] == 10 for p in pools)

@@ -1,4 +1,4 @@
-/* The 4 MiB request/response of `shmstream bench stream` (b), copy rows, in
+/* The 4 MiB request/response of `python -m benchmarks stream` (b), copy rows, in
  * C only: where does a round trip's time go without Python?
  *
  *   cc -O2 -std=c11 -Iinclude benchmarks/c/pingpong_4mib.c src/core/\*.c \

@@ -21,10 +21,14 @@ import numpy as np
 from . import _checks, _direct
 from .errors import ShmstreamIndexError, ShmstreamTypeError, ShmstreamValueError
 
-__all__ = ["DirectArray", "direct_mmap", "DEFAULT_CACHE_BYTES"]
+__all__ = ["DirectArray", "direct_mmap", "DEFAULT_CACHE_BYTES", "io_backend"]
 
 #: Default bound of a reader's block cache (256 MiB); docs/direct.md says why.
 DEFAULT_CACHE_BYTES: int = _direct.DEFAULT_CACHE_BYTES
+
+#: ``io_backend() -> str``: how this process reads cold rows, "io_uring" or
+#: "pread" (docs/direct.md, "Threads: io_uring per thread vs a thread pool").
+io_backend = _direct.io_backend
 
 # Filesystems (by st_dev) already warned about: one warning each per process.
 _warned_devices: set[int] = set()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ._bridge import Bridge, remote_exports
 from ._keys import DEFAULT_PREFIX
-from ._session import ZENOH_HINT, zenoh_available
+from ._session import ZENOH_HINT, make_config, zenoh_available
 from ._status import STATUS_DTYPE, STATUS_SUFFIX, mirror_status, status_name
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "STATUS_DTYPE",
     "STATUS_SUFFIX",
     "ZENOH_HINT",
+    "make_config",
     "mirror_status",
     "remote_exports",
     "status_name",

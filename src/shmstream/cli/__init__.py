@@ -36,8 +36,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., in
         commands.update(module.register(sub))
     bench_p = sub.add_parser(
         "bench",
-        help="run a benchmark part against its peers (default part: stream); "
-        "'shmstream bench --help' lists the parts",
+        help="run a benchmark part against its peers, from a source checkout "
+        "(python -m benchmarks); 'shmstream bench --help' lists the parts",
         add_help=False,
     )
     bench_p.add_argument("args", nargs=argparse.REMAINDER, help="PART [options]")
@@ -48,8 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``shmstream`` command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
-        # The benchmark owns its options; hand everything after "bench" over.
-        from .. import bench
+        # The benchmarks own their options; hand everything after "bench" over.
+        from . import bench
 
         try:
             return bench.main(argv[1:])

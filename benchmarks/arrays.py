@@ -1,7 +1,7 @@
 """Shared arrays in a process pool: the multiprocessing.shared_memory article's
 experiment, shmstream.share() against passing the array to the pool.
 
-    python -m shmstream.bench arrays [--rows N] [--workers N] [--repeats N]
+    python -m benchmarks arrays [--rows N] [--workers N] [--repeats N]
                                      [--start-method M] [--json PATH]
 
 A record array of ``--rows`` rows (datetime64[ns], float64 with a NaN every
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..shared_array import share
+from shmstream.shared_array import share
 from ._common import BenchError, Results, emit, fmt_ratio, median, progress, render_table
 from ._rawshm import raw_shm, raw_unlink
 
@@ -118,13 +118,18 @@ def run_once(method: str, arr: np.recarray, workers: int, ctx: Any, expect: floa
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="shmstream bench arrays", description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=10_000_000)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks arrays", description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=None, help="default 10,000,000 (--quick: 20,000)")
+    ap.add_argument("--workers", type=int, default=None, help="default: the CPU count (--quick: 1)")
+    ap.add_argument("--repeats", type=int, default=None, help="default 3 (--quick: 1)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: small, one worker, once")
     ap.add_argument("--start-method", default="spawn", choices=mp.get_all_start_methods())
     ap.add_argument("--json", metavar="PATH")
     opts = ap.parse_args(argv)
+    for name, full, quick in (("rows", 10_000_000, 20_000), ("workers", os.cpu_count() or 2, 1),
+                              ("repeats", 3, 1)):
+        if getattr(opts, name) is None:
+            setattr(opts, name, quick if opts.quick else full)
     results = Results("arrays", argv)
     results.meta.update(rows=opts.rows, workers=opts.workers, start_method=opts.start_method)
     ctx = mp.get_context(opts.start_method)

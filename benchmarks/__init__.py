@@ -1,6 +1,10 @@
-"""Benchmarks: ``python -m shmstream.bench [PART] [options]``.
+"""Benchmarks: ``python -m benchmarks [PART] [options]``, run from a checkout.
 
-Each part is a module ``shmstream.bench.<part>`` with ``main(argv) -> int``;
+They live beside the library, not in it: ``pip install shmstream`` installs
+none of this (``shmstream bench`` runs them when started inside a checkout).
+Peers: ``pip install "shmstream[bench]"``.
+
+Each part is a module ``benchmarks.<part>`` with ``main(argv) -> int``;
 a new module in this folder is a new part, with no registration. Modules whose
 name starts with ``_`` are helpers, not parts. ``stream`` is the default part;
 ``all`` runs every part in turn with the same options.
@@ -26,9 +30,9 @@ def known_parts() -> list[str]:
 
 def _usage(parts: list[str]) -> str:
     return (
-        "usage: shmstream bench [PART] [options]   (or python -m shmstream.bench)\n"
+        "usage: python -m benchmarks [PART] [options]   (from a checkout; or shmstream bench)\n"
         f"parts: {', '.join(parts)}, all   (default: {DEFAULT_PART})\n"
-        "'shmstream bench PART --help' shows a part's options."
+        "'python -m benchmarks PART --help' shows a part's options."
     )
 
 
@@ -46,12 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if part == "all":
         status = 0
         for name in parts:
-            print(f"== shmstream bench {name} ==", file=sys.stderr)
+            print(f"== python -m benchmarks {name} ==", file=sys.stderr)
             status = max(status, _run(name, rest))
         return status
     if part not in parts:
         print(
-            f"shmstream bench: error: unknown part {part!r}; known parts: "
+            f"python -m benchmarks: error: unknown part {part!r}; known parts: "
             f"{', '.join(parts)}, all",
             file=sys.stderr,
         )

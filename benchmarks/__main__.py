@@ -1,4 +1,4 @@
-"""``python -m shmstream.bench``: run a benchmark part."""
+"""``python -m benchmarks``: run a benchmark part."""
 import sys
 
 from . import main

@@ -1,7 +1,7 @@
 """DataLoader transport: shmstream.torch.DataLoader against torch's default
 DataLoader, in the same run, whole epochs.
 
-    python -m shmstream.bench loader [--workers N] [--epochs N] [--rounds N]
+    python -m benchmarks loader [--workers N] [--epochs N] [--rounds N]
                                      [--sizes 500x1K/32,...] [--regimes default,persistent]
                                      [--first-use 64x50K,...|none] [--touch]
                                      [--start-method M] [--json PATH]
@@ -36,6 +36,7 @@ from ._common import BenchError, Results, emit, fmt_ratio, median, progress, ren
 
 DEFAULT_SIZES = "500x1K/32,200x50K/64,100x500K/64,100x1M/32,2000x50K/64,400x500K/64"
 FIRST_USE = "64x50K,64x500K"
+QUICK_SIZES, QUICK_FIRST_USE = "40x1K/8", "8x1K"
 REGIMES = {"default": False, "persistent": True}
 
 
@@ -51,19 +52,27 @@ def parse_sizes(text: str) -> list[tuple[int, int, int, str]]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="shmstream bench loader", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks loader", description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=3, help="epochs per fresh loader")
-    ap.add_argument("--rounds", type=int, default=3, help="fresh loaders of each kind per row")
-    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="epochs per fresh loader (default 3; --quick: 2)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="fresh loaders of each kind per row (default 3; --quick: 1)")
+    ap.add_argument("--sizes", default=None, help=f"default {DEFAULT_SIZES} (--quick: {QUICK_SIZES})")
     ap.add_argument("--regimes", default="default,persistent",
                     help="default (persistent_workers=False), persistent, or both")
-    ap.add_argument("--first-use", default=FIRST_USE,
-                    help="batches (BxD) of the first-use table, 'none' to skip")
+    ap.add_argument("--first-use", default=None,
+                    help=f"batches (BxD) of the first-use table, 'none' to skip (default {FIRST_USE}; "
+                    f"--quick: {QUICK_FIRST_USE})")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: one small dataset")
     ap.add_argument("--touch", action="store_true", help="sum every batch in the consumer")
     ap.add_argument("--start-method", default=None, help="default: torch's default")
     ap.add_argument("--json", metavar="PATH")
     opts = ap.parse_args(argv)
+    for name, full, quick in (("epochs", 3, 2), ("rounds", 3, 1), ("sizes", DEFAULT_SIZES, QUICK_SIZES),
+                              ("first_use", FIRST_USE, QUICK_FIRST_USE)):
+        if getattr(opts, name) is None:
+            setattr(opts, name, quick if opts.quick else full)
     regimes = [r.strip() for r in opts.regimes.split(",") if r.strip()]
     for r in regimes:
         if r not in REGIMES:
@@ -71,9 +80,9 @@ def main(argv: list[str]) -> int:
     try:
         import torch
     except ImportError:
-        print("shmstream bench loader: torch is not installed (pip install shmstream[torch])")
+        print("python -m benchmarks loader: torch is not installed (pip install shmstream[torch])")
         return 2
-    from .. import torch as shm_torch
+    from shmstream import torch as shm_torch
 
     results = Results("loader", argv)
     results.meta["versions"]["torch"] = torch.__version__
@@ -134,6 +143,27 @@ def main(argv: list[str]) -> int:
 _clock = time.process_time
 
 
+def _new_slot_file(path: str, nbytes: int) -> Any:
+    """A new slot file as the loader makes one (docs/loader.md): created,
+    sized to whole pages, reserved with posix_fallocate and mapped shared,
+    unpopulated, so the first batch goes into fresh pages. The same system
+    calls, written here so that the benchmark needs nothing private."""
+    import mmap
+    import os
+
+    capacity = max(-(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, capacity)
+        os.posix_fallocate(fd, 0, capacity)
+        return mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
 def _first_use(torch: Any, results: Results, spec: str, rounds: int) -> str:
     """A batch stacked into a fresh slot against torch's default collate in a
     worker (a fresh shared-memory file), same process, same samples, alternating;
@@ -145,15 +175,13 @@ def _first_use(torch: Any, results: Results, spec: str, rounds: int) -> str:
     machine."""
     import os
 
-    from .. import _loader_pool as lp
-
     rows = []
     reps = max(9, 2 * rounds + 1)
     for bs, dim, _, _ in parse_sizes(spec.replace(",", "/0,") + "/0"):
         samples = [torch.full((dim,), float(i)) for i in range(bs)]
         nbytes = bs * dim * 4
-        path = lp.slot_path(f"bench{os.getpid()}", 0, 0)
-        kept = lp.create_slot_file(path + ".reused", lp.capacity_for(nbytes))
+        path = f"/dev/shm/shmsbench-loader-{os.getpid()}"
+        kept = _new_slot_file(path + ".reused", nbytes)
         os.unlink(path + ".reused")
         kept_u8 = torch.frombuffer(kept, dtype=torch.uint8)
 
@@ -169,7 +197,7 @@ def _first_use(torch: Any, results: Results, spec: str, rounds: int) -> str:
 
         def slot_fresh() -> float:
             t0 = _clock()
-            mm = lp.create_slot_file(path, lp.capacity_for(nbytes))
+            mm = _new_slot_file(path, nbytes)
             u8 = torch.frombuffer(mm, dtype=torch.uint8)
             torch.stack(samples, 0, out=u8[:nbytes].view(torch.float32).view(bs, dim))
             secs = _clock() - t0

@@ -1,7 +1,7 @@
 """Stream history and recording: what history costs the latest-value path,
 and whether a recorder keeps up.
 
-    python -m shmstream.bench history [--shape 128x128] [--seconds S] [--hz HZ]
+    python -m benchmarks history [--shape 128x128] [--seconds S] [--hz HZ]
                                       [--history N] [--rounds N] [--dir DIR]
                                       [--quick] [--json PATH]
 
@@ -303,7 +303,7 @@ def section_recorder(opts: argparse.Namespace, res: Results, pkg: Any) -> None:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="shmstream bench history",
+    ap = argparse.ArgumentParser(prog="python -m benchmarks history",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="128x128", help="frame shape RxC (default 128x128)")
     ap.add_argument("--seconds", type=float, default=2.0, help="writer run per recorder row")

@@ -1,4 +1,4 @@
-"""``shmstream bench channel``: channels against iceoryx2 and pyzmq ipc://,
+"""``python -m benchmarks channel``: channels against iceoryx2 and pyzmq ipc://,
 all peers in one run, interleaved round by round (these machines are noisy).
 
 Peers: iceoryx2, pyzmq ipc:// and Tachyon (``import tachyon``, optional:
@@ -18,7 +18,7 @@ Scenarios (each in fresh processes, producer and consumer apart):
             torch.from_dlpack of a ready array and of a capsule made
             before the clock starts (the bare import).
 
-Usage: python -m shmstream.bench.channel [--rounds N] [--quick] [--json FILE]
+Usage: python -m benchmarks channel [--rounds N] [--quick] [--json FILE]
 """
 from __future__ import annotations
 
@@ -547,7 +547,7 @@ def _scenarios(quick: bool):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="shmstream bench channel", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks channel", description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
     ap.add_argument("--quick", action="store_true", help="10x fewer messages (smoke run)")
     ap.add_argument("--only", default="", help="comma-separated scenario names to run")
@@ -574,7 +574,7 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: {kind:7s} {peer:36s} {_fields(got)}", flush=True)
     print()
     env = res.meta
-    print(f"# shmstream bench channel ({args.rounds} interleaved rounds, medians) on "
+    print(f"# python -m benchmarks channel ({args.rounds} interleaved rounds, medians) on "
           f"{env['machine']}, {env['cpu_count']} CPUs, Python {env['python']}")
     summary = {}
     for (kind, peer), runs in raw.items():

@@ -1,4 +1,4 @@
-"""`shmstream bench direct`: random row reads from a 2.5 GB array file, cold
+"""`python -m benchmarks direct`: random row reads from a 2.5 GB array file, cold
 and cached, DirectArray against np.memmap, np.memmap + MADV_RANDOM and the
 direct-mmap package, in the same run.
 
@@ -34,8 +34,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _direct
-from ..direct import DirectArray
+from shmstream.direct import DirectArray, io_backend
+
+from . import _pagecache
 from ._common import Results, fmt_ratio, progress, render_table
 
 COLS = 40
@@ -63,8 +64,8 @@ def make_file(path: str, rows: int) -> None:
 
 
 def evict(path: str) -> tuple[int, int]:
-    _direct.evict(path)
-    return _direct.resident(path)
+    _pagecache.evict(path)
+    return _pagecache.resident(path)
 
 
 def load_into_cache(path: str) -> tuple[int, int]:
@@ -72,7 +73,7 @@ def load_into_cache(path: str) -> tuple[int, int]:
         buf = bytearray(8 << 20)
         while f.readinto(buf):
             pass
-    return _direct.resident(path)
+    return _pagecache.resident(path)
 
 
 # ---- readers: open(path, rows) -> (getitem, close) ----------------------------
@@ -183,16 +184,23 @@ def table(res: dict, readers: list[str], thread_counts: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="shmstream bench direct", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m benchmarks direct", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=8_000_000, help="rows of 40 uint64 (default 8e6: 2.56 GB)")
-    ap.add_argument("--tasks", type=int, default=256)
-    ap.add_argument("--threads", default="1,16", help="comma-separated thread counts")
+    ap.add_argument("--rows", type=int, default=None,
+                    help="rows of 40 uint64 (default 8e6: 2.56 GB; --quick: 60000)")
+    ap.add_argument("--tasks", type=int, default=None, help="default 256 (--quick: 2)")
+    ap.add_argument("--threads", default=None,
+                    help="comma-separated thread counts (default 1,16; --quick: 1,2)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: a 19 MB file, few reads")
     ap.add_argument("--readers", default=",".join(READERS), help="comma-separated subset of: " + ", ".join(READERS))
     ap.add_argument("--dir", default=None, help="where to make the file (default: the temp dir)")
     ap.add_argument("--json", default=None, help="write the raw results here")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
+    for name, full, quick in (("rows", 8_000_000, 60_000), ("tasks", 256, 2),
+                              ("threads", "1,16", "1,2")):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     thread_counts = [int(t) for t in args.threads.split(",")]
     readers = [r for r in args.readers.split(",") if r]
     for r in readers:
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="shmstream-bench-direct-", dir=args.dir)
     res: dict = {}
     report = Results("direct", argv or [])
-    report.meta["io_backend"] = _direct.io_backend()
+    report.meta["io_backend"] = io_backend()
     try:
         free = shutil.disk_usage(tmp).free
         if free < nbytes + (1 << 30):
@@ -222,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"making {path}: ({args.rows}, {COLS}) uint64, {nbytes / 1e9:.2f} GB")
         make_file(path, args.rows)
         starts = choose_starts(args.rows, args.tasks, args.seed)
-        progress(f"{len(starts)} tasks arr[i:i+{SPAN}:{STEP}], io backend {_direct.io_backend()}")
+        progress(f"{len(starts)} tasks arr[i:i+{SPAN}:{STEP}], io backend {io_backend()}")
 
         def timed(reader: str, kind: str, threads: int, getitem, extra: str = "") -> None:
             before = disk_read_bytes()
@@ -254,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    cmd = "shmstream bench direct" + (" " + " ".join(argv) if argv else "")
-    print(f"`{cmd}` — {len(starts)} tasks, file {nbytes / 1e9:.2f} GB, io backend {_direct.io_backend()}, "
+    cmd = "python -m benchmarks direct" + (" " + " ".join(argv) if argv else "")
+    print(f"`{cmd}` — {len(starts)} tasks, file {nbytes / 1e9:.2f} GB, io backend {io_backend()}, "
           f"{report.meta['cpu_count']} CPUs\n")
     text = table(res, readers, thread_counts)
     report.tables.append(text)

@@ -1,7 +1,7 @@
 """Stream benchmark: shmstream vs pyshmem vs iceoryx2 vs a raw
 ``multiprocessing.shared_memory`` + NumPy baseline, in one run.
 
-    python -m shmstream.bench stream [--quick] [--repeats N] [--json PATH]
+    python -m benchmarks stream [--quick] [--repeats N] [--json PATH]
 
 Sections
   (a) round trip in one process: write a float32 array, read it back
@@ -56,7 +56,7 @@ from ._workers import Worker, import_modules
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="shmstream bench stream",
+        prog="python -m benchmarks stream",
         description=(
             "Stream benchmark: shmstream vs pyshmem vs iceoryx2 vs raw "
             "multiprocessing.shared_memory, interleaved, median of repeats."
@@ -86,18 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.seconds is None:
         cfg.seconds = 0.03 if cfg.quick else 0.4
     if cfg.repeats < 1 or cfg.seconds <= 0:
-        print("shmstream bench stream: error: --repeats and --seconds must be positive",
+        print("python -m benchmarks stream: error: --repeats and --seconds must be positive",
               file=sys.stderr)
         return 2
     wanted = [p.strip() for p in cfg.peers.split(",") if p.strip()]
     bad = [p for p in wanted if p not in IMPLS]
     if bad or OURS not in wanted:
-        print(f"shmstream bench stream: error: --peers takes a list of {', '.join(IMPLS)} "
+        print(f"python -m benchmarks stream: error: --peers takes a list of {', '.join(IMPLS)} "
               "including shmstream", file=sys.stderr)
         return 2
     sections = set(cfg.sections)
     if not sections <= set("abc") or not sections:
-        print("shmstream bench stream: error: --sections takes letters from 'abc'",
+        print("python -m benchmarks stream: error: --sections takes letters from 'abc'",
               file=sys.stderr)
         return 2
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     res.meta["seconds_per_measurement"] = cfg.seconds
     for impl, why in peers.missing.items():
         progress(f"{impl} not available: {why}")
-    print(f"# shmstream bench stream  ({res.meta['date_utc']}, python {res.meta['python']}, "
+    print(f"# python -m benchmarks stream  ({res.meta['date_utc']}, python {res.meta['python']}, "
           f"{res.meta['cpu_count']} CPUs, repeats {cfg.repeats}, {cfg.seconds:g} s each)")
     print()
     names = Names()

@@ -1,4 +1,4 @@
-"""The worker tasks of ``shmstream bench bridge`` (bench/bridge.py): the
+"""The worker tasks of ``python -m benchmarks bridge`` (bench/bridge.py): the
 pingers and pongers, senders and receivers of every row, and the bridge
 process of the "bridged" rows. Workers run them by name; each takes the
 payload out and checks sequence numbers (a mismatch is an error)."""
@@ -20,7 +20,7 @@ SETUP_S = 30.0
 
 
 def _zenoh_config(listen: list[str] = (), connect: list[str] = ()) -> Any:  # type: ignore[assignment]
-    from shmstream.bridge._session import make_config
+    from shmstream.bridge import make_config
 
     return make_config(None, list(listen), list(connect))
 

@@ -241,7 +241,7 @@ def environment(part: str, argv: Sequence[str]) -> dict[str, Any]:
     load average, versions of shmstream and the usual peers."""
     return {
         "part": part,
-        "command": "python -m shmstream.bench " + " ".join([part, *argv]),
+        "command": "python -m benchmarks " + " ".join([part, *argv]),
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -1,8 +1,8 @@
-"""``shmstream bench bridge``: streams through two shmstream bridges over
+"""``python -m benchmarks bridge``: streams through two shmstream bridges over
 Eclipse Zenoh, against plain zenoh-python and pyzmq over tcp://, all on
 127.0.0.1 in one run, interleaved round by round.
 
-    python -m shmstream.bench bridge [--rounds N] [--seconds S] [--rate HZ] [--quick] [--json PATH]
+    python -m benchmarks bridge [--rounds N] [--seconds S] [--rate HZ] [--quick] [--json PATH]
 
 Processes: a sender and a receiver worker (spawned once, reused), and for
 the "bridged" rows two bridge processes: bridge A exports the sender's
@@ -250,7 +250,7 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="shmstream bench bridge",
+    ap = argparse.ArgumentParser(prog="python -m benchmarks bridge",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--seconds", type=float, default=1.0,
@@ -274,16 +274,16 @@ def main(argv: list[str]) -> int:
     if cfg.quick:
         cfg.rounds, cfg.seconds = 1, 0.3
     if cfg.rate is not None and not cfg.rate > 0:
-        print(f"shmstream bench bridge: --rate must be a positive number of frames/s, got {cfg.rate}")
+        print(f"python -m benchmarks bridge: --rate must be a positive number of frames/s, got {cfg.rate}")
         return 2
     impls = [i for i in cfg.peers.split(",") if i]
     bad = [i for i in impls if i not in IMPLS]
     if bad or not impls:
-        print(f"shmstream bench bridge: unknown peers {bad}; choose from {','.join(IMPLS)}")
+        print(f"python -m benchmarks bridge: unknown peers {bad}; choose from {','.join(IMPLS)}")
         return 2
     zenoh, why = try_import("zenoh")
     if zenoh is None:
-        print(f"shmstream bench bridge: needs eclipse-zenoh ({why}); "
+        print(f"python -m benchmarks bridge: needs eclipse-zenoh ({why}); "
               'pip install "shmstream[zenoh]"')
         return 2
     if "pyzmq" in impls and try_import("zmq")[0] is None:

@@ -1,5 +1,5 @@
-"""GPU stream benchmark: ``shmstream bench gpu`` (or ``python -m
-shmstream.bench.gpu``), shmstream and pyshmem 1.4.0 GPU streams in the same run.
+"""GPU stream benchmark: ``python -m benchmarks gpu`` (from a
+checkout), shmstream and pyshmem 1.4.0 GPU streams in the same run.
 
 Sections (each row: shmstream, pyshmem, ratio):
 
@@ -160,7 +160,7 @@ def _pingpong(impl: str, rounds: int, torch: Any) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="shmstream bench gpu", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=2.0, help="time per measurement (default 2)")
     p.add_argument("--quick", action="store_true", help="0.3 s per measurement, skip 10000x10000")
     p.add_argument("--matvec-n", type=int, default=4096, help="matrix size N (default 4096)")
@@ -174,12 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     if not shmstream.gpu_available():
         from shmstream.gpu import device as _gpu
 
-        print(f"shmstream bench gpu: no CUDA device: {_gpu.unavailable_reason()}", file=sys.stderr)
+        print(f"python -m benchmarks gpu: no CUDA device: {_gpu.unavailable_reason()}", file=sys.stderr)
         return 1
     try:
         import torch
     except ImportError:
-        print("shmstream bench gpu: needs torch (pip install torch==2.13.0)", file=sys.stderr)
+        print("python -m benchmarks gpu: needs torch (pip install torch==2.13.0)", file=sys.stderr)
         return 1
     impls = ["shmstream"]
     if not args.no_pyshmem:
