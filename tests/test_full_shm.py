@@ -161,3 +161,49 @@ def test_a_dev_shm_out_of_inodes_says_files_not_bytes():
         size="16m,nr_inodes=4",
     )
     assert out.endswith("ok") and int(out.split()[0]) < 10
+
+
+def test_a_create_larger_than_the_free_space_is_refused_at_once_for_every_kind():
+    # Before the fix a 16 GiB channel on a big /dev/shm took a minute of
+    # page reservation first; here the sizes are refused before any file
+    # exists, with the sizes in the message.
+    out = run(
+        """
+        import errno, importlib, os
+        import numpy as np
+        import shmstream
+        stream, channel, shared_array = (importlib.import_module(f"shmstream.{m}")
+                                         for m in ("stream", "channel", "shared_array"))
+
+        class NoCreate:  # the native module, but a create must not be reached
+            def __init__(self, real, cls):
+                self.real, self.cls = real, cls
+            def __getattr__(self, attr):
+                if attr != self.cls:
+                    return getattr(self.real, attr)
+                def create(*args, **kwargs):
+                    raise AssertionError("the create ran: the size was not refused first")
+                return type(attr, (), {"create": staticmethod(create)})
+
+        stream._native = NoCreate(stream._native, "Segment")
+        shared_array._native = NoCreate(shared_array._native, "Segment")
+        channel._channel = NoCreate(channel._channel, "Channel")
+        calls = [
+            ("stream", lambda: shmstream.create("s", shape=(1 << 20,), dtype=np.float64)),
+            ("channel", lambda: shmstream.channel("c", capacity=1 << 24)),
+            ("shared array", lambda: shmstream.share(np.zeros(1 << 20), name="a")),
+        ]
+        for what, call in calls:
+            try:
+                call()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                assert f"cannot create {what}" in str(exc) and "bytes free" in str(exc), exc
+            else:
+                raise AssertionError(f"{what} larger than /dev/shm was created")
+            assert os.listdir("/dev/shm") == [], os.listdir("/dev/shm")
+        print("ok")
+        """,
+        size="1m",
+    )
+    assert out == "ok"

@@ -2,7 +2,10 @@
 create that does not fit raises (one message for every kind)."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+from collections.abc import Iterator
 
 from . import _native
 from .errors import ShmstreamOSError
@@ -17,6 +20,23 @@ def free_bytes() -> int:
     except OSError:
         return -1
     return st.f_bavail * st.f_frsize
+
+
+@contextlib.contextmanager
+def room_for(name: str, what: str, need: int, layout: str) -> Iterator[None]:
+    """Around a create of ``need`` bytes: a size /dev/shm cannot hold is
+    refused at once, with the sizes (reserving it would first take every
+    free page, seconds per GiB), and the create's own ENOSPC becomes the
+    same error. One place for every kind."""
+    free = free_bytes()
+    if 0 <= free < need:
+        raise no_space_error(name, what, need, layout)
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise no_space_error(name, what, need, layout) from None
 
 
 def free_inodes() -> int:

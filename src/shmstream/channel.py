@@ -19,7 +19,6 @@ protocol are in docs/ABI.md ("Channels").
 """
 from __future__ import annotations
 
-import errno
 import math
 import struct
 from typing import Any, Iterator, Sequence
@@ -422,13 +421,9 @@ def channel(
         raise ShmstreamValueError(
             f"capacity must be a power of two >= {_channel.MIN_CAPACITY} bytes, not {capacity}"
         )
-    try:
+    with _space.room_for(name, "channel", _space.segment_bytes(capacity, 1),
+                         f"a ring of {capacity} bytes and a 4096-byte header"):
         ch = _wrap(_channel.Channel.create(name, capacity, _role(role), mode))
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        raise _space.no_space_error(name, "channel", _space.segment_bytes(capacity, 1),
-                                    f"a ring of {capacity} bytes and a 4096-byte header") from None
     if batch != 1 and isinstance(ch, ChannelProducer):
         ch.batch = batch
     return ch

@@ -33,7 +33,6 @@ is off and cannot be turned on, because its base is a read-only buffer);
 """
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import threading
@@ -388,14 +387,10 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
         # Too long for the header: pickled handles carry the exact dtype;
         # the header says "records of this size".
         text = f"|V{dt.itemsize}"
-    try:
+    with _space.room_for(name, "shared array", _space.segment_bytes(a.nbytes, 1),
+                         f"{a.nbytes} bytes of data and a 4096-byte header"):
         seg = _native.Segment.create(name, _native.KIND_ARRAY, list(a.shape), dt.itemsize,
                                      text, 0, mode, 0, 1)  # one slot: no writer/reader hand-off
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        raise _space.no_space_error(name, "shared array", _space.segment_bytes(a.nbytes, 1),
-                                    f"{a.nbytes} bytes of data and a 4096-byte header") from None
     try:
         m = _Mapping(seg, owner=True)
         with _mappings_lock:

@@ -34,7 +34,6 @@ Differences from pyshmem 1.4.0 (a strict superset otherwise):
 """
 from __future__ import annotations
 
-import errno
 import math
 import threading
 import time
@@ -191,20 +190,17 @@ class SharedMemory(Reading, Waiting, History):
             return _gpu_create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
         flags = _native.FLAG_NOTIFY if notify else 0
         try:
-            segment = _native.Segment.create(
-                name, _native.KIND_STREAM, list(dims), dt.itemsize,
-                _dtypes.encode(dt), flags, mode, 0, slots, history,
-            )
-        except FileExistsError:
-            raise _checks.duplicate_name_error(name) from None
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-            raise _space.no_space_error(
+            with _space.room_for(
                 name, "stream", _space.segment_bytes(expected, slots, history),
                 f"{history + 1 if history else slots} slot(s) of {expected} bytes, each rounded "
                 f"up to a page, {'their records, ' if history else ''}and a 4096-byte header",
-            ) from None
+            ):
+                segment = _native.Segment.create(
+                    name, _native.KIND_STREAM, list(dims), dt.itemsize,
+                    _dtypes.encode(dt), flags, mode, 0, slots, history,
+                )
+        except FileExistsError:
+            raise _checks.duplicate_name_error(name) from None
         return cls(segment, owner=True)
 
     @classmethod
