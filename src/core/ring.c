@@ -104,24 +104,14 @@ static int map_mirror(ss_channel *ch) {
 
 /* ---- ownership ------------------------------------------------------------ */
 
-static uint64_t my_owner_word(void) {
-  int32_t pid = ss_self_pid();
-  uint64_t ticks = ss_self_start_ticks() & 0xffffffffull;
-  return (ticks << 32) | (uint32_t)pid;
-}
-
-static int owner_alive(uint64_t word) {
-  return ss_proc_alive((int32_t)(word & 0xffffffffull), word >> 32);
-}
-
 static int claim(ss_channel *ch, int role) {
   ss_ring_end_line *e = own_end(ch, role);
-  uint64_t mine = my_owner_word();
+  uint64_t mine = ss_self_owner_word();
   uint64_t cur = atomic_load_explicit(&e->owner, memory_order_acquire);
   int takeover;
   do {
     takeover = cur != 0;
-    if (takeover && owner_alive(cur)) return SS_EATTACHED;
+    if (takeover && ss_owner_word_alive(cur)) return SS_EATTACHED;
     /* SYNC POINT (o1): the claim is one CAS on the owner word, so of two
      * processes claiming (or taking over) at once exactly one wins; acquire
      * pairs with the previous owner's release in ss_channel_detach. */
@@ -160,7 +150,7 @@ static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
   if (peer_pid) *peer_pid = (int32_t)(o & 0xffffffffull);
   if (o) {
     if (o == ch->peer_dead) return SS_EPEERDEAD;
-    if (!deep || owner_alive(o)) return SS_OK;
+    if (!deep || ss_owner_word_alive(o)) return SS_OK;
     ch->peer_dead = o;
     return SS_EPEERDEAD;
   }
@@ -178,9 +168,6 @@ int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
 /* Wake the sleepers of a line if any. `index` is the value just stored;
  * with `want` (the producer's space line) a sleeper whose target is not
  * reached yet is left asleep: no syscall per released message. */
-/* How often a waker may check whether the sleeper it failed to wake died. */
-#define SS_HEAL_INTERVAL_NS (100 * 1000 * 1000LL)
-
 /* A line's sleeper count stays > 0 if its only possible sleeper (the end
  * that sleeps there) died asleep, and every publish would then make a
  * FUTEX_WAKE for nobody. When a wake woke nobody, the waker checks that
@@ -192,7 +179,7 @@ static void heal_line(ss_channel *ch, SS_ATOMIC(uint32_t) *waiters, ss_ring_end_
   ch->next_heal_ns = now + SS_HEAL_INTERVAL_NS;
   uint32_t w = atomic_load_explicit(waiters, memory_order_relaxed);
   uint64_t o = atomic_load_explicit(&sleeper->owner, memory_order_acquire);
-  if (w && (o == 0 || !owner_alive(o)))
+  if (w && (o == 0 || !ss_owner_word_alive(o)))
     atomic_compare_exchange_strong_explicit(waiters, &w, 0, memory_order_relaxed,
                                             memory_order_relaxed);
 }
