@@ -394,6 +394,11 @@ SS_API int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len,
  * is not a regular file (FIFO, directory, socket, device). */
 SS_API int ss_segment_peek(ss_segment *seg, const char *segname);
 SS_API void ss_segment_close(ss_segment *seg);
+/* The size of a segment with `slots` slots of `payload` bytes each (with
+ * `history` > 0: history + 1 slots and their slot records), as
+ * ss_segment_create makes it: the header, each slot rounded up to
+ * SS_PAYLOAD_ALIGN, the records rounded up too. 0 if it overflows. */
+SS_API uint64_t ss_segment_bytes(uint64_t payload, uint32_t slots, uint32_t history);
 SS_API int ss_segment_unlink(const char *name, size_t len);
 SS_API int ss_segment_unlink_segname(const char *segname);
 SS_API uint64_t ss_identity_checksum(const ss_identity *id);

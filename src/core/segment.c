@@ -29,6 +29,13 @@ static uint64_t records_bytes(uint32_t history, uint32_t slot_count) {
   return history ? ss_round_up((uint64_t)SS_SLOT_RECORD_BYTES * slot_count, SS_PAYLOAD_ALIGN) : 0;
 }
 
+uint64_t ss_segment_bytes(uint64_t payload, uint32_t slots, uint32_t history) {
+  if (history) slots = history + 1;
+  uint64_t stride = ss_round_up(payload, SS_PAYLOAD_ALIGN);
+  if (stride < payload || (stride && slots > (UINT64_MAX - SS_HEADER_BYTES) / 2 / stride)) return 0;
+  return SS_HEADER_BYTES + stride * slots + records_bytes(history, slots);
+}
+
 /* A history stream: layout version 2, a CPU stream, history + 1 slots
  * (docs/ABI.md, "History"). */
 static int history_valid(const ss_identity *id) {
@@ -170,11 +177,12 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   } else if (slots > SS_MAX_SLOTS) {
     return EINVAL;
   }
-  size_t stride = ss_round_up(payload, SS_PAYLOAD_ALIGN);
-  if ((a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR))
-    stride = 0; /* performance-mode GPU stream: the payload is on the device */
-  if (slots > (SIZE_MAX - SS_HEADER_BYTES) / 2 / (stride ? stride : 1)) return ENOMEM;
-  size_t total = SS_HEADER_BYTES + stride * slots + records_bytes(a->history, slots);
+  /* A performance-mode GPU stream has no CPU slot: its payload is on the device. */
+  uint64_t cpu_payload = (a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR) ? 0 : payload;
+  size_t stride = ss_round_up(cpu_payload, SS_PAYLOAD_ALIGN);
+  uint64_t bytes = ss_segment_bytes(cpu_payload, slots, a->history);
+  if (bytes == 0 || bytes > SIZE_MAX) return ENOMEM;
+  size_t total = (size_t)bytes;
 
   int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
                     a->mode ? a->mode : 0600);

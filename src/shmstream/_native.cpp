@@ -503,6 +503,12 @@ NB_MODULE(_native, m) {
   m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
         "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
+  m.def("segment_bytes", [](uint64_t payload, uint32_t slots, uint32_t history) {
+    uint64_t n = ss_segment_bytes(payload, slots, history);
+    if (n == 0) raise(PyExc_OverflowError, "a segment of that size cannot be addressed");
+    return n;
+  }, nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
+     "Bytes of a segment with slots payload slots (history: history + 1 slots and records).");
   def_fault_injection(m);
   m.def("monotonic_ns", &ss_monotonic_ns);
 
