@@ -369,7 +369,7 @@ void ss_channel_set_batch(ss_channel *ch, uint32_t batch) { ch->batch = batch ? 
 void ss_channel_flush(ss_channel *ch) {
   if (ch->role != SS_ROLE_PRODUCER || ch->head == ch->head_pub) return;
   SS_CRASH_POINT("ring.record");
-  /* SYNC POINT (h1): the release store of head publishes every record byte
+  /* SYNC POINT (rh1): the release store of head publishes every record byte
    * written before it; pairs with the consumer's acquire load of head. */
   atomic_store_explicit(&ch->ctl->head.pos, ch->head, memory_order_release);
   SS_CRASH_POINT("ring.head");
@@ -407,7 +407,7 @@ int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_
       /* The consumer cannot free room for messages it cannot see. */
       ss_channel_flush(ch);
       uint64_t t;
-      /* SYNC POINT (w1): want is stored (relaxed) before waiting; the
+      /* SYNC POINT (rw1): want is stored (relaxed) before waiting; the
        * waiter's seq_cst fence in wait_index (k2) orders it before the
        * consumer's check (k3) (one producer, so one want). */
       atomic_store_explicit(&ch->ctl->space.want, ch->head + len - ch->capacity,
@@ -449,7 +449,7 @@ int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
   if (ch->role != SS_ROLE_CONSUMER) return SS_EROLE;
   if (ss_mapping_lost(&ch->seg)) return SS_ECORRUPT;
   if (ch->rd == ch->head_cache) {
-    /* SYNC POINT (h2): acquire load of head pairs with the producer's release
+    /* SYNC POINT (rh2): acquire load of head pairs with the producer's release
      * store: every byte of the records before head is visible. */
     ch->head_cache = atomic_load_explicit(&ch->ctl->head.pos, memory_order_acquire);
     if (ch->rd == ch->head_cache) {

@@ -49,9 +49,12 @@ int ss_sleeper_claim(ss_segment *seg) {
 
 void ss_sleeper_release(ss_segment *seg, int slot) {
   if (slot < 0) return;
-  /* SYNC POINT (z3), then (z4): bit cleared before the word. */
+  /* SYNC POINT (z3): the bit is cleared (seq_cst RMW) before the word, so
+   * a writer never finds a set bit whose slot is free for another reader. */
   atomic_fetch_and_explicit(&seg->hdr->notify.sleepers, ~(1ull << slot), memory_order_seq_cst);
   SS_CRASH_POINT("sleep.release");
+  /* SYNC POINT (z4): the word freed last (release): a claimer that takes
+   * the slot (z1) finds its bit already clear. */
   atomic_store_explicit(&seg->hdr->stream.sleeper[slot], 0, memory_order_release);
 }
 

@@ -162,7 +162,7 @@ int ss_view_begin(ss_segment *seg, int64_t timeout_ns, int holds_lock, ss_pubinf
 }
 
 int ss_view_valid(const ss_segment *seg, const ss_frame *frame) {
-  /* SYNC POINT (s2): pairs with (a): if the caller's loads of the slot saw
+  /* SYNC POINT (s3): pairs with (a): if the caller's loads of the slot saw
    * any store of a newer write, this acquire fence makes the odd (or newer)
    * slot seq visible here. */
   atomic_thread_fence(memory_order_acquire);
