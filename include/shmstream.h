@@ -417,7 +417,7 @@ SS_API int ss_segment_status(const ss_segment *seg);
 SS_API const char *ss_identity_changed(const ss_segment *seg);
 SS_API uint8_t *ss_slot(const ss_segment *seg, uint32_t slot);
 
-/* ---- the robust cross-process lock (src/core/lock.c) ------------------- */
+/* ---- the robust cross-process lock (src/core/stream_lock.c) ------------ */
 
 /* timeout_ns < 0 waits forever. Returns SS_OK, SS_EOWNERDEAD (acquired;
  * the dead owner's half-written frame has been marked abandoned),
@@ -428,7 +428,7 @@ SS_API int ss_unlock(ss_segment *seg);
  * stat shows when the informational owner words are empty. */
 SS_API int32_t ss_lock_word_tid(const ss_segment *seg);
 
-/* ---- streams (src/core/stream.c) --------------------------------------- */
+/* ---- streams (src/core/publish.c, snapshot.c) -------------------------- */
 
 /* All write calls require the caller to hold the lock. frame_id points at
  * the frame id to publish (any uint64); NULL keeps the previous one (sticky).

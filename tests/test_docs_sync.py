@@ -64,3 +64,59 @@ def test_each_sync_point_label_marks_one_place():
     many = {label: places for label, places in code_labels().items()
             if len(places) != PAIRS.get(label, 1)}
     assert not many, f"labels used at more places than documented: {many}"
+
+
+# ---- no stale paths -------------------------------------------------------------
+
+#: Where comments and documents are read.
+SCANNED = ["src", "include", "tests", "docs", "examples", "tools", "README.md", "BENCHMARKS.md"]
+SUFFIXES = (".c", ".h", ".cpp", ".py", ".pyi", ".md", ".txt", ".toml")
+#: Paths named on purpose that are not in this repository (another project's).
+EXTERNAL = {"include/dlpack/dlpack.h"}  # dmlc/dlpack, vendored in src/shmstream/_dlpack.h
+
+_REPO_PATH = re.compile(r"(?<![\w/.-])((?:src|include|tests|docs|examples|tools)/[\w./*-]*[\w*/])")
+_PACKAGE_PATH = re.compile(r"(?<![\w/.-])(shmstream/[\w/]+\.py)\b")
+
+
+def _scanned_files() -> list[str]:
+    out = []
+    for top in SCANNED:
+        path = os.path.join(ROOT, top)
+        if os.path.isfile(path):
+            out.append(top)
+            continue
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
+            out += [os.path.relpath(os.path.join(dirpath, f), ROOT)
+                    for f in filenames if f.endswith(SUFFIXES)]
+    return sorted(out)
+
+
+def _exists(path: str) -> bool:
+    return bool(glob.glob(os.path.join(ROOT, path.rstrip("/"))))
+
+
+def named_paths_missing() -> list[str]:
+    missing = []
+    for rel in _scanned_files():
+        if rel == "tests/test_docs_sync.py":
+            continue  # names missing paths on purpose, to test the check
+        for i, line in enumerate(_read(rel).splitlines(), 1):
+            for m in _REPO_PATH.finditer(line):
+                path = m.group(1).rstrip(".")
+                if path not in EXTERNAL and not _exists(path):
+                    missing.append(f"{rel}:{i}: {path}")
+            for m in _PACKAGE_PATH.finditer(line):
+                if not _exists("src/" + m.group(1)):
+                    missing.append(f"{rel}:{i}: {m.group(1)}")
+    return missing
+
+
+def test_no_comment_or_document_names_a_missing_path():
+    assert named_paths_missing() == []
+
+
+def test_the_path_check_sees_a_missing_path():
+    assert _exists("src/core/*.c") and _exists("src/core/") and not _exists("src/core/lock.c")
+    assert _REPO_PATH.search("see src/core/lock.c, the lock").group(1) == "src/core/lock.c"
+    assert _PACKAGE_PATH.search("by shmstream/cli.py. Importing").group(1) == "shmstream/cli.py"

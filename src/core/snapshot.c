@@ -1,6 +1,6 @@
 /* The reader's side of a stream: a consistent snapshot of the published
  * frame, copied (CPU memcpy, or a device copy through a callback from
- * cuda.c) or only located (a zero-copy view). One routine serves every
+ * cuda_stream.c) or only located (a zero-copy view). One routine serves every
  * kind of read. Protocol and labels: docs/ABI.md, "Snapshot read". */
 #define _GNU_SOURCE
 #include <sched.h>
