@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-#include "shmstream.h"
+#include "shmstream_internal.h"
 
 #define SS_NS_PER_S 1000000000LL
 

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -509,4 +510,14 @@ void ss_channel_release_rx(ss_channel *ch, uint64_t upto) {
 void ss_channel_commit_rx(ss_channel *ch) {
   ss_channel_skip_rx(ch);
   ss_channel_release_rx(ch, ch->rd);
+}
+
+/* ---- the opaque handle's allocation (include/shmstream_channel.h) -------- */
+
+ss_channel *ss_channel_new(void) { return calloc(1, sizeof(ss_channel)); }
+
+void ss_channel_free(ss_channel *ch) {
+  if (!ch) return;
+  if (ch->seg.base) ss_channel_close(ch);
+  free(ch);
 }

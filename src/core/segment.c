@@ -317,7 +317,7 @@ int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t e
   int fd = ss_open_regular(seg->segname, O_RDWR);
   if (fd == -EACCES && readonly) {
     /* Someone else's segment shared read-only with us: read without the
-     * lock fallback (seg->readonly == 2). */
+     * lock fallback (SS_ACCESS_FOREIGN). */
     writable = 0;
     fd = ss_open_regular(seg->segname, O_RDONLY);
   }
@@ -337,7 +337,7 @@ int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t e
     return SS_EKIND;
   }
   if ((rc = ss_pidns_check(id)) != SS_OK) return ss_segment_close(seg), rc;
-  seg->readonly = writable ? (readonly ? 1 : 0) : 2;
+  seg->readonly = !writable ? SS_ACCESS_FOREIGN : readonly ? SS_ACCESS_READONLY : SS_ACCESS_WRITE;
   return SS_OK;
 }
 
@@ -352,7 +352,7 @@ int ss_segment_peek(ss_segment *seg, const char *segname) {
   /* No waiting for an unfinished creator: listing must not stall on one. */
   int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES, 0);
   close(fd);
-  seg->readonly = 2;
+  seg->readonly = SS_ACCESS_FOREIGN;
   return rc;
 }
 
@@ -380,4 +380,32 @@ uint8_t *ss_slot(const ss_segment *seg, uint32_t slot) {
    * from shared memory): with the private geometry that stays inside the
    * mapping validated at open. */
   return seg->base + seg->id.payload_offset + (size_t)slot * seg->id.slot_stride;
+}
+
+/* ---- the opaque handle's allocation and accessors (include/shmstream.h) -- */
+
+ss_segment *ss_segment_new(void) { return calloc(1, sizeof(ss_segment)); }
+
+void ss_segment_free(ss_segment *seg) {
+  if (!seg) return;
+  if (seg->base) ss_segment_close(seg);
+  free(seg);
+}
+
+const ss_identity *ss_segment_identity(const ss_segment *seg) { return &seg->id; }
+const char *ss_segment_user_name(const ss_segment *seg) { return seg->id.name; }
+const char *ss_segment_dtype(const ss_segment *seg) { return seg->id.dtype; }
+uint32_t ss_segment_ndim(const ss_segment *seg) { return seg->id.ndim; }
+const uint64_t *ss_segment_shape(const ss_segment *seg) { return seg->id.shape; }
+uint64_t ss_segment_payload_bytes(const ss_segment *seg) { return seg->id.payload_bytes; }
+uint32_t ss_segment_slot_count(const ss_segment *seg) { return seg->id.slot_count; }
+const char *ss_segment_segname(const ss_segment *seg) { return seg->segname; }
+uint32_t ss_segment_owner_uid(const ss_segment *seg) { return seg->owner_uid; }
+
+uint64_t ss_segment_count(const ss_segment *seg) {
+  return atomic_load_explicit(&seg->hdr->pub.count, memory_order_acquire);
+}
+
+const void *ss_view_data(const ss_segment *seg, const ss_frame *frame) {
+  return ss_slot(seg, frame->slot);
 }

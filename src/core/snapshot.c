@@ -100,7 +100,7 @@ static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args 
     if (now >= odd_until) break;
     ss_cpu_relax();
   }
-  if (seg->readonly == 2) {
+  if (seg->readonly == SS_ACCESS_FOREIGN) {
     /* A read-only mapping cannot take the lock: keep retrying until the
      * deadline. */
     int64_t since = ss_monotonic_ns();

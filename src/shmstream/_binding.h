@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "shmstream.h"
+#include "shmstream_internal.h" /* src/core: the handles by value, the writer steps */
 #include "shmstream_channel.h"
 #include "shmstream_direct.h"
 

@@ -647,7 +647,7 @@ NB_MODULE(_native, m) {
       .def_prop_ro("gpu_area", [](Segment &s) {
         return nb::bytes((const char *)s.seg.id.gpu, sizeof s.seg.id.gpu);
       })
-      .def_prop_ro("readonly", [](Segment &s) { return s.seg.readonly; })
+      .def_prop_ro("readonly", [](Segment &s) { return (int)s.seg.readonly; })
       .def_prop_ro("count", [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
       // pyshmem's write sequence: odd while a write is in progress, which
       // here is the filling slot's seqlock or the metadata update.
