@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "_binding.h"
+#include "_fault.h"
 #include "_ndarray.h"
 #include "shmstream.h"
 
@@ -423,26 +424,6 @@ Segment *peek_segment(const std::string &segname) {
                                                     : (int)SS_ENAME;
   check_open_rc(s, rc, shown, 0, "peek");
   return s;
-}
-
-// The crash points of the core (docs/ABI.md, "Crash points"). The core is
-// one shared library that every extension links (CMakeLists.txt), so one
-// arming covers streams, channels and GPU streams alike: only this module
-// exposes it. Tests only.
-void def_fault_injection(nb::module_ &m) {
-  m.def("fault_arm", [](const std::string &point, uint32_t nth, bool exit) {
-    if (ss_fault_arm(point.c_str(), nth, exit ? SS_FAULT_EXIT : SS_FAULT_SIGKILL) != SS_OK)
-      ssb::raise(PyExc_ValueError, "unknown crash point '" + point + "'; see fault_points()");
-  }, nb::arg("point"), nb::arg("nth") = 1, nb::arg("exit") = false,
-     "Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.");
-  m.def("fault_disarm", &ss_fault_disarm);
-  m.def("fault_points", []() {
-    size_t n = 0;
-    const char *const *names = ss_fault_points(&n);
-    nb::list out;
-    for (size_t i = 0; i < n; i++) out.append(nb::str(names[i]));
-    return out;
-  });
 }
 
 }  // namespace
