@@ -19,12 +19,16 @@ from typing import Sequence
 DEFAULT_PART = "stream"
 
 
+#: Modules here that are tools, not parts (``python -m benchmarks.NAME``).
+TOOLS = {"compare_builds"}
+
+
 def known_parts() -> list[str]:
     """Names of the benchmark parts found in this package, sorted."""
     return sorted(
         m.name
         for m in pkgutil.iter_modules(__path__)
-        if not m.name.startswith("_") and not m.ispkg
+        if not m.name.startswith("_") and not m.ispkg and m.name not in TOOLS
     )
 
 

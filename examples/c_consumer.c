@@ -16,8 +16,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s NAME\n", argv[0]);
     return 2;
   }
-  ss_channel ch;
-  int rc = ss_channel_open(&ch, argv[1], strlen(argv[1]), SS_ROLE_CONSUMER);
+  ss_channel *ch = ss_channel_new();
+  if (!ch) return 1;
+  int rc = ss_channel_open(ch, argv[1], strlen(argv[1]), SS_ROLE_CONSUMER);
   if (rc) {
     fprintf(stderr, "c_consumer: ss_channel_open failed (status %d)\n", rc);
     return 1;
@@ -27,7 +28,7 @@ int main(int argc, char **argv) {
   unsigned long count = 0, bytes = 0;
   for (;;) {
     ss_msg m;
-    rc = ss_channel_acquire_rx(&ch, -1, &m);
+    rc = ss_channel_acquire_rx(ch, -1, &m);
     if (rc == SS_EPEERCLOSED) break; /* end of stream */
     if (rc) {
       fprintf(stderr, "c_consumer: ss_channel_acquire_rx failed (status %d)\n", rc);
@@ -45,9 +46,9 @@ int main(int argc, char **argv) {
       }
     bytes += m.size;
     count++;
-    ss_channel_commit_rx(&ch);
+    ss_channel_commit_rx(ch);
   }
   printf("received %lu messages, %lu bytes\n", count, bytes);
-  ss_channel_close(&ch);
+  ss_channel_free(ch);
   return 0;
 }

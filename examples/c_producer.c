@@ -36,11 +36,12 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--batch") == 0) batch = (uint32_t)atol(argv[i + 1]);
   }
 
-  ss_channel ch;
-  int rc = create ? ss_channel_create(&ch, name, create, SS_ROLE_PRODUCER, 0600)
-                  : ss_channel_open(&ch, name, strlen(name), SS_ROLE_PRODUCER);
+  ss_channel *ch = ss_channel_new();
+  if (!ch) return 1;
+  int rc = create ? ss_channel_create(ch, name, create, SS_ROLE_PRODUCER, 0600)
+                  : ss_channel_open(ch, name, strlen(name), SS_ROLE_PRODUCER);
   if (rc) die(create ? "ss_channel_create" : "ss_channel_open", rc);
-  ss_channel_set_batch(&ch, batch);
+  ss_channel_set_batch(ch, batch);
 
   /* Array metadata (docs/ABI.md): u32 ndim, u32 dtype_len, u64 shape, "<f4". */
   uint8_t meta[8 + 8 + 3];
@@ -56,7 +57,7 @@ int main(int argc, char **argv) {
   int64_t t0 = ss_monotonic_ns();
   for (long i = 0; i < count; i++) {
     void *payload, *m;
-    rc = ss_channel_acquire_tx(&ch, nbytes, meta_len, -1, &payload, &m);
+    rc = ss_channel_acquire_tx(ch, nbytes, meta_len, -1, &payload, &m);
     if (rc) die("ss_channel_acquire_tx", rc);
     if (frames) {
       memcpy(m, meta, sizeof meta);
@@ -66,12 +67,12 @@ int main(int argc, char **argv) {
       uint8_t *b = (uint8_t *)payload;
       for (size_t j = 0; j < size; j++) b[j] = (uint8_t)(i + (long)j);
     }
-    ss_channel_commit_tx(&ch, nbytes, (uint32_t)i, frames ? SS_MSG_ARRAY : 0);
+    ss_channel_commit_tx(ch, nbytes, (uint32_t)i, frames ? SS_MSG_ARRAY : 0);
   }
-  ss_channel_flush(&ch);
+  ss_channel_flush(ch);
   double secs = (double)(ss_monotonic_ns() - t0) / 1e9;
   printf("sent %ld in %.6f s\n", count, secs);
   fflush(stdout);
-  ss_channel_close(&ch); /* the consumer sees end of stream after the last message */
+  ss_channel_free(ch); /* the consumer sees end of stream after the last message */
   return 0;
 }

@@ -34,23 +34,24 @@ int main(int argc, char **argv) {
   long want = atol(argv[2]);
   double timeout_s = argc > 3 ? atof(argv[3]) : 30.0;
 
-  ss_segment seg;
-  int rc = ss_segment_open(&seg, name, strlen(name), SS_KIND_STREAM, 1 /* read-only use */);
+  ss_segment *seg = ss_segment_new();
+  if (!seg) return 1;
+  int rc = ss_segment_open(seg, name, strlen(name), SS_KIND_STREAM, 1 /* read-only use */);
   if (rc != SS_OK) {
     fprintf(stderr, "cannot open '%s': %s\n", name,
             rc == ENOENT ? "no such stream (create it first)" : "status error");
     return 1;
   }
-  if (strcmp(seg.id.dtype, "<f4") != 0) {
-    fprintf(stderr, "'%s' holds %s, not float32\n", name, seg.id.dtype);
-    ss_segment_close(&seg);
+  if (strcmp(ss_segment_dtype(seg), "<f4") != 0) {
+    fprintf(stderr, "'%s' holds %s, not float32\n", name, ss_segment_dtype(seg));
+    ss_segment_free(seg);
     return 1;
   }
-  size_t n = seg.id.payload_bytes / sizeof(float);
+  size_t n = ss_segment_payload_bytes(seg) / sizeof(float);
   float *frame = malloc(n * sizeof(float) + 1);
   /* The count when we opened: read_new returns the first publication after
    * it, and every later call the first one after the last we read. */
-  uint64_t seen = atomic_load(&seg.hdr->pub.count);
+  uint64_t seen = ss_segment_count(seg);
   const uint64_t first = seen;
   long got = 0;
   uint64_t missed = 0;
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "timed out after %ld frames\n", got);
       break;
     }
-    rc = ss_read_new(&seg, frame, n * sizeof(float), seen, left < CHUNK_NS ? left : CHUNK_NS,
+    rc = ss_read_new(seg, frame, n * sizeof(float), seen, left < CHUNK_NS ? left : CHUNK_NS,
                      -1 /* default spin */, &info);
     if (rc == SS_ETIMEDOUT) continue; /* a chunk passed: loop (check a stop flag here) */
     if (rc == SS_EINCONSISTENT) {
@@ -93,6 +94,6 @@ int main(int argc, char **argv) {
   printf("read %ld frames from '%s', missed %llu writes, counts %llu..%llu\n", got, name,
          (unsigned long long)missed, (unsigned long long)first, (unsigned long long)seen);
   free(frame);
-  ss_segment_close(&seg);
+  ss_segment_free(seg);
   return got == want ? 0 : 1;
 }

@@ -25,8 +25,9 @@ int main(int argc, char **argv) {
   uint64_t shape[2] = {argc > 4 ? strtoull(argv[3], NULL, 10) : 4,
                        argc > 4 ? strtoull(argv[4], NULL, 10) : 4};
 
-  ss_segment seg;
-  int rc = ss_segment_open(&seg, name, strlen(name), SS_KIND_STREAM, 0);
+  ss_segment *seg = ss_segment_new();
+  if (!seg) return 1;
+  int rc = ss_segment_open(seg, name, strlen(name), SS_KIND_STREAM, 0);
   if (rc == ENOENT) {
     ss_create_args a = {0};
     a.name = name;
@@ -35,32 +36,32 @@ int main(int argc, char **argv) {
     a.shape = shape;
     a.itemsize = sizeof(float);
     a.dtype = "<f4";
-    rc = ss_segment_create(&seg, &a);
+    rc = ss_segment_create(seg, &a);
   }
   if (rc != SS_OK) {
     fprintf(stderr, "cannot open or create '%s': status %d\n", name, rc);
     return 1;
   }
-  if (strcmp(seg.id.dtype, "<f4") != 0) {
-    fprintf(stderr, "'%s' holds %s, not float32\n", name, seg.id.dtype);
-    ss_segment_close(&seg);
+  if (strcmp(ss_segment_dtype(seg), "<f4") != 0) {
+    fprintf(stderr, "'%s' holds %s, not float32\n", name, ss_segment_dtype(seg));
+    ss_segment_free(seg);
     return 1;
   }
-  size_t n = seg.id.payload_bytes / sizeof(float);
+  size_t n = ss_segment_payload_bytes(seg) / sizeof(float);
   float *frame = malloc(n * sizeof(float));
   for (uint64_t k = 1; k <= (uint64_t)frames; k++) {
     for (size_t i = 0; i < n; i++) frame[i] = (float)k;
-    rc = ss_lock(&seg, -1);
+    rc = ss_lock(seg, -1);
     if (rc != SS_OK && rc != SS_EOWNERDEAD) {
       fprintf(stderr, "lock failed: status %d\n", rc);
       break;
     }
-    ss_write_locked(&seg, frame, n * sizeof(float), &k);
-    ss_unlock(&seg);
+    ss_write_locked(seg, frame, n * sizeof(float), &k);
+    ss_unlock(seg);
   }
   printf("wrote %ld frames to '%s' (count %llu)\n", frames, name,
-         (unsigned long long)seg.hdr->pub.count);
+         (unsigned long long)ss_segment_count(seg));
   free(frame);
-  ss_segment_close(&seg);
+  ss_segment_free(seg);
   return 0;
 }

@@ -295,39 +295,12 @@ SS_STATIC_ASSERT(offsetof(ss_slot_record, write_time_ns) == 24, "ABI offset of r
 
 /* ---- handles ----------------------------------------------------------- */
 
-/* A mapped segment. Local to one process; never placed in shared memory. */
-typedef struct ss_segment {
-  ss_header *hdr;
-  uint8_t *base;
-  size_t map_bytes;
-  int readonly;
-  SS_ATOMIC(int) cancelled; /* set by ss_stream_cancel: waiters give up */
-  int64_t next_heal_ns;     /* monotonic time before which no sleeper heal runs */
-  char segname[SS_SEGMENT_NAME_MAX];
-  /* Where slot i's seqlock word is: base + slot_seq_off + 8 * slot_seq_step
-   * * i (the header's slot line, step 1; or the slot records of a history
-   * stream, step 8). An offset, not a pointer: a remapped segment keeps it. */
-  size_t slot_seq_off;
-  uint32_t slot_seq_step;
-  uint32_t history;         /* id.history, 0: no slot records */
-  /* The waits' learned spin policy (src/core/wait.c): consecutive spins that
-   * ended in a sleep, and waits since the last probe. Per handle. */
-  SS_ATOMIC(uint32_t) spin_misses;
-  SS_ATOMIC(uint32_t) spin_skipped;
-  SS_ATOMIC(int64_t) spin_learned_ns; /* a longer budget that would have paid, 0: none */
-  /* The identity as validated at open (or written at create): everything
-   * that sizes or locates memory is read from here, never again from the
-   * shared header, which any process that can write the segment may change
-   * (docs/ABI.md, "The header is trusted once"). */
-  ss_identity id;
-  /* This mapping's entry in the bus-error guard (src/core/guard.c): set
-   * when the file shrank under the mapping; NULL while unmapped. */
-  struct ss_guard *guard;
-  /* The file's owner and permission bits (fstat of the fd at open, create
-   * or peek); after SS_EOWNER, the owner that was refused. */
-  uint32_t owner_uid;
-  uint32_t file_mode;
-} ss_segment;
+/* A mapped segment: an opaque handle, local to one process, never placed in
+ * shared memory. ss_segment_new allocates one (closed); ss_segment_create,
+ * _open or _peek fill it; ss_segment_close unmaps it, ss_segment_free
+ * releases it. Its fields are the core's (src/core/shmstream_internal.h):
+ * read them through the accessors below. */
+typedef struct ss_segment ss_segment;
 
 typedef struct ss_create_args {
   const char *name;       /* user name, UTF-8 */
@@ -394,6 +367,11 @@ SS_API int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len,
  * is not a regular file (FIFO, directory, socket, device). */
 SS_API int ss_segment_peek(ss_segment *seg, const char *segname);
 SS_API void ss_segment_close(ss_segment *seg);
+/* The size of a segment with `slots` slots of `payload` bytes each (with
+ * `history` > 0: history + 1 slots and their slot records), as
+ * ss_segment_create makes it: the header, each slot rounded up to
+ * SS_PAYLOAD_ALIGN, the records rounded up too. 0 if it overflows. */
+SS_API uint64_t ss_segment_bytes(uint64_t payload, uint32_t slots, uint32_t history);
 SS_API int ss_segment_unlink(const char *name, size_t len);
 SS_API int ss_segment_unlink_segname(const char *segname);
 SS_API uint64_t ss_identity_checksum(const ss_identity *id);
@@ -410,9 +388,8 @@ SS_API int ss_segment_status(const ss_segment *seg);
  * from the handle's copy (another process rewrote the header after open),
  * or NULL. The handle goes on using its copy; writers refuse (ss_lock). */
 SS_API const char *ss_identity_changed(const ss_segment *seg);
-SS_API uint8_t *ss_slot(const ss_segment *seg, uint32_t slot);
 
-/* ---- the robust cross-process lock (src/core/lock.c) ------------------- */
+/* ---- the robust cross-process lock (src/core/stream_lock.c) ------------ */
 
 /* timeout_ns < 0 waits forever. Returns SS_OK, SS_EOWNERDEAD (acquired;
  * the dead owner's half-written frame has been marked abandoned),
@@ -423,34 +400,13 @@ SS_API int ss_unlock(ss_segment *seg);
  * stat shows when the informational owner words are empty. */
 SS_API int32_t ss_lock_word_tid(const ss_segment *seg);
 
-/* ---- streams (src/core/stream.c) --------------------------------------- */
+/* ---- streams (src/core/publish.c, snapshot.c) -------------------------- */
 
 /* All write calls require the caller to hold the lock. frame_id points at
  * the frame id to publish (any uint64); NULL keeps the previous one (sticky).
- * ss_write_begin returns the slot the caller fills (ss_slot(seg, slot)).
  * On a segment without a CPU payload slot (a GPU stream without CPU mirror)
  * ss_write_locked and ss_clear_locked do nothing and ss_read returns
  * SS_EKIND: its payload is reached through include/shmstream_cuda.h. */
-SS_API uint32_t ss_write_begin(ss_segment *seg);
-SS_API uint32_t ss_published_slot(const ss_segment *seg);
-/* 1 while a writer is filling a slot or replacing the metadata (or died
- * doing either: the next lock holder repairs it). */
-SS_API int ss_write_in_flight(const ss_segment *seg);
-SS_API void ss_write_end(ss_segment *seg, const uint64_t *frame_id);
-
-/* ss_write_end with explicit metadata, for a mirror of another stream or a
- * replay: write_time_ns 0 means now; count 0 means count + 1, otherwise it
- * is the new count and must exceed the current one (the caller checks,
- * holding the lock; a smaller value is raised to count + 1). */
-typedef struct ss_publish_meta {
-  const uint64_t *frame_id; /* NULL keeps the previous frame id */
-  uint64_t write_time_ns;
-  uint64_t count;
-} ss_publish_meta;
-SS_API void ss_write_end_ex(ss_segment *seg, const ss_publish_meta *meta);
-SS_API void ss_write_locked_ex(ss_segment *seg, const void *src, size_t n,
-                               const ss_publish_meta *meta);
-SS_API void ss_write_abort(ss_segment *seg);
 SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n,
                             const uint64_t *frame_id);
 SS_API void ss_clear_locked(ss_segment *seg);
@@ -473,6 +429,31 @@ typedef struct ss_frame {
 SS_API int ss_view_begin(ss_segment *seg, int64_t timeout_ns, int holds_lock, ss_pubinfo *info,
                          ss_frame *frame);
 SS_API int ss_view_valid(const ss_segment *seg, const ss_frame *frame);
+
+/* ---- the handle (src/core/segment.c) ------------------------------------ */
+
+/* A closed handle (NULL: out of memory), and its release (closes it first
+ * if it is open). */
+SS_API ss_segment *ss_segment_new(void);
+SS_API void ss_segment_free(ss_segment *seg);
+/* What the handle validated at open or wrote at create (never re-read from
+ * shared memory): the whole identity, and the fields a program needs. */
+SS_API const ss_identity *ss_segment_identity(const ss_segment *seg);
+SS_API const char *ss_segment_user_name(const ss_segment *seg);
+SS_API const char *ss_segment_dtype(const ss_segment *seg);
+SS_API uint32_t ss_segment_ndim(const ss_segment *seg);
+SS_API const uint64_t *ss_segment_shape(const ss_segment *seg);
+SS_API uint64_t ss_segment_payload_bytes(const ss_segment *seg);
+SS_API uint32_t ss_segment_slot_count(const ss_segment *seg);
+/* The segment's name in /dev/shm ("/shmstream-..."). */
+SS_API const char *ss_segment_segname(const ss_segment *seg);
+/* The file's owner (after SS_EOWNER: the owner that was refused). */
+SS_API uint32_t ss_segment_owner_uid(const ss_segment *seg);
+/* Completed writes (the publish line's count, acquire). */
+SS_API uint64_t ss_segment_count(const ss_segment *seg);
+/* Where a frame located by ss_view_begin, ss_read_new_view or
+ * ss_history_locate lies, to read in place until ss_view_valid. */
+SS_API const void *ss_view_data(const ss_segment *seg, const ss_frame *frame);
 
 /* The last complete publication, whatever the state says: copies the
  * published slot under the lock (taking it over from a dead writer first,
@@ -575,19 +556,6 @@ SS_API uint64_t ss_realtime_ns(void);
 /* The monotonic time timeout_ns from now; INT64_MAX (never) for a negative
  * timeout or one so long that the sum would overflow. */
 SS_API int64_t ss_deadline_ns(int64_t timeout_ns);
-
-/* ---- fault injection (src/core/fault.c; tests only) --------------------- */
-
-/* Arm the crash point `point` (docs/ABI.md, "Crash points"): the nth time
- * this process passes it, it raises SIGKILL on itself (SS_FAULT_SIGKILL) or
- * calls _exit(SS_FAULT_EXIT_CODE) (SS_FAULT_EXIT). EINVAL for an unknown
- * point. The environment variable SHMSTREAM_CRASH_AT="point[:nth[:exit]]"
- * arms a point when the core is loaded. */
-enum ss_fault_action { SS_FAULT_SIGKILL = 0, SS_FAULT_EXIT = 1 };
-#define SS_FAULT_EXIT_CODE 86
-SS_API int ss_fault_arm(const char *point, uint32_t nth, int action);
-SS_API void ss_fault_disarm(void);
-SS_API const char *const *ss_fault_points(size_t *n);
 
 #ifdef __cplusplus
 } /* extern "C" */

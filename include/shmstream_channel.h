@@ -96,32 +96,12 @@ typedef struct ss_msg_header {
 
 /* ---- handles (process-local) ------------------------------------------- */
 
-typedef struct ss_channel {
-  ss_segment seg;
-  ss_ring_control *ctl;
-  uint8_t *ring;            /* capacity bytes, mapped twice back to back */
-  uint64_t capacity;
-  int role;                 /* enum ss_role; 0 once detached */
-  uint64_t owner_word;      /* what we stored in our end's owner word */
-  int64_t spin_ns;          /* spin before sleeping (default: SHMSTREAM_SPIN_US) */
-  /* producer */
-  uint64_t head;            /* bytes written, published or not */
-  uint64_t head_pub;        /* bytes published */
-  uint64_t tail_cache;      /* last tail read */
-  uint32_t batch;           /* publish at most every `batch` messages */
-  uint32_t pending;         /* messages written since the last publish */
-  uint64_t tx_cap;          /* payload bytes of the loan, 0 when none */
-  uint32_t tx_meta;
-  int tx_open;
-  /* consumer */
-  uint64_t rd;              /* read cursor */
-  uint64_t tail;            /* bytes released (published) */
-  uint64_t head_cache;      /* last head read */
-  uint64_t rx_len;          /* record length of the acquired message */
-  int64_t next_peer_check;  /* rate limit of liveness checks */
-  int64_t next_heal_ns;     /* rate limit of dead-sleeper checks (heal_line) */
-  uint64_t peer_dead;       /* peer owner word found dead (sticky) */
-} ss_channel;
+/* One end of a channel: an opaque handle, local to one process.
+ * ss_channel_new allocates one (closed); ss_channel_create or _open fill
+ * it; ss_channel_close detaches it, ss_channel_free releases it. */
+typedef struct ss_channel ss_channel;
+SS_API ss_channel *ss_channel_new(void); /* NULL: out of memory */
+SS_API void ss_channel_free(ss_channel *ch); /* closes it first if open */
 
 /* A received message; the pointers stay valid until it is released. */
 typedef struct ss_msg {

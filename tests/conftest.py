@@ -35,28 +35,33 @@ def _segments() -> set[str]:
 
 
 def _header(path: str) -> bytes:
+    """The identity up to the user name's end (offsets from _native.layout())."""
+    off, size = support.field("name")
     try:
         with open(path, "rb") as f:
-            return f.read(432)
+            return f.read(off + size)
     except OSError:
         return b""
 
 
 def _stored_name(head: bytes) -> str:
     """The user name stored in a segment header ('' if unreadable)."""
-    if len(head) < 432:
+    name_off, name_size = support.field("name")
+    len_off, len_size = support.field("name_len")
+    if len(head) < name_off + name_size:
         return ""
-    n = int.from_bytes(head[168:172], "little")
-    return head[176 : 176 + min(n, 255)].decode("utf-8", "replace")
+    n = int.from_bytes(head[len_off : len_off + len_size], "little")
+    return head[name_off : name_off + min(n, name_size - 1)].decode("utf-8", "replace")
 
 
 def _creator_gone_or_me(head: bytes) -> bool:
     """True if the segment's creator is this process or no longer runs; a
     segment whose creator still runs elsewhere belongs to a concurrent
     process, not to this suite."""
-    if len(head) < 132:
+    off, size = support.field("creator_pid")
+    if len(head) < off + size:
         return True  # truncated: nobody can be using it
-    pid = int.from_bytes(head[128:132], "little", signed=True)
+    pid = int.from_bytes(head[off : off + size], "little", signed=True)
     if pid == os.getpid() or pid <= 0:
         return True
     try:

@@ -1,6 +1,6 @@
 /* A fake CUDA driver for CPU-only test machines: NOT CUDA.
  *
- * It implements the few driver entry points src/core/cuda.c resolves, with
+ * It implements the few driver entry points src/core/cuda_driver.c resolves, with
  * host memory: "device" allocations are POSIX shared-memory files mapped in
  * each process (so CUDA IPC handles work across processes), copies are
  * synchronous memcpy, events are always complete. It exercises the binding,

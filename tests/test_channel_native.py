@@ -100,6 +100,21 @@ def test_the_c_header_compiles_as_cplusplus(tmp_path):
     if cxx is None:
         pytest.skip("no C++ compiler")
     src = tmp_path / "h.cpp"
-    src.write_text('#include "shmstream.h"\nint main() { ss_channel c{}; (void)c; return 0; }\n')
+    src.write_text('#include "shmstream.h"\nint main() { ss_channel *c = ss_channel_new(); '
+                   'ss_channel_free(c); ss_segment *s = ss_segment_new(); ss_segment_free(s); '
+                   'return 0; }\n')
     subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), str(src)],
                    check=True, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("handle", ["ss_segment", "ss_channel"])
+def test_the_public_header_keeps_the_handles_opaque(tmp_path, handle):
+    # docs/C-API.md: a program cannot depend on a handle's layout.
+    cc = support.c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler on PATH")
+    src = tmp_path / "h.c"
+    src.write_text(f'#include "shmstream.h"\nunsigned long n = sizeof({handle});\n')
+    proc = subprocess.run([cc, "-std=gnu11", "-fsyntax-only", "-I", os.path.join(ROOT, "include"),
+                           str(src)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "incomplete" in proc.stderr

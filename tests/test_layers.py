@@ -98,8 +98,8 @@ def test_the_stream_layer_never_imports_the_gpu_layer():
 
 # ---- private names stay private -------------------------------------------------------
 #
-# The rule (docs/STYLE lesson 9): a leading-underscore name may be used only
-# inside the module that defines it. A private *module* (``_checks.py``,
+# The rule (one obvious place for each thing): a leading-underscore name may
+# be used only inside the module that defines it. A private *module* (``_checks.py``,
 # the ``_native`` extension, ``bridge/_wire.py``) is the package's own: its
 # public names may be used from anywhere in the package. What one module
 # takes from another is public there: documented, no leading underscore.

@@ -298,24 +298,26 @@ C_OWNER_PROGRAM = r"""
 /* argv[1]: a stream, argv[2]: a channel, both owned by another uid. */
 int main(int argc, char **argv) {
   (void)argc;
-  ss_segment seg;
-  ss_channel ch;
-  int rc = ss_segment_open(&seg, argv[1], strlen(argv[1]), SS_KIND_STREAM, 0);
-  printf("open %d %u\n", rc, seg.owner_uid);
+  ss_segment *seg = ss_segment_new();
+  ss_channel *ch = ss_channel_new();
+  int rc = ss_segment_open(seg, argv[1], strlen(argv[1]), SS_KIND_STREAM, 0);
+  printf("open %d %u\n", rc, ss_segment_owner_uid(seg));
   uint32_t allow[] = {1234, %(uid)d};
   ss_open_opts opts = {allow, 2};
-  rc = ss_segment_open_ex(&seg, argv[1], strlen(argv[1]), SS_KIND_STREAM, 1, &opts);
+  rc = ss_segment_open_ex(seg, argv[1], strlen(argv[1]), SS_KIND_STREAM, 1, &opts);
   printf("open_ex %d\n", rc);
-  if (rc == SS_OK) ss_segment_close(&seg);
-  rc = ss_channel_open(&ch, argv[2], strlen(argv[2]), SS_ROLE_CONSUMER);
+  if (rc == SS_OK) ss_segment_close(seg);
+  rc = ss_channel_open(ch, argv[2], strlen(argv[2]), SS_ROLE_CONSUMER);
   printf("channel_open %d\n", rc);
-  rc = ss_channel_open_ex(&ch, argv[2], strlen(argv[2]), SS_ROLE_CONSUMER, &opts);
+  rc = ss_channel_open_ex(ch, argv[2], strlen(argv[2]), SS_ROLE_CONSUMER, &opts);
   printf("channel_open_ex %d\n", rc);
-  if (rc == SS_OK) ss_channel_close(&ch);
+  if (rc == SS_OK) ss_channel_close(ch);
   uint32_t dev;
   uint64_t ino;
   rc = ss_pidns_self(&dev, &ino);
   printf("pidns %d %d\n", rc, ino != 0);
+  ss_segment_free(seg);
+  ss_channel_free(ch);
   return 0;
 }
 """

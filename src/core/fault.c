@@ -7,9 +7,9 @@
  *
  * Arming: ss_fault_arm(), or the environment variable
  * SHMSTREAM_CRASH_AT="point[:nth[:exit]]" read when the core is loaded (so a
- * test can arm a child process, or a C program, before it runs). Each
- * extension module links its own copy of the core; the environment variable
- * arms every copy in the process. */
+ * test can arm a child process, or a C program, before it runs). The
+ * extension modules share one copy of the core (libshmstream.so,
+ * CMakeLists.txt), so one arming covers every module in the process. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>

@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-#include "shmstream.h"
+#include "shmstream_internal.h"
 
 #define SS_NS_PER_S 1000000000LL
 
@@ -40,6 +40,15 @@ void ss_backoff(int64_t since_ns, int64_t now_ns);
 int32_t ss_self_pid(void);
 int32_t ss_self_tid(void);
 uint64_t ss_self_start_ticks(void);
+/* An owner word, as the channel ends and the stream's sleeper table store
+ * it: pid in the low 32 bits, the low 32 bits of the start time above (0:
+ * free). ss_owner_word_alive: ss_proc_alive of the process a word names. */
+uint64_t ss_self_owner_word(void);
+int ss_owner_word_alive(uint64_t word);
+/* How often a waker whose FUTEX_WAKE woke nobody may check whether the
+ * sleepers it counted died (/proc reads): at most once per this per handle
+ * (src/core/sleepers.c for streams, src/core/ring.c for channels). */
+#define SS_HEAL_INTERVAL_NS (100 * 1000 * 1000LL)
 
 /* src/core/owner.c (ss_pidns_self and ss_pidns_match are public): who may
  * open a segment (docs/ABI.md, "Owner and PID namespace"). */

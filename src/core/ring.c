@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -104,24 +105,14 @@ static int map_mirror(ss_channel *ch) {
 
 /* ---- ownership ------------------------------------------------------------ */
 
-static uint64_t my_owner_word(void) {
-  int32_t pid = ss_self_pid();
-  uint64_t ticks = ss_self_start_ticks() & 0xffffffffull;
-  return (ticks << 32) | (uint32_t)pid;
-}
-
-static int owner_alive(uint64_t word) {
-  return ss_proc_alive((int32_t)(word & 0xffffffffull), word >> 32);
-}
-
 static int claim(ss_channel *ch, int role) {
   ss_ring_end_line *e = own_end(ch, role);
-  uint64_t mine = my_owner_word();
+  uint64_t mine = ss_self_owner_word();
   uint64_t cur = atomic_load_explicit(&e->owner, memory_order_acquire);
   int takeover;
   do {
     takeover = cur != 0;
-    if (takeover && owner_alive(cur)) return SS_EATTACHED;
+    if (takeover && ss_owner_word_alive(cur)) return SS_EATTACHED;
     /* SYNC POINT (o1): the claim is one CAS on the owner word, so of two
      * processes claiming (or taking over) at once exactly one wins; acquire
      * pairs with the previous owner's release in ss_channel_detach. */
@@ -160,7 +151,7 @@ static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
   if (peer_pid) *peer_pid = (int32_t)(o & 0xffffffffull);
   if (o) {
     if (o == ch->peer_dead) return SS_EPEERDEAD;
-    if (!deep || owner_alive(o)) return SS_OK;
+    if (!deep || ss_owner_word_alive(o)) return SS_OK;
     ch->peer_dead = o;
     return SS_EPEERDEAD;
   }
@@ -178,9 +169,6 @@ int ss_channel_peer_status(const ss_channel *ch, int32_t *peer_pid) {
 /* Wake the sleepers of a line if any. `index` is the value just stored;
  * with `want` (the producer's space line) a sleeper whose target is not
  * reached yet is left asleep: no syscall per released message. */
-/* How often a waker may check whether the sleeper it failed to wake died. */
-#define SS_HEAL_INTERVAL_NS (100 * 1000 * 1000LL)
-
 /* A line's sleeper count stays > 0 if its only possible sleeper (the end
  * that sleeps there) died asleep, and every publish would then make a
  * FUTEX_WAKE for nobody. When a wake woke nobody, the waker checks that
@@ -192,7 +180,7 @@ static void heal_line(ss_channel *ch, SS_ATOMIC(uint32_t) *waiters, ss_ring_end_
   ch->next_heal_ns = now + SS_HEAL_INTERVAL_NS;
   uint32_t w = atomic_load_explicit(waiters, memory_order_relaxed);
   uint64_t o = atomic_load_explicit(&sleeper->owner, memory_order_acquire);
-  if (w && (o == 0 || !owner_alive(o)))
+  if (w && (o == 0 || !ss_owner_word_alive(o)))
     atomic_compare_exchange_strong_explicit(waiters, &w, 0, memory_order_relaxed,
                                             memory_order_relaxed);
 }
@@ -382,7 +370,7 @@ void ss_channel_set_batch(ss_channel *ch, uint32_t batch) { ch->batch = batch ? 
 void ss_channel_flush(ss_channel *ch) {
   if (ch->role != SS_ROLE_PRODUCER || ch->head == ch->head_pub) return;
   SS_CRASH_POINT("ring.record");
-  /* SYNC POINT (h1): the release store of head publishes every record byte
+  /* SYNC POINT (rh1): the release store of head publishes every record byte
    * written before it; pairs with the consumer's acquire load of head. */
   atomic_store_explicit(&ch->ctl->head.pos, ch->head, memory_order_release);
   SS_CRASH_POINT("ring.head");
@@ -420,7 +408,7 @@ int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_
       /* The consumer cannot free room for messages it cannot see. */
       ss_channel_flush(ch);
       uint64_t t;
-      /* SYNC POINT (w1): want is stored (relaxed) before waiting; the
+      /* SYNC POINT (rw1): want is stored (relaxed) before waiting; the
        * waiter's seq_cst fence in wait_index (k2) orders it before the
        * consumer's check (k3) (one producer, so one want). */
       atomic_store_explicit(&ch->ctl->space.want, ch->head + len - ch->capacity,
@@ -462,7 +450,7 @@ int ss_channel_acquire_rx(ss_channel *ch, int64_t timeout_ns, ss_msg *m) {
   if (ch->role != SS_ROLE_CONSUMER) return SS_EROLE;
   if (ss_mapping_lost(&ch->seg)) return SS_ECORRUPT;
   if (ch->rd == ch->head_cache) {
-    /* SYNC POINT (h2): acquire load of head pairs with the producer's release
+    /* SYNC POINT (rh2): acquire load of head pairs with the producer's release
      * store: every byte of the records before head is visible. */
     ch->head_cache = atomic_load_explicit(&ch->ctl->head.pos, memory_order_acquire);
     if (ch->rd == ch->head_cache) {
@@ -522,4 +510,14 @@ void ss_channel_release_rx(ss_channel *ch, uint64_t upto) {
 void ss_channel_commit_rx(ss_channel *ch) {
   ss_channel_skip_rx(ch);
   ss_channel_release_rx(ch, ch->rd);
+}
+
+/* ---- the opaque handle's allocation (include/shmstream_channel.h) -------- */
+
+ss_channel *ss_channel_new(void) { return calloc(1, sizeof(ss_channel)); }
+
+void ss_channel_free(ss_channel *ch) {
+  if (!ch) return;
+  if (ch->seg.base) ss_channel_close(ch);
+  free(ch);
 }

@@ -29,6 +29,13 @@ static uint64_t records_bytes(uint32_t history, uint32_t slot_count) {
   return history ? ss_round_up((uint64_t)SS_SLOT_RECORD_BYTES * slot_count, SS_PAYLOAD_ALIGN) : 0;
 }
 
+uint64_t ss_segment_bytes(uint64_t payload, uint32_t slots, uint32_t history) {
+  if (history) slots = history + 1;
+  uint64_t stride = ss_round_up(payload, SS_PAYLOAD_ALIGN);
+  if (stride < payload || (stride && slots > (UINT64_MAX - SS_HEADER_BYTES) / 2 / stride)) return 0;
+  return SS_HEADER_BYTES + stride * slots + records_bytes(history, slots);
+}
+
 /* A history stream: layout version 2, a CPU stream, history + 1 slots
  * (docs/ABI.md, "History"). */
 static int history_valid(const ss_identity *id) {
@@ -170,11 +177,12 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   } else if (slots > SS_MAX_SLOTS) {
     return EINVAL;
   }
-  size_t stride = ss_round_up(payload, SS_PAYLOAD_ALIGN);
-  if ((a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR))
-    stride = 0; /* performance-mode GPU stream: the payload is on the device */
-  if (slots > (SIZE_MAX - SS_HEADER_BYTES) / 2 / (stride ? stride : 1)) return ENOMEM;
-  size_t total = SS_HEADER_BYTES + stride * slots + records_bytes(a->history, slots);
+  /* A performance-mode GPU stream has no CPU slot: its payload is on the device. */
+  uint64_t cpu_payload = (a->flags & SS_FLAG_GPU) && !(a->flags & SS_FLAG_CPU_MIRROR) ? 0 : payload;
+  size_t stride = ss_round_up(cpu_payload, SS_PAYLOAD_ALIGN);
+  uint64_t bytes = ss_segment_bytes(cpu_payload, slots, a->history);
+  if (bytes == 0 || bytes > SIZE_MAX) return ENOMEM;
+  size_t total = (size_t)bytes;
 
   int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
                     a->mode ? a->mode : 0600);
@@ -309,7 +317,7 @@ int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t e
   int fd = ss_open_regular(seg->segname, O_RDWR);
   if (fd == -EACCES && readonly) {
     /* Someone else's segment shared read-only with us: read without the
-     * lock fallback (seg->readonly == 2). */
+     * lock fallback (SS_ACCESS_FOREIGN). */
     writable = 0;
     fd = ss_open_regular(seg->segname, O_RDONLY);
   }
@@ -329,7 +337,7 @@ int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t e
     return SS_EKIND;
   }
   if ((rc = ss_pidns_check(id)) != SS_OK) return ss_segment_close(seg), rc;
-  seg->readonly = writable ? (readonly ? 1 : 0) : 2;
+  seg->readonly = !writable ? SS_ACCESS_FOREIGN : readonly ? SS_ACCESS_READONLY : SS_ACCESS_WRITE;
   return SS_OK;
 }
 
@@ -344,7 +352,7 @@ int ss_segment_peek(ss_segment *seg, const char *segname) {
   /* No waiting for an unfinished creator: listing must not stall on one. */
   int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES, 0);
   close(fd);
-  seg->readonly = 2;
+  seg->readonly = SS_ACCESS_FOREIGN;
   return rc;
 }
 
@@ -372,4 +380,32 @@ uint8_t *ss_slot(const ss_segment *seg, uint32_t slot) {
    * from shared memory): with the private geometry that stays inside the
    * mapping validated at open. */
   return seg->base + seg->id.payload_offset + (size_t)slot * seg->id.slot_stride;
+}
+
+/* ---- the opaque handle's allocation and accessors (include/shmstream.h) -- */
+
+ss_segment *ss_segment_new(void) { return calloc(1, sizeof(ss_segment)); }
+
+void ss_segment_free(ss_segment *seg) {
+  if (!seg) return;
+  if (seg->base) ss_segment_close(seg);
+  free(seg);
+}
+
+const ss_identity *ss_segment_identity(const ss_segment *seg) { return &seg->id; }
+const char *ss_segment_user_name(const ss_segment *seg) { return seg->id.name; }
+const char *ss_segment_dtype(const ss_segment *seg) { return seg->id.dtype; }
+uint32_t ss_segment_ndim(const ss_segment *seg) { return seg->id.ndim; }
+const uint64_t *ss_segment_shape(const ss_segment *seg) { return seg->id.shape; }
+uint64_t ss_segment_payload_bytes(const ss_segment *seg) { return seg->id.payload_bytes; }
+uint32_t ss_segment_slot_count(const ss_segment *seg) { return seg->id.slot_count; }
+const char *ss_segment_segname(const ss_segment *seg) { return seg->segname; }
+uint32_t ss_segment_owner_uid(const ss_segment *seg) { return seg->owner_uid; }
+
+uint64_t ss_segment_count(const ss_segment *seg) {
+  return atomic_load_explicit(&seg->hdr->pub.count, memory_order_acquire);
+}
+
+const void *ss_view_data(const ss_segment *seg, const ss_frame *frame) {
+  return ss_slot(seg, frame->slot);
 }

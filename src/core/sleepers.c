@@ -8,16 +8,8 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
-/* A heal checks /proc for each set bit: at most this often per handle. */
-#define SS_HEAL_INTERVAL_NS 100000000LL
-
-static uint64_t my_word(void) {
-  return (ss_self_start_ticks() & 0xffffffffull) << 32 | (uint32_t)ss_self_pid();
-}
-
-static int word_alive(uint64_t w) {
-  return ss_proc_alive((int32_t)(w & 0xffffffffull), w >> 32);
-}
+/* A heal checks /proc for each set bit: at most once per
+ * SS_HEAL_INTERVAL_NS (src/core/internal.h) per handle. */
 
 /* Clear slot i if its owner word is still `word` (dead): the bit first
  * (z3), then the word (z4), as a reader that leaves. */
@@ -30,14 +22,14 @@ static void clear_slot(ss_segment *seg, uint32_t i, uint64_t word) {
 
 int ss_sleeper_claim(ss_segment *seg) {
   ss_stream_area *sa = &seg->hdr->stream;
-  uint64_t mine = my_word();
+  uint64_t mine = ss_self_owner_word();
   for (int pass = 0; pass < 2; pass++) {
     for (uint32_t i = 0; i < SS_SLEEPER_SLOTS; i++) {
       uint64_t cur = atomic_load_explicit(&sa->sleeper[i], memory_order_relaxed);
       if (cur) {
         /* Second pass (table full): a slot whose owner died, taken after
          * it is cleared (the next sleeper corrects what a death left). */
-        if (pass == 0 || word_alive(cur)) continue;
+        if (pass == 0 || ss_owner_word_alive(cur)) continue;
         clear_slot(seg, i, cur);
         cur = 0;
       }
@@ -57,9 +49,12 @@ int ss_sleeper_claim(ss_segment *seg) {
 
 void ss_sleeper_release(ss_segment *seg, int slot) {
   if (slot < 0) return;
-  /* SYNC POINT (z3), then (z4): bit cleared before the word. */
+  /* SYNC POINT (z3): the bit is cleared (seq_cst RMW) before the word, so
+   * a writer never finds a set bit whose slot is free for another reader. */
   atomic_fetch_and_explicit(&seg->hdr->notify.sleepers, ~(1ull << slot), memory_order_seq_cst);
   SS_CRASH_POINT("sleep.release");
+  /* SYNC POINT (z4): the word freed last (release): a claimer that takes
+   * the slot (z1) finds its bit already clear. */
   atomic_store_explicit(&seg->hdr->stream.sleeper[slot], 0, memory_order_release);
 }
 
@@ -73,6 +68,6 @@ void ss_heal_sleepers(ss_segment *seg) {
     uint32_t i = (uint32_t)__builtin_ctzll(bits);
     bits &= bits - 1;
     uint64_t w = atomic_load_explicit(&sa->sleeper[i], memory_order_acquire);
-    if (w && !word_alive(w)) clear_slot(seg, i, w);
+    if (w && !ss_owner_word_alive(w)) clear_slot(seg, i, w);
   }
 }

@@ -1,6 +1,6 @@
 /* The reader's side of a stream: a consistent snapshot of the published
  * frame, copied (CPU memcpy, or a device copy through a callback from
- * cuda.c) or only located (a zero-copy view). One routine serves every
+ * cuda_stream.c) or only located (a zero-copy view). One routine serves every
  * kind of read. Protocol and labels: docs/ABI.md, "Snapshot read". */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -100,7 +100,7 @@ static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args 
     if (now >= odd_until) break;
     ss_cpu_relax();
   }
-  if (seg->readonly == 2) {
+  if (seg->readonly == SS_ACCESS_FOREIGN) {
     /* A read-only mapping cannot take the lock: keep retrying until the
      * deadline. */
     int64_t since = ss_monotonic_ns();
@@ -162,7 +162,7 @@ int ss_view_begin(ss_segment *seg, int64_t timeout_ns, int holds_lock, ss_pubinf
 }
 
 int ss_view_valid(const ss_segment *seg, const ss_frame *frame) {
-  /* SYNC POINT (s2): pairs with (a): if the caller's loads of the slot saw
+  /* SYNC POINT (s3): pairs with (a): if the caller's loads of the slot saw
    * any store of a newer write, this acquire fence makes the odd (or newer)
    * slot seq visible here. */
   atomic_thread_fence(memory_order_acquire);

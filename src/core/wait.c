@@ -73,7 +73,7 @@ static int inconsistent(const ss_publish_line *p) {
 int ss_check_writer(ss_segment *seg) {
   ss_publish_line *p = &seg->hdr->pub;
   if (inconsistent(p)) return SS_EINCONSISTENT;
-  if (!ss_write_in_flight(seg) || seg->readonly == 2) return SS_OK;
+  if (!ss_write_in_flight(seg) || seg->readonly == SS_ACCESS_FOREIGN) return SS_OK;
   /* A write is in flight. If its writer died, the lock is owner-dead: a
    * trylock takes it over and marks the frame abandoned. A live writer
    * keeps the lock and we leave at once. */
@@ -177,7 +177,7 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   /* Announce ourselves for the whole sleep: a sleeper slot (z1, z2) that a
    * writer can check for liveness, or, if all 64 are taken, the waiters
    * count around each futex wait. */
-  int slot = seg->readonly == 2 ? SS_POLL_SLOT : ss_sleeper_claim(seg);
+  int slot = seg->readonly == SS_ACCESS_FOREIGN ? SS_POLL_SLOT : ss_sleeper_claim(seg);
   int rc = sleep_until(seg, after, deadline, slot, ignore_failed, count_out);
   ss_sleeper_release(seg, slot);
   if (spun && rc == SS_OK) spin_learn(seg, budget, ss_monotonic_ns() - start);

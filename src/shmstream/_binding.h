@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "shmstream.h"
+#include "shmstream_internal.h" /* src/core: the handles by value, the writer steps */
 #include "shmstream_channel.h"
 #include "shmstream_direct.h"
 
@@ -414,25 +415,6 @@ int chunked(int64_t timeout_ns, F &&fn) {
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
     if (deadline != INT64_MAX && ss_monotonic_ns() >= deadline) return SS_ETIMEDOUT;
   }
-}
-
-// The crash points of the core linked into this module (docs/ABI.md,
-// "Crash points"): each module links its own copy of the core, so each
-// exposes these. Tests only.
-inline void def_fault_injection(nb::module_ &m) {
-  m.def("fault_arm", [](const std::string &point, uint32_t nth, bool exit) {
-    if (ss_fault_arm(point.c_str(), nth, exit ? SS_FAULT_EXIT : SS_FAULT_SIGKILL) != SS_OK)
-      raise(g_value, "unknown crash point '" + point + "'; see fault_points()");
-  }, nb::arg("point"), nb::arg("nth") = 1, nb::arg("exit") = false,
-     "Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.");
-  m.def("fault_disarm", &ss_fault_disarm);
-  m.def("fault_points", []() {
-    size_t n = 0;
-    const char *const *names = ss_fault_points(&n);
-    nb::list out;
-    for (size_t i = 0; i < n; i++) out.append(nb::str(names[i]));
-    return out;
-  });
 }
 
 // A C-contiguous buffer borrowed from any object with the buffer protocol,

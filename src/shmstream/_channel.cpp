@@ -552,7 +552,6 @@ void check_create_rc(Channel *c, int rc, const std::string &name, bool creating)
 
 NB_MODULE(_channel, m) {
   m.doc() = "shmstream channel binding (internal; use shmstream.channel)";
-  def_fault_injection(m);
   m.attr("ROLE_PRODUCER") = (int)SS_ROLE_PRODUCER;
   m.attr("ROLE_CONSUMER") = (int)SS_ROLE_CONSUMER;
   m.attr("MIN_CAPACITY") = SS_CHANNEL_MIN_CAPACITY;

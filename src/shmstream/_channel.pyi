@@ -3,15 +3,6 @@
 from collections.abc import Sequence
 
 
-def fault_arm(point: str, nth: int = 1, exit: bool = False) -> None:
-    """
-    Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.
-    """
-
-def fault_disarm() -> None: ...
-
-def fault_points() -> list: ...
-
 ROLE_PRODUCER: int = 1
 
 ROLE_CONSUMER: int = 2

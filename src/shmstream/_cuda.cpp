@@ -1,4 +1,4 @@
-// Thin binding over src/core/cuda.c: GPU stream attachments, device and
+// Thin binding over src/core/cuda_stream.c and cuda_driver.c: GPU stream attachments, device and
 // pinned buffers, and DLPack import/export. No protocol logic lives here.
 // Importing this module never loads CUDA; the first GPU call does (dlopen).
 //

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "_binding.h"
+#include "_fault.h"
 #include "_ndarray.h"
 #include "shmstream.h"
 
@@ -483,6 +484,12 @@ NB_MODULE(_native, m) {
   m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
         "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
+  m.def("segment_bytes", [](uint64_t payload, uint32_t slots, uint32_t history) {
+    uint64_t n = ss_segment_bytes(payload, slots, history);
+    if (n == 0) raise(g_value, "a segment of that size cannot be addressed");
+    return n;
+  }, nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
+     "Bytes of a segment with slots payload slots (history: history + 1 slots and records).");
   def_fault_injection(m);
   m.def("monotonic_ns", &ss_monotonic_ns);
 
@@ -621,7 +628,7 @@ NB_MODULE(_native, m) {
       .def_prop_ro("gpu_area", [](Segment &s) {
         return nb::bytes((const char *)s.seg.id.gpu, sizeof s.seg.id.gpu);
       })
-      .def_prop_ro("readonly", [](Segment &s) { return s.seg.readonly; })
+      .def_prop_ro("readonly", [](Segment &s) { return (int)s.seg.readonly; })
       .def_prop_ro("count", [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
       // pyshmem's write sequence: odd while a write is in progress, which
       // here is the filling slot's seqlock or the metadata update.

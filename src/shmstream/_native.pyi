@@ -66,6 +66,11 @@ def proc_start_ticks(pid: int) -> int:
 
 def default_spin_ns() -> int: ...
 
+def segment_bytes(payload: int, slots: int, history: int = 0) -> int:
+    """
+    Bytes of a segment with slots payload slots (history: history + 1 slots and records).
+    """
+
 def fault_arm(point: str, nth: int = 1, exit: bool = False) -> None:
     """
     Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.

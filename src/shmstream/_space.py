@@ -75,9 +75,6 @@ def no_space_error(name: str, what: str, need: int, layout: str) -> OSError:
 def segment_bytes(payload: int, slots: int, history: int = 0) -> int:
     """The size of a segment: the 4096-byte header and slots of payload,
     each rounded up to a page; with history, history + 1 slots and their
-    64-byte records, rounded up to a page (docs/ABI.md)."""
-    page = _native.HEADER_BYTES
-    if history:
-        slots = history + 1
-    records = (64 * slots + page - 1) // page * page if history else 0
-    return _native.HEADER_BYTES + slots * ((payload + page - 1) // page * page) + records
+    64-byte records, rounded up to a page (docs/ABI.md). The core's formula
+    (ss_segment_bytes), the one its create uses."""
+    return _native.segment_bytes(payload, slots, history)

@@ -1,5 +1,5 @@
 """``shmstream bridge`` and ``shmstream list --remote``: their options and
-commands, added to the ``shmstream`` parser by shmstream/cli.py. Importing
+commands, added to the ``shmstream`` parser by shmstream/cli/bridge.py. Importing
 this module does not import zenoh; running a command without it prints how
 to install the extra."""
 from __future__ import annotations

@@ -3,7 +3,7 @@ gpu_device=...)``.
 
 The stream module calls only :func:`create`, :func:`open`, :func:`stat_device`,
 :func:`gpu_available` and :data:`GPU_SUPPORTED_DTYPES`; everything GPU lives
-here and in ``_cuda`` (binding) / ``src/core/cuda.c`` (protocol). docs/gpu.md
+here and in ``_cuda`` (binding) / ``src/core/cuda_stream.c`` (protocol). docs/gpu.md
 is the design.
 
 Framework-neutral: the CUDA driver is loaded at run time by the C core, so
