@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import errno
 import inspect
+import re
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ import pytest
 import shmstream
 import shmstream.errors
 import support
+
+API_MD = Path(__file__).resolve().parent.parent / "docs" / "API.md"
 
 
 def _exception_classes():
@@ -192,3 +196,21 @@ def test_a_GPU_stream_without_CUDA_is_a_CudaUnavailableError(name):
     with pytest.raises(shmstream.CudaUnavailableError) as info:
         shmstream.create(name, shape=(4,), dtype=np.float32, gpu_device="cuda:0")
     assert isinstance(info.value, RuntimeError)
+
+
+def _documented_exceptions() -> dict[str, list[str]]:
+    """docs/API.md's exception table: class name -> its bases, as written."""
+    text = API_MD.read_text(encoding="utf-8")
+    section = text.split("\n## Exceptions\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \|", section, re.M):
+        rows[m.group(1)] = re.findall(r"`(\w+)`", m.group(2))
+    return rows
+
+
+def test_docs_API_md_has_a_row_with_the_true_bases_for_every_exception():
+    rows = _documented_exceptions()
+    assert set(rows) == set(shmstream.errors.__all__)
+    for name, bases in rows.items():
+        cls = getattr(shmstream, name)
+        assert bases == [b.__name__ for b in cls.__bases__], name

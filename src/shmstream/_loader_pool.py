@@ -28,12 +28,13 @@ stay under the pool's bound (``max_bytes``).
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import mmap
 import os
 import secrets
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -423,6 +424,23 @@ class Taken:
         self.buf, self.fresh = buf, fresh
 
 
+class _Choice(NamedTuple):
+    """The slot ``PoolClient._choose`` picked: a free one that fits
+    (``fresh`` False) or a line it set up for a new file (``fresh`` True)."""
+
+    k: int
+    fresh: bool
+
+
+class _NoSlot(enum.Enum):
+    """Why ``PoolClient._choose`` found no slot; the value is the reason
+    ``PoolClient.take`` returns (and the loader counts)."""
+
+    BUSY = "busy"    # every slot is in use
+    BOUND = "bound"  # a new slot would pass the pool's bound
+    ERROR = "error"  # creating a slot failed before (create_error)
+
+
 class PoolClient:
     """A worker's side: takes a slot for each batch (reusing a free one,
     creating one, or growing a free one that is too small), maps it once per
@@ -453,10 +471,10 @@ class PoolClient:
         OSError if creating its file fails (the slot is EMPTY again)."""
         with self.table.locked() as w:
             got = self._choose(w, need)
-            if got in ("busy", "bound") and self.table.reclaim_dead():
+            if got in (_NoSlot.BUSY, _NoSlot.BOUND) and self.table.reclaim_dead():
                 got = self._choose(w, need)
-            if isinstance(got, str):
-                return got
+            if isinstance(got, _NoSlot):
+                return got.value
             k, fresh = got
             e = self.table.line(k)
             if not fresh:
@@ -493,8 +511,8 @@ class PoolClient:
         self.maps[k] = (gen, buf)
         return Taken(k, gen, seq, cap, buf, fresh)
 
-    def _choose(self, w: np.ndarray, need: int) -> tuple[int, bool] | str:
-        """(slot, fresh) for a batch of ``need`` bytes, or why there is none.
+    def _choose(self, w: np.ndarray, need: int) -> _Choice | _NoSlot:
+        """The slot for a batch of ``need`` bytes, or why there is none.
         A fresh slot's line is taken and set up here (FILLING, generation,
         capacity, total); slots evicted to make room are removed."""
         t = self.table
@@ -518,11 +536,11 @@ class PoolClient:
             elif st == EMPTY and empty is None:
                 empty = k
         if fit is not None:
-            return fit, False
+            return _Choice(fit, fresh=False)
         if empty is None and not small:
-            return "busy"
+            return _NoSlot.BUSY
         if self.create_error is not None:
-            return "error"
+            return _NoSlot.ERROR
         # Room: a free slot too small for this batch is replaced (grow);
         # more of them go, biggest first, if the bound needs their bytes.
         small.sort(key=lambda j: int(t.line(j)[_CAP]), reverse=True)
@@ -535,7 +553,7 @@ class PoolClient:
             evict.append(j)
             total -= int(t.line(j)[_CAP])
         if total + cap > w[_H_MAX]:
-            return "bound"
+            return _NoSlot.BOUND
         for j in evict:
             t.drop(j)
         if target != empty:
@@ -550,7 +568,7 @@ class PoolClient:
         e[_GEN] += 1
         e[_CAP] = cap
         w[_H_TOTAL] = total + cap
-        return target, True
+        return _Choice(target, fresh=True)
 
     def give_back(self, taken: Taken) -> None:
         """The batch failed before it was sent: the slot is FREE again."""

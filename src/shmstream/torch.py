@@ -44,7 +44,7 @@ import pickle
 import threading
 import warnings
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -266,73 +266,107 @@ class _SlotCollate:
         return got if isinstance(got, str) else _Slot(got)
 
     def _pack(self, client: Any, samples: Any) -> Any:
-        token = self.token
-        assert token is not None
-        slot: _Slot | None = None
-        used = 0
+        collated = self._collate(client, samples)
+        if isinstance(collated, _Fallback):
+            return collated
+        batch, slot, used = collated
+        tensors: list[torch.Tensor] = []
+        _tensors_in(batch, tensors)
+        spans = _spans(tensors, slot)
+        if slot is None or _placed_end(spans, used) <= slot.capacity:
+            return self._place(client, samples, batch, slot, used, spans, moved=False)
+        # Stacked into the slot, but the rest does not fit: move it all to a
+        # bigger slot; this one is given back once copied out.
+        try:
+            return self._place(client, samples, batch, None, 0, _spans(tensors, None), moved=True)
+        finally:
+            client.give_back(slot.taken)
+
+    def _collate(self, client: Any, samples: Any) -> _Collated | _Fallback:
+        """The batch, stacked straight into a slot where the direct collate
+        can; else collated into private memory (slot None)."""
         if self.direct:
             need = _collated_bytes(samples)
             if need > 0:
                 got = self._take(client, need)
                 if isinstance(got, str):  # no slot: torch's path, as torch would
-                    return _Fallback(self.collate_fn(samples), token, got, client.create_error)
-                slot = got
-                _alloc.cur = (slot, 0)
-                try:
-                    batch = _direct_collate(samples)
-                    used = _alloc.cur[1]
-                except _Overflow:  # the estimate was short: collate privately
-                    client.give_back(slot.taken)
-                    slot = None
-                except BaseException:
-                    client.give_back(slot.taken)
-                    raise
-                finally:
-                    _alloc.cur = None
-        if slot is None:
-            # A custom collate, a batch without tensors to stack, or one that
-            # did not fit: collate into private memory, then copy into a slot.
-            batch = _direct_collate(samples) if self.direct else self.collate_fn(samples)
-        tensors: list[torch.Tensor] = []
-        _tensors_in(batch, tensors)
-        spans = _spans(tensors, slot)
-        old = None
-        if slot is not None and _placed_end(spans, used) > slot.capacity:
-            # Stacked into the slot, but the rest does not fit: move it all
-            # to a bigger slot (this one is given back once copied out).
-            old, slot, used = slot, None, 0
-            spans = _spans(tensors, None)
+                    return _Fallback(self.collate_fn(samples), self.token, got,
+                                     client.create_error)
+                stacked = self._stack_into(client, got, samples)
+                if stacked is not None:
+                    return stacked
+        # A custom collate, a batch without tensors to stack, or one that did
+        # not fit: collate into private memory, then copy into a slot.
+        batch = _direct_collate(samples) if self.direct else self.collate_fn(samples)
+        return _Collated(batch, None, 0)
+
+    def _stack_into(self, client: Any, slot: _Slot, samples: Any) -> _Collated | None:
+        """The direct collate with its tensors allocated in ``slot``; None
+        (the slot given back) if the estimate was short."""
+        _alloc.cur = (slot, 0)
         try:
-            if slot is None and spans:
-                got = self._take(client, _placed_end(spans, 0))
-                if isinstance(got, str):
-                    plain = self.collate_fn(samples) if old is not None else batch
-                    return _Fallback(plain, token, got, client.create_error)
-                slot = got
-            try:
-                placed = {}
-                for ptr, (lo, hi, storage) in spans.items():
-                    assert slot is not None
-                    base = _align(used) + lo % _ALIGN  # same alignment as in the source
-                    src = torch.empty(0, dtype=torch.uint8).set_(storage)[lo:hi]
-                    slot.u8[base:base + (hi - lo)].copy_(src)
-                    placed[ptr] = (base, lo)
-                    used = base + (hi - lo)
-                buf = io.BytesIO()
-                packer = _Packer(buf, slot, placed)
-                packer.dump(batch)
-                if slot is None:  # nothing with bytes to carry
-                    return _Descriptor(token, -1, 0, 0, 0, buf.getvalue(), packer.metas, False)
-                t = slot.taken
-                return _Descriptor(token, t.k, t.gen, t.seq, used, buf.getvalue(),
-                                   packer.metas, t.fresh)
-            except BaseException:
-                if slot is not None:
-                    client.give_back(slot.taken)
-                raise
+            batch = _direct_collate(samples)
+            return _Collated(batch, slot, _alloc.cur[1])
+        except _Overflow:  # collate privately instead
+            client.give_back(slot.taken)
+            return None
+        except BaseException:
+            client.give_back(slot.taken)
+            raise
         finally:
-            if old is not None:
-                client.give_back(old.taken)
+            _alloc.cur = None
+
+    def _place(self, client: Any, samples: Any, batch: Any, slot: _Slot | None, used: int,
+               spans: dict[int, list], moved: bool) -> Any:
+        """Copy ``spans`` into ``slot`` (a new one if None and there are
+        bytes to carry) after its first ``used`` bytes, and describe the
+        batch; the slot is given back if that fails. ``moved``: the batch's
+        tensors are in a slot about to be given back, so torch's path must
+        collate the samples again."""
+        token = self.token
+        assert token is not None
+        if slot is None and spans:
+            got = self._take(client, _placed_end(spans, 0))
+            if isinstance(got, str):
+                plain = self.collate_fn(samples) if moved else batch
+                return _Fallback(plain, token, got, client.create_error)
+            slot = got
+        try:
+            return _describe(token, batch, slot, used, spans)
+        except BaseException:
+            if slot is not None:
+                client.give_back(slot.taken)
+            raise
+
+
+class _Collated(NamedTuple):
+    """A collated batch, and the slot its tensors were stacked into (None:
+    private memory) with the bytes they use there."""
+
+    batch: Any
+    slot: _Slot | None
+    used: int
+
+
+def _describe(token: str, batch: Any, slot: _Slot | None, used: int,
+              spans: dict[int, list]) -> _Descriptor:
+    """Copy each span into ``slot`` after its first ``used`` bytes, then
+    pickle ``batch`` with its tensors as references into the slot."""
+    placed = {}
+    for ptr, (lo, hi, storage) in spans.items():
+        assert slot is not None
+        base = _align(used) + lo % _ALIGN  # same alignment as in the source
+        src = torch.empty(0, dtype=torch.uint8).set_(storage)[lo:hi]
+        slot.u8[base:base + (hi - lo)].copy_(src)
+        placed[ptr] = (base, lo)
+        used = base + (hi - lo)
+    buf = io.BytesIO()
+    packer = _Packer(buf, slot, placed)
+    packer.dump(batch)
+    if slot is None:  # nothing with bytes to carry
+        return _Descriptor(token, -1, 0, 0, 0, buf.getvalue(), packer.metas, False)
+    t = slot.taken
+    return _Descriptor(token, t.k, t.gen, t.seq, used, buf.getvalue(), packer.metas, t.fresh)
 
 
 def _spans(tensors: list[torch.Tensor], slot: _Slot | None) -> dict[int, list]:
