@@ -320,3 +320,19 @@ def test_printable_escapes_what_a_terminal_would_interpret(text, shown):
 
 def test_printable_can_leave_backslashes_of_quoted_text_alone():
     assert registry.printable("no '\\\\' in \x1b", backslash=False) == "no '\\\\' in \\x1b"
+
+
+def test_stat_by_the_name_list_shows_for_a_corrupt_entry_says_what_it_is(name):
+    # The listed name of a corrupt segment is its segment name; stat took it
+    # for a user name and said "no object named".
+    import numpy as np
+
+    shmstream.create(name, shape=(4,), dtype=np.float32).close()
+    path = support.segment_path(name)
+    support.patch_bytes(path, support.field("checksum")[0], b"\xff" * 8)
+    listed = "/" + os.path.basename(path)
+    with pytest.raises(shmstream.CorruptStreamError, match="its header is corrupt") as caught:
+        shmstream.stat(listed)
+    assert f"shmstream.unlink({listed!r})" in str(caught.value)
+    shmstream.unlink(listed)
+    assert not os.path.exists(path)

@@ -398,7 +398,17 @@ def stat(name: str) -> dict[str, Any]:
     try:
         seg = _native.Segment.peek(segname)
     except FileNotFoundError:
-        raise _checks.missing_name_error(name) from None
+        listed = sorted(_listed(name)) if name.removeprefix("/").startswith(FILE_PREFIX) else []
+        if not listed:
+            raise _checks.missing_name_error(name) from None
+        # The name list shows for a corrupt or skipped entry: say what it is.
+        what = _examine(listed[0])
+        why = what.reason if isinstance(what, Skipped) else (
+            f"its header is {what.kind}" if isinstance(what, Entry) else "it is gone")
+        raise CorruptStreamError(
+            f"{name!r} is the segment name of an entry list cannot read ({why}); remove it "
+            f"with shmstream.unlink({name!r}) or 'shmstream unlink {printable(name)}'"
+        ) from None
     except CorruptStreamError:
         raise CorruptStreamError(
             f"{name!r} has a corrupt or foreign header ({SHM_DIR}{segname}: bad magic, "
@@ -475,6 +485,16 @@ def _unlink_file(segname: str) -> bool:
 
 def _remove_listed(name: str) -> bool:
     """Unlink what ``list`` shows as ``name`` (see :func:`remove`)."""
+    removed = False
+    for segname in sorted(_listed(name)):
+        removed = _unlink_file(segname) or removed
+    return removed
+
+
+def _listed(name: str) -> set[str]:
+    """The segment names of what ``list`` shows as ``name``: a corrupt or
+    skipped entry's segment name (with or without the slash, escaped or
+    not), or a stored name shown escaped."""
 
     def shows(listed: str) -> bool:
         return name in (listed, printable(listed))
@@ -487,10 +507,7 @@ def _remove_listed(name: str) -> bool:
     if not hits and printable(name) != name:
         # a stored name shown escaped (not UTF-8, control characters): its file
         hits = {e.segname for e in scan() if e.name is not None and shows(e.name)}
-    removed = False
-    for segname in sorted(hits):
-        removed = _unlink_file(segname) or removed
-    return removed
+    return hits
 
 
 def _listdir() -> list[str]:
