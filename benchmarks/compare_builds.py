@@ -1,7 +1,7 @@
 """Compare two builds of shmstream on the same machine, in the same run.
 
     python -m benchmarks.compare_builds --base /path/to/old/venv/bin/python \\
-        [--new python3] [--parts stream,channel] [--rounds 3] [--json out.json]
+        [--new python3] [--parts stream,channel] [--rounds 3] [--micro 8] [--json out.json]
 
 A change that must not slow the hot paths ("rows within 3% of today's in the
 same run") is measured here: each round runs ``python -m benchmarks PART``
@@ -12,6 +12,13 @@ only peer. For every row the median over rounds of each build is printed
 with the ratio new / base (> 1: the new build is faster for rates, slower
 for latencies), and the geometric mean of the rate ratios. The raw per-run
 JSON files are kept under --out.
+
+``--micro N`` adds the floor of a write + read in one process (4 floats
+and 100x100 float32), N fresh processes per build: the parts' rows move by
+10-20% from run to run on a small VM (where the heap puts the arrays
+relative to the slots, other threads' spinning), while the best of many
+timings on page-aligned buffers moves by about 1%, so a few-percent cost
+shows there first. ``--parts ''`` runs only that.
 
 Rows are keyed by what the part's records name (section, shape or payload,
 variant or peer, scenario); values are the records' rates (``hz``,
@@ -59,6 +66,34 @@ def _run(python: str, part: str, path: Path) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
 
 
+#: The floor of a write + read in one process, free of heap-layout luck:
+#: page-aligned source and destination, the best of 200 timings of 500
+#: pairs, in a fresh process per measurement. Prints ns per pair per shape.
+MICRO = r"""
+import mmap, os, sys, time
+import numpy as np, shmstream
+for shape in [(4,), (100, 100)]:
+    name = f"compare-builds-{os.getpid()}"
+    s = shmstream.create(name, shape=shape, dtype=np.float32)
+    n = int(np.prod(shape))
+    src = np.frombuffer(mmap.mmap(-1, 1 << 20), np.float32, n).reshape(shape)
+    dst = np.frombuffer(mmap.mmap(-1, 1 << 20), np.float32, n).reshape(shape)
+    w, r, best = s.write, s.read, float("inf")
+    for _ in range(200):
+        t0 = time.perf_counter()
+        for _ in range(500):
+            w(src); r(out=dst)
+        best = min(best, (time.perf_counter() - t0) / 500 * 1e9)
+    s.close(); s.unlink()
+    print(f"{'x'.join(map(str, shape))} {best:.1f}")
+"""
+
+
+def _micro(python: str) -> dict[str, float]:
+    proc = subprocess.run([python, "-c", MICRO], capture_output=True, text=True, check=True)
+    return {k: float(v) for k, v in (line.split() for line in proc.stdout.splitlines())}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="python with the old build installed")
@@ -67,13 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/compare_builds", help="raw results folder")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--micro", type=int, default=0, metavar="N",
+                    help="also N processes per build of the write+read floor (MICRO)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"base": args.base, "new": args.new, "rounds": args.rounds,
                                "loadavg_start": os.getloadavg(), "rows": []}
     ratios = []
-    for part in args.parts.split(","):
+    for part in filter(None, args.parts.split(",")):
         runs: dict[str, list[Path]] = {"base": [], "new": []}
         for i in range(args.rounds):
             for build in ("base", "new"):
@@ -104,6 +141,20 @@ def main(argv: list[str] | None = None) -> int:
                       f"  x{ratio:.3f}")
                 summary["rows"].append({"part": part, "row": key, "field": field,
                                         "base": b, "new": n, "ratio": ratio})
+    if args.micro:
+        floors: dict[str, dict[str, list[float]]] = {"base": {}, "new": {}}
+        for _ in range(args.micro):
+            for build in ("base", "new"):
+                for shape, ns in _micro(getattr(args, build)).items():
+                    floors[build].setdefault(shape, []).append(ns)
+        print(f"\nwrite + read floor, ns per pair: median of {args.micro} processes (each the "
+              "best of 200 timings)")
+        for shape in floors["base"]:
+            b, n = (statistics.median(floors[k][shape]) for k in ("base", "new"))
+            print(f"  {shape:10s} base {b:8.1f}  new {n:8.1f}  x{n / b:.3f} (time: < 1 is faster)")
+            summary["rows"].append({"part": "micro", "row": [shape], "field": "ns_per_pair",
+                                    "base": b, "new": n, "ratio": n / b,
+                                    "runs": {k: floors[k][shape] for k in floors}})
     gm = statistics.geometric_mean(ratios) if ratios else float("nan")
     summary.update(geomean_rate_ratio=gm, loadavg_end=os.getloadavg(),
                    finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))

@@ -546,7 +546,7 @@ def test_a_new_slot_is_reserved_but_no_page_is_touched_before_the_batch():
         t.fill_(7)
         assert _rss_kb(path) == 1024
         # A worker that attaches to an existing slot maps every page at once.
-        mm2 = lp.map_slot_file(path, 1 << 20, populate=True)
+        mm2 = lp.map_slot_file(path, 1 << 20, populate=True, owner_uid=os.geteuid())
         assert mm2[12345] == 7
         del t
         mm2.close()

@@ -387,3 +387,24 @@ def test_a_gpu_stream_of_another_uid_is_refused_and_attaches_with_allow_owner(tm
         for path in glob.glob(f"/dev/shm/fakecuda-{proc.pid}-*"):  # the fake driver's memory
             os.remove(path)
     assert proc.returncode == 0 and out.strip() == "ok", out + err
+
+
+def test_a_loader_slot_file_of_another_uid_or_not_a_file_is_refused(tmp_path):
+    # The pool's root passed the owner check; its slot files are opened by
+    # path, so each must belong to the root's owner too.
+    import errno as _errno
+
+    path = lp.slot_path(f"owner{os.getpid()}", 0, 1)
+    lp.create_slot_file(path, 4096).close()
+    try:
+        lp.map_slot_file(path, 4096, False, owner_uid=os.geteuid()).close()  # ours: maps
+        os.chown(path, OTHER_UID, -1)
+        with pytest.raises(shmstream.SegmentOwnerError, match=f"uid {OTHER_UID}"):
+            lp.map_slot_file(path, 4096, False, owner_uid=os.geteuid())
+        os.unlink(path)
+        os.mkfifo(path)  # opened without blocking, refused by type
+        with pytest.raises(shmstream.ShmstreamOSError) as caught:
+            lp.map_slot_file(path, 4096, False, owner_uid=os.geteuid())
+        assert caught.value.errno == _errno.ENODEV
+    finally:
+        os.unlink(path)

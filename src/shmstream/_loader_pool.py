@@ -33,6 +33,7 @@ import errno
 import mmap
 import os
 import secrets
+import stat
 import threading
 from typing import Any, Iterator, NamedTuple
 
@@ -42,6 +43,7 @@ from . import _native, _proc
 from .errors import (
     BatchLostError,
     CorruptStreamError,
+    SegmentOwnerError,
     ShmstreamFileNotFoundError,
     ShmstreamOSError,
 )
@@ -176,12 +178,24 @@ def create_slot_file(path: str, capacity: int) -> mmap.mmap:
         os.close(fd)
 
 
-def map_slot_file(path: str, capacity: int, populate: bool) -> mmap.mmap:
+def map_slot_file(path: str, capacity: int, populate: bool, owner_uid: int) -> mmap.mmap:
     """Map an existing slot file; ``populate`` maps every page now (a worker
-    about to write it) instead of one fault per page."""
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    about to write it) instead of one fault per page. The file must belong
+    to ``owner_uid``, the owner of the pool's root segment (which open
+    checked): a slot file planted under the pool's name by another user
+    would feed its bytes to the batches (docs/ABI.md, "Owner and PID
+    namespace")."""
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ShmstreamOSError(errno.ENODEV, f"loader slot file {path} is not a regular "
+                                   "file; remove it and restart the epoch")
+        if st.st_uid != owner_uid:
+            raise SegmentOwnerError(errno.EACCES, f"loader slot file {path} belongs to uid "
+                                    f"{st.st_uid}, not to the pool's owner (uid {owner_uid}); "
+                                    "remove it and restart the epoch")
+        size = st.st_size
         if size != capacity:
             raise ShmstreamOSError(f"loader slot file {path} has {size} bytes, its pool says {capacity}")
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
@@ -346,7 +360,8 @@ class Pool:
         cached = self.maps.get(k)
         if cached is None or cached[0] != gen:
             try:
-                mm = map_slot_file(slot_path(self.token, k, gen), cap, populate=False)
+                mm = map_slot_file(slot_path(self.token, k, gen), cap, populate=False,
+                                   owner_uid=int(self.table.seg.owner_uid))
             except BaseException:
                 self.release(k, seq)
                 raise
@@ -500,7 +515,8 @@ class PoolClient:
                 if cached is not None and cached[0] == gen:
                     buf = cached[1]
                 else:
-                    buf = self.wrap(map_slot_file(path, cap, populate=True))
+                    buf = self.wrap(map_slot_file(path, cap, populate=True,
+                                                  owner_uid=int(self.table.seg.owner_uid)))
         except BaseException as exc:
             with self.table.locked():
                 if self.table.line(k)[_SEQ] == seq:
