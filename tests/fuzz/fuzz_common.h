@@ -85,6 +85,23 @@ static inline int fz_write_segment(const char *name, const void *bytes, size_t n
 
 static inline void fz_unlink(const char *name) { ss_segment_unlink(name, strlen(name)); }
 
+/* The create arguments of the harnesses' float32 stream of `n` items
+ * (shape[0] must outlive the create) with `history` publications kept. */
+static inline ss_create_args fz_float_stream(const char *name, uint64_t *shape, uint64_t n,
+                                             uint32_t history) {
+  ss_create_args a;
+  memset(&a, 0, sizeof a);
+  shape[0] = n;
+  a.name = name;
+  a.kind = SS_KIND_STREAM;
+  a.ndim = 1;
+  a.shape = shape;
+  a.itemsize = 4;
+  a.dtype = "<f4";
+  a.history = history;
+  return a;
+}
+
 /* Read every byte of [p, p + n): ASan reports a read outside the mapping. */
 static inline uint8_t fz_touch(const void *p, size_t n) {
   const volatile uint8_t *b = (const volatile uint8_t *)p;

@@ -29,16 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   data += FZ_HIST_FIXED;
   size -= FZ_HIST_FIXED;
 
-  uint64_t shape[1] = {16};
-  ss_create_args a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.kind = SS_KIND_STREAM;
-  a.ndim = 1;
-  a.shape = shape;
-  a.itemsize = 4;
-  a.dtype = "<f4";
-  a.history = depth;
+  uint64_t shape[1];
+  ss_create_args a = fz_float_stream(name, shape, 16, depth);
   ss_segment seg;
   if (ss_segment_create(&seg, &a) != SS_OK) {
     fz_unlink(name); /* a leftover of a killed run: next time */

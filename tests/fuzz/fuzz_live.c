@@ -104,16 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   data++;
   size--;
 
-  uint64_t shape[1] = {FZ_FRAME_BYTES / 4};
-  ss_create_args a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.kind = SS_KIND_STREAM;
-  a.ndim = 1;
-  a.shape = shape;
-  a.itemsize = 4;
-  a.dtype = "<f4";
-  a.history = history ? 2 : 0;
+  uint64_t shape[1];
+  ss_create_args a = fz_float_stream(name, shape, FZ_FRAME_BYTES / 4, history ? 2 : 0);
   ss_segment owner, seg;
   if (ss_segment_create(&owner, &a) != SS_OK) {
     fz_unlink(name); /* a leftover of a killed run: next time */
