@@ -430,6 +430,11 @@ SS_API int ss_view_begin(ss_segment *seg, int64_t timeout_ns, int holds_lock, ss
                          ss_frame *frame);
 SS_API int ss_view_valid(const ss_segment *seg, const ss_frame *frame);
 
+/* The published frame's metadata without its payload (count, frame id,
+ * write time, state), read in one closed publish window; while a write is
+ * in flight, the values as read. Never waits. */
+SS_API void ss_publication(const ss_segment *seg, ss_pubinfo *info);
+
 /* ---- the handle (src/core/segment.c) ------------------------------------ */
 
 /* A closed handle (NULL: out of memory), and its release (closes it first

@@ -546,3 +546,16 @@ def test_dlpack_gives_a_snapshot_and_closed_handles_refuse(name):
     s.close()
     with pytest.raises(RuntimeError, match="closed"):
         s.__dlpack__()
+
+
+def test_an_unsafe_publication_view_carries_the_metadata_of_the_published_frame(name):
+    # safe=False reads the count, frame id and time through ss_publication
+    # (one closed publish window) and views the slot in place.
+    with shmstream.stream(name, shape=(3,), dtype=np.float32) as h:
+        h.write(np.array([1, 2, 3], np.float32), frame_id=41)
+        h.write(np.array([4, 5, 6], np.float32), frame_id=42)
+        with h.locked():
+            pub = h.read_publication(safe=False)
+            assert (pub.count, pub.frame_id) == (2, 42)
+            assert pub.write_time == pytest.approx(h.write_time)
+            assert pub.payload.tolist() == [4, 5, 6]

@@ -127,6 +127,20 @@ int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, 
   return ss_guarded(seg, snapshot(seg, timeout_ns, a, info, frame));
 }
 
+void ss_publication(const ss_segment *seg, ss_pubinfo *info) {
+  const ss_publish_line *p = &seg->hdr->pub;
+  for (;;) {
+    uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
+    load_info(p, info);
+    /* SYNC POINT (s4): as (s1), without a slot: an unchanged even seq means
+     * the values belong to one publication. A window that is open returns
+     * what was read at once (a writer mid-write, or one that died there:
+     * no spinning on a word another process may never close). */
+    atomic_thread_fence(memory_order_acquire);
+    if ((s1 & 1) || atomic_load_explicit(&p->seq, memory_order_relaxed) == s1) return;
+  }
+}
+
 /* ---- CPU reads ------------------------------------------------------------ */
 
 int ss_copy_to_host(void *ctx, ss_segment *seg, uint32_t slot) {

@@ -652,17 +652,9 @@ NB_MODULE(_native, m) {
                s.hdr()->notify.waiters.load(std::memory_order_relaxed);
       })
       .def("publication", [](Segment &s) {
-        // Metadata of the published frame, consistent with each other.
-        for (;;) {
-          uint64_t s1 = s.hdr()->pub.seq.load(std::memory_order_acquire);
-          uint64_t c = s.hdr()->pub.count.load(std::memory_order_relaxed);
-          uint64_t f = s.hdr()->pub.frame_id.load(std::memory_order_relaxed);
-          uint64_t t = s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed);
-          std::atomic_thread_fence(std::memory_order_acquire);
-          if (!(s1 & 1) && s.hdr()->pub.seq.load(std::memory_order_relaxed) == s1)
-            return std::make_tuple(c, f, t);
-          if (s1 & 1) return std::make_tuple(c, f, t);  // mid-write: last published values
-        }
+        ss_pubinfo info{};
+        ss_publication(&s.seg, &info);  // count, frame id, time of one publication
+        return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
       })
       .def("lock", [](Segment &s, nb::handle timeout) { return s.lock(to_ns(timeout)); },
            "timeout"_a = nb::none(),
