@@ -502,6 +502,18 @@ SS_API int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frame
  * and dst alike). Returns the frames kept. */
 SS_API uint32_t ss_history_copy(const ss_segment *seg, ss_history_frame *frames, uint32_t n,
                                 void *dst);
+/* Locate (waiting up to timeout_ns, as ss_history_locate) and copy in one
+ * call: dst_for(ctx, n) gives room for the n frames located (n *
+ * payload_bytes; NULL: fail with ENOMEM), then they are copied. When the
+ * writer overwrote every located frame first, it goes on from there, a few
+ * rounds without waiting. *n: frames copied (at dst from the last dst_for);
+ * *last: the caller's next `after`. SS_OK (also when a retry finds nothing
+ * newer: *n 0), SS_ETIMEDOUT (nothing newer within timeout_ns), or an
+ * error of ss_history_locate, SS_ECORRUPT, ENOMEM. */
+typedef void *(*ss_history_dst_fn)(void *ctx, uint32_t n);
+SS_API int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames,
+                           int64_t timeout_ns, int64_t spin_ns, ss_history_frame *frames,
+                           ss_history_dst_fn dst_for, void *ctx, uint32_t *n, uint64_t *last);
 /* read_new for a stream without history, as a recorder needs it: waits
  * past aborted and abandoned writes (they are not publications) and copies
  * the newest complete publication newer than `after`. */

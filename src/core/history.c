@@ -4,6 +4,7 @@
  * writer up: it only loads, and a slot the writer overwrites under it is
  * counted as missed. Protocol and labels: docs/ABI.md, "History". */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
 
@@ -12,6 +13,9 @@
 /* A walk that finds nothing because the writer lapped its first slot
  * starts again from a newer publication this many times at most. */
 #define SS_LOCATE_TRIES 4
+/* Locate-and-copy rounds of ss_history_read when every located frame was
+ * overwritten before its copy. */
+#define SS_HISTORY_READ_TRIES 4
 /* How long the publish seqlock may stay odd (a few stores) before the
  * reader suspects a dead writer and tries to take its lock over. */
 #define SS_PUB_ODD_NS 50000
@@ -148,6 +152,29 @@ int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int6
     return SS_ECORRUPT;
   }
   return rc;
+}
+
+int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
+                    int64_t spin_ns, ss_history_frame *frames, ss_history_dst_fn dst_for,
+                    void *ctx, uint32_t *n, uint64_t *last) {
+  uint64_t from = after;
+  for (int attempt = 0;; attempt++) {
+    /* Only the first locate waits: a retry goes on from what is left now. */
+    int rc = ss_history_locate(seg, from, max_frames, attempt ? 0 : timeout_ns,
+                               attempt ? 0 : spin_ns, frames, n, last);
+    if (rc == SS_ETIMEDOUT && attempt) return SS_OK; /* nothing newer yet: *n 0, *last from */
+    if (rc != SS_OK) return rc;
+    uint32_t located = *n;
+    void *dst = dst_for(ctx, located);
+    if (!dst) return ENOMEM; /* the caller's allocation failed; it knows why */
+    *n = ss_history_copy(seg, frames, located, dst);
+    if (ss_mapping_lost(seg)) return SS_ECORRUPT;
+    /* A reader far behind a fast writer can find every frame it located
+     * overwritten before its copy: it goes on from there (what is lost is
+     * counted from `after`) a few times rather than return an empty batch. */
+    if (*n || !located || attempt + 1 == SS_HISTORY_READ_TRIES) return SS_OK;
+    from = *last;
+  }
 }
 
 uint32_t ss_history_copy(const ss_segment *seg, ss_history_frame *frames, uint32_t n, void *dst) {

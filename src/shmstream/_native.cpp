@@ -332,35 +332,44 @@ class Segment {
       n = 1;
       last = info.count;
     } else {
-      // A reader far behind a fast writer can find every frame it located
-      // overwritten before its copy: it goes on from there (what is lost is
-      // counted from `after`) a few times, without waiting, rather than
-      // return an empty batch at once.
-      uint64_t from = after;
-      for (int attempt = 0;; attempt++) {
-        int rc = chunked_spinning(attempt ? 0 : timeout_ns, attempt ? 0 : spin_ns,
-                                  [&](int64_t chunk, int64_t spin) {
-          return ss_history_locate(&seg, from, max_frames, chunk, spin, f.data(), &n, &last);
-        });
-        if (rc == SS_ETIMEDOUT && attempt) break;  // nothing newer yet: n = 0, last = from
-        if (rc) raise_status(rc, "read_new");
-        frames = out.is_none() ? empty_frames(n) : nb::borrow(out);
-        Buffer b(frames, true);
-        check_room(b, n);
-        uint32_t located = n;
-        if ((size_t)n * payload_bytes() >= kGilFreeCopyBytes) {
-          nb::gil_scoped_release nogil;
-          n = ss_history_copy(&seg, f.data(), n, b.view.buf);
-        } else {
-          n = ss_history_copy(&seg, f.data(), n, b.view.buf);
-        }
-        check_mapping("read_new");
-        if (n || !located || attempt == 3) break;
-        from = last;
-      }
+      // Locate, copy and the retries are one core call (ss_history_read);
+      // the room for the frames is allocated here, under the GIL, when the
+      // core knows how many it located.
+      HistoryDst dst{this, out, {}, {}};
+      int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
+        return ss_history_read(&seg, after, max_frames, chunk, spin, f.data(), &HistoryDst::room,
+                               &dst, &n, &last);
+      });
+      if (dst.error) throw std::move(*dst.error);  // raised while making the room
+      if (rc) raise_status(rc, "read_new");
+      frames = dst.frames.is_valid() ? dst.frames : empty_frames(0);
     }
     return {frames, meta_array(f, n, false), last};
   }
+
+  // The room ss_history_read asks for: `out`, or a new array of n frames,
+  // made with the GIL (the core calls this from a wait that released it).
+  struct HistoryDst {
+    Segment *s;
+    nb::handle out;
+    nb::object frames;
+    std::optional<nb::python_error> error;
+    static void *room(void *ctx, uint32_t n) {
+      auto *d = static_cast<HistoryDst *>(ctx);
+      nb::gil_scoped_acquire gil;
+      try {
+        d->frames = d->out.is_none() ? d->s->empty_frames(n) : nb::borrow(d->out);
+        Buffer b(d->frames, true);
+        d->s->check_room(b, n);
+        // The array keeps its memory while frames holds it. Zero frames copy
+        // nothing, but NULL would read as a failed allocation.
+        return b.view.buf ? b.view.buf : static_cast<void *>(d);
+      } catch (nb::python_error &e) {
+        d->error.emplace(std::move(e));
+        return nullptr;
+      }
+    }
+  };
 
   // The zero-copy form: the publications located, not copied: (meta, last),
   // meta (n, 5): count, frame_id, write_time_ns, slot, slot_seq.
