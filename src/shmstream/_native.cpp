@@ -439,9 +439,6 @@ Segment *peek_segment(const std::string &segname) {
 
 NB_MODULE(_native, m) {
   m.doc() = "shmstream C core binding (internal; use the shmstream package)";
-  // Segments held in module globals at exit are normal (a mapping a user
-  // keeps); nanobind would report each as a leak.
-  nb::set_leak_warnings(false);
   m.attr("LAYOUT_VERSION") = SS_LAYOUT_VERSION;
   m.attr("HEADER_BYTES") = SS_HEADER_BYTES;
   m.attr("MAX_NAME_BYTES") = SS_MAX_NAME_BYTES;
