@@ -55,7 +55,8 @@ enum ss_kind { SS_KIND_STREAM = 1, SS_KIND_CHANNEL = 2, SS_KIND_ARRAY = 3 };
 enum ss_flags {
   SS_FLAG_NOTIFY = 1u << 0,    /* pyshmem's notify intent, kept for stat() */
   SS_FLAG_GPU = 1u << 1,       /* payload lives on a CUDA device */
-  SS_FLAG_CPU_MIRROR = 1u << 2 /* GPU stream keeps a CPU copy in the slot */
+  SS_FLAG_CPU_MIRROR = 1u << 2, /* GPU stream keeps a CPU copy in the slot */
+  SS_FLAG_LOADER_POOL = 1u << 3 /* an array that is a DataLoader slot pool's root */
 };
 
 /* Frame state, published inside the seqlock window with the payload. */

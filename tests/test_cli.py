@@ -316,3 +316,18 @@ def test_console_entry_runs_as_module():
         [sys.executable, "-m", "shmstream", "list"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0
+
+
+def test_an_array_named_like_a_loader_pool_is_listed_as_an_array(make_name, capsys):
+    # A pool is marked in its header (flags bit 3), not recognised by name.
+    from shmstream import _loader_pool
+
+    name = _loader_pool.ROOT_PREFIX + make_name()
+    arr = shmstream.share(np.arange(3), name=name)
+    try:
+        assert shmstream.stat(name)["kind"] == "array"
+        assert cli.main(["list", "--kind", "array"]) == 0
+        assert name in capsys.readouterr().out
+    finally:
+        del arr
+        shmstream.unlink(name)

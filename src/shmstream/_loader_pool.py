@@ -308,7 +308,7 @@ class Pool:
         nbytes = (_HEAD + nslots * _LINE) * 8
         try:
             seg = _native.Segment.create(root_name(self.token), _native.KIND_ARRAY, [nbytes], 1,
-                                         "|u1", 0, 0o600, 0, 1)
+                                         "|u1", _native.FLAG_LOADER_POOL, 0o600, 0, 1)
         except OSError as exc:
             self.broken = f"{type(exc).__name__}: {exc}"
             return

@@ -461,6 +461,7 @@ NB_MODULE(_native, m) {
   m.attr("FLAG_NOTIFY") = (int)SS_FLAG_NOTIFY;
   m.attr("FLAG_GPU") = (int)SS_FLAG_GPU;
   m.attr("FLAG_CPU_MIRROR") = (int)SS_FLAG_CPU_MIRROR;
+  m.attr("FLAG_LOADER_POOL") = (int)SS_FLAG_LOADER_POOL;
   m.attr("STATE_VALID") = (int)SS_STATE_VALID;
   m.attr("STATE_ABORTED") = (int)SS_STATE_ABORTED;
   m.attr("STATE_ABANDONED") = (int)SS_STATE_ABANDONED;

@@ -42,6 +42,8 @@ FLAG_GPU: int = 2
 
 FLAG_CPU_MIRROR: int = 4
 
+FLAG_LOADER_POOL: int = 8
+
 STATE_VALID: int = 0
 
 STATE_ABORTED: int = 1

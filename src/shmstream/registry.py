@@ -128,7 +128,8 @@ def _kind_of(seg: Any) -> str:
     if kind == _native.KIND_CHANNEL:
         return "channel"
     if kind == _native.KIND_ARRAY:
-        return "loader-pool" if seg.name.startswith(_loader_pool.ROOT_PREFIX) else "array"
+        # The header says so: a user's array named "loader-x" stays an array.
+        return "loader-pool" if int(seg.flags) & _native.FLAG_LOADER_POOL else "array"
     return f"kind {kind}"
 
 
