@@ -399,3 +399,41 @@ def test_a_disk_error_in_the_writing_thread_stops_the_recording_with_that_error(
         assert len(rec) == 0 and rec.complete
     finally:
         h.close()
+
+
+def test_a_recorder_started_before_its_stream_waits_for_it(make_name, tmp_path):
+    # A recorder is usually started before the camera: record --wait looks
+    # for the name until it exists, then records as usual.
+    name, out = make_name(), tmp_path / "rec"
+    proc = subprocess.Popen([sys.executable, "-m", "shmstream", "record", name, "-o", str(out),
+                             "--frames", "3", "--wait", "60", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        h = shmstream.create(name, shape=SHAPE, dtype=np.float32)
+        try:
+            k = 0
+
+            def recorder_done() -> bool:
+                nonlocal k
+                k += 1
+                h.write(np.full(SHAPE, k, np.float32))  # until the recorder has its 3
+                return proc.poll() is not None
+
+            support.wait_until(recorder_done, what="the waiting recorder to record 3 frames")
+        finally:
+            h.close()
+        assert proc.returncode == 0, proc.stderr.read()
+        assert len(shmstream.load_recording(out)) == 3
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_recorder_without_wait_refuses_a_missing_stream_and_with_wait_gives_up(
+        make_name, tmp_path):
+    with pytest.raises(FileNotFoundError, match="create"):
+        shmstream.record(make_name(), tmp_path / "a", frames=1)
+    with pytest.raises(FileNotFoundError, match="create"):
+        shmstream.record(make_name(), tmp_path / "b", frames=1, wait=0.2)
+    with pytest.raises(ValueError, match="wait"):
+        shmstream.record(make_name(), tmp_path / "c", frames=1, wait=-1)

@@ -185,7 +185,30 @@ class _Spool:
             raise self.error
 
 
-def _open_for_reading(name: str) -> Any:
+def _open_for_reading(name: str, wait: float | None = 0.0,
+                      stop: threading.Event | None = None) -> Any:
+    """Open ``name`` read-only, waiting up to ``wait`` seconds (None: for
+    ever) for it to be created: a recorder is usually started before the
+    camera. The name has no wake-up of its own to wait on, so it is looked
+    for every 50 ms at first, then every 250 ms."""
+    deadline = None if wait is None else time.monotonic() + wait
+    pause = 0.05
+    while True:
+        try:
+            return _open_cpu(name)
+        except FileNotFoundError:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise
+            nap = pause if left is None else min(pause, left)
+            if stop is not None and stop.wait(nap):
+                raise
+            if stop is None:
+                time.sleep(nap)
+            pause = min(0.25, pause * 2)
+
+
+def _open_cpu(name: str) -> Any:
     try:
         return _open(name, readonly=True, gpu_device=False)
     except NoCpuMirrorError:
@@ -208,6 +231,7 @@ def record(
     stop: threading.Event | None = None,
     handle_signals: bool = False,
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    wait: float | None = 0.0,
 ) -> RecordStats:
     """Record stream ``name`` into the directory ``path`` (a recording:
     see :mod:`shmstream.recording`): every publication after count
@@ -221,13 +245,16 @@ def record(
     writes the files while the caller's thread reads the stream, with up to
     ``buffer_bytes`` of frames between them, so a disk that stalls for
     longer than the history lasts costs no frames until that buffer is
-    full. Returns the :class:`RecordStats`."""
+    full. ``wait`` seconds (None: for ever) the recorder waits for a
+    stream that does not exist yet to be created (0, the default: it must
+    exist). Returns the :class:`RecordStats`."""
     _checks.check_name(name)
     limit = None if frames is None else _checks.check_int("frames", frames, minimum=1)
     duration = _checks.check_timeout(seconds, "seconds")
     start_count = None if since is None else _checks.check_u64("since", since)
     buffer_bytes = _checks.check_int("buffer_bytes", buffer_bytes, minimum=1)
-    handle = _open_for_reading(name)
+    wait_s = _checks.check_timeout(wait, "wait")
+    handle = _open_for_reading(name, wait_s, stop)
     try:
         frame_bytes = max(1, handle.size)
         cap = max(1, min(handle.history + 1, _CHUNK_BYTES // frame_bytes))

@@ -32,6 +32,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     rec_p.add_argument("--interval", type=number(), default=1.0, metavar="S",
                        help="seconds between progress lines and file syncs (default 1)")
     rec_p.add_argument("--quiet", action="store_true", help="no progress line")
+    rec_p.add_argument("--wait", type=number(above=False, infinite=True), nargs="?",
+                       const=math.inf, default=0.0, metavar="S",
+                       help="wait up to S seconds (no S: for ever) for NAME to be created, "
+                       "for a recorder started before its camera (default: NAME must exist)")
 
     rep_p = sub.add_parser(
         "replay",
@@ -73,7 +77,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     st = package().record(
         args.name, args.output, frames=args.frames, seconds=args.seconds,
         since=0 if args.backlog else None, overwrite=args.overwrite, progress=None if args.quiet else progress,
-        progress_interval=args.interval, handle_signals=True,
+        progress_interval=args.interval, handle_signals=True, wait=args.wait,
     )
     if tty and shown:
         sys.stdout.write("\n")
