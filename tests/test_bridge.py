@@ -551,6 +551,52 @@ def test_import_onto_a_local_stream_of_another_shape_fails_at_start(pair):
 # ---- discovery -------------------------------------------------------------------
 
 
+def test_list_remote_tells_nobody_answered_from_nothing_exported(pair, capsys):
+    # A dead port is not "no remote exports": NoPeerError and exit 1; a
+    # reachable bridge that exports nothing is an empty list and exit 0.
+    from shmstream.cli import main
+
+    dead = endpoint(free_port())
+    with pytest.raises(shmstream.NoPeerError, match="nobody answered"):
+        remote_exports(connect=[dead], timeout=0.5)
+    assert main(["list", "--remote", "--connect", dead, "--timeout", "0.5"]) == 1
+    assert "nobody answered" in capsys.readouterr().err
+    assert remote_exports(connect=[pair.ep], key_prefix="nothing-here", timeout=2) == []
+    assert main(["list", "--remote", "--connect", pair.ep, "--key-prefix", "nothing-here",
+                 "--timeout", "2"]) == 0
+    assert "export nothing" in capsys.readouterr().err
+
+
+def test_a_bridge_whose_connect_endpoint_is_dead_says_so_within_seconds():
+    # It used to run for ever without a word. The warning comes after 3 s
+    # (PEER_WARN_AFTER_S); the test reads stderr until it appears.
+    import select
+    import subprocess
+    import sys
+
+    dead = endpoint(free_port())
+    proc = subprocess.Popen([sys.executable, "-m", "shmstream", "bridge", "--import", "x",
+                             "--connect", dead, "--namespace", f"dead{os.getpid()}"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + support.WAIT
+        seen = []
+        while time.monotonic() < deadline:
+            # a bridge that says nothing must fail the test, not hang it
+            if not select.select([proc.stderr], [], [], deadline - time.monotonic())[0]:
+                break
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+            if "no Zenoh peer answers at" in line:
+                break
+        assert any(f"no Zenoh peer answers at {dead}" in ln for ln in seen), seen
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=support.WAIT)
+
+
 def test_list_remote_shows_what_other_bridges_export(pair, capsys):
     s_name, c_name = pair.name("a b/温度"), pair.name("chan")
     src = shmstream.create(s_name, shape=(2,))

@@ -33,6 +33,7 @@ __all__ = [
     "ShmstreamIndexError",
     "ShmstreamBufferError",
     "MissingExtraError",
+    "NoPeerError",
     "HandleClosedError",
     "WaitCancelledError",
     "LockHeldError",
@@ -134,6 +135,12 @@ class ShmstreamBufferError(ShmstreamError, BufferError):
 class MissingExtraError(ShmstreamError, ModuleNotFoundError):
     """An optional dependency is not installed (``zenoh`` for the bridge);
     the message names the extra to install."""
+
+
+class NoPeerError(ShmstreamError, ConnectionError):
+    """No Zenoh peer or router answered (``remote_exports``): nothing is
+    reachable with these endpoints, which is not the same as reachable
+    bridges that export nothing (an empty list)."""
 
 
 # -- handles and their state -----------------------------------------------

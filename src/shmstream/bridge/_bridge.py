@@ -22,11 +22,12 @@ from shmstream.registry import list_channels
 
 from . import _keys, _thread, _wire
 from ._channels import ChannelExport, ChannelImport
-from ._session import close_session, import_zenoh, make_config, open_session
+from ._session import close_session, import_zenoh, make_config, open_session, peer_count
 from ._status import is_status_name, status_name
 from ._streams import StreamExport, StreamImport, StreamPublisher
 from ..errors import (
     AlreadyStartedError,
+    NoPeerError,
     ShmstreamTimeoutError,
     ShmstreamTypeError,
     ShmstreamValueError,
@@ -210,6 +211,13 @@ class Bridge:
         self._stop.wait()
 
     # ---------------------------------------------------------------- inspection
+
+    @property
+    def peers(self) -> int:
+        """Zenoh peers and routers the bridge is connected to now (0 before
+        ``start``): 0 with ``connect`` endpoints means nothing answers
+        there yet (the bridge keeps trying)."""
+        return peer_count(self._session) if self._session is not None else 0
 
     @property
     def exported(self) -> list[str]:
@@ -492,7 +500,9 @@ def remote_exports(
 ) -> list[dict[str, str]]:
     """What bridges reachable with this configuration export now (from their
     Zenoh liveliness tokens): a sorted list of ``{namespace, kind, name,
-    key, bridge}``."""
+    key, bridge}``; empty when the bridges reached export nothing.
+    NoPeerError when no Zenoh peer or router answered within ``timeout``
+    (nothing is reachable with these endpoints)."""
     keys = _keys.Keys(key_prefix, "-")
     session = open_session(make_config(config, listen, connect))
     try:
@@ -508,6 +518,12 @@ def remote_exports(
                 "namespace": _keys.decode(ns_chunk), "kind": kind, "name": name,
                 "key": keys.data(name, ns_chunk), "bridge": bridge_id,
             })
+        if not found and peer_count(session) == 0:
+            where = ", ".join(connect) if connect else "multicast scouting"
+            raise NoPeerError(
+                f"nobody answered within {timeout:g} s ({where}): no Zenoh peer or router is "
+                "reachable; is a bridge running there and the port open? (see docs/bridge.md)"
+            )
     finally:
         close_session(session)
     return sorted(found, key=lambda e: (e["namespace"], e["name"], e["kind"], e["bridge"]))

@@ -101,6 +101,12 @@ def open_session(cfg: Any) -> Any:
     return session
 
 
+def peer_count(session: Any) -> int:
+    """Zenoh peers and routers this session is connected to now."""
+    info = session.info
+    return len(list(info.peers_zid())) + len(list(info.routers_zid()))
+
+
 def close_session(session: Any) -> None:
     with _lock:
         _open_sessions.pop(id(session), None)

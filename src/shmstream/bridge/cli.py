@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from ..cli._common import number
@@ -87,6 +88,9 @@ def _missing_zenoh(exc: ImportError) -> int:
 
 
 def print_remote(args: argparse.Namespace) -> int:
+    """Exit 0 with what reachable bridges export (an empty list too: they
+    export nothing), 1 when nobody answered at all."""
+    from ..errors import NoPeerError
     from . import remote_exports
 
     try:
@@ -94,8 +98,12 @@ def print_remote(args: argparse.Namespace) -> int:
                                key_prefix=args.key_prefix, timeout=args.timeout)
     except ImportError as exc:
         return _missing_zenoh(exc)
+    except NoPeerError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
     if not found:
-        print("no remote exports found", file=sys.stderr)
+        print("no remote exports found: the bridges that answered export nothing",
+              file=sys.stderr)
         return 0
     from ..registry import printable  # names come from other machines: escape them
 
@@ -106,6 +114,38 @@ def print_remote(args: argparse.Namespace) -> int:
     for e in rows:
         print("  ".join(e[c].ljust(w) for c, w in zip(cols, widths)).rstrip())
     return 0
+
+
+#: With --connect and no peer: the first warning after this many seconds,
+#: then one every PEER_WARN_EVERY_S while it lasts.
+PEER_WARN_AFTER_S = 3.0
+PEER_WARN_EVERY_S = 30.0
+
+
+def _run_watching_peers(bridge: Any, connect: list[str], stop: threading.Event,
+                        log: logging.Logger) -> None:
+    """Run until ``stop``; with ``connect`` endpoints, say within seconds,
+    and then periodically, that none of them answers (a bridge pointed at a
+    wrong address would otherwise run silently for ever), and say when one
+    does."""
+    started = time.monotonic()
+    next_warning = started + PEER_WARN_AFTER_S
+    warned = False
+    while not stop.wait(0.5):
+        if not connect:
+            continue
+        peers = bridge.peers
+        now = time.monotonic()
+        if peers == 0 and now >= next_warning:
+            log.warning("no Zenoh peer answers at %s after %.0f s; still trying (is a bridge "
+                        "or router listening there, and the port open?)", ", ".join(connect),
+                        now - started)
+            next_warning = now + PEER_WARN_EVERY_S
+            warned = True
+        elif peers and warned:
+            log.info("connected: %d Zenoh peer(s) reachable", peers)
+            warned = False
+            next_warning = now + PEER_WARN_AFTER_S
 
 
 def cmd_bridge(args: argparse.Namespace) -> int:
@@ -136,8 +176,7 @@ def cmd_bridge(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         bridge.start()
-        while not stop.wait(0.5):
-            pass
+        _run_watching_peers(bridge, args.connect, stop, log)
     except KeyboardInterrupt:
         pass
     finally:
