@@ -461,3 +461,12 @@ def test_a_lock_word_of_a_foreign_mutex_kind_is_CorruptStreamError(name):
         with pytest.raises(shmstream.CorruptStreamError):
             with h.locked(timeout=0):
                 pass
+
+
+@pytest.mark.parametrize("args,kwargs", [((), {}), (("x",), {"shape": (2,)}),
+                                         ((), {"name": "x", "shape": (2,)})])
+def test_calling_the_handle_class_says_how_handles_are_made(args, kwargs):
+    # pyshmem users try SharedMemory(name=..., shape=...): the error must say
+    # what to call instead, not "unexpected keyword argument".
+    with pytest.raises(TypeError, match=r"made by shmstream.create\(\) or shmstream.open\(\)"):
+        shmstream.SharedMemory(*args, **kwargs)

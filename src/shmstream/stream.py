@@ -90,10 +90,11 @@ class SharedMemory(Reading, Waiting, History):
     destroys the name.
     """
 
-    def __init__(
-        self, segment: Any, *, owner: bool = False, readonly: bool = False
+    def __init__(  # *args/**kwargs: SharedMemory(name=..., shape=...) gets the next step
+        self, segment: Any = None, *args: Any, owner: bool = False, readonly: bool = False,
+        **kwargs: Any,
     ) -> None:
-        if not isinstance(segment, _native.Segment):
+        if not isinstance(segment, _native.Segment) or args or kwargs:
             raise ShmstreamTypeError(
                 "SharedMemory handles are made by shmstream.create() or "
                 "shmstream.open(), not by calling the class"

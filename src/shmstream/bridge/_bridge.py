@@ -375,7 +375,9 @@ class Bridge:
                 r.up = False
                 if r.mirror is not None:
                     log.warning("the exporter of %r (namespace %r) is gone; mirror %r keeps "
-                                "its last frame", name, ns, r.local)
+                                "%s", name, ns, r.local,
+                                "its last frame" if kind == "stream" else
+                                "what it has received (its consumer reads on)")
                     r.mirror.source_down()
         self._notify()
 

@@ -24,7 +24,8 @@ from ..errors import (
     ShmstreamValueError,
 )
 
-ZENOH_HINT = 'the shmstream bridge needs Eclipse Zenoh: pip install "shmstream[zenoh]"'
+ZENOH_HINT = ('the shmstream bridge needs Eclipse Zenoh: pip install ".[zenoh]" from a '
+              'checkout of shmstream, or pip install "shmstream[zenoh]"')
 
 DEFAULTS = {
     "mode": '"peer"',
