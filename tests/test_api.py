@@ -559,3 +559,21 @@ def test_an_unsafe_publication_view_carries_the_metadata_of_the_published_frame(
             assert (pub.count, pub.frame_id) == (2, 42)
             assert pub.write_time == pytest.approx(h.write_time)
             assert pub.payload.tolist() == [4, 5, 6]
+
+
+def test_writes_convert_as_numpy_assigns_unless_the_handle_asks_for_a_safe_cast(name):
+    with shmstream.stream(name, shape=(2,), dtype=np.int32) as h:
+        h.write(np.array([2**40 + 5, 1]))  # the default: pyshmem's np.asarray(value, dtype)
+        assert h.read().tolist() == [5, 1]
+        with pytest.raises(ValueError, match="out of bounds"):  # a Python int that cannot fit
+            h.write([2**40, 1])
+        h.casting = "safe"
+        for lossy in (np.array([2**40, 1]), [float("nan"), 1.0], np.array([1.5, 2.5])):
+            with pytest.raises(TypeError, match="not a 'safe' cast"):
+                h.write(lossy)
+        assert h.count == 1, "a refused write published something"
+        h.write(np.array([3, 4], np.int16))  # int16 -> int32 is safe
+        assert h.read().tolist() == [3, 4]
+        h.casting = "bogus"
+        with pytest.raises(ValueError, match="casting must be one of"):
+            h.write(np.array([5, 6], np.int16))

@@ -179,6 +179,39 @@ def check_history(history: Any, slots: Any, gpu: bool) -> int:
     return n
 
 
+CASTINGS = ("unsafe", "same_kind", "safe", "equiv", "no")
+
+
+def coerce_write(value: Any, dtype: np.dtype, shape: tuple[int, ...], name: str,
+                 casting: str) -> np.ndarray:
+    """What a write publishes from ``value``: np.asarray(value, dtype) (the
+    "unsafe" default, pyshmem's), or under a strict ``casting`` rule only
+    what NumPy casts by that rule; the shape must be the stream's."""
+    if casting != "unsafe":
+        if casting not in CASTINGS:
+            raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
+        have = np.asarray(value).dtype
+        if not np.can_cast(have, dtype, casting=casting):
+            raise ShmstreamTypeError(
+                f"writing {have} to stream {name!r} ({dtype}) is not a {casting!r} cast (it "
+                f"could lose values); convert it yourself, or set the handle's casting to "
+                f"'unsafe' (the default) to convert as np.asarray(value, dtype) does"
+            )
+    try:
+        array = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: 2**40 into int32
+        raise ShmstreamValueError(
+            f"cannot write {type(value).__name__} to stream {name!r}: expected an array of "
+            f"shape {shape} and dtype {dtype} ({exc})"
+        ) from None
+    if array.shape != shape:
+        raise ShmstreamValueError(
+            f"expected shape {shape}, got {tuple(array.shape)} (stream {name!r} holds "
+            f"{dtype} arrays of shape {shape})"
+        )
+    return np.ascontiguousarray(array)
+
+
 def check_cpu_open(name: str, gpu_device: Any) -> None:
     """open(name, gpu_device=...) of a CPU stream: a CPU handle where the
     caller asked for device memory would surprise it later, so refuse."""

@@ -473,23 +473,14 @@ class SharedMemory(Reading, Waiting, History):
 
     # -- writing --
 
+    #: How write() converts what is not of the stream's dtype: "unsafe" (the
+    #: default: pyshmem's np.asarray(value, dtype)), or a strict NumPy rule,
+    #: "same_kind" or "safe", under which a lossy conversion is a TypeError.
+    casting: str = "unsafe"
+
     def _coerce(self, value: Any) -> np.ndarray:
-        # The slow path of write(): pyshmem's policy, np.asarray(value, dtype).
-        try:
-            array = np.asarray(value, dtype=self.dtype)
-        except (TypeError, ValueError) as exc:
-            raise ShmstreamValueError(
-                f"cannot write {type(value).__name__} to stream {self.name!r}: "
-                f"expected an array of shape {self.shape} and dtype {self.dtype} "
-                f"({exc})"
-            ) from None
-        if array.shape != self.shape:
-            raise ShmstreamValueError(
-                f"expected shape {self.shape}, got {tuple(array.shape)} "
-                f"(stream {self.name!r} holds {self.dtype} arrays of shape "
-                f"{self.shape})"
-            )
-        return np.ascontiguousarray(array)
+        # The slow path of write() (docs/API.md, "Writing").
+        return _checks.coerce_write(value, self.dtype, self.shape, self.name, self.casting)
 
     def write(
         self,
