@@ -380,3 +380,40 @@ def test_a_gpu_stream_is_recorded_through_its_cpu_mirror_and_one_without_is_refu
         finally:
             bare.unlink()
     """)
+
+
+@pytest.mark.parametrize("mirror", [False, True])
+def test_write_publishes_an_explicit_count_and_write_time_like_a_cpu_stream(fake_driver, mirror):
+    # A mirror or a replay writes a GPU stream with the source's metadata,
+    # from the host (write_host) or the device (write), as on the CPU.
+    run(fake_driver, f"""
+        h = shmstream.create(NAME, shape=(2, 3), gpu_device="cuda:0", cpu_mirror={mirror})
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        h.write(x, frame_id=4, count=5, write_time_ns=1_500_000_000)
+        pub = h.read_publication()
+        assert (pub.count, pub.frame_id, pub.write_time) == (5, 4, 1.5), pub
+        assert (pub.payload.get() == x).all()
+        device = h.read()  # a device source: the write of a device pointer
+        h.write(device, count=9, write_time_ns=2_000_000_000)
+        pub = h.read_publication()
+        assert (pub.count, pub.write_time, pub.missed_publications) == (9, 2.0, 3), pub
+        assert (pub.payload.get() == x).all()
+        h.write(x + 1)  # no metadata: count + 1 and the clock's time
+        pub = h.read_publication()
+        assert pub.count == 10 and pub.write_time > 2.0
+        for bad in (10, 3):
+            try:
+                h.write(x, count=bad)
+            except ValueError as e:
+                assert "does not exceed" in str(e), e
+            else:
+                raise AssertionError(f"count={{bad}} was accepted")
+        for kw in ({{"count": 0}}, {{"write_time_ns": 0}}, {{"count": -1}}):
+            try:
+                h.write(x, **kw)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(f"{{kw}} was accepted")
+        assert h.count == 10
+    """)

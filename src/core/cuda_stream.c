@@ -417,7 +417,7 @@ static int after_previous_writer(ss_gpu *g, ss_segment *seg, int64_t deadline) {
 /* After the device copy into `dst_slot` was queued: record the IPC event,
  * refresh the CPU mirror, publish. */
 static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const void *host_src,
-                        const uint64_t *frame_id, int64_t deadline) {
+                        const ss_publish_meta *meta, int64_t deadline) {
   /* SYNC POINT (gpu w2): the IPC event is recorded after the copy and
    * before the even seq (ss_write_end, release): a reader that sees the
    * new count waits for this record or a later one. */
@@ -444,12 +444,19 @@ static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const voi
       }
     }
   }
-  ss_write_end(seg, frame_id);
+  ss_write_end_ex(seg, meta);
   return SS_OK;
 }
 
 int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
                         uint64_t user_stream, const uint64_t *frame_id, int64_t timeout_ns) {
+  ss_publish_meta meta = {frame_id, 0, 0};
+  return ss_gpu_write_locked_ex(g, seg, src, src_kind, user_stream, &meta, timeout_ns);
+}
+
+int ss_gpu_write_locked_ex(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
+                           uint64_t user_stream, const ss_publish_meta *meta,
+                           int64_t timeout_ns) {
   int rc = enter(g, seg);
   if (rc) return rc;
   int64_t deadline = ss_deadline_ns(timeout_ns);
@@ -471,7 +478,7 @@ int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
     goto out;
   }
   const void *host = src_kind == SS_GPU_SRC_DEVICE ? NULL : (const void *)(uintptr_t)src;
-  if ((rc = finish_write(g, seg, slot, host, frame_id, deadline))) goto out;
+  if ((rc = finish_write(g, seg, slot, host, meta, deadline))) goto out;
   /* The caller may reuse its source once this returns: order that reuse
    * after our copy on its stream, or wait for the copy here. Pageable
    * host memory is staged by the driver before cuMemcpyHtoDAsync returns. */
@@ -598,6 +605,7 @@ out:
 
 int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
                        const uint64_t *frame_id) {
+  ss_publish_meta meta = {frame_id, 0, 0};
   int rc = enter(g, seg);
   if (rc) {
     ss_write_abort(seg);
@@ -607,7 +615,7 @@ int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
     ss_write_abort(seg);
     goto out;
   }
-  rc = finish_write(g, seg, ss_writing_slot(seg), NULL, frame_id, INT64_MAX);
+  rc = finish_write(g, seg, ss_writing_slot(seg), NULL, &meta, INT64_MAX);
 out:
   leave(g);
   return rc;

@@ -82,6 +82,11 @@ typedef struct ss_publish_meta {
 SS_API void ss_write_end_ex(ss_segment *seg, const ss_publish_meta *meta);
 SS_API void ss_write_locked_ex(ss_segment *seg, const void *src, size_t n,
                                const ss_publish_meta *meta);
+/* ss_gpu_write_locked (shmstream_cuda.h) with explicit metadata, as above. */
+struct ss_gpu;
+SS_API int ss_gpu_write_locked_ex(struct ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
+                                  uint64_t user_stream, const ss_publish_meta *meta,
+                                  int64_t timeout_ns);
 SS_API void ss_write_abort(ss_segment *seg);
 
 /* ---- fault injection (src/core/fault.c; tests only) --------------------- */

@@ -69,6 +69,14 @@ class GpuStream {
   [[noreturn]] void fail(int rc, const char *op) { raise_rc(rc, name, &seg, op); }
 
   uint64_t count() const { return seg.hdr->pub.count.load(std::memory_order_relaxed); }
+  // An explicit count (a mirror's or a replay's; 0: count + 1) must exceed
+  // the current one; the caller holds the stream lock.
+  void check_count(uint64_t c) const {
+    uint64_t now = count();
+    if (c && c <= now)
+      raise(g_value, "count " + std::to_string(c) + " does not exceed the count of '" + name +
+            "' (" + std::to_string(now) + "): a mirror's counts only grow");
+  }
 };
 
 // A device allocation owned by Python (read results without torch).
@@ -232,22 +240,28 @@ NB_MODULE(_cuda, m) {
         return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(&s.seg));
       })
       .def("write", [](GpuStream &s, uint64_t src, int kind, uint64_t user_stream,
-                       std::optional<uint64_t> frame_id, nb::handle timeout) {
+                       std::optional<uint64_t> frame_id, nb::handle timeout, uint64_t count,
+                       uint64_t write_time_ns) {
         ss_gpu *g = s.g("write to");
-        const uint64_t *fid = frame_id ? &*frame_id : nullptr;
+        s.check_count(count);
+        ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
         int64_t t = to_ns(timeout);
         int rc;
         {
           nb::gil_scoped_release nogil;
-          rc = ss_gpu_write_locked(g, &s.seg, src, kind, user_stream, fid, t);
+          rc = ss_gpu_write_locked_ex(g, &s.seg, src, kind, user_stream, &meta, t);
         }
         if (rc) s.fail(rc, "write");
         return s.count();
       }, "src"_a, "kind"_a, "user_stream"_a = 0, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
-         "Publish payload_bytes at address src (the caller holds the stream lock).")
+         "count"_a = 0, "write_time_ns"_a = 0,
+         "Publish payload_bytes at address src (the caller holds the stream lock); count and "
+         "write_time_ns 0: count + 1 and now.")
       .def("write_host", [](GpuStream &s, nb::handle buffer, bool pinned,
-                            std::optional<uint64_t> frame_id, nb::handle timeout) {
+                            std::optional<uint64_t> frame_id, nb::handle timeout, uint64_t count,
+                            uint64_t write_time_ns) {
         ss_gpu *g = s.g("write to");
+        s.check_count(count);
         Py_buffer view{};
         if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
         if ((uint64_t)view.len != s.seg.id.payload_bytes) {
@@ -255,18 +269,19 @@ NB_MODULE(_cuda, m) {
           raise(g_value, "source buffer of " + std::to_string(view.len) +
                 " bytes does not match the payload of '" + s.name + "'");
         }
-        const uint64_t *fid = frame_id ? &*frame_id : nullptr;
+        ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
         int64_t t = to_ns(timeout);
         int rc;
         {
           nb::gil_scoped_release nogil;
-          rc = ss_gpu_write_locked(g, &s.seg, (uint64_t)(uintptr_t)view.buf,
-                                   pinned ? SS_GPU_SRC_PINNED : SS_GPU_SRC_HOST, 0, fid, t);
+          rc = ss_gpu_write_locked_ex(g, &s.seg, (uint64_t)(uintptr_t)view.buf,
+                                      pinned ? SS_GPU_SRC_PINNED : SS_GPU_SRC_HOST, 0, &meta, t);
         }
         PyBuffer_Release(&view);
         if (rc) s.fail(rc, "write");
         return s.count();
-      }, "buffer"_a, "pinned"_a = false, "frame_id"_a = nb::none(), "timeout"_a = nb::none())
+      }, "buffer"_a, "pinned"_a = false, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
+         "count"_a = 0, "write_time_ns"_a = 0)
       .def("clear", [](GpuStream &s, nb::handle timeout) {
         ss_gpu *g = s.g("clear");
         int64_t t = to_ns(timeout);

@@ -60,12 +60,12 @@ class GpuStream:
 
     def published_ptr(self) -> int: ...
 
-    def write(self, src: int, kind: int, user_stream: int = 0, frame_id: int | None = None, timeout: object | None = None) -> int:
+    def write(self, src: int, kind: int, user_stream: int = 0, frame_id: int | None = None, timeout: object | None = None, count: int = 0, write_time_ns: int = 0) -> int:
         """
-        Publish payload_bytes at address src (the caller holds the stream lock).
+        Publish payload_bytes at address src (the caller holds the stream lock); count and write_time_ns 0: count + 1 and now.
         """
 
-    def write_host(self, buffer: object, pinned: bool = False, frame_id: int | None = None, timeout: object | None = None) -> int: ...
+    def write_host(self, buffer: object, pinned: bool = False, frame_id: int | None = None, timeout: object | None = None, count: int = 0, write_time_ns: int = 0) -> int: ...
 
     def clear(self, timeout: object | None = None) -> int: ...
 

@@ -13,7 +13,7 @@ the writer up.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -27,10 +27,24 @@ from .errors import (
 )
 
 
-class History:
+if TYPE_CHECKING:
+    from . import _native
+    from ._handle import HandleState as _Handle
+else:
+    _Handle = object  # the protocol is for mypy only
+
+
+class History(_Handle):
     """History read methods of a stream handle."""
 
     __slots__ = ()
+
+    if TYPE_CHECKING:
+        # The handle's read bookkeeping, which this mixin assigns: declared
+        # here too, or mypy cannot type the reads before the assignments.
+        _last_read: int
+        _missed: int
+        _total_missed: int
 
     @property
     def history(self) -> int:
@@ -38,7 +52,7 @@ class History:
         ``history`` of :func:`create`); 0 for a latest-value stream."""
         return int(self._check_open("read history of").history)
 
-    def _history_segment(self, operation: str) -> Any:
+    def _history_segment(self, operation: str) -> _native.Segment:
         seg = self._check_open(operation)
         if self.gpu_enabled and not self.cpu_mirror:
             raise NoCpuMirrorError(

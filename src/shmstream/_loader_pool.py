@@ -361,7 +361,7 @@ class Pool:
         if cached is None or cached[0] != gen:
             try:
                 mm = map_slot_file(slot_path(self.token, k, gen), cap, populate=False,
-                                   owner_uid=int(self.table.seg.owner_uid))
+                                   owner_uid=int(t.seg.owner_uid))
             except BaseException:
                 self.release(k, seq)
                 raise

@@ -708,14 +708,18 @@ NB_MODULE(_native, m) {
          "Bind the array type of the hot path (put, get, get_new). False if its bytes are not "
          "the payload's.")
       .def("put", &Segment::put, "src"_a, "frame_id"_a = nb::none(),
+           nb::sig("def put(self, src: object, frame_id: object | None = None) -> int | None"),
            "write() of a C-contiguous ndarray of the bound dtype and shape without the lock "
            "held: the new count, or None if src is not such an array (or frame_id not a plain "
            "int in [0, 2**64)).")
       .def("get", &Segment::get, "dst"_a, "timeout"_a = nb::none(),
+           nb::sig("def get(self, dst: object, timeout: object | None = None) -> int | None"),
            "read() into a writable C-contiguous ndarray of the bound dtype and shape: the count "
            "read, or None if dst is not such an array.")
       .def("get_new", &Segment::get_new, "dst"_a, "after"_a, "timeout"_a = nb::none(),
            "spin_us"_a = nb::none(), "spin_ns"_a = -1,
+           nb::sig("def get_new(self, dst: object, after: int, timeout: object | None = None, "
+                   "spin_us: object | None = None, spin_ns: int = -1) -> int | None"),
            "read_new() into a writable C-contiguous ndarray of the bound dtype and shape: the "
            "count read, or None if dst is not such an array, spin_us not a number >= 0, or the "
            "stream's last write failed.")
@@ -762,12 +766,17 @@ NB_MODULE(_native, m) {
         return s.read_since(after, max_frames, to_ns(timeout), spin_ns, out);
       }, "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
          "out"_a = nb::none(),
+         nb::sig("def read_since(self, after: int, max_frames: int = 0, timeout: object | None = "
+                 "None, spin_ns: int = -1, out: object | None = None) -> "
+                 "tuple[numpy.ndarray, numpy.ndarray, int]"),
          "Copies of the publications newer than after still held, oldest first: (frames, meta, "
          "last); meta (n, 3) uint64: count, frame_id, write_time_ns.")
       .def("locate", [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout,
                         int64_t spin_ns) {
         return s.locate(after, max_frames, to_ns(timeout), spin_ns);
       }, "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
+         nb::sig("def locate(self, after: int, max_frames: int = 0, timeout: object | None = "
+                 "None, spin_ns: int = -1) -> tuple[numpy.ndarray, int]"),
          "read_since without copying: (meta, last); meta (n, 5) uint64: count, frame_id, "
          "write_time_ns, slot, slot_seq.")
       .def("frames_valid", [](Segment &s, nb::handle meta) {

@@ -244,17 +244,17 @@ class Segment:
         Bind the array type of the hot path (put, get, get_new). False if its bytes are not the payload's.
         """
 
-    def put(self, src: object, frame_id: object | None = None) -> object:
+    def put(self, src: object, frame_id: object | None = None) -> int | None:
         """
         write() of a C-contiguous ndarray of the bound dtype and shape without the lock held: the new count, or None if src is not such an array (or frame_id not a plain int in [0, 2**64)).
         """
 
-    def get(self, dst: object, timeout: object | None = None) -> object:
+    def get(self, dst: object, timeout: object | None = None) -> int | None:
         """
         read() into a writable C-contiguous ndarray of the bound dtype and shape: the count read, or None if dst is not such an array.
         """
 
-    def get_new(self, dst: object, after: int, timeout: object | None = None, spin_us: object | None = None, spin_ns: int = -1) -> object:
+    def get_new(self, dst: object, after: int, timeout: object | None = None, spin_us: object | None = None, spin_ns: int = -1) -> int | None:
         """
         read_new() into a writable C-contiguous ndarray of the bound dtype and shape: the count read, or None if dst is not such an array, spin_us not a number >= 0, or the stream's last write failed.
         """
@@ -291,12 +291,12 @@ class Segment:
     @property
     def history(self) -> int: ...
 
-    def read_since(self, after: int, max_frames: int = 0, timeout: object | None = None, spin_ns: int = -1, out: object | None = None) -> tuple[object, object, int]:
+    def read_since(self, after: int, max_frames: int = 0, timeout: object | None = None, spin_ns: int = -1, out: object | None = None) -> tuple[numpy.ndarray, numpy.ndarray, int]:
         """
         Copies of the publications newer than after still held, oldest first: (frames, meta, last); meta (n, 3) uint64: count, frame_id, write_time_ns.
         """
 
-    def locate(self, after: int, max_frames: int = 0, timeout: object | None = None, spin_ns: int = -1) -> tuple[object, int]:
+    def locate(self, after: int, max_frames: int = 0, timeout: object | None = None, spin_ns: int = -1) -> tuple[numpy.ndarray, int]:
         """
         read_since without copying: (meta, last); meta (n, 5) uint64: count, frame_id, write_time_ns, slot, slot_seq.
         """

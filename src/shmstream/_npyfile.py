@@ -62,7 +62,7 @@ class NpyAppender:
         if data.shape[1:] != self.row_shape:
             raise ShmstreamValueError(f"rows of shape {data.shape[1:]} appended to {self.path}, whose "
                              f"rows have shape {self.row_shape}")
-        self._file.write(memoryview(data).cast("B") if data.size else b"")
+        self._file.write(data.data.cast("B") if data.size else b"")
         self.rows += data.shape[0]
 
     def flush(self) -> None:

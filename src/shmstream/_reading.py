@@ -6,7 +6,7 @@ is one native call into the snapshot protocol of the core (docs/ABI.md,
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,12 +19,26 @@ _ndarray = np.ndarray
 _empty = np.empty
 
 
-class Reading:
+if TYPE_CHECKING:
+    from . import _native
+    from ._handle import HandleState as _Handle
+else:
+    _Handle = object  # the protocol is for mypy only
+
+
+class Reading(_Handle):
     """Read methods of a stream handle."""
 
     __slots__ = ()
 
-    def _payload_view(self, seg: Any, slot: int | None = None) -> np.ndarray:
+    if TYPE_CHECKING:
+        # The handle's read bookkeeping, which this mixin assigns: declared
+        # here too, or mypy cannot type the reads before the assignments.
+        _last_read: int
+        _missed: int
+        _total_missed: int
+
+    def _payload_view(self, seg: _native.Segment, slot: int | None = None) -> np.ndarray:
         """A view of one payload slot (the published one by default)."""
         if slot is None:
             slot = seg.published_slot
@@ -37,7 +51,7 @@ class Reading:
             self._views[slot] = view
         return view
 
-    def _readonly_view(self, seg: Any, slot: int) -> np.ndarray:
+    def _readonly_view(self, seg: _native.Segment, slot: int) -> np.ndarray:
         view = self._ro_views.get(slot)
         if view is None:
             view = self._payload_view(seg, slot).view()

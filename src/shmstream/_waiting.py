@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,12 +29,19 @@ def remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-class Waiting:
+if TYPE_CHECKING:
+    from . import _native
+    from ._handle import HandleState as _Handle
+else:
+    _Handle = object  # the protocol is for mypy only
+
+
+class Waiting(_Handle):
     """Blocking read methods of a stream handle."""
 
     __slots__ = ()
 
-    def _fail_if_invalid(self, seg: Any) -> None:
+    def _fail_if_invalid(self, seg: _native.Segment) -> None:
         """Before a wait: raise InconsistentStreamError at once if the
         published frame is aborted, or its writer died mid-write (a wait
         for the count would otherwise sit out its whole timeout)."""
@@ -206,7 +213,8 @@ class Waiting:
         return dst
 
     async def _wait_async(
-        self, seg: Any, after: int, timeout: float | None, dst: Any, spin_us: float | None
+        self, seg: _native.Segment, after: int, timeout: float | None, dst: np.ndarray | None,
+        spin_us: float | None,
     ) -> int:
         spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
         timeout = _checks.check_timeout(timeout)
@@ -223,7 +231,8 @@ class Waiting:
 
 
 def _blocking_wait(
-    seg: Any, dst: Any, after: int, timeout: float | None, spin: int, stop: threading.Event
+    seg: _native.Segment, dst: np.ndarray | None, after: int, timeout: float | None, spin: int,
+    stop: threading.Event,
 ) -> int:
     """read_new_async's worker: the native wait in chunks, so a cancelled
     task frees its executor thread soon."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -100,7 +100,7 @@ class ZeroCopyBatch(list):
     def __enter__(self) -> "ZeroCopyBatch":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         _channel.release_all(self)  # one native call for the batch
         self.clear()
         return False
@@ -126,7 +126,7 @@ class _Loan:
             self._view = np.frombuffer(raw, dtype=self._dtype).reshape(self._shape)
         return self._view
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         view, self._view = self._view, None
         if isinstance(view, memoryview):
             try:
@@ -203,7 +203,7 @@ class _End:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.close()
         return False
 

@@ -189,7 +189,7 @@ class DirectArray:
     def _finish(self, out: np.ndarray) -> Any:
         return out[()] if out.ndim == 0 else out
 
-    def _read_leading(self, key: int | slice) -> Any:
+    def _read_leading(self, key: int | np.integer | slice) -> Any:
         """Fast path: one int or slice on the first axis."""
         n0 = self._shape[0]
         if isinstance(key, slice):
@@ -258,7 +258,7 @@ class DirectArray:
         units = None
         for d in range(k):
             mult = math.prod(lead[d + 1:])
-            axis = np.arange(lead[d], dtype=np.int64) * mult
+            axis: np.ndarray = np.arange(lead[d], dtype=np.int64) * mult
             axis = axis.reshape([-1 if j == d else 1 for j in range(k)])
             part = np.broadcast_to(axis, lead)[items]
             units = part if units is None else units + part

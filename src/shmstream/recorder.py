@@ -284,7 +284,7 @@ def record(
                                                       out=chunk)
                         except TimeoutError:
                             spool.give_back(chunk)
-                    if batch is not None:
+                    if chunk is not None and batch is not None:
                         spool.write(chunk, batch)
                         after = stats.last_count = batch.last_count
                         stats.frames += len(batch)

@@ -130,10 +130,10 @@ class SharedMemory(Reading, Waiting, History):
         # read_new waits for a count above max(_last_read, _wrote): the last
         # publication this handle read (the count at open before any read)
         # or wrote itself.
-        self._last_read = int(segment.count)
-        self._wrote = 0
-        self._missed = 0
-        self._total_missed = 0
+        self._last_read: int = int(segment.count)
+        self._wrote: int = 0
+        self._missed: int = 0
+        self._total_missed: int = 0
         self._spin: int = -1  # native default (SHMSTREAM_SPIN_US or built in)
         # The hot path (write, read, read_new) hands an ndarray of exactly
         # this dtype and shape to one native call that checks and copies.

@@ -210,7 +210,7 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     es = t.element_size()
     lo = t.storage_offset() * es
     hi = lo + es * (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())))
-    return lo, hi
+    return int(lo), int(hi)
 
 
 def _tensors_in(obj: Any, out: list[torch.Tensor]) -> None:
@@ -483,6 +483,8 @@ class _Descriptor:
             pos, dtype, size, stride, grad, param = metas[pid]
             if pos < 0:
                 t = torch.empty_strided(size, stride, dtype=dtype)
+            elif storage is None:  # a tensor in the slot of a batch that has none
+                raise TypeError(f"tensor {pid!r} is placed in a batch without a slot")
             else:
                 es = torch.empty(0, dtype=dtype).element_size()
                 t = torch.empty(0, dtype=dtype).set_(storage, pos // es, size, stride)

@@ -83,7 +83,7 @@ def fmt_rate(hz: float) -> str:
     return f"{hz:.1f} Hz"
 
 
-def fmt_bytes(n: int) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -60,7 +60,8 @@ def main(argv: Sequence[str]) -> int:
     if root not in sys.path:
         sys.path.insert(0, root)  # spawned benchmark workers inherit sys.path
     benchmarks = importlib.import_module("benchmarks")
-    found = os.path.dirname(os.path.abspath(benchmarks.__file__))
+    init = benchmarks.__file__  # None: a namespace package, not the checkout's
+    found = None if init is None else os.path.dirname(os.path.abspath(init))
     if found != os.path.join(root, "benchmarks"):
         print(f"{PROG} bench: 'import benchmarks' finds {found}, not the checkout's "
               f"{os.path.join(root, 'benchmarks')}; run 'python -m benchmarks' in {root}",

@@ -165,11 +165,9 @@ def cuda_torch() -> Any:
         try:
             import torch  # noqa: PLC0415
 
-            if not torch.cuda.is_available():
-                torch = None
+            _torch_mod = torch if torch.cuda.is_available() else None
         except Exception:
-            torch = None
-        _torch_mod = torch
+            _torch_mod = None
     return _torch_mod
 
 

@@ -165,29 +165,50 @@ class GpuSharedMemory(SharedMemory):
 
     # -- writing --
 
-    def _publish(self, value: Any, frame_id: Any) -> None:
+    def _publish(
+        self, value: Any, frame_id: int | None, count: int = 0, write_time_ns: int = 0
+    ) -> None:
         gs = self._gs
         kind, src, stream, keep = self._source(value)
         try:
             if kind == _cuda.SRC_DEVICE:
-                self._wrote = gs.write(src, kind, stream, frame_id)
+                self._wrote = gs.write(
+                    src, kind, stream, frame_id, count=count, write_time_ns=write_time_ns
+                )
             else:
-                self._wrote = gs.write_host(src, kind == _cuda.SRC_PINNED, frame_id)
+                self._wrote = gs.write_host(
+                    src, kind == _cuda.SRC_PINNED, frame_id, count=count,
+                    write_time_ns=write_time_ns,
+                )
         finally:
             if isinstance(keep, _cuda.DLImport):
                 keep.release()
 
-    def write(self, value: Any, *, frame_id: int | None = None) -> None:
+    def write(
+        self,
+        value: Any,
+        *,
+        frame_id: int | None = None,
+        count: int | None = None,
+        write_time_ns: int | None = None,
+    ) -> None:
         """Publish a copy of ``value`` (a CUDA tensor of any framework, a
-        NumPy array or a CPU tensor) to the device buffer."""
+        NumPy array or a CPU tensor) to the device buffer. ``count`` and
+        ``write_time_ns`` are a mirror's or a replay's metadata, as for
+        :meth:`shmstream.SharedMemory.write`."""
 
         self._check_writable("write to")
         if self._gs is None:
             raise self._unattached("write to")
         fid = None if frame_id is None else _checks.check_u64("frame_id", frame_id)
+        number = 0 if count is None else _checks.check_u64("count", count, minimum=1)
+        wt = (
+            0 if write_time_ns is None
+            else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
+        )
         self.acquire()
         try:
-            self._publish(value, fid)
+            self._publish(value, fid, number, wt)
         finally:
             self.release()
 
