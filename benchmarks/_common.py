@@ -19,7 +19,8 @@ import statistics
 import sys
 import time
 from array import array
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 NA_HINT = "n/a (pip install shmstream[bench])"
 

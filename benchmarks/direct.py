@@ -30,12 +30,12 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from shmstream.direct import DirectArray, io_backend
-
 from . import _pagecache
 from ._common import Results, fmt_ratio, progress, render_table
 
@@ -81,7 +81,7 @@ def load_into_cache(path: str) -> tuple[int, int]:
 def open_memmap(path: str, rows: int, random_advice: bool = False):
     m = np.memmap(path, mode="r", dtype=np.uint64, shape=(rows, COLS))
     if random_advice:
-        m._mmap.madvise(mmap.MADV_RANDOM)  # noqa: SLF001 - np.memmap keeps its mmap here
+        m._mmap.madvise(mmap.MADV_RANDOM)  # np.memmap keeps its mmap here
 
     def close() -> None:
         nonlocal m

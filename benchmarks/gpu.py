@@ -29,7 +29,8 @@ import argparse
 import multiprocessing as mp
 import sys
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import functools
 import mmap
-import subprocess
-import sys
-import textwrap
 import multiprocessing as mp
 import os
 import struct
+import subprocess
+import sys
+import textwrap
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Generous limit for every wait on another process.
 WAIT = 30.0
@@ -206,7 +207,7 @@ def wait_for_waiter(name: str, timeout: float = WAIT) -> None:
 # ---- a private /dev/shm (purge, full-disk tests) ----------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def private_shm_available() -> str | None:
     """None if tests can run a child with a private tmpfs on /dev/shm, else
     the reason they cannot."""

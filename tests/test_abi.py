@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import shmstream
-import support
 from shmstream import _native
+
+import support
 
 ABI_MD = Path(__file__).resolve().parent.parent / "docs" / "ABI.md"
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
-
 
 # ---- children (module level so that 'spawn' can import them) -------------
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
-
 
 # ---- names ----------------------------------------------------------------------
 

@@ -24,8 +24,14 @@ zenoh = pytest.importorskip(
 )
 
 import shmstream  # noqa: E402
-from shmstream.bridge import Bridge, mirror_status, remote_exports, status_name  # noqa: E402
-from shmstream.bridge import _keys, _wire  # noqa: E402
+from shmstream.bridge import (  # noqa: E402
+    Bridge,
+    _keys,
+    _wire,
+    mirror_status,
+    remote_exports,
+    status_name,
+)
 from shmstream.errors import ChannelBrokenError, ChannelClosedError  # noqa: E402
 
 import support  # noqa: E402

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import shmstream
-import support
 from shmstream import cli, registry
+
+import support
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 from support import WAIT
 
 SHAPE = (128, 1024)  # 1 MiB of float64: a copy takes long enough to race

@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 import shmstream
-import support
-from shmstream import _channel, _native
+from shmstream import _native
 from shmstream.errors import ChannelClosedError
 
+import support
 
 SHAPE = (64, 256)  # 128 KiB of int64: a copy long enough for readers to meet it
 READERS = 2

@@ -14,6 +14,7 @@ import pytest
 
 import shmstream
 import shmstream.errors
+
 import support
 
 API_MD = Path(__file__).resolve().parent.parent / "docs" / "API.md"

@@ -8,8 +8,8 @@ test_bad_input.py.
 """
 from __future__ import annotations
 
-import dataclasses
 import asyncio
+import dataclasses
 import math
 import os
 import re
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
 

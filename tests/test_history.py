@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import shmstream
-import support
 from shmstream import _native
+
+import support
 
 SHAPE = (4, 8)
 

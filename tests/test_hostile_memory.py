@@ -21,9 +21,10 @@ import textwrap
 
 import numpy as np
 import pytest
-import support
 
 import shmstream
+
+import support
 
 N = 10  # float32 items in the payload of the attacked streams
 SENTINEL = -7.0

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 
 REC = [("a", "<f4"), ("b", "<i2")]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._common import BenchError, call_quietly
 from .peer import STOP, Names, Peer, Requester, check_request

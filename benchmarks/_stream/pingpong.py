@@ -10,10 +10,22 @@ import argparse
 import os
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .._common import (BenchError, Results, emit, fmt_bytes, fmt_hz, fmt_ratio, fmt_us, median,
-    percentiles, progress, render_table)
+from .._common import (
+    BenchError,
+    Results,
+    emit,
+    fmt_bytes,
+    fmt_hz,
+    fmt_ratio,
+    fmt_us,
+    median,
+    percentiles,
+    progress,
+    render_table,
+)
 from .._workers import Worker
 from .peer import COPY, STOP, WAIT_S, ZERO_COPY, Names, Peer
 from .peers import OURS, Peers, make_peer

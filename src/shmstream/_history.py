@@ -13,18 +13,19 @@ the writer up.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from . import _checks
-from .publication import FrameBatch, Publication
 from .errors import (
     FrameOverwrittenError,
     NoCpuMirrorError,
     ShmstreamTypeError,
     ShmstreamValueError,
 )
+from .publication import FrameBatch, Publication
 
 
 class History:

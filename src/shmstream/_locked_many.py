@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import _checks
 from ._waiting import remaining
-from .stream import SharedMemory
 from .errors import ShmstreamValueError
+from .stream import SharedMemory
 
 __all__ = ["locked_many"]
 

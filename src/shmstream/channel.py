@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +98,7 @@ _channel.set_decoder(_decode)
 class ZeroCopyBatch(list):
     """Messages from ``drain_zero_copy``; released when the block ends."""
 
-    def __enter__(self) -> "ZeroCopyBatch":
+    def __enter__(self) -> ZeroCopyBatch:
         return self
 
     def __exit__(self, *exc: Any) -> bool:

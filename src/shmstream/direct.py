@@ -158,7 +158,7 @@ class DirectArray:
         self._closed = True
         self._reader.close()
 
-    def __enter__(self) -> "DirectArray":
+    def __enter__(self) -> DirectArray:
         return self
 
     def __exit__(self, *exc: Any) -> None:

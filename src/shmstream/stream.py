@@ -37,22 +37,30 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import _checks, _dtypes, _native, _proc, _space
+from ._history import History
 from ._lockstate import HANDLES, lock_state_for
 from ._reading import Reading
 from ._scopes import LockScope, WriteView
-from ._history import History
 from ._waiting import Waiting
-from .publication import STATE_NAMES
 from .errors import (
-    GpuRequiredError, HandleClosedError, LoanStateError, LockHeldError, NotLockOwnerError,
-    ShmstreamPermissionError, ShmstreamTypeError, ShmstreamValueError, StaleStreamError,
+    GpuRequiredError,
+    HandleClosedError,
+    LoanStateError,
+    LockHeldError,
+    NotLockOwnerError,
+    ShmstreamPermissionError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+    StaleStreamError,
 )
+from .publication import STATE_NAMES
 
 __all__ = [
     "SharedMemory",

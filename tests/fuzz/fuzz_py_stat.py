@@ -15,9 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+from shmstream import _native, registry
 
-from shmstream import _native, registry  # noqa: E402
+import fuzzlib as fl
 
 
 def _one(data: bytes) -> None:

@@ -10,7 +10,8 @@ import contextlib
 import os
 import struct
 import sys
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from typing import Any, ContextManager
 
 
 def instrumented() -> ContextManager[Any]:

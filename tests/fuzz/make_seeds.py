@@ -20,9 +20,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+import shmstream
 
-import shmstream  # noqa: E402
+import fuzzlib as fl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")

@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 
 import shmstream
-
+from ..errors import HandleClosedError, ShmstreamValueError
 from . import _thread, _wire
 from ._status import MirrorSide, StatusWriter
-from ..errors import HandleClosedError, ShmstreamValueError
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -237,7 +236,7 @@ class StreamExport:
 
     # -- publishers (the writer's thread) -------------------------------------------
 
-    def publisher(self) -> "StreamPublisher":
+    def publisher(self) -> StreamPublisher:
         return StreamPublisher(self)
 
     def add_publisher(self) -> None:
@@ -335,7 +334,7 @@ class StreamPublisher:
             self.h.close()
             self._export.remove_publisher()
 
-    def __enter__(self) -> "StreamPublisher":
+    def __enter__(self) -> StreamPublisher:
         return self
 
     def __exit__(self, *exc: Any) -> None:

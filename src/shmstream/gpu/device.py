@@ -163,7 +163,7 @@ def cuda_torch() -> Any:
     if not _torch_tried:
         _torch_tried = True
         try:
-            import torch  # noqa: PLC0415
+            import torch
 
             if not torch.cuda.is_available():
                 torch = None
