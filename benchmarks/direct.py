@@ -180,7 +180,7 @@ def table(res: dict, readers: list[str], thread_counts: list[int]) -> str:
             b, o = res.get((base, kind, t)), res.get((ours, kind, t))
             row.append(fmt_ratio(b["s"], o["s"], after="×") if b and o else "—")
             rows.append(row)
-    return render_table(["pass", "threads"] + readers + ["np.memmap / ours"], rows, compact=True)
+    return render_table(["pass", "threads", *readers, "np.memmap / ours"], rows, compact=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"direct-mmap unavailable ({e!r}); skipping it")
             readers.remove("direct-mmap")
     # direct-mmap opens (and never closes) one descriptor per read.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     nbytes = args.rows * COLS * 8

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         ``unit``), and the ratio."""
         out = [f"{fmt_hz(hz[i])}, {hz[i] * per_call:.2f} {unit}" if i in hz else "n/a"
                for i in IMPLS]
-        return out + [fmt_ratio(hz["shmstream"], hz.get("pyshmem"))]
+        return [*out, fmt_ratio(hz["shmstream"], hz.get("pyshmem"))]
 
     print(f"GPU: {results['device']}  torch {torch.__version__}  peers: {', '.join(impls)}")
     print()

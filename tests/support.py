@@ -39,9 +39,9 @@ class ChildFailed(AssertionError):
 def _trampoline(results: Any, target: Callable, args: tuple) -> None:
     try:
         value = target(*args)
-    except BaseException:  # report everything, including assertion errors
+    except BaseException:  # noqa: BLE001 - report everything, including assertion errors
         results.put(("error", traceback.format_exc()))
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     results.put(("ok", value))
 
 
@@ -218,6 +218,7 @@ def private_shm_available() -> str | None:
             ["unshare", "-m", "--propagation", "private", "sh", "-c",
              "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
             capture_output=True, timeout=30,
+            check=False,
         )
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         return f"unshare is unavailable: {exc}"
@@ -234,6 +235,7 @@ def run_in_private_shm(script: str, size: str = "16m", timeout: float = 120):
          f'mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && exec "$0" -c "$1"',
          sys.executable, textwrap.dedent(script)],
         capture_output=True, text=True, timeout=timeout,
+        check=False,
     )
 
 
@@ -268,7 +270,7 @@ def compile_c(out: str, sources: list[str], *, with_core: bool = True,
     cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
            *(["-shared", "-fPIC"] if shared else []), *flags, *paths, *core, "-o", out,
            "-lpthread", "-ldl"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise AssertionError(f"compiling {sources} failed:\n{proc.stderr}")
     return out

@@ -53,6 +53,7 @@ def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.Comple
         capture_output=True,
         text=True,
         timeout=timeout,
+        check=False,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -67,7 +68,7 @@ def test_the_cores_code_is_in_one_file():
     # one file that carries the core's code, and in no extension.
     marker = b"SHMSTREAM_CRASH_AT"
     holders = [os.path.basename(p) for p in [LIBRARY, *EXTENSIONS]
-               if marker in open(p, "rb").read()]
+               if marker in pathlib.Path(p).read_bytes()]
     assert holders == ["libshmstream.so"]
 
 

@@ -62,7 +62,7 @@ class PipePeer(Peer):
                 if len(msg) != 8:
                     raise BenchError(f"pipe request of {len(msg)} bytes (requester gone?)")
                 s = int.from_bytes(msg, "little")
-                if s != STOP and s != expected:
+                if s not in (STOP, expected):
                     check_request(s, expected, s)
                 write(ack_w, msg)
                 if s == STOP:

@@ -53,7 +53,7 @@ from .recorder import RecordStats, ReplayStats, record, replay
 from .recording import Recording, load_recording
 from .shared_array import SharedArray, SharedRecArray, share
 
-__all__ += _error_names
+__all__ += _error_names  # noqa: PLE0605 - errors.__all__, a list of names
 __all__ += [
     "Recording", "RecordStats", "ReplayStats", "load_recording", "record", "replay",
     "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",

@@ -234,7 +234,7 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
             import pwd
 
             try:
-                item = pwd.getpwnam(item).pw_uid
+                item = pwd.getpwnam(item).pw_uid  # noqa: PLW2901 - a user name becomes its uid
             except KeyError:
                 raise ShmstreamValueError(f"allow_owner: no user named {item!r}") from None
         if not 0 <= item < 2**32 - 1:

@@ -2,6 +2,7 @@
 deadlock."""
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ class _LockedMany:
 
         handles = tuple(self._streams)
         ordered = sorted(handles, key=_handle_name)
-        for previous, current in zip(ordered, ordered[1:]):
+        for previous, current in itertools.pairwise(ordered):
             if previous.name == current.name:
                 raise ShmstreamValueError("locked_many() requires unique stream names")
         timeout = self._timeout

@@ -62,14 +62,7 @@ from .errors import (
 )
 from .publication import STATE_NAMES
 
-__all__ = [
-    "SharedMemory",
-    "create",
-    "open",
-    "stream",
-    "unlink",
-    "unlink_quiet",
-]
+__all__ = ["SharedMemory", "create", "open", "stream", "unlink", "unlink_quiet"]
 
 # Hot-path globals bound once.
 _get_ident = threading.get_ident
@@ -177,12 +170,11 @@ class SharedMemory(Reading, Waiting, History):
                 f"{_native.MAX_NDIM} are supported"
             )
         expected = math.prod(dims) * dt.itemsize
-        if size is not None:
-            if isinstance(size, bool) or int(size) != expected:
-                raise ShmstreamValueError(
-                    "size does not match shape and dtype: "
-                    f"expected {expected}, got {size}"
-                )
+        if size is not None and (isinstance(size, bool) or int(size) != expected):
+            raise ShmstreamValueError(
+                "size does not match shape and dtype: "
+                f"expected {expected}, got {size}"
+            )
         if expected >= 2**62:
             raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
         mode = _checks.check_mode(mode)
@@ -658,8 +650,8 @@ class SharedMemory(Reading, Waiting, History):
             current = _native.Segment.peek(self._segname)
         except FileNotFoundError:
             return
-        except Exception:
-            current = None  # corrupt or unfinished: remove it
+        except Exception:  # noqa: BLE001 - corrupt or unfinished: remove it
+            current = None
         if current is not None and current.instance_id != self._instance_id:
             raise StaleStreamError(
                 f"stream {self.name!r} has been replaced by a newer generation; "
@@ -688,7 +680,7 @@ class SharedMemory(Reading, Waiting, History):
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - __del__ must not raise
             pass
 
 

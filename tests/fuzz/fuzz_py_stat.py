@@ -26,7 +26,7 @@ def _one(data: bytes) -> None:
     fl.write_segment(name, b, size)
     try:
         e = registry.entry(_native.segment_name(name))  # may not raise
-        assert e is None or e.kind in registry.KINDS + ("corrupt", "unfinished") \
+        assert e is None or e.kind in (*registry.KINDS, "corrupt", "unfinished") \
             or e.kind.startswith("kind "), e
         try:
             info = registry.stat(name)

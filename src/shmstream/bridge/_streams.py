@@ -71,7 +71,8 @@ def stream_meta(h: Any) -> dict[str, Any]:
 
 
 def _write_time_ns(seconds: float) -> int:
-    return int(round(seconds * 1e9))
+    # seconds may be a NumPy float, whose round() need not give an int.
+    return int(round(seconds * 1e9))  # noqa: RUF046
 
 
 class StreamExport:

@@ -167,7 +167,7 @@ def cuda_torch() -> Any:
 
             if not torch.cuda.is_available():
                 torch = None
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken torch install means no GPU
             torch = None
         _torch_mod = torch
     return _torch_mod
