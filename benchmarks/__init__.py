@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 DEFAULT_PART = "stream"
 

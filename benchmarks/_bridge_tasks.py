@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 from array import array
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -13,13 +13,15 @@ import datetime as _dt
 import importlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import statistics
 import sys
 import time
 from array import array
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 NA_HINT = "n/a (pip install shmstream[bench])"
 
@@ -135,7 +137,7 @@ def latency_summary(ns: Sequence[float], qs: Sequence[int] = (50, 99),
 
 def fmt_hz(hz: float, unit: str = "Hz") -> str:
     """152.3 kHz, 947.0 Hz, 55.7 k/s (unit="/s")."""
-    if hz != hz:  # nan
+    if math.isnan(hz):
         return "-"
     sep = "" if unit.startswith("/") else " "
     if hz >= 1e6:
@@ -149,7 +151,7 @@ def fmt_ratio(ours: float | None, theirs: float | None, digits: int = 2,
               after: str = "") -> str:
     """How many times ``theirs`` ``ours`` is: "x2.57" (or "2.57×" with
     ``after="×"``); "-" when either is missing."""
-    if ours is None or theirs is None or not (ours == ours and theirs == theirs) or theirs <= 0:
+    if ours is None or theirs is None or math.isnan(ours) or math.isnan(theirs) or theirs <= 0:
         return "-"
     r = ours / theirs
     return f"{r:.{digits}f}{after}" if after else f"x{r:.{digits}f}"
@@ -157,7 +159,7 @@ def fmt_ratio(ours: float | None, theirs: float | None, digits: int = 2,
 
 def fmt_us(ns: float) -> str:
     """A latency given in ns, written in us: 3.8, 138."""
-    if ns != ns:
+    if math.isnan(ns):
         return "-"
     us = ns / 1e3
     return f"{us:.1f}" if us < 100 else f"{us:.0f}"

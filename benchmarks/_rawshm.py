@@ -5,7 +5,8 @@ segments other processes still use and print leak warnings."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager

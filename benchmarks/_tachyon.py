@@ -24,7 +24,8 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._common import latency_summary, ping_latencies
 

@@ -7,7 +7,8 @@ import importlib
 import multiprocessing as mp
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._common import BenchError
 

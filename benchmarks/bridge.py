@@ -45,7 +45,8 @@ import multiprocessing as mp
 import os
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

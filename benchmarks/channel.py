@@ -245,7 +245,7 @@ def c_producer_path() -> str | None:
         core = sorted(glob.glob(os.path.join(root, "src", "core", "*.c")))
         r = subprocess.run([cc, "-std=c11", "-O2", "-I", os.path.join(root, "include"),
                             os.path.join(root, "examples", "c_producer.c"), *core, "-o", path,
-                            "-lpthread"], capture_output=True, text=True)
+                            "-lpthread"], capture_output=True, text=True, check=False)
         if r.returncode != 0:
             print(r.stderr, file=sys.stderr)
             path = None
@@ -426,7 +426,7 @@ def _iox_publisher(iox2, svc):
 
 
 def _iox_pub(name, n, frames, ready, go):
-    iox2, node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
+    iox2, _node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
     pub = _iox_publisher(iox2, svc)
     ready.set()
     go.wait()
@@ -440,7 +440,7 @@ def iox_thr(n, frames=False):
     import numpy as np
 
     name = _name("iox")
-    iox2, node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
+    _iox2, _node, svc = _iox_service(name, _Frame if frames else _P32, 1024)
     sub = svc.subscriber_builder().buffer_size(1024).create()
     p, ready, go = _spawn(_iox_pub, name, n, frames, events=2)
     try:
@@ -478,7 +478,7 @@ def iox_thr(n, frames=False):
 
 
 def _iox_pong(a, b, ready, stop):
-    iox2, node, sa = _iox_service(a, _P32, 16)
+    iox2, _node, sa = _iox_service(a, _P32, 16)
     _, _, sb = _iox_service(b, _P32, 16)
     sub = sa.subscriber_builder().create()
     pub = _iox_publisher(iox2, sb)
@@ -492,7 +492,7 @@ def _iox_pong(a, b, ready, stop):
 
 def iox_ping(n):
     a, b = _name("ioxa"), _name("ioxb")
-    iox2, node, sa = _iox_service(a, _P32, 16)
+    iox2, _node, sa = _iox_service(a, _P32, 16)
     _, _, sb = _iox_service(b, _P32, 16)
     pub = _iox_publisher(iox2, sa)
     sub = sb.subscriber_builder().create()
@@ -563,7 +563,7 @@ def main(argv=None) -> int:
         for kind, peer, fn in scen:
             try:
                 got = fn()
-            except Exception as exc:  # a peer that fails is reported, not fatal
+            except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
                 got = {"error": f"{type(exc).__name__}: {exc}"}
             if got is None:
                 got = {"error": "skipped (no C compiler or sources)"}

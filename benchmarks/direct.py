@@ -30,12 +30,12 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from shmstream.direct import DirectArray, io_backend
-
 from . import _pagecache
 from ._common import Results, fmt_ratio, progress, render_table
 
@@ -81,7 +81,7 @@ def load_into_cache(path: str) -> tuple[int, int]:
 def open_memmap(path: str, rows: int, random_advice: bool = False):
     m = np.memmap(path, mode="r", dtype=np.uint64, shape=(rows, COLS))
     if random_advice:
-        m._mmap.madvise(mmap.MADV_RANDOM)  # noqa: SLF001 - np.memmap keeps its mmap here
+        m._mmap.madvise(mmap.MADV_RANDOM)  # np.memmap keeps its mmap here
 
     def close() -> None:
         nonlocal m
@@ -180,7 +180,7 @@ def table(res: dict, readers: list[str], thread_counts: list[int]) -> str:
             b, o = res.get((base, kind, t)), res.get((ours, kind, t))
             row.append(fmt_ratio(b["s"], o["s"], after="×") if b and o else "—")
             rows.append(row)
-    return render_table(["pass", "threads"] + readers + ["np.memmap / ours"], rows, compact=True)
+    return render_table(["pass", "threads", *readers, "np.memmap / ours"], rows, compact=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"direct-mmap unavailable ({e!r}); skipping it")
             readers.remove("direct-mmap")
     # direct-mmap opens (and never closes) one descriptor per read.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     nbytes = args.rows * COLS * 8

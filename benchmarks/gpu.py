@@ -29,7 +29,8 @@ import argparse
 import multiprocessing as mp
 import sys
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         ``unit``), and the ratio."""
         out = [f"{fmt_hz(hz[i])}, {hz[i] * per_call:.2f} {unit}" if i in hz else "n/a"
                for i in IMPLS]
-        return out + [fmt_ratio(hz["shmstream"], hz.get("pyshmem"))]
+        return [*out, fmt_ratio(hz["shmstream"], hz.get("pyshmem"))]
 
     print(f"GPU: {results['device']}  torch {torch.__version__}  peers: {', '.join(impls)}")
     print()

@@ -33,7 +33,7 @@ def _bridge_main(kwargs: dict, commands: Any, replies: Any) -> None:
     logging.basicConfig(level=logging.WARNING, format=f"bridge {kwargs.get('namespace')}: %(message)s")
     try:
         bridge = Bridge(**kwargs).start()
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - reported to the parent
         replies.put(("error", traceback.format_exc()))
         return
     replies.put(("ready", bridge.id))
@@ -53,7 +53,7 @@ def _bridge_main(kwargs: dict, commands: Any, replies: Any) -> None:
                     replies.put(("ok", bridge.imported))
                 else:
                     replies.put(("error", f"unknown command {cmd!r}"))
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - reported to the parent
                 replies.put(("error", traceback.format_exc()))
     finally:
         bridge.close()

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import functools
 import mmap
-import subprocess
-import sys
-import textwrap
 import multiprocessing as mp
 import os
 import struct
+import subprocess
+import sys
+import textwrap
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Generous limit for every wait on another process.
 WAIT = 30.0
@@ -38,9 +39,9 @@ class ChildFailed(AssertionError):
 def _trampoline(results: Any, target: Callable, args: tuple) -> None:
     try:
         value = target(*args)
-    except BaseException:  # report everything, including assertion errors
+    except BaseException:  # noqa: BLE001 - report everything, including assertion errors
         results.put(("error", traceback.format_exc()))
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     results.put(("ok", value))
 
 
@@ -206,7 +207,7 @@ def wait_for_waiter(name: str, timeout: float = WAIT) -> None:
 # ---- a private /dev/shm (purge, full-disk tests) ----------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def private_shm_available() -> str | None:
     """None if tests can run a child with a private tmpfs on /dev/shm, else
     the reason they cannot."""
@@ -217,6 +218,7 @@ def private_shm_available() -> str | None:
             ["unshare", "-m", "--propagation", "private", "sh", "-c",
              "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
             capture_output=True, timeout=30,
+            check=False,
         )
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
         return f"unshare is unavailable: {exc}"
@@ -233,6 +235,7 @@ def run_in_private_shm(script: str, size: str = "16m", timeout: float = 120):
          f'mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && exec "$0" -c "$1"',
          sys.executable, textwrap.dedent(script)],
         capture_output=True, text=True, timeout=timeout,
+        check=False,
     )
 
 
@@ -267,7 +270,7 @@ def compile_c(out: str, sources: list[str], *, with_core: bool = True,
     cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
            *(["-shared", "-fPIC"] if shared else []), *flags, *paths, *core, "-o", out,
            "-lpthread", "-ldl"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise AssertionError(f"compiling {sources} failed:\n{proc.stderr}")
     return out

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
-
 
 # ---- children (module level so that 'spawn' can import them) -------------
 
@@ -53,6 +53,7 @@ def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.Comple
         capture_output=True,
         text=True,
         timeout=timeout,
+        check=False,
     )
 
 

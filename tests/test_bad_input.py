@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
-
 
 # ---- names ----------------------------------------------------------------------
 
@@ -189,7 +189,8 @@ def test_write_converts_other_numeric_dtypes_like_numpy_asarray(shm):
     assert out.dtype == np.float32 and out.tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
-@pytest.mark.parametrize("frame_id, error", [(-1, ValueError), (2**64, ValueError), (1.5, TypeError), ("7", TypeError)], ids=repr)
+@pytest.mark.parametrize("frame_id, error", [(-1, ValueError), (2**64, ValueError), (1.5, TypeError),
+                                             ("7", TypeError)], ids=repr)
 def test_a_frame_id_outside_uint64_is_refused_and_publishes_nothing(shm, frame_id, error):
     with pytest.raises(error):
         shm.write(np.zeros((2, 3), np.float32), frame_id=frame_id)

@@ -24,8 +24,14 @@ zenoh = pytest.importorskip(
 )
 
 import shmstream  # noqa: E402
-from shmstream.bridge import Bridge, mirror_status, remote_exports, status_name  # noqa: E402
-from shmstream.bridge import _keys, _wire  # noqa: E402
+from shmstream.bridge import (  # noqa: E402
+    Bridge,
+    _keys,
+    _wire,
+    mirror_status,
+    remote_exports,
+    status_name,
+)
 from shmstream.errors import ChannelBrokenError, ChannelClosedError  # noqa: E402
 
 import support  # noqa: E402
@@ -446,7 +452,7 @@ def test_importer_killed_then_restarted_mirrors_continue(pair, spawn):
                 duplicates += 1
                 continue
             assert i == got, f"message {i} arrived where {got} was due"
-            obj, type_id = _message(i)
+            _obj, type_id = _message(i)
             assert msg.type_id == type_id
             got += 1
         assert duplicates <= 1000, duplicates
@@ -506,7 +512,7 @@ def test_bad_samples_under_the_bridge_keys_are_counted_and_dropped(pair):
         pubs = {k: session.declare_publisher(k) for k in
                 (keys.data(s_name), keys.status(s_name), keys.data(c_name))}
         for k, p in pubs.items():  # the importer's subscriptions are known here
-            support.wait_until(lambda: p.matching_status, what=f"a subscriber of {k}")
+            support.wait_until(lambda p=p: p.matching_status, what=f"a subscriber of {k}")
         for payload, attachment in bad:
             pubs[keys.data(s_name)].put(payload, attachment=attachment)
         pubs[keys.status(s_name)].put(b"not json")
@@ -607,7 +613,7 @@ def test_list_remote_shows_what_other_bridges_export(pair, capsys):
         found = remote_exports(connect=[pair.ep], timeout=5)
         ours = {(e["kind"], e["name"]) for e in found if e["namespace"] == pair.namespace}
         assert ours == {("stream", s_name), ("channel", c_name)}
-        key = [e["key"] for e in found if e["name"] == s_name][0]
+        key = next(e["key"] for e in found if e["name"] == s_name)
         assert key == f"shmstream/{pair.namespace}/{_keys.encode_name(s_name)}"
         from shmstream.cli import main
 

@@ -15,11 +15,11 @@ pytest.importorskip("zenoh", reason="eclipse-zenoh is not installed: pip install
 if shutil.which("openssl") is None:
     pytest.skip("the openssl command is needed to make test certificates", allow_module_level=True)
 
-import shmstream  # noqa: E402
-from shmstream.bridge import mirror_status, status_name  # noqa: E402
+import shmstream
+from shmstream.bridge import mirror_status, status_name
 
-import support  # noqa: E402
-from bridge_util import BridgeProc, free_port  # noqa: E402
+import support
+from bridge_util import BridgeProc, free_port
 
 
 def _openssl(*args: str, cwd) -> None:

@@ -33,7 +33,8 @@ def test_bytes_buffers_and_type_ids_round_trip(channel_pair):
     for i, obj in enumerate(items):
         m = rx.recv(timeout=1)
         assert m.type_id == i * 1000
-        assert m.data == bytes(memoryview(obj).cast("B")) if not isinstance(obj, np.generic) else m.data == obj.tobytes()
+        assert m.data == bytes(memoryview(obj).cast("B")) if not isinstance(obj, np.generic) \
+            else m.data == obj.tobytes()
         assert m.array is None and not m.is_array
 
 
@@ -180,7 +181,7 @@ def test_send_on_a_full_ring_raises_or_waits_as_asked(channel_pair):
 
 
 def test_recv_timeout_on_an_empty_ring(channel_pair):
-    tx, rx = channel_pair
+    _tx, rx = channel_pair
     t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         rx.recv(timeout=0.05)
@@ -371,7 +372,7 @@ def test_closed_handles_raise_runtime_error_naming_open_channel(channel_pair):
 
 
 def test_create_and_open_errors(name):
-    with pytest.raises(FileNotFoundError, match="shmstream.channel"):
+    with pytest.raises(FileNotFoundError, match=r"shmstream.channel"):
         shmstream.open_channel(name)
     tx = shmstream.channel(name, CAP)
     with pytest.raises(FileExistsError, match="open_channel"):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 from support import WAIT
 
 SHAPE = (128, 1024)  # 1 MiB of float64: a copy takes long enough to race
@@ -118,7 +119,7 @@ def test_readers_never_see_a_torn_frame_while_several_processes_write(name, spaw
     try:
         total_reads = sum(r[0] for r in results)
         assert total_reads >= 2 * MIN_READS
-        for reads, distinct, problems in results:
+        for _reads, distinct, problems in results:
             assert problems == [], problems
             assert distinct >= MIN_DISTINCT, "the readers did not race any writer"
         assert h.count == sum(writes)

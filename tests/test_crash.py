@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
 

@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 
 import shmstream
-import support
-from shmstream import _channel, _native
+from shmstream import _native
 from shmstream.errors import ChannelClosedError
 
+import support
 
 SHAPE = (64, 256)  # 128 KiB of int64: a copy long enough for readers to meet it
 READERS = 2
@@ -69,7 +69,7 @@ SLEEP_POINTS = ["sleep.claim", "sleep.release"]
 #: History streams: every stream point of a write, plus the ones only a
 #: history stream passes (its slot record; the repair emptying it).
 HISTORY_POINTS = {**STREAM_POINTS, "stream.record": "abandoned"}
-HISTORY_REPAIR_POINTS = REPAIR_POINTS + ["repair.history"]
+HISTORY_REPAIR_POINTS = [*REPAIR_POINTS, "repair.history"]
 
 CHANNEL_POINTS = ["ring.record", "ring.head", "ring.read", "ring.tail", "ring.release",
                   "ring.detach"]

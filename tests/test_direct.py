@@ -130,7 +130,7 @@ def case(draw):
     dtype = draw(st.sampled_from(DTYPES))
     ndim = draw(st.integers(1, 3))
     # Leading axis long enough that rows cross many 4 KiB blocks.
-    shape = (draw(st.integers(1, 3000)),) + tuple(draw(st.integers(1, 6)) for _ in range(ndim - 1))
+    shape = (draw(st.integers(1, 3000)), *(draw(st.integers(1, 6)) for _ in range(ndim - 1)))
     offset = draw(st.integers(0, 9000))
     if draw(st.booleans()):
         key = draw(hnp.basic_indices(shape, min_dims=0, allow_ellipsis=True, allow_newaxis=True))
@@ -450,7 +450,7 @@ def test_forked_child_reads_with_its_own_ring(arr2d):
 
 
 def test_pread_backend_gives_the_same_rows(arr2d):
-    path, shape, dtype, offset = arr2d
+    path, shape, _dtype, offset = arr2d
     code = (
         "import numpy as np, sys; from shmstream import DirectArray, _direct\n"
         "assert _direct.io_backend() == 'pread'\n"

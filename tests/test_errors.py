@@ -14,6 +14,7 @@ import pytest
 
 import shmstream
 import shmstream.errors
+
 import support
 
 API_MD = Path(__file__).resolve().parent.parent / "docs" / "API.md"
@@ -23,9 +24,9 @@ def _exception_classes():
     """Every exception in shmstream.__all__ and every one errors.py defines."""
     seen = {}
     for obj in [getattr(shmstream, n) for n in shmstream.__all__] + list(vars(shmstream.errors).values()):
-        if inspect.isclass(obj) and issubclass(obj, BaseException):
-            if obj.__module__ == "shmstream.errors" or obj.__name__ in shmstream.__all__:
-                seen[obj.__name__] = obj
+        if inspect.isclass(obj) and issubclass(obj, BaseException) and (
+                obj.__module__ == "shmstream.errors" or obj.__name__ in shmstream.__all__):
+            seen[obj.__name__] = obj
     return seen
 
 

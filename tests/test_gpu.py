@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 
 needs_cuda = pytest.mark.skipif(

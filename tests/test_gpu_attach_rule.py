@@ -40,11 +40,11 @@ def test_gpu_supported_dtypes_is_a_frozenset_of_numpy_dtypes():
 def test_import_and_cpu_streams_never_import_torch_or_load_cuda():
     code = (
         "import sys, shmstream, numpy as np\n"
-        "h = shmstream.create('gpurule-torchcheck-%s', shape=(2,))\n"
+        f"h = shmstream.create('gpurule-torchcheck-{uuid.uuid4().hex[:8]}', shape=(2,))\n"
         "h.write(np.ones(2)); h.read(); h.unlink()\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "maps = open('/proc/self/maps').read()\n"
-        "assert 'libcuda' not in maps, 'libcuda loaded'\n" % uuid.uuid4().hex[:8]
+        "assert 'libcuda' not in maps, 'libcuda loaded'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -40,12 +40,13 @@ def fake_driver(tmp_path_factory):
 
 def run(fake_driver: str, body: str) -> str:
     name = f"gpufake-{uuid.uuid4().hex[:10]}"
-    script = "import numpy as np, shmstream, sys, os\nNAME = %r\n" % name
+    script = f"import numpy as np, shmstream, sys, os\nNAME = {name!r}\n"
     script += "try:\n" + textwrap.indent(textwrap.dedent(body), "    ")
     script += "\nfinally:\n    shmstream.unlink(NAME)\n"
     env = dict(os.environ, SHMSTREAM_LIBCUDA=fake_driver)
     proc = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout

@@ -8,8 +8,8 @@ test_bad_input.py.
 """
 from __future__ import annotations
 
-import dataclasses
 import asyncio
+import dataclasses
 import math
 import os
 import re
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
 
@@ -582,7 +583,7 @@ def test_close_wakes_a_reader_blocked_on_that_handle(name, method, notify):
         try:
             BLOCKING_READS[method](h)
             outcome["error"] = None
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
             outcome["error"] = exc
         outcome["at"] = time.monotonic()
 
@@ -922,7 +923,7 @@ def test_read_new_is_level_triggered_and_close_wakes_a_waiting_read(name):
     with pytest.raises(RuntimeError, match="closed shared memory"):
         r.read()
     with pytest.raises(RuntimeError, match="closed shared memory"):
-        r.count
+        _ = r.count
     assert shmstream.stat(name)["notify"] is True
     s.close()
 

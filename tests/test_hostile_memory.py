@@ -21,9 +21,10 @@ import textwrap
 
 import numpy as np
 import pytest
-import support
 
 import shmstream
+
+import support
 
 N = 10  # float32 items in the payload of the attacked streams
 SENTINEL = -7.0
@@ -190,7 +191,7 @@ def _read_after_truncate(name, opened, truncated, kind):
         outcomes.append("view ok")
     except shmstream.CorruptStreamError as exc:
         outcomes.append("view shrank" if "shrank" in str(exc) else str(exc))
-    calls = [lambda: r.read(), lambda: r.read_new(timeout=0.5)]
+    calls = [r.read, lambda: r.read_new(timeout=0.5)]
     if kind == "writer":
         calls.append(lambda: r.write(np.ones(r.shape, np.float32)))
     for call in calls * 2:
@@ -369,7 +370,7 @@ def test_opening_a_name_whose_entry_is_a_fifo_or_link_fails_at_once(name, plant,
         os.symlink(tmp_path / "elsewhere", path)
     for call in (lambda: shmstream.open(name), lambda: shmstream.open(name, readonly=True),
                  lambda: shmstream.open_channel(name)):
-        with pytest.raises(OSError, match="remove it with shmstream.unlink"):
+        with pytest.raises(OSError, match=r"remove it with shmstream.unlink"):
             call()
     shmstream.unlink(name)
     assert not os.path.lexists(path)

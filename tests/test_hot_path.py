@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 
 REC = [("a", "<f4"), ("b", "<i2")]
@@ -69,7 +70,7 @@ def test_wrong_out_arrays_keep_their_errors(name):
                 read(out=frozen)
             with pytest.raises(ValueError, match="C-contiguous, writable"):
                 read(out=np.empty(8, np.float32)[::2])
-            with pytest.raises(TypeError, match="numpy.ndarray"):
+            with pytest.raises(TypeError, match=r"numpy.ndarray"):
                 read(out=[0.0] * 4)
 
 

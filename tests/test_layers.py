@@ -28,7 +28,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         stack.append(u)
         for v in sorted(edges[u]):
             if color.get(v) == 1:
-                found.append(stack[stack.index(v):] + [v])
+                found.append([*stack[stack.index(v):], v])
             elif not color.get(v):
                 visit(v)
         stack.pop()

@@ -565,7 +565,7 @@ def test_the_first_batch_of_a_new_slot_is_stacked_straight_into_it():
     # collate then copy): the batch's bytes, whole pages.
     (path,) = slot_files(loader)
     need = st._collated_bytes([ds[i] for i in range(8)])
-    assert 8 * 1000 * 4 < need and os.stat(path).st_size == lp.capacity_for(need) < need + 4096
+    assert need > 8 * 1000 * 4 and os.stat(path).st_size == lp.capacity_for(need) < need + 4096
     del b
 
 

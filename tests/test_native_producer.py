@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 from support import WAIT
 
 

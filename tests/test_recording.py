@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import shmstream
-import support
 from shmstream.cli import main as cli_main
+
+import support
 
 SHAPE = (16, 8)
 

@@ -16,10 +16,11 @@ import json
 import os
 
 import pytest
-import support
 
 import shmstream
 from shmstream import cli, registry
+
+import support
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 60.0

@@ -204,7 +204,7 @@ def test_every_fixed_size_dtype_round_trips_through_a_worker(spawn_pool, dtype):
     a = _filled(np.dtype(dtype), (3, 5))
     with share(a) as s:
         assert s.dtype == a.dtype and s.shape == a.shape
-        kind, owner, writeable, shape, got_dtype, raw = spawn_pool.apply(w_describe, (s,))
+        _kind, _owner, _writeable, shape, got_dtype, raw = spawn_pool.apply(w_describe, (s,))
         assert got_dtype == a.dtype and shape == a.shape
         assert raw == a.tobytes()
         if a.dtype.names:
@@ -219,7 +219,7 @@ def test_recarray_keeps_fields_names_nested_records_and_datetimes(spawn_pool):
         assert isinstance(out, np.recarray) and out.dtype.names == ("when", "pos", "tag")
         assert out.pos.y[0] == -2.0 and out.when[3] == np.datetime64("2020-02-29T12:00")
         assert isinstance(out[0], np.record)
-        kind, _, _, _, got_dtype, raw = spawn_pool.apply(w_describe, (s,))
+        kind, _, _, _, _got_dtype, raw = spawn_pool.apply(w_describe, (s,))
         assert kind == "SharedRecArray" and raw == r.tobytes()
 
 
@@ -353,7 +353,7 @@ def test_workers_cause_no_resource_tracker_warnings_and_creator_exit_unlinks(tmp
     script.write_text(CREATOR_SCRIPT.replace("from shmstream import share",
                                              "from shmstream.shared_array import share"))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""  # no resource_tracker leak warnings, no KeyError noise
     assert not segment_exists(out.stdout.split()[0])
@@ -391,7 +391,7 @@ def test_a_descriptor_pointing_before_the_segment_is_refused(name):
     # before the buffer: a received descriptor must not (a fuzz finding).
     with shmstream.share(np.arange(8, dtype=np.int32), name) as a:
         fn, args = a.__reduce__()
-        bad = args[:5] + (None, -16) + args[7:]  # strides None, offset -16
+        bad = (*args[:5], None, -16, *args[7:])  # strides None, offset -16
         with pytest.raises(ValueError, match="points outside the shared memory"):
             fn(*bad)
         assert np.array_equal(fn(*args), np.arange(8))

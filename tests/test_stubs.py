@@ -38,5 +38,5 @@ def test_mypy_accepts_the_stubs():
     stubs = [os.path.join(SRC_DIR, f"{m}.pyi") for m in MODULES]
     # Only the stubs are checked, not the package modules they import.
     result = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", *stubs],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import shmstream
+
 import support
 from support import WAIT
 

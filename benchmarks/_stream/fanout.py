@@ -7,12 +7,23 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from .._common import (BenchError, Results, call_quietly, emit, fmt_bytes, fmt_hz, fmt_ratio,
-    median, progress, render_table)
+from .._common import (
+    BenchError,
+    Results,
+    call_quietly,
+    emit,
+    fmt_bytes,
+    fmt_hz,
+    fmt_ratio,
+    median,
+    progress,
+    render_table,
+)
 from .._rawshm import raw_shm, raw_unlink
 from .._workers import Worker
 from .peer import ABORT, STOP, WAIT_S, Names, Peer

@@ -23,8 +23,9 @@ import os
 import shutil
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -13,14 +13,29 @@ import ctypes
 import importlib
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .._common import NA_HINT, BenchError, call_quietly
-from .peer import ACK, COPY, STOP, WAIT_S, ZERO_COPY
-from .peer import FanReader, FanWriter, Names, Peer, Requester, RoundTrip
-from .peer import check_request, loop_check, ping_buffers, wait_deadline
+from .peer import (
+    ACK,
+    COPY,
+    STOP,
+    WAIT_S,
+    ZERO_COPY,
+    FanReader,
+    FanWriter,
+    Names,
+    Peer,
+    Requester,
+    RoundTrip,
+    check_request,
+    loop_check,
+    ping_buffers,
+    wait_deadline,
+)
 from .peer_shmstream import pattern
 
 

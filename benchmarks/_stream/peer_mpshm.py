@@ -12,15 +12,30 @@ from __future__ import annotations
 
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .._common import BenchError, call_quietly
 from .._rawshm import raw_shm, raw_unlink
-from .peer import ACK, COPY, STOP, WAIT_S, ZERO_COPY
-from .peer import FanReader, FanWriter, Names, Peer, Requester, RoundTrip
-from .peer import check_request, loop_check, ping_buffers, wait_deadline
+from .peer import (
+    ACK,
+    COPY,
+    STOP,
+    WAIT_S,
+    ZERO_COPY,
+    FanReader,
+    FanWriter,
+    Names,
+    Peer,
+    Requester,
+    RoundTrip,
+    check_request,
+    loop_check,
+    ping_buffers,
+    wait_deadline,
+)
 from .peer_shmstream import pattern
 
 

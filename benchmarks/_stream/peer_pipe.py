@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._common import BenchError, call_quietly
 from .peer import STOP, Names, Peer, Requester, check_request
@@ -61,7 +62,7 @@ class PipePeer(Peer):
                 if len(msg) != 8:
                     raise BenchError(f"pipe request of {len(msg)} bytes (requester gone?)")
                 s = int.from_bytes(msg, "little")
-                if s != STOP and s != expected:
+                if s not in (STOP, expected):
                     check_request(s, expected, s)
                 write(ack_w, msg)
                 if s == STOP:

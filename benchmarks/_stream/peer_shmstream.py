@@ -13,14 +13,27 @@ from __future__ import annotations
 
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .._common import BenchError, call_quietly
-from .peer import ACK, COPY, STOP, WAIT_S, ZERO_COPY
-from .peer import FanReader, FanWriter, Names, Peer, Requester, RoundTrip
-from .peer import check_request, ping_buffers
+from .peer import (
+    ACK,
+    COPY,
+    STOP,
+    WAIT_S,
+    ZERO_COPY,
+    FanReader,
+    FanWriter,
+    Names,
+    Peer,
+    Requester,
+    RoundTrip,
+    check_request,
+    ping_buffers,
+)
 
 NOSPIN = "spin_us=0"
 SLOTS2, SLOTS1 = "slots=2 (default)", "slots=1"

@@ -7,13 +7,26 @@ Round trips/s and p50/p95/p99 latency, median of the repeats."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from array import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .._common import (BenchError, Results, emit, fmt_bytes, fmt_hz, fmt_ratio, fmt_us, median,
-    percentiles, progress, render_table)
+from .._common import (
+    BenchError,
+    Results,
+    emit,
+    fmt_bytes,
+    fmt_hz,
+    fmt_ratio,
+    fmt_us,
+    median,
+    percentiles,
+    progress,
+    render_table,
+)
 from .._workers import Worker
 from .peer import COPY, STOP, WAIT_S, ZERO_COPY, Names, Peer
 from .peers import OURS, Peers, make_peer
@@ -115,7 +128,7 @@ def _table(cfg: argparse.Namespace, peers: Peers,
 
     def best(peer: Peer, payload: int) -> float:
         vals = [rate(peer.name, v, payload) for v in (COPY, ZERO_COPY)]
-        vals = [v for v in vals if v == v]
+        vals = [v for v in vals if not math.isnan(v)]
         return max(vals) if vals else float("nan")
 
     ours = peers.ours
@@ -141,7 +154,8 @@ def _table(cfg: argparse.Namespace, peers: Peers,
                 like = fmt_ratio(rate(OURS, ours_wakeup if wakeup else variant, payload), r_s)
                 if peer.pingpong_variants:
                     bvb = fmt_ratio(best(ours, payload), best(peer, payload))
-            table.append(head + [
+            table.append([
+                *head,
                 fmt_hz(r_s, "/s"), fmt_us(p50), fmt_us(median(got["p95_ns"])), fmt_us(p99),
                 f"{p99 / p50:.1f}" if p50 > 0 else "-", like, bvb,
             ])

@@ -6,8 +6,19 @@ import argparse
 
 import numpy as np
 
-from .._common import (Results, calibrate, call_quietly, emit, fmt_bytes, fmt_hz, fmt_ratio,
-    median, progress, render_table, time_loop)
+from .._common import (
+    Results,
+    calibrate,
+    call_quietly,
+    emit,
+    fmt_bytes,
+    fmt_hz,
+    fmt_ratio,
+    median,
+    progress,
+    render_table,
+    time_loop,
+)
 from .peer import Names, Peer, RoundTrip
 from .peers import OURS, Peers
 

@@ -9,13 +9,13 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import _native  # noqa: F401  (loads the core; its errors come from .errors)
+from ._locked_many import locked_many
 from .errors import *  # noqa: F403  (every public exception; errors.__all__)
 from .errors import __all__ as _error_names
-from .publication import FrameBatch, Publication
-from .stream import SharedMemory, create, open, stream, unlink, unlink_quiet
-from ._locked_many import locked_many
 from .gpu import GPU_SUPPORTED_DTYPES, gpu_available
+from .publication import FrameBatch, Publication
 from .registry import list_channels, list_streams, purge, stat
+from .stream import SharedMemory, create, open, stream, unlink, unlink_quiet
 
 try:
     __version__ = _version("shmstream")
@@ -41,20 +41,19 @@ __all__ = [
 ]
 
 # The other parts, each in its own module.
-from .direct import DirectArray, direct_mmap  # noqa: E402
-from .shared_array import SharedArray, SharedRecArray, share  # noqa: E402
-from .channel import (  # noqa: E402
+from .channel import (
     ChannelConsumer,
     ChannelProducer,
     channel,
     open_channel,
     unlink_channel,
 )
+from .direct import DirectArray, direct_mmap
+from .recorder import RecordStats, ReplayStats, record, replay
+from .recording import Recording, load_recording
+from .shared_array import SharedArray, SharedRecArray, share
 
-from .recording import Recording, load_recording  # noqa: E402
-from .recorder import RecordStats, ReplayStats, record, replay  # noqa: E402
-
-__all__ += _error_names
+__all__ += _error_names  # noqa: PLE0605 - errors.__all__, a list of names
 __all__ += [
     "Recording", "RecordStats", "ReplayStats", "load_recording", "record", "replay",
     "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -179,7 +179,8 @@ def check_history(history: Any, slots: Any, gpu: bool) -> int:
     return n
 
 
-CASTINGS = ("unsafe", "same_kind", "safe", "equiv", "no")
+Casting = Literal["unsafe", "same_kind", "safe", "equiv", "no"]
+CASTINGS: tuple[Casting, ...] = ("unsafe", "same_kind", "safe", "equiv", "no")
 
 
 def coerce_write(value: Any, dtype: np.dtype, shape: tuple[int, ...], name: str,
@@ -191,7 +192,7 @@ def coerce_write(value: Any, dtype: np.dtype, shape: tuple[int, ...], name: str,
         if casting not in CASTINGS:
             raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
         have = np.asarray(value).dtype
-        if not np.can_cast(have, dtype, casting=casting):
+        if not np.can_cast(have, dtype, casting=casting):  # narrowed by the check above
             raise ShmstreamTypeError(
                 f"writing {have} to stream {name!r} ({dtype}) is not a {casting!r} cast (it "
                 f"could lose values); convert it yourself, or set the handle's casting to "
@@ -267,7 +268,7 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
             import pwd
 
             try:
-                item = pwd.getpwnam(item).pw_uid
+                item = pwd.getpwnam(item).pw_uid  # noqa: PLW2901 - a user name becomes its uid
             except KeyError:
                 raise ShmstreamValueError(f"allow_owner: no user named {item!r}") from None
         if not 0 <= item < 2**32 - 1:

@@ -13,19 +13,19 @@ the writer up.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _checks
-from .publication import FrameBatch, Publication
 from .errors import (
     FrameOverwrittenError,
     NoCpuMirrorError,
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-
+from .publication import FrameBatch, Publication
 
 if TYPE_CHECKING:
     from . import _native

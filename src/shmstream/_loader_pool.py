@@ -35,7 +35,8 @@ import os
 import secrets
 import stat
 import threading
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -2,14 +2,16 @@
 deadlock."""
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import _checks
 from ._waiting import remaining
-from .stream import SharedMemory
 from .errors import ShmstreamValueError
+from .stream import SharedMemory
 
 __all__ = ["locked_many"]
 
@@ -30,7 +32,7 @@ class _LockedMany:
 
         handles = tuple(self._streams)
         ordered = sorted(handles, key=_handle_name)
-        for previous, current in zip(ordered, ordered[1:]):
+        for previous, current in itertools.pairwise(ordered):
             if previous.name == current.name:
                 raise ShmstreamValueError("locked_many() requires unique stream names")
         timeout = self._timeout

@@ -27,12 +27,12 @@ class LockState:
         self.depth = 0
 
 
-_LOCK_STATES: "weakref.WeakValueDictionary[tuple[str, str], LockState]" = (
+_LOCK_STATES: weakref.WeakValueDictionary[tuple[str, str], LockState] = (
     weakref.WeakValueDictionary()
 )
 _LOCK_STATES_GUARD = threading.Lock()
 #: Every open handle, so that a fork child can reset their lock bookkeeping.
-HANDLES: "weakref.WeakSet[Any]" = weakref.WeakSet()
+HANDLES: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def lock_state_for(segname: str, instance_id: str) -> LockState:

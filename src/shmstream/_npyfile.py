@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 import numpy as np
+
 from .errors import ShmstreamValueError
 
 _MAGIC = b"\x93NUMPY"

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._scopes import ReadView
-from .publication import STATE_NAMES, Publication
 from .errors import NotLockOwnerError, ShmstreamTypeError, ShmstreamValueError
+from .publication import STATE_NAMES, Publication
 
 # Hot-path globals bound once.
 _ndarray = np.ndarray

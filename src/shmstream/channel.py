@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Iterator, Literal, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -76,7 +77,7 @@ def describe(meta: bytes) -> tuple[np.dtype, tuple[int, ...]]:
             ndim, dlen = struct.unpack_from("<II", meta)
             shape = struct.unpack_from(f"<{ndim}Q", meta, 8)
             dtype = _dtypes.decode(bytes(meta[8 + 8 * ndim : 8 + 8 * ndim + dlen]).decode())
-        except Exception as exc:  # written by another process: untrusted
+        except Exception as exc:  # noqa: BLE001 - written by another process: untrusted
             raise CorruptStreamError(f"message carries an unreadable array description: {exc}") from None
         desc = (dtype, tuple(shape))
         if len(_desc_cache) < _CACHE_LIMIT:
@@ -97,7 +98,7 @@ _channel.set_decoder(_decode)
 class ZeroCopyBatch(list):
     """Messages from ``drain_zero_copy``; released when the block ends."""
 
-    def __enter__(self) -> "ZeroCopyBatch":
+    def __enter__(self) -> ZeroCopyBatch:
         return self
 
     def __exit__(self, *exc: Any) -> Literal[False]:

@@ -158,7 +158,7 @@ class DirectArray:
         self._closed = True
         self._reader.close()
 
-    def __enter__(self) -> "DirectArray":
+    def __enter__(self) -> DirectArray:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -174,7 +174,7 @@ class DirectArray:
             # The hot path (a[i:j:k]), kept short: a warm read is a few µs.
             start, stop, step = key.indices(self._shape[0])
             count = len(range(start, stop, step))
-            out = np.empty((count,) + self._tail, self._dtype)
+            out = np.empty((count, *self._tail), self._dtype)
             if count and self._row1:
                 self._reader.read_strided(start, step, count, self._row1, out)
             return out
@@ -195,7 +195,7 @@ class DirectArray:
         if isinstance(key, slice):
             start, stop, step = key.indices(n0)
             count = len(range(start, stop, step))
-            out = np.empty((count,) + self._shape[1:], self._dtype)
+            out = np.empty((count, *self._shape[1:]), self._dtype)
         else:
             i = operator.index(key)
             if not -n0 <= i < n0:
@@ -221,7 +221,7 @@ class DirectArray:
         raw = key if isinstance(key, tuple) else (key,)
         items, used, ellipses = [], [], 0
         for item in raw:
-            item, n = _consumes(item)
+            item, n = _consumes(item)  # noqa: PLW2901 - the index, normalised
             ellipses += item is Ellipsis
             items.append(item)
             used.append(n)

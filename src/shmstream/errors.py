@@ -74,7 +74,7 @@ class ShmstreamOSError(ShmstreamError, OSError):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "ShmstreamOSError":
         if cls is ShmstreamOSError and len(args) >= 2 and isinstance(args[0], int):
-            cls = _BY_ERRNO.get(args[0], ShmstreamOSError)
+            cls = _BY_ERRNO.get(args[0], ShmstreamOSError)  # noqa: PLW0642 - errno picks the subclass
         return super().__new__(cls, *args, **kwargs)
 
 

@@ -23,15 +23,16 @@ import queue
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from . import _checks
+from .errors import NoCpuMirrorError, ShmstreamTypeError, ShmstreamValueError
+from .recording import Recording, RecordingWriter, load_recording
 from .stream import create as _create
 from .stream import open as _open
-from .recording import Recording, RecordingWriter, load_recording
-from .errors import NoCpuMirrorError, ShmstreamTypeError, ShmstreamValueError
 
 __all__ = ["RecordStats", "ReplayStats", "record", "replay"]
 

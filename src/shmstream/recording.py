@@ -22,15 +22,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from . import _dtypes
 from ._npyfile import NpyAppender
-from .publication import FrameBatch, Publication
 from .errors import ShmstreamFileExistsError, ShmstreamFileNotFoundError, ShmstreamValueError
+from .publication import FrameBatch, Publication
 
 __all__ = ["FORMAT", "COLUMNS", "Recording", "RecordingWriter", "load_recording"]
 

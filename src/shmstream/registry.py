@@ -35,11 +35,12 @@ import os
 import stat as _stat
 import time
 import warnings
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from . import _checks, _dtypes, _loader_pool, _native, _proc
-from ._space import SHM_DIR
 from . import channel as _channel_mod
+from ._space import SHM_DIR
 from .errors import CorruptStreamError
 from .gpu import device as _gpu_device
 from .publication import STATE_NAMES

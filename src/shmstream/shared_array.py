@@ -122,7 +122,7 @@ def _unlink_if_creator(segname: str, creator_pid: int) -> None:
 # to a worker many times (one Pool task per chunk) is mapped once. Weak, so a
 # worker that drops the array also drops the mapping (and the memory, once
 # the creator has unlinked the name).
-_mappings: "weakref.WeakValueDictionary[tuple[str, str], _Mapping]" = weakref.WeakValueDictionary()
+_mappings: weakref.WeakValueDictionary[tuple[str, str], _Mapping] = weakref.WeakValueDictionary()
 _mappings_lock = threading.Lock()
 
 
@@ -155,7 +155,7 @@ def _attach(name: str, segname: str, instance_id: str) -> _Mapping:
 
 
 def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple | None,
-           offset: int, writable: bool, attach_writable: bool) -> "SharedArray":
+           offset: int, writable: bool, attach_writable: bool) -> SharedArray:
     if writable and m.seg.readonly == 2:
         raise ShmstreamPermissionError(
             f"shared array {m.name!r} belongs to another user who shared it read-only; "
@@ -177,7 +177,7 @@ def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple
 
 
 def _rebuild(name: str, segname: str, instance_id: str, dtype: np.dtype, shape: tuple,
-             strides: tuple, offset: int, writable: bool, rec: bool) -> "SharedArray":
+             strides: tuple, offset: int, writable: bool, rec: bool) -> SharedArray:
     """Unpickle a SharedArray: attach (cached) and view."""
     m = _attach(name, segname, instance_id)
     cls = SharedRecArray if rec else SharedArray
@@ -273,14 +273,14 @@ class SharedArray(np.ndarray):
         if m is not None:
             m.close()
 
-    def __enter__(self) -> "SharedArray":
+    def __enter__(self) -> SharedArray:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     @classmethod
-    def open(cls, name: str, *, writable: bool = False, allow_owner: Any = None) -> "SharedArray":
+    def open(cls, name: str, *, writable: bool = False, allow_owner: Any = None) -> SharedArray:
         """Attach to a shared array by name (the ``name`` given to
         :func:`share`, or ``shm_name``). Read-only unless ``writable``.
         An array owned by another user is refused (SegmentOwnerError)

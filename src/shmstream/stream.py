@@ -37,31 +37,32 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import _checks, _dtypes, _native, _proc, _space
+from ._history import History
 from ._lockstate import HANDLES, lock_state_for
 from ._reading import Reading
 from ._scopes import LockScope, WriteView
-from ._history import History
 from ._waiting import Waiting
-from .publication import STATE_NAMES
 from .errors import (
-    GpuRequiredError, HandleClosedError, LoanStateError, LockHeldError, NotLockOwnerError,
-    ShmstreamPermissionError, ShmstreamTypeError, ShmstreamValueError, StaleStreamError,
+    GpuRequiredError,
+    HandleClosedError,
+    LoanStateError,
+    LockHeldError,
+    NotLockOwnerError,
+    ShmstreamPermissionError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+    StaleStreamError,
 )
+from .publication import STATE_NAMES
 
-__all__ = [
-    "SharedMemory",
-    "create",
-    "open",
-    "stream",
-    "unlink",
-    "unlink_quiet",
-]
+__all__ = ["SharedMemory", "create", "open", "stream", "unlink", "unlink_quiet"]
 
 # Hot-path globals bound once.
 _get_ident = threading.get_ident
@@ -170,12 +171,11 @@ class SharedMemory(Reading, Waiting, History):
                 f"{_native.MAX_NDIM} are supported"
             )
         expected = math.prod(dims) * dt.itemsize
-        if size is not None:
-            if isinstance(size, bool) or int(size) != expected:
-                raise ShmstreamValueError(
-                    "size does not match shape and dtype: "
-                    f"expected {expected}, got {size}"
-                )
+        if size is not None and (isinstance(size, bool) or int(size) != expected):
+            raise ShmstreamValueError(
+                "size does not match shape and dtype: "
+                f"expected {expected}, got {size}"
+            )
         if expected >= 2**62:
             raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
         mode = _checks.check_mode(mode)
@@ -642,8 +642,8 @@ class SharedMemory(Reading, Waiting, History):
             current = _native.Segment.peek(self._segname)
         except FileNotFoundError:
             return
-        except Exception:
-            current = None  # corrupt or unfinished: remove it
+        except Exception:  # noqa: BLE001 - corrupt or unfinished: remove it
+            current = None
         if current is not None and current.instance_id != self._instance_id:
             raise StaleStreamError(
                 f"stream {self.name!r} has been replaced by a newer generation; "
@@ -672,7 +672,7 @@ class SharedMemory(Reading, Waiting, History):
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - __del__ must not raise
             pass
 
 

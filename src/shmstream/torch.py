@@ -398,7 +398,7 @@ def _placed_end(spans: dict[int, list], used: int) -> int:
 # =================================================================== main
 
 # The pools of this process's loaders, by token (weak: the loader owns it).
-_pools: "weakref.WeakValueDictionary[str, _loader_pool.Pool]" = weakref.WeakValueDictionary()
+_pools: weakref.WeakValueDictionary[str, _loader_pool.Pool] = weakref.WeakValueDictionary()
 
 
 class _Fallback:
@@ -444,7 +444,7 @@ class _Descriptor:
                                         self.structure, self.metas, self.fresh))
 
     @classmethod
-    def _received(cls, *args: Any) -> "_Descriptor":
+    def _received(cls, *args: Any) -> _Descriptor:
         d = cls(*args)
         d.armed = d.k >= 0
         return d
@@ -524,7 +524,7 @@ def _unwrap(data: Any) -> Any:
 class _ShmIter:
     """Wraps torch's multi-process iterator: builds batches from slots."""
 
-    def __init__(self, loader: "DataLoader", pool: _loader_pool.Pool, it: Any,
+    def __init__(self, loader: DataLoader, pool: _loader_pool.Pool, it: Any,
                  persistent: bool) -> None:
         self._loader = loader  # the pool lives as long as the loader
         self._pool = pool
@@ -532,7 +532,7 @@ class _ShmIter:
         self._persistent = persistent
         self._closed = False
 
-    def __iter__(self) -> "_ShmIter":
+    def __iter__(self) -> _ShmIter:
         return self
 
     def __len__(self) -> int:

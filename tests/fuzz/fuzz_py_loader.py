@@ -23,13 +23,14 @@ import pickle
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+import torch
+from torch.utils.data import default_collate
 
-import torch  # noqa: E402
-from torch.utils.data import default_collate  # noqa: E402
+import fuzzlib as fl
 
 with fl.instrumented():
-    from shmstream import _loader_pool, torch as sstorch  # noqa: E402
+    from shmstream import _loader_pool
+    from shmstream import torch as sstorch
 
 DTYPES = (torch.float32, torch.uint8, torch.int64, torch.float16, torch.bool, torch.complex64)
 

@@ -15,9 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+import shmstream
 
-import shmstream  # noqa: E402
+import fuzzlib as fl
 
 
 def _read_all(s: shmstream.SharedMemory, cpu_payload: bool) -> None:

@@ -17,9 +17,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+import shmstream
 
-import shmstream  # noqa: E402
+import fuzzlib as fl
 
 
 def _drain(rx: object, cap: int, mode: int) -> None:

@@ -21,9 +21,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+from shmstream import _native, shared_array
 
-from shmstream import _native, shared_array  # noqa: E402
+import fuzzlib as fl
 
 
 class _Descriptor:

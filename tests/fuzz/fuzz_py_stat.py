@@ -15,9 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+from shmstream import _native, registry
 
-from shmstream import _native, registry  # noqa: E402
+import fuzzlib as fl
 
 
 def _one(data: bytes) -> None:
@@ -26,7 +26,7 @@ def _one(data: bytes) -> None:
     fl.write_segment(name, b, size)
     try:
         e = registry.entry(_native.segment_name(name))  # may not raise
-        assert e is None or e.kind in registry.KINDS + ("corrupt", "unfinished") \
+        assert e is None or e.kind in (*registry.KINDS, "corrupt", "unfinished") \
             or e.kind.startswith("kind "), e
         try:
             info = registry.stat(name)

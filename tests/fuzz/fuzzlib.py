@@ -10,10 +10,12 @@ import contextlib
 import os
 import struct
 import sys
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 
-def instrumented() -> ContextManager[Any]:
+def instrumented() -> AbstractContextManager[Any]:
     """Around the imports of shmstream modules: atheris instruments them for
     coverage when a harness runs as a fuzzer (its script is the program and
     atheris is installed); a no-op when the test suite replays a corpus.

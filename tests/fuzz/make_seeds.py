@@ -20,9 +20,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzzlib as fl  # noqa: E402
+import shmstream
 
-import shmstream  # noqa: E402
+import fuzzlib as fl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
@@ -208,7 +208,7 @@ def _live() -> None:
     for i in range(30):
         data = bytes([rng.randrange(2)])
         for _ in range(rng.randrange(1, 12)):
-            offset = rng.choice(offsets + [rng.randrange(5000)])
+            offset = rng.choice([*offsets, rng.randrange(5000)])
             data += step(rng.randrange(8), offset, rng.randbytes(rng.randrange(9)))
         _write("fuzz_live", f"random-{i:02d}", data)
 

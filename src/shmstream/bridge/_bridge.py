@@ -15,16 +15,11 @@ import queue
 import socket
 import threading
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import shmstream
 from shmstream.registry import list_channels
-
-from . import _keys, _thread, _wire
-from ._channels import ChannelExport, ChannelImport
-from ._session import close_session, import_zenoh, make_config, open_session, peer_count
-from ._status import is_status_name, status_name
-from ._streams import StreamExport, StreamImport, StreamPublisher
 from ..errors import (
     AlreadyStartedError,
     NoPeerError,
@@ -33,6 +28,11 @@ from ..errors import (
     ShmstreamValueError,
     WaitCancelledError,
 )
+from . import _keys, _thread, _wire
+from ._channels import ChannelExport, ChannelImport
+from ._session import close_session, import_zenoh, make_config, open_session, peer_count
+from ._status import is_status_name, status_name
+from ._streams import StreamExport, StreamImport, StreamPublisher
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -143,7 +143,7 @@ class Bridge:
 
     # ---------------------------------------------------------------- lifecycle
 
-    def start(self, timeout: float = QUERY_TIMEOUT_S) -> "Bridge":
+    def start(self, timeout: float = QUERY_TIMEOUT_S) -> Bridge:
         if self._session is not None:
             raise AlreadyStartedError("this bridge is already started")
         self._session = open_session(self._config)
@@ -198,7 +198,7 @@ class Bridge:
         with self._changed:
             self._changed.notify_all()
 
-    def __enter__(self) -> "Bridge":
+    def __enter__(self) -> Bridge:
         if self._session is None:
             self.start()
         return self
@@ -327,7 +327,7 @@ class Bridge:
             if time.monotonic() >= next_scan:
                 try:
                     self._scan(strict=False)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("scan of the local streams failed")
                 next_scan = time.monotonic() + self.scan_interval
 

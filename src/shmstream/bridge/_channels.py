@@ -36,10 +36,9 @@ import numpy as np
 
 import shmstream
 from shmstream.channel import describe
-
+from ..errors import ShmstreamValueError
 from . import _thread, _wire
 from ._status import MirrorSide, StatusWriter
-from ..errors import ShmstreamValueError
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -115,8 +114,7 @@ class ChannelExport:
                     log.error("channel %r: bridge %s also imports it, but a channel has one "
                               "consumer; bridge %s is served", self.name, importer, self._bound)
                 return
-            if delivered > self._acked:
-                self._acked = delivered
+            self._acked = max(self._acked, delivered)
             self._cond.notify()
 
     def importer_gone(self, importer: str) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from urllib.parse import quote, unquote
+
 from ..errors import ShmstreamValueError
 
 DEFAULT_PREFIX = "shmstream"

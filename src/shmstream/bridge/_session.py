@@ -15,7 +15,9 @@ import atexit
 import json
 import os
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
 from ..errors import (
     MissingExtraError,
     ShmstreamFileNotFoundError,

@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 import shmstream
-
-from . import _wire
 from ..errors import ShmstreamFileNotFoundError, ShmstreamValueError
+from . import _wire
 
 STATUS_SUFFIX = "@bridge"
 KIND_CODES = {"stream": 1, "channel": 2}

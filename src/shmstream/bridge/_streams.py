@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 
 import shmstream
-
+from ..errors import HandleClosedError, ShmstreamValueError
 from . import _thread, _wire
 from ._status import MirrorSide, StatusWriter
-from ..errors import HandleClosedError, ShmstreamValueError
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -72,7 +71,8 @@ def stream_meta(h: Any) -> dict[str, Any]:
 
 
 def _write_time_ns(seconds: float) -> int:
-    return int(round(seconds * 1e9))
+    # seconds may be a NumPy float, whose round() need not give an int.
+    return int(round(seconds * 1e9))  # noqa: RUF046
 
 
 class StreamExport:
@@ -237,7 +237,7 @@ class StreamExport:
 
     # -- publishers (the writer's thread) -------------------------------------------
 
-    def publisher(self) -> "StreamPublisher":
+    def publisher(self) -> StreamPublisher:
         return StreamPublisher(self)
 
     def add_publisher(self) -> None:
@@ -335,7 +335,7 @@ class StreamPublisher:
             self.h.close()
             self._export.remove_publisher()
 
-    def __enter__(self) -> "StreamPublisher":
+    def __enter__(self) -> StreamPublisher:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -13,7 +13,7 @@ def start(target: Callable[[], None], name: str) -> threading.Thread:
     def run() -> None:
         try:
             target()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("%s: stopped by an unexpected error", name)
 
     thread = threading.Thread(target=run, name=name, daemon=True)

@@ -27,7 +27,8 @@ import hashlib
 import json
 import math
 import struct
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 STREAM_HEAD = struct.Struct("<4sQQQQQ")
 STREAM_MAGIC = b"SMS1"

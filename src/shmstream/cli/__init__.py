@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import bridge, demo, objects, record, watch
 from ._common import PROG, USER_ERRORS, error, one_line, package

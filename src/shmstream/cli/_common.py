@@ -7,7 +7,8 @@ import argparse
 import importlib
 import math
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ShmstreamError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ._common import PROG
 

@@ -4,7 +4,8 @@ Eclipse Zenoh. The options and the command live with the bridge
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..bridge import cli as bridge_cli
 

@@ -12,10 +12,11 @@ import argparse
 import os
 import signal
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ._common import fmt_rate, number, package, status_line
 from ..errors import DemoFailedError, ShmstreamValueError
+from ._common import fmt_rate, number, package, status_line
 
 # The consumer's shared counters (one float64 each, written every frame so
 # the parent samples them at the same instant as the writer's count).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import registry
 from ..bridge import cli as bridge_cli  # no zenoh import until it is used
@@ -94,7 +95,7 @@ def cmd_list(args: argparse.Namespace) -> int:
              "-" if e.creator_pid is None
              else f"{e.creator_pid} ({'alive' if e.creator_alive else 'dead'})",
              e.shown) for e in entries]
-    widths = [max(len(r[i]) for r in rows + [("KIND", "SIZE", "CREATOR", "")]) for i in range(3)]
+    widths = [max(len(r[i]) for r in [*rows, ("KIND", "SIZE", "CREATOR", "")]) for i in range(3)]
     print(f"{'KIND':<{widths[0]}}  {'SIZE':>{widths[1]}}  {'CREATOR':<{widths[2]}}  NAME")
     for kind, size, creator, name in rows:
         print(f"{kind:<{widths[0]}}  {size:>{widths[1]}}  {creator:<{widths[2]}}  {name}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._common import fmt_rate, number, package, status_line
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._common import fmt_age, fmt_rate, number, package, status_line
 
@@ -57,7 +58,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                         handle.read_new(timeout=remaining, out=buf)
                     except TimeoutError:
                         break
-                    except Exception as exc:  # noqa: BLE001 - aborted write etc.
+                    except Exception as exc:  # aborted write etc.
                         if type(exc).__name__ == "InconsistentStreamError":
                             time.sleep(min(remaining, 0.01))
                             continue

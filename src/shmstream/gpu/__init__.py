@@ -10,9 +10,9 @@ this package. docs/gpu.md has the protocol and the checklist.
 """
 from __future__ import annotations
 
-from ..stream import register_gpu
 from ..errors import GpuStreamGoneError
-from .device import GPU_SUPPORTED_DTYPES, DEVICE_SLOTS, CudaArray, gpu_available, parse_device
+from ..stream import register_gpu
+from .device import DEVICE_SLOTS, GPU_SUPPORTED_DTYPES, CudaArray, gpu_available, parse_device
 from .factory import create, open
 from .handle import GpuSharedMemory
 

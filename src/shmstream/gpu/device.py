@@ -163,10 +163,10 @@ def cuda_torch() -> Any:
     if not _torch_tried:
         _torch_tried = True
         try:
-            import torch  # noqa: PLC0415
+            import torch
 
             _torch_mod = torch if torch.cuda.is_available() else None
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken torch install means no GPU
             _torch_mod = None
     return _torch_mod
 

@@ -3,13 +3,12 @@
 through the hook this package registers)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .. import _checks, _cuda, _dtypes, _native
-from .device import GPU_SUPPORTED_DTYPES, check_index, gpu_available, parse_device, unsupported
-from .handle import GpuSharedMemory
 from ..errors import (
     CudaUnavailableError,
     NoCpuMirrorError,
@@ -18,6 +17,8 @@ from ..errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
+from .device import GPU_SUPPORTED_DTYPES, check_index, gpu_available, parse_device, unsupported
+from .handle import GpuSharedMemory
 
 __all__ = ["create", "open"]
 
@@ -59,7 +60,7 @@ def create(
     return handle
 
 
-def open(segment: Any, name: str, gpu_device: Any, readonly: bool,  # noqa: A001
+def open(segment: Any, name: str, gpu_device: Any, readonly: bool,
          allow_owners: Sequence[int] = ()) -> Any:
     """``shmstream.open(name, gpu_device=...)`` of a GPU stream
     (``allow_owners``: the uids ``allow_owner`` resolved to)."""
