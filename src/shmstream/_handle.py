@@ -34,6 +34,17 @@ class HandleState(Protocol):
     _missed: int
     _total_missed: int
 
+    _creator_pid: int
+    _creator_ticks: int
+    _instance_id: str
+    _segname: str
+    owner: bool
+    readonly: bool
+    gpu_device: Any
+
+    @property
+    def notify(self) -> bool: ...
+
     def _closed_error(self, operation: str) -> RuntimeError: ...
 
     def _check_open(self, operation: str) -> _native.Segment: ...

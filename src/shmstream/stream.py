@@ -36,18 +36,18 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from . import _checks, _dtypes, _native, _proc, _space
+from . import _checks, _dtypes, _native, _space
 from ._history import History
 from ._lockstate import HANDLES, lock_state_for
 from ._reading import Reading
 from ._scopes import LockScope, WriteView
+from ._status import Status
 from ._waiting import Waiting
 from .errors import (
     GpuRequiredError,
@@ -60,7 +60,6 @@ from .errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
-from .publication import STATE_NAMES
 
 __all__ = ["SharedMemory", "create", "open", "stream", "unlink", "unlink_quiet"]
 
@@ -81,7 +80,7 @@ def register_gpu(create_fn: Callable[..., Any], open_fn: Callable[..., Any], slo
     _gpu_create, _gpu_open, GPU_SLOTS = create_fn, open_fn, slots
 
 
-class SharedMemory(Reading, Waiting, History):
+class SharedMemory(Reading, Waiting, History, Status):
     """A handle on a named stream, made by :func:`create` or :func:`open`.
 
     Public attributes: ``name``, ``shape`` (tuple), ``dtype`` (``np.dtype``),
@@ -308,108 +307,6 @@ class SharedMemory(Reading, Waiting, History):
             f"SharedMemory(name={self.name!r}, shape={self.shape!r}, "
             f"dtype={str(self.dtype)!r}, gpu_device={self.gpu_device!r})"
         )
-
-    @property
-    def count(self) -> int:
-        """Completed writes since the stream was created."""
-        seg = self._seg
-        if seg is None:
-            raise self._closed_error("read count from")
-        return seg.count
-
-    @property
-    def last_read_count(self) -> int:
-        """The count of the publication this handle read last (or the count
-        when it was opened)."""
-        self._check_open("read last_read_count from")
-        return self._last_read
-
-    @property
-    def missed_writes(self) -> int:
-        """Writes skipped between this handle's last two reads."""
-        self._check_open("read missed_writes from")
-        return self._missed
-
-    @property
-    def total_missed_writes(self) -> int:
-        """All writes this handle's reads have skipped."""
-        self._check_open("read total_missed_writes from")
-        return self._total_missed
-
-    @property
-    def write_time(self) -> float:
-        """UNIX time of the last completed write (0.0 before the first)."""
-        seg = self._check_open("read write_time from")
-        return seg.write_time_ns / 1e9
-
-    @property
-    def write_sequence(self) -> int:
-        """The seqlock word: odd while a write is in progress."""
-        seg = self._check_open("read write_sequence from")
-        return seg.seq
-
-    @property
-    def frame_id(self) -> int:
-        """The frame id of the last write (0 until a write sets one)."""
-        seg = self._check_open("read frame_id from")
-        return seg.frame_id
-
-    @property
-    def creator_pid(self) -> int:
-        self._check_open("read creator_pid from")
-        return self._creator_pid
-
-    @property
-    def age(self) -> float:
-        """Seconds since the last completed write; ``inf`` before the first."""
-        seg = self._check_open("read age from")
-        ns = seg.write_time_ns
-        if ns == 0:
-            return math.inf
-        return max(0.0, time.time() - ns / 1e9)
-
-    def is_stale(self, max_age: float) -> bool:
-        """True if the last write is older than ``max_age`` seconds (always
-        True before the first write)."""
-        if not max_age > 0:
-            raise ShmstreamValueError("max_age must be positive")
-        return self.age > float(max_age)
-
-    def producer_alive(self) -> bool:
-        """Whether the process that created the stream still runs (checked
-        by pid and start time, so a reused pid does not count)."""
-        self._check_open("check producer liveness for")
-        return _proc.alive(self._creator_pid, self._creator_ticks)
-
-    def describe(self) -> str:
-        """A human-readable, multi-line summary of the stream."""
-        seg = self._check_open("describe")
-        owner_pid = seg.owner_pid
-        lines = [
-            f"name:         {self.name}",
-            f"shape:        {self.shape}",
-            f"dtype:        {self.dtype}",
-            f"size:         {self.size} bytes",
-            f"gpu_enabled:  {self.gpu_enabled}",
-            f"gpu_device:   {self.gpu_device}",
-            f"cpu_mirror:   {self.cpu_mirror}",
-            f"count:        {seg.count}",
-            f"write_time:   {seg.write_time_ns / 1e9}",
-            f"write_seq:    {seg.seq}",
-            f"owner:        {self.owner}",
-            f"readonly:     {self.readonly}",
-            f"creator_pid:  {self._creator_pid}",
-            f"producer:     {'alive' if self.producer_alive() else 'dead'}",
-            f"age:          {self.age:.3f} s",
-            f"notify:       {self.notify}",
-            f"history:      {seg.history}",
-            f"frame_id:     {seg.frame_id}",
-            f"state:        {STATE_NAMES.get(seg.state, seg.state)}",
-            f"lock_owner:   {owner_pid if owner_pid else None}",
-            f"instance_id:  {self._instance_id}",
-            f"segment:      {self._segname}",
-        ]
-        return "\n".join(lines)
 
     def to_config(self) -> dict[str, Any]:
         """The stream's configuration, for :meth:`create_from_config`."""

@@ -1,0 +1,551 @@
+// The Channel class behind shmstream._channel.Channel: one attached end of
+// a ring, the views that pin its bytes, and the DLPack layout of a message.
+// Included once, by _channel.cpp (CMake builds every _*.cpp as a module).
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+#include "_binding.h"
+#include "_dlpack.h"
+#include "shmstream.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using namespace ssb;
+
+// (meta: bytes, buffer) -> ndarray, for copied array messages. A raw, never
+// released reference: a global nb::object would be decref'd by a static
+// destructor after the interpreter has finalized (a fatal error at exit).
+PyObject *g_decode = nullptr;
+
+constexpr size_t kGilFreeCopyBytes = 64 * 1024;
+
+// DLPack dtype for NumPy's dtype.str of a plain numeric type ("<f4", "|u1");
+// false for anything DLPack cannot describe (structured, strings, big-endian).
+bool dl_dtype(const char *s, size_t n, nb::dlpack::dtype *out) {
+  if (n < 3 || (s[0] != '<' && s[0] != '|' && s[0] != '=')) return false;
+  int bytes = 0;
+  for (size_t i = 2; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9' || bytes > 32) return false; // no int overflow
+    bytes = bytes * 10 + (s[i] - '0');
+  }
+  using C = nb::dlpack::dtype_code;
+  C code;
+  switch (s[1]) {
+    case 'f': code = C::Float; break;
+    case 'i': code = C::Int; break;
+    case 'u': code = C::UInt; break;
+    case 'c': code = C::Complex; break;
+    case 'b': code = C::Bool; if (bytes != 1) return false; break;
+    default: return false;
+  }
+  if (bytes <= 0 || bytes > 32) return false;
+  out->code = (uint8_t)code;
+  out->bits = (uint8_t)(bytes * 8);
+  out->lanes = 1;
+  return true;
+}
+
+// Array metadata (docs/ABI.md): u32 ndim, u32 dtype_len, u64 shape[ndim],
+// dtype text. Returns false if it is malformed.
+struct ArrayMeta {
+  uint32_t ndim = 0;
+  size_t shape[SS_MAX_NDIM]{};
+  const char *dtype = nullptr;
+  uint32_t dtype_len = 0;
+};
+
+bool parse_meta(const uint8_t *m, uint32_t len, ArrayMeta *out) {
+  if (len < 8) return false;
+  uint32_t ndim, dlen;
+  std::memcpy(&ndim, m, 4);
+  std::memcpy(&dlen, m + 4, 4);
+  if (ndim > SS_MAX_NDIM || 8ull + 8ull * ndim + dlen > len) return false;
+  out->ndim = ndim;
+  for (uint32_t i = 0; i < ndim; i++) {
+    uint64_t d;
+    std::memcpy(&d, m + 8 + 8 * i, 8);
+    out->shape[i] = (size_t)d;
+  }
+  out->dtype = (const char *)m + 8 + 8 * ndim;
+  out->dtype_len = dlen;
+  return true;
+}
+
+// Bytes the shape and item size describe equal the payload's, without
+// overflow: a view built from the metadata stays inside the record.
+bool meta_fits(const ArrayMeta &am, size_t itemsize, size_t size) {
+  size_t n = itemsize;
+  for (uint32_t i = 0; i < am.ndim; i++) {
+    if (am.shape[i] && n > SIZE_MAX / am.shape[i]) return false;
+    n *= am.shape[i];
+  }
+  return n == size;
+}
+
+// The DLPack layout of a message (a byte message: uint8[size]): 0, or why
+// it has none (1: no DLPack dtype, 2: its shape does not match its bytes).
+struct DLLayout {
+  int32_t ndim = 1;
+  size_t shape[SS_MAX_NDIM]{};
+  nb::dlpack::dtype dt = nb::dtype<uint8_t>();
+};
+
+int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t size, DLLayout *out) {
+  out->shape[0] = size;
+  if (!(flags & SS_MSG_ARRAY)) return 0;
+  ArrayMeta am;
+  if (!parse_meta(meta, meta_len, &am) || !dl_dtype(am.dtype, am.dtype_len, &out->dt)) return 1;
+  for (uint32_t i = 0; i < am.ndim; i++) out->shape[i] = am.shape[i];
+  out->ndim = (int32_t)am.ndim;
+  // The metadata is the producer's word: a shape that claims more bytes
+  // than the record carries would make a view past it (fuzz_py_recv finding).
+  return meta_fits(am, out->dt.bits / 8, size) ? 0 : 2;
+}
+
+[[noreturn]] void raise_layout(int why, size_t size) {
+  if (why == 1)
+    raise(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
+  raise(g_corrupt, "a received array message is corrupt: its shape and dtype describe "
+                   "another size than its " + std::to_string(size) + " payload bytes; "
+                   "the producer wrote a bad record");
+}
+
+// A DLPack capsule of a message's bytes, pinned by `pin`.
+nb::object dl_message(const void *data, const DLLayout &l, nb::handle pin, bool versioned) {
+  return versioned ? dl_capsule<DLManagedTensorVersioned>((void *)data, l.ndim, l.shape,
+                                                          l.dt.code, l.dt.bits, pin, true)
+                   : dl_capsule<DLManagedTensor>((void *)data, l.ndim, l.shape, l.dt.code,
+                                                 l.dt.bits, pin, true);
+}
+
+class Channel;
+
+// Keeps one received record's bytes from reuse while anything refers to it:
+// every view handed out for the record owns a reference to its Pin.
+struct Pin {
+  nb::object chan_ref;  // keeps the Channel (and the mapping) alive
+  Channel *chan;
+  uint64_t end;
+  ~Pin();
+};
+
+// A message received without a copy (recv_zero_copy / drain_zero_copy).
+struct RxMessage {
+  nb::object pin;  // None once released
+  uint32_t type_id = 0, flags = 0;
+  size_t size = 0;
+  const uint8_t *data = nullptr;
+  nb::bytes meta;
+
+  void check() const {
+    if (!pin.is_valid() || pin.is_none())
+      raise(g_handle_closed, "this zero-copy message was released at the end of its 'with' "
+            "block; keep what you need (np.array(msg) copies) inside the block");
+  }
+  nb::object bytes_view() const {
+    check();
+    size_t shape[1] = {size};
+    return nb::cast(nb::ndarray<nb::ro, nb::memview>(data, 1, shape, pin, nullptr,
+                                                     nb::dtype<uint8_t>(), nb::device::cpu::value));
+  }
+  // A typed, read-only view, or None when the dtype has no DLPack code.
+  nb::object typed_view() const {
+    check();
+    DLLayout l;
+    int why = dl_layout(flags, (const uint8_t *)meta.c_str(), (uint32_t)meta.size(), size, &l);
+    if (why == 1) return nb::none();
+    if (why) raise_layout(why, size);
+    return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, (size_t)l.ndim, l.shape, pin,
+                                                       nullptr, l.dt, nb::device::cpu::value));
+  }
+  // The payload as a read-only ndarray view (uint8 for a bytes message);
+  // a dtype without a DLPack code (structured, strings, ...) is viewed by
+  // channel.py's decoder (set_decoder).
+  nb::object array_view() const {
+    nb::object asarray = nb::module_::import_("numpy").attr("asarray");
+    nb::object typed = typed_view();
+    if (!typed.is_none()) return asarray(typed);
+    return nb::handle(g_decode)(meta, bytes_view());
+  }
+  // A DLPack capsule of the message made here (no ndarray in between),
+  // read-only when versioned; the consumer's tensor holds the pin.
+  nb::object dlpack(nb::handle max_version, nb::handle dl_device, nb::handle copy) const {
+    check();
+    bool versioned = dl_check_kwargs(max_version, dl_device, copy);
+    DLLayout l;
+    int why = dl_layout(flags, (const uint8_t *)meta.c_str(), (uint32_t)meta.size(), size, &l);
+    if (why) raise_layout(why, size);
+    return dl_message(data, l, pin, versioned);
+  }
+
+  void release() { pin = nb::none(); }
+};
+
+// A copied message (recv / drain).
+struct Message {
+  uint32_t type_id = 0, flags = 0;
+  nb::object data;  // bytes
+  nb::object meta;  // bytes (empty for plain byte messages)
+};
+
+class Channel {
+ public:
+  ss_channel ch{};
+  std::string name_;
+  // Records read but not yet released, in ring order: (end, released).
+  std::deque<std::pair<uint64_t, bool>> pins;
+  uint64_t unreleased = 0;  // freed by views but not yet published as tail
+
+  ~Channel() { ss_channel_close(&ch); }
+
+  bool attached() const { return ch.role != 0 && ch.ctl != nullptr; }
+  void check_open(const char *what) const {
+    if (!attached())
+      raise(g_handle_closed, std::string(what) + " on channel '" + name_ +
+            "', which is closed; attach again with shmstream.open_channel('" + name_ + "')");
+  }
+  bool producer() const { return ch.role == SS_ROLE_PRODUCER; }
+
+  [[noreturn]] void raise_status(int rc, const char *op) {
+    std::string detail = rc == SS_EROLE && ch.tx_open ? " (a zero-copy send is still open)" : "";
+    const char *when = rc == SS_ECORRUPT ? corrupt_when(&ch.seg, &detail) : "";
+    if (!*when) when = producer() ? "producer" : "consumer";
+    ssb::raise_status(rc, {"channel", name_, op, when, detail});
+  }
+
+  // fn(chunk_ns) through the one chunked wait (_binding.h); spins only in
+  // the first chunk.
+  template <class F>
+  int chunked(int64_t timeout_ns, F &&fn) {
+    int64_t spin = ch.spin_ns;
+    bool first = true;
+    int rc;
+    try {
+      rc = ssb::chunked(timeout_ns, [&](int64_t chunk) {
+        if (!first) ch.spin_ns = 0;
+        first = false;
+        return fn(chunk);
+      });
+    } catch (...) {
+      ch.spin_ns = spin;
+      throw;
+    }
+    ch.spin_ns = spin;
+    return rc;
+  }
+
+  // ---- producer ----
+
+  void acquire_tx(size_t size, uint32_t meta_len, int64_t timeout_ns, void **payload, void **meta) {
+    int rc = ss_channel_acquire_tx(&ch, size, meta_len, 0, payload, meta);
+    if (rc == SS_ETIMEDOUT && timeout_ns != 0)
+      rc = chunked(timeout_ns, [&](int64_t chunk) {
+        return ss_channel_acquire_tx(&ch, size, meta_len, chunk, payload, meta);
+      });
+    if (rc) raise_status(rc, "send");
+  }
+
+  void check_size(size_t size, size_t meta_len) {
+    if (meta_len > SS_MSG_MAX_META)
+      raise(g_value, "array description of " + std::to_string(meta_len) +
+            " bytes is too long for a message header");
+    uint64_t max = ss_channel_max_message(&ch, (uint32_t)meta_len);
+    if (size > max)
+      raise(g_value, "message of " + std::to_string(size) + " bytes is larger than the "
+            "ring of '" + name_ + "' can hold (at most " + std::to_string(max) +
+            " bytes per message with capacity " + std::to_string(ch.capacity) +
+            "); create the channel with a larger capacity");
+  }
+
+  void send_one(const void *src, size_t n, const char *meta, size_t meta_len, uint32_t type_id,
+                int64_t timeout_ns) {
+    check_size(n, meta_len);
+    void *payload, *mp;
+    acquire_tx(n, (uint32_t)meta_len, timeout_ns, &payload, &mp);
+    if (meta_len) std::memcpy(mp, meta, meta_len);
+    if (n >= kGilFreeCopyBytes) {
+      nb::gil_scoped_release nogil;
+      std::memcpy(payload, src, n);
+    } else if (n) {
+      std::memcpy(payload, src, n);
+    }
+    ss_channel_commit_tx(&ch, n, type_id, meta_len ? SS_MSG_ARRAY : 0);
+  }
+
+  void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
+    check_open("send");
+    if (!producer()) raise(g_role, "send on the consumer end of '" + name_ + "'");
+    const char *mp = nullptr;
+    size_t ml = 0;
+    if (!meta.is_none()) {
+      mp = PyBytes_AsString(meta.ptr());
+      if (!mp) throw nb::python_error();
+      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+    }
+    if (PyBytes_CheckExact(obj.ptr())) {
+      send_one(PyBytes_AS_STRING(obj.ptr()), (size_t)PyBytes_GET_SIZE(obj.ptr()), mp, ml, type_id,
+               timeout_ns);
+      return;
+    }
+    Buffer b(obj);
+    send_one(b.view.buf, (size_t)b.view.len, mp, ml, type_id, timeout_ns);
+  }
+
+  // All items carry the same array metadata `meta` (None for bytes messages).
+  size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
+    check_open("send_many");
+    if (!producer()) raise(g_role, "send_many on the consumer end of '" + name_ + "'");
+    nb::object seq = nb::steal(PySequence_Fast(items.ptr(), "send_many takes a sequence of "
+                                                            "bytes-like objects"));
+    if (!seq.is_valid()) throw nb::python_error();
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
+    const char *mp = nullptr;
+    size_t ml = 0;
+    if (!meta.is_none()) {
+      mp = PyBytes_AsString(meta.ptr());
+      if (!mp) throw nb::python_error();
+      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+    }
+    // Check every size first: nothing is written if one can never fit.
+    uint64_t max = ss_channel_max_message(&ch, (uint32_t)ml);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      Py_ssize_t len = PyBytes_CheckExact(it[i]) ? PyBytes_GET_SIZE(it[i]) : -1;
+      if (len < 0) {
+        Buffer b(it[i]);
+        len = b.view.len;
+      }
+      if ((uint64_t)len > max) check_size((size_t)len, ml);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (PyBytes_CheckExact(it[i])) {
+        send_one(PyBytes_AS_STRING(it[i]), (size_t)PyBytes_GET_SIZE(it[i]), mp, ml, type_id,
+                 timeout_ns);
+      } else {
+        Buffer b(it[i]);
+        send_one(b.view.buf, (size_t)b.view.len, mp, ml, type_id, timeout_ns);
+      }
+    }
+    ss_channel_flush(&ch);
+    return (size_t)n;
+  }
+
+  // Zero-copy send: a writable byte view of the loan; commit or rollback.
+  nb::object loan(size_t nbytes, nb::handle meta, int64_t timeout_ns) {
+    check_open("send_zero_copy");
+    if (!producer()) raise(g_role, "send_zero_copy on the consumer end of '" + name_ + "'");
+    if (ch.tx_open) raise(g_loan, "a zero-copy send on '" + name_ + "' is already open");
+    const char *mp = nullptr;
+    size_t ml = 0;
+    if (!meta.is_none()) {
+      mp = PyBytes_AsString(meta.ptr());
+      if (!mp) throw nb::python_error();
+      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+    }
+    check_size(nbytes, ml);
+    void *payload, *mpp;
+    acquire_tx(nbytes, (uint32_t)ml, timeout_ns, &payload, &mpp);
+    if (ml) std::memcpy(mpp, mp, ml);
+    size_t shape[1] = {nbytes};
+    nb::handle owner = nb::find(this);
+    return nb::cast(nb::ndarray<uint8_t, nb::memview>(payload, 1, shape, owner, nullptr,
+                                                      nb::dtype<uint8_t>(), nb::device::cpu::value));
+  }
+
+  // ---- consumer ----
+
+  int acquire_rx(int64_t timeout_ns, ss_msg *m) {
+    int rc = ss_channel_acquire_rx(&ch, 0, m);
+    if (rc == SS_ETIMEDOUT) flush_release();  // the producer may wait for that room
+    if (rc == SS_ETIMEDOUT && timeout_ns != 0)
+      rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_channel_acquire_rx(&ch, chunk, m); });
+    return rc;
+  }
+
+  void check_consumer(const char *what) {
+    check_open(what);
+    if (producer()) raise(g_role, std::string(what) + " on the producer end of '" + name_ + "'");
+  }
+
+  // After copying a message out: release it now unless views pin earlier ones.
+  void done_copied() {
+    ss_channel_skip_rx(&ch);
+    if (pins.empty()) ss_channel_release_rx(&ch, ch.rd);
+    else pins.emplace_back(ch.rd, true);
+  }
+
+  static nb::object copy_out(const ss_msg &m, nb::object *meta) {
+    *meta = nb::steal(PyBytes_FromStringAndSize((const char *)m.meta, m.meta_len));
+    PyObject *b = PyBytes_FromStringAndSize(nullptr, (Py_ssize_t)m.size);
+    if (!b) throw nb::python_error();
+    if (m.size >= kGilFreeCopyBytes) {
+      nb::gil_scoped_release nogil;
+      std::memcpy(PyBytes_AS_STRING(b), m.data, m.size);
+    } else {
+      std::memcpy(PyBytes_AS_STRING(b), m.data, m.size);
+    }
+    return nb::steal(b);
+  }
+
+  Message recv(int64_t timeout_ns) {
+    check_consumer("recv");
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc) raise_status(rc, "recv");
+    Message out;
+    out.type_id = m.type_id;
+    out.flags = m.flags;
+    out.data = copy_out(m, &out.meta);
+    done_copied();
+    return out;
+  }
+
+  nb::list drain(size_t max, int64_t timeout_ns) {
+    check_consumer("drain");
+    nb::list out;
+    if (max == 0) return out;
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
+    if (rc) raise_status(rc, "drain");
+    for (;;) {
+      Message msg;
+      msg.type_id = m.type_id;
+      msg.flags = m.flags;
+      msg.data = copy_out(m, &msg.meta);
+      out.append(nb::cast(std::move(msg)));
+      ss_channel_skip_rx(&ch);
+      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+    }
+    if (pins.empty()) ss_channel_release_rx(&ch, ch.rd);
+    else pins.emplace_back(ch.rd, true);
+    return out;
+  }
+
+  RxMessage pinned(const ss_msg &m) {
+    ss_channel_skip_rx(&ch);
+    pins.emplace_back(m.end, false);
+    Pin *p = new Pin{nb::borrow(nb::find(this)), this, m.end};
+    RxMessage r;
+    r.pin = nb::cast(p, nb::rv_policy::take_ownership);
+    r.type_id = m.type_id;
+    r.flags = m.flags;
+    r.size = m.size;
+    r.data = (const uint8_t *)m.data;
+    r.meta = nb::bytes((const char *)m.meta, m.meta_len);
+    return r;
+  }
+
+  RxMessage recv_view(int64_t timeout_ns) {
+    check_consumer("recv_zero_copy");
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc) raise_status(rc, "recv_zero_copy");
+    return pinned(m);
+  }
+
+  nb::list drain_views(size_t max, int64_t timeout_ns) {
+    check_consumer("drain_zero_copy");
+    nb::list out;
+    if (max == 0) return out;
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
+    if (rc) raise_status(rc, "drain_zero_copy");
+    for (;;) {
+      out.append(nb::cast(pinned(m)));
+      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+    }
+    return out;
+  }
+
+  // drain_zero_copy's messages as DLPack capsules, each pinning its record
+  // until the capsule (or the tensor made of it) is gone. A message with no
+  // DLPack layout ends the batch unconsumed; met first, it raises.
+  nb::list drain_capsules(size_t max, int64_t timeout_ns) {
+    check_consumer("drain_dlpack");
+    nb::list out;
+    if (max == 0) return out;
+    ss_msg m;
+    int rc = acquire_rx(timeout_ns, &m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
+    if (rc) raise_status(rc, "drain_dlpack");
+    nb::handle self = nb::find(this);
+    for (;;) {
+      DLLayout l;
+      int why = dl_layout(m.flags, (const uint8_t *)m.meta, m.meta_len, m.size, &l);
+      if (why) {
+        if (out.size() == 0) raise_layout(why, m.size);
+        break;
+      }
+      ss_channel_skip_rx(&ch);
+      pins.emplace_back(m.end, false);
+      nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end}, nb::rv_policy::take_ownership);
+      out.append(dl_message(m.data, l, pin, false));
+      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+    }
+    return out;
+  }
+
+  // A pin died: release the longest prefix of records nobody refers to.
+  void unpin(uint64_t end) {
+    for (auto &p : pins)
+      if (p.first == end && !p.second) { p.second = true; break; }
+    while (!pins.empty() && pins.front().second) {
+      unreleased = pins.front().first;
+      pins.pop_front();
+    }
+    // Publish the tail when nothing is pinned any more or an eighth of the
+    // ring is free to give back: not once per view (each publish may wake
+    // the producer), and always before this end waits (flush_release).
+    if (pins.empty() || unreleased - ch.tail >= ch.capacity / 8) flush_release();
+  }
+
+  void flush_release() {
+    if (unreleased > ch.tail) ss_channel_release_rx(&ch, unreleased);
+  }
+
+  void close() {
+    if (ch.role == SS_ROLE_CONSUMER) flush_release();
+    ss_channel_cancel(&ch);  // wake our own waiters in other threads
+    ss_channel_detach(&ch);
+    // The mapping stays until the last view (Pin) is gone: see ~Channel.
+  }
+};
+
+Pin::~Pin() { chan->unpin(end); }
+
+// (pid, state, attaches, takeovers, alive) of one end of a ring.
+nb::tuple end_info(ss_ring_control *ctl, int role) {
+  ss_ring_end_line *e = role == SS_ROLE_PRODUCER ? &ctl->producer : &ctl->consumer;
+  uint64_t o = e->owner.load();
+  bool alive = o && ss_proc_alive((int32_t)(o & 0xffffffffu), o >> 32);
+  return nb::make_tuple((int32_t)(o & 0xffffffffu), e->state.load(), e->attaches.load(),
+                        e->takeovers.load(), alive);
+}
+
+void check_create_rc(Channel *c, int rc, const std::string &name, bool creating) {
+  if (rc == SS_OK) return;
+  std::string detail = rc == SS_ENAME       ? name_rule()
+                       : rc == SS_EATTACHED ? (creating ? "end" : "end of that role")
+                                            : ssb::open_detail(rc, c->ch.seg);
+  delete c;
+  ssb::raise_status(rc, {"channel", name, creating ? "create" : "open", "", detail});
+}
+
+}  // namespace
