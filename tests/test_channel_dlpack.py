@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from shmstream.errors import CorruptStreamError
+from shmstream.errors import CorruptStreamError, ShmstreamBufferError, ShmstreamTypeError
 
 
 def test_every_dlpack_dtype_and_shape_reaches_torch_without_a_copy(channel_pair):
@@ -39,11 +39,11 @@ def test_capsules_follow_the_protocol_keywords(channel_pair):
         assert "dltensor" in repr(m.__dlpack__(max_version=(0, 8), stream=None, dl_device=(1, 0),
                                               copy=False))
         assert np.from_dlpack(m).tolist() == [1, 1, 1, 1]
-        with pytest.raises(BufferError, match="copy=True"):
+        with pytest.raises(ShmstreamBufferError, match="copy=True"):
             m.__dlpack__(copy=True)
-        with pytest.raises(BufferError, match="dl_device"):
+        with pytest.raises(ShmstreamBufferError, match="dl_device"):
             m.__dlpack__(dl_device=(2, 0))
-        with pytest.raises(TypeError, match="max_version"):
+        with pytest.raises(ShmstreamTypeError, match="max_version"):
             m.__dlpack__(max_version=1)
         with pytest.raises(TypeError):  # nanobind lists the keywords it takes
             m.__dlpack__(bogus=1)

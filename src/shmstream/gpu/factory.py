@@ -81,9 +81,7 @@ def open(segment: Any, name: str, gpu_device: Any, readonly: bool,
         try:
             return open(segment, name, True, readonly, allow_owners)
         except ShmstreamError as exc:  # not attachable here: a handle without a device
-            handle = GpuSharedMemory(segment, readonly=readonly)
-            handle._attach_error = str(exc)
-            return handle
+            return GpuSharedMemory(segment, readonly=readonly, attach_error=str(exc))
     index = parse_device(gpu_device)
     if not gpu_available():
         unsupported(name, gpu_device)

@@ -32,13 +32,15 @@ class GpuSharedMemory(SharedMemory):
     """A handle on a GPU stream (see the module notes for the attachment
     rule). Same API as :class:`SharedMemory`; payloads are device arrays."""
 
-    def __init__(self, segment: Any, *, owner: bool = False, readonly: bool = False) -> None:
+    def __init__(
+        self, segment: Any, *, owner: bool = False, readonly: bool = False, attach_error: str = ""
+    ) -> None:
         super().__init__(segment, owner=owner, readonly=readonly)
         self._gs: Any = None
         self._ordinal = -1
         self._pinned: Any = None
         self._view_stream = 0
-        self._attach_error = ""  # why open(name) could not attach, if it tried
+        self._attach_error = attach_error  # why open(name) could not attach, if it tried
 
     def _attach(self, gs: Any) -> None:
         self._gs = gs
