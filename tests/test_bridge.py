@@ -652,6 +652,15 @@ def test_publisher_threads_and_the_export_thread_keep_exact_counts(make_name):
         def __getattr__(self, attr: str) -> Any:
             return getattr(self.pub, attr)
 
+    class YieldingInt(int):  # lets another thread run inside `x += 1`
+        def __add__(self, other: int) -> YieldingInt:  # type: ignore[override]
+            value = int(self) + other
+            time.sleep(0)  # releases the GIL
+            return YieldingInt(value)
+
+        def __sub__(self, other: int) -> YieldingInt:  # type: ignore[override]
+            return self + -other
+
     name = make_name("race")
     src = shmstream.create(name, shape=(4,), dtype=np.int64)
     n_threads, n_frames = 6, 300
@@ -663,6 +672,12 @@ def test_publisher_threads_and_the_export_thread_keep_exact_counts(make_name):
             support.wait_until(lambda: name in bridge._exports, what="the export")
             export = bridge._exports[name]
             counting = export._pub = CountingPublisher(export._pub)
+            # `x += 1` on an attribute is one bytecode step apart from its
+            # write-back, which CPython's switch interval rarely splits; these
+            # ints give the GIL away between the read and the write-back, so an
+            # unguarded counter loses updates in practically every run.
+            export.frames_sent = YieldingInt(export.frames_sent)
+            export._publishers = YieldingInt(export._publishers)
             start = threading.Barrier(n_threads)
             put: list[int] = []
 
