@@ -402,33 +402,42 @@ class Channel {
     return nb::steal(b);
   }
 
+  // A received message copied out of the ring (the record stays unconsumed).
+  Message copied(const ss_msg &m) {
+    Message out;
+    out.type_id = m.type_id;
+    out.flags = m.flags;
+    out.data = copy_out(m, &out.meta);
+    return out;
+  }
+
   Message recv(int64_t timeout_ns) {
     check_consumer("recv");
     ss_msg m;
     int rc = acquire_rx(timeout_ns, &m);
     if (rc) raise_status(rc, "recv");
-    Message out;
-    out.type_id = m.type_id;
-    out.flags = m.flags;
-    out.data = copy_out(m, &out.meta);
+    Message out = copied(m);
     done_copied();
     return out;
   }
 
+  // The first message of a drain: false (an empty batch) when max is 0 or
+  // a bounded wait ends with nothing; raises on any other failure.
+  bool drain_first(const char *op, size_t max, int64_t timeout_ns, ss_msg *m) {
+    check_consumer(op);
+    if (max == 0) return false;
+    int rc = acquire_rx(timeout_ns, m);
+    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return false;
+    if (rc) raise_status(rc, op);
+    return true;
+  }
+
   nb::list drain(size_t max, int64_t timeout_ns) {
-    check_consumer("drain");
     nb::list out;
-    if (max == 0) return out;
     ss_msg m;
-    int rc = acquire_rx(timeout_ns, &m);
-    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
-    if (rc) raise_status(rc, "drain");
+    if (!drain_first("drain", max, timeout_ns, &m)) return out;
     for (;;) {
-      Message msg;
-      msg.type_id = m.type_id;
-      msg.flags = m.flags;
-      msg.data = copy_out(m, &msg.meta);
-      out.append(nb::cast(std::move(msg)));
+      out.append(nb::cast(copied(m)));
       ss_channel_skip_rx(&ch);
       if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
     }
@@ -460,13 +469,9 @@ class Channel {
   }
 
   nb::list drain_views(size_t max, int64_t timeout_ns) {
-    check_consumer("drain_zero_copy");
     nb::list out;
-    if (max == 0) return out;
     ss_msg m;
-    int rc = acquire_rx(timeout_ns, &m);
-    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
-    if (rc) raise_status(rc, "drain_zero_copy");
+    if (!drain_first("drain_zero_copy", max, timeout_ns, &m)) return out;
     for (;;) {
       out.append(nb::cast(pinned(m)));
       if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
@@ -478,13 +483,9 @@ class Channel {
   // until the capsule (or the tensor made of it) is gone. A message with no
   // DLPack layout ends the batch unconsumed; met first, it raises.
   nb::list drain_capsules(size_t max, int64_t timeout_ns) {
-    check_consumer("drain_dlpack");
     nb::list out;
-    if (max == 0) return out;
     ss_msg m;
-    int rc = acquire_rx(timeout_ns, &m);
-    if (rc == SS_ETIMEDOUT && timeout_ns >= 0) return out;
-    if (rc) raise_status(rc, "drain_dlpack");
+    if (!drain_first("drain_dlpack", max, timeout_ns, &m)) return out;
     nb::handle self = nb::find(this);
     for (;;) {
       DLLayout l;
