@@ -266,12 +266,15 @@ def test_a_channel_made_in_another_pid_namespace_is_shown_and_never_purged_as_ab
     try:
         r = _unshare(f"""
             import os, shmstream
-            shmstream.channel({chan!r}, 4096, role="producer")
-            os._exit(0)  # leaves the channel behind, its creator gone with its namespace
+            producer = shmstream.channel({chan!r}, 4096, role="producer")
+            os._exit(0)  # leaves the channel and its producer end behind, gone with the namespace
         """)
         assert r.returncode == 0, r.stderr
         st = shmstream.stat(chan)
         assert st["pid_namespace"] == "other" and st["creator_alive"] is None
+        # its producer end's pid is from that namespace too: neither alive nor dead here
+        assert st["producer"]["pid"] != 0 and st["producer"]["alive"] is None
+        assert st["consumer"]["alive"] is None
         with pytest.raises(shmstream.PidNamespaceError):
             shmstream.open_channel(chan)
         entry = registry.entry(_native.segment_name(chan))

@@ -371,6 +371,9 @@ def _channel_stat(seg: Any) -> dict[str, Any]:
         mode=int(seg.mode),
         segment=seg.segname,
     )
+    if int(seg.pidns_match) == 0:  # the ends' pids, like the creator's, mean nothing here
+        for end in ("producer", "consumer"):
+            d[end]["alive"] = None
     return d
 
 
