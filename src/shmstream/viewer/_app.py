@@ -172,12 +172,13 @@ class _Session:
         while True:
             await self._wait(deadline)
             now = loop.time()
-            # fixed steps keep the average at fps; after a stall, no burst
-            deadline = max(deadline + self.period, now - self.period)
+            # fixed steps keep the average at fps through a late wake-up
+            # (up to two periods are caught up); after a longer stall, no burst
+            deadline = max(deadline + self.period, now - 2 * self.period)
             force, self.force = self.force, False
             try:
                 msg = await asyncio.to_thread(self._picture, force)
-            except Exception as exc:  # noqa: BLE001 - a bug must not end the page's view
+            except Exception as exc:  # logged: a bug must not end the page's view
                 log.exception("shmstream view: a picture failed")
                 msg = message(f"this picture failed ({type(exc).__name__}: {exc}); "
                               "the view goes on", state="error")
