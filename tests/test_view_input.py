@@ -176,6 +176,34 @@ def test_lines_values_and_complex_frames_are_drawn(viewer, make_name):
         assert got["kind"] == "image" and got["max"] == pytest.approx(5.0)  # |3 + 4j|
 
 
+def test_nan_and_infinite_values_leave_a_valid_picture(viewer, make_name):
+    some, only = make_name(), make_name()
+    with shmstream.create(some, shape=(4, 4), dtype=np.float32) as a, \
+            shmstream.create(only, shape=(4, 4), dtype=np.float32) as b:
+        frame = np.arange(16, dtype=np.float32).reshape(4, 4)
+        frame[0, :3] = [np.nan, np.inf, -np.inf]
+        a.write(frame)
+        b.write(np.full((4, 4), np.nan, np.float32))
+        ws = base(viewer).replace("http", "ws")
+        [got] = messages(ws + f"ws?stream={some}", [], 1)  # the header is strict JSON
+        assert got["kind"] == "image" and (got["min"], got["max"]) == (3.0, 15.0)
+        [got] = messages(ws + f"ws?stream={only}", [], 1)
+        assert got["kind"] == "image" and got["min"] is None and got["hist"] == []
+
+
+def test_shmstream_view_serves_from_a_thread_and_stops(name, capsys):
+    with shmstream.create(name, shape=(2, 2)):
+        v = shmstream.view(name, block=False)
+        try:
+            assert capsys.readouterr().out.startswith(f"shmstream view: {v.url}")
+            assert get_json(base(v) + "api/info") == (200, {"stream": name, "fps": 30.0,
+                                                            "recordings": []})
+        finally:
+            v.close()
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(base(v), timeout=5)
+
+
 # ---- in the browser ---------------------------------------------------------------------
 
 
