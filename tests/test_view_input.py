@@ -240,3 +240,35 @@ def test_a_huge_3d_stream_is_shown_one_strided_plane_at_a_time(browser, viewer, 
             "plane 4's bright left five sixths")
         status, body = get_json(base(viewer) + "api/segments")
         assert status == 200 and name in [r["name"] for r in body["rows"]]
+
+
+def test_a_stream_replaced_under_its_name_is_shown_anew(viewer, name):
+    ws = base(viewer).replace("http", "ws") + f"ws?stream={name}"
+
+    async def run() -> list[dict]:
+        async with websockets.connect(ws) as sock:
+            seen: list[dict] = []
+            old = shmstream.create(name, shape=(4, 4), dtype=np.uint8)
+            old.write(np.ones((4, 4), np.uint8))
+            try:
+                while True:
+                    raw = await asyncio.wait_for(sock.recv(), 30)
+                    (length,) = struct.unpack("<I", raw[:4])
+                    seen.append(json.loads(raw[4:4 + length]))
+                    await sock.send('{"ack": 1}')
+                    if seen[-1].get("shape") == [4, 4] and old is not None:
+                        old.close()
+                        shmstream.unlink(name)  # and a new stream of that name
+                        new = shmstream.create(name, shape=(8, 8), dtype=np.uint8)
+                        new.write(np.ones((8, 8), np.uint8))
+                        old = None
+                    if seen[-1].get("shape") == [8, 8]:
+                        new.close()
+                        return seen
+            finally:
+                if old is not None:
+                    old.close()
+
+    seen = asyncio.run(run())
+    assert [h.get("state") for h in seen if h["kind"] == "message"][-1] == "removed"
+    assert seen[-1]["kind"] == "image" and seen[-1]["count"] == 1

@@ -57,12 +57,12 @@ class RateMeter:
 
 class LiveStream:
     """The newest frame of the stream ``name``, or one of its kept frames
-    (``settings.seek``: a count) on a stream with history."""
+    (``seek``, a count) on a stream with history."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._handle: Any = None
-        self._why: Message | None = None  # why there is no handle now
+        self._why: Message | None = None  # why there is no picture now
         self._next_check = 0.0
         self._sent: Any = None  # (count, seek) last drawn, or the text of the last message
         self._rate = RateMeter()
@@ -80,10 +80,20 @@ class LiveStream:
             return
         self._next_check = now + RECHECK_S
         if self._handle is not None:
-            if registry.entry(self._handle.segment) is None:
+            # the same stream still under its name: not removed, nor replaced by
+            # a new one of the same name (which the next check opens)
+            try:
+                same = registry.stat(self.name).get("instance_id") == self._handle.instance_id
+            except CorruptStreamError as exc:
                 self.close()
-                self._why = message(f"stream {self.name!r} was removed; waiting for it to be "
-                                    "created again", state="removed")
+                self._why = message(f"{self.name!r} became corrupt: {exc}", state="corrupt")
+                return
+            except (ShmstreamError, OSError):
+                same = False
+            if not same:
+                self.close()
+                self._why = message(f"stream {self.name!r} was removed or replaced; waiting "
+                                    "for it to be created again", state="removed")
             return
         self._why = self._open()
 
