@@ -20,7 +20,7 @@ DEFAULT_PART = "stream"
 
 
 #: Modules here that are tools, not parts (``python -m benchmarks.NAME``).
-TOOLS = {"compare_builds"}
+TOOLS = {"compare_builds", "plot"}
 
 
 def known_parts() -> list[str]:

@@ -29,6 +29,8 @@ from benchmarks._stream import peer as stream_peer
 from benchmarks._stream.peers import IMPLS, OURS, PIPE, make_peer
 from shmstream import cli
 
+from view_util import browser_missing
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -147,6 +149,7 @@ QUICK_ARGS = {
     "history": [],
     "loader": [],
     "stream": [],
+    "view": [],
 }
 
 #: What a part needs that the test environment may lack: (module, why).
@@ -166,6 +169,8 @@ def _leftovers() -> list[str]:
 def test_every_part_runs_quick_and_writes_its_json(part, tmp_path, capsys):
     if part in NEEDS and importlib.util.find_spec(NEEDS[part]) is None:
         pytest.skip(f"the {part} part needs {NEEDS[part]}")
+    if part == "view" and browser_missing():
+        pytest.skip(f"the view part needs a browser: {browser_missing()}")
     if part == "gpu" and not shmstream.gpu_available():
         assert _bench.main(["gpu", "--quick"]) == 1
         assert "no CUDA device" in capsys.readouterr().err

@@ -7,6 +7,7 @@ publication counters. Importing shmstream never imports torch.
 """
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
+from typing import Any as _Any
 
 from . import _native  # noqa: F401  (loads the core; its errors come from .errors)
 from ._locked_many import locked_many
@@ -53,10 +54,20 @@ from .recorder import RecordStats, ReplayStats, record, replay
 from .recording import Recording, load_recording
 from .shared_array import SharedArray, SharedRecArray, share
 
+
+def view(name: str | None = None, **kwargs: _Any) -> _Any:
+    """Serve the live web view (``shmstream.viewer.view``; docs/view.md):
+    every segment, and the picture of stream ``name`` or of a
+    ``recording=`` directory. Needs ``pip install "shmstream[view]"``."""
+    from .viewer import view as _serve
+
+    return _serve(name, **kwargs)
+
+
 __all__ += _error_names  # noqa: PLE0605 - errors.__all__, a list of names
 __all__ += [
     "Recording", "RecordStats", "ReplayStats", "load_recording", "record", "replay",
     "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",
     "unlink_channel",
-    "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share",
+    "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share", "view",
 ]

@@ -13,11 +13,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from . import bridge, demo, objects, record, watch
+from . import bridge, demo, objects, record, view, watch
 from ._common import PROG, USER_ERRORS, error, one_line, package
 
 #: Modules that add subcommands: each has register(subparsers) -> {name: handler}.
-_COMMAND_MODULES = (objects, watch, record, demo, bridge)
+_COMMAND_MODULES = (objects, watch, view, record, demo, bridge)
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:
@@ -26,7 +26,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., in
         description="Inspect, watch, record, replay, remove and benchmark shmstream's "
         "shared-memory objects (streams, channels, shared arrays, loader slots).",
         epilog="Examples: 'shmstream list', 'shmstream watch cam/left', "
-        "'shmstream demo --seconds 3', 'shmstream bench stream --quick'.",
+        "'shmstream view cam/left', 'shmstream demo --seconds 3', "
+        "'shmstream bench stream --quick'.",
     )
     parser.add_argument("--version", action="version",
                         version=f"{PROG} {package().__version__}")

@@ -1,0 +1,139 @@
+"""The live view: a local web page that shows every segment live and a
+stream's picture (docs/view.md). ``shmstream.view()`` and the
+``shmstream view`` command are :func:`view`.
+
+``view()`` serves it until Ctrl-C; ``view(block=False)`` returns a
+:class:`Viewer` serving from a background thread (``.url``, ``.close()``).
+Needs the ``view`` extra (``pip install "shmstream[view]"``: Starlette,
+uvicorn, websockets); ``import shmstream`` never imports them.
+"""
+from __future__ import annotations
+
+import errno
+import math
+import os
+import socket
+import threading
+import urllib.parse
+from typing import Any
+
+from ..errors import MissingExtraError, ShmstreamOSError, ShmstreamValueError
+
+__all__ = ["DEFAULT_FPS", "DEFAULT_MAX_SIDE", "Viewer", "view"]
+
+#: Pictures a second sent to one page, at most (the page may draw fewer).
+DEFAULT_FPS = 30.0
+#: An image side longer than this is strided down before it is sent.
+DEFAULT_MAX_SIDE = 1024
+VIEW_HINT = 'shmstream view needs the "view" extra: pip install "shmstream[view]"'
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        return socket.create_server((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ShmstreamOSError(
+                errno.EADDRINUSE,
+                f"port {port} on {host} is in use; give another with --port (port=), "
+                "or --port 0 for a free one") from None
+        if isinstance(exc, socket.gaierror):
+            raise ShmstreamOSError(errno.EADDRNOTAVAIL,
+                                   f"cannot listen on host {host!r}: {exc.strerror}") from None
+        raise ShmstreamOSError(exc.errno or 0, f"cannot listen on {host}:{port}: "
+                               f"{exc.strerror or exc}") from None
+
+
+class Viewer:
+    """A running view server. ``url`` is the page (with the stream or
+    recording given at start already selected); ``close()`` stops it."""
+
+    def __init__(self, name: str | None = None, *, recording: str | os.PathLike[str] | None = None,
+                 host: str = "127.0.0.1", port: int = 0, fps: float = DEFAULT_FPS,
+                 max_side: int = DEFAULT_MAX_SIDE) -> None:
+        try:
+            import uvicorn
+
+            from ._app import ViewApp
+        except ImportError as exc:
+            raise MissingExtraError(f"{VIEW_HINT} ({exc})", name="starlette") from None
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (
+                math.isfinite(fps) and 0 < fps <= 1000):
+            raise ShmstreamValueError(f"fps must be a number in (0, 1000], not {fps!r}")
+        if isinstance(max_side, bool) or not isinstance(max_side, int) or max_side < 16:
+            raise ShmstreamValueError(f"max_side must be an int >= 16, not {max_side!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ShmstreamValueError(f"port must be an int in [0, 65535], not {port!r}")
+        recordings = []
+        if recording is not None:
+            from ..recording import load_recording
+
+            load_recording(recording)  # a bad directory fails here, with the reason
+            recordings.append(os.fspath(recording))
+        if name is not None:
+            from ..registry import stat
+
+            stat(name)  # a missing or corrupt name fails here, saying what to do
+        self._sock = _bind(host, port)
+        self.host = host
+        self.port = int(self._sock.getsockname()[1])
+        shown = f"[{host}]" if ":" in host else host
+        query = ("?" + urllib.parse.urlencode({"stream": name}) if name is not None
+                 else "?recording=0" if recordings else "")
+        self.url = f"http://{shown}:{self.port}/{query}"
+        self.app = ViewApp(stream=name, recordings=recordings, fps=float(fps), max_side=max_side)
+        config = uvicorn.Config(self.app.app, log_level="warning", lifespan="off",
+                                timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until Ctrl-C (KeyboardInterrupt) or :meth:`close`."""
+        try:
+            self._server.run(sockets=[self._sock])
+        finally:
+            self._sock.close()
+
+    def start(self) -> Viewer:
+        """Serve from a background thread; returns once it accepts connections."""
+        self._thread = threading.Thread(target=self.serve_forever, name="shmstream-view",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> Viewer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def view(name: str | None = None, *, recording: str | os.PathLike[str] | None = None,
+         host: str = "127.0.0.1", port: int = 0, fps: float = DEFAULT_FPS,
+         max_side: int = DEFAULT_MAX_SIDE, block: bool = True,
+         open_browser: bool = False) -> Viewer:
+    """Serve the live view on ``host``:``port`` (0: a free port) and print
+    its URL. ``name`` selects a stream and ``recording`` a recording
+    directory to play back; the page lists every segment either way. At
+    most ``fps`` pictures a second go to each page, sides longer than
+    ``max_side`` are strided down. ``block=False`` returns the running
+    :class:`Viewer` at once; otherwise serves until Ctrl-C."""
+    viewer = Viewer(name, recording=recording, host=host, port=port, fps=fps, max_side=max_side)
+    print(f"shmstream view: {viewer.url}  (Ctrl-C to stop)", flush=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(viewer.url)
+    if not block:
+        return viewer.start()
+    try:
+        viewer.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return viewer

@@ -1,0 +1,274 @@
+"""``shmstream view`` given bad input: a name that does not exist, a port
+in use, frames that are no image (a structured dtype, 4-D), a huge 3-D
+stream, junk on the picture socket. Each gets a clear error or a sensible
+display, and the server goes on serving.
+
+The protocol tests talk to the server directly (websockets, urllib); the
+display tests drive headless Chromium (view_util)."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import socket
+import struct
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+import shmstream
+from shmstream import cli
+
+from view_util import browser_missing, start_browser, text, wait_for, wait_for_count
+
+pytest.importorskip("starlette", reason="the 'view' extra is not installed")
+pytest.importorskip("uvicorn", reason="the 'view' extra is not installed")
+websockets = pytest.importorskip("websockets", reason="the 'view' extra is not installed")
+
+from shmstream.viewer import Viewer  # noqa: E402 - after the extra's skip
+
+
+@pytest.fixture
+def viewer():
+    v = Viewer().start()
+    yield v
+    v.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    why = browser_missing()
+    if why:
+        pytest.skip(why)
+    driver = start_browser()
+    yield driver
+    driver.quit()
+
+
+def base(v: Viewer) -> str:
+    return v.url.split("?")[0]
+
+
+def get_json(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def messages(url: str, sends: list[str], n: int = 1, until=None) -> list[dict]:
+    """The headers of the messages on the picture socket ``url`` after
+    sending ``sends``: the first ``n``, or up to the first that ``until``
+    accepts; each is acknowledged as the page does."""
+
+    async def run() -> list[dict]:
+        async with websockets.connect(url) as ws:
+            for s in sends:
+                await ws.send(s)
+            got: list[dict] = []
+            while (until is None and len(got) < n) or (until and not (got and until(got[-1]))):
+                raw = await asyncio.wait_for(ws.recv(), 30)
+                (length,) = struct.unpack("<I", raw[:4])
+                got.append(json.loads(raw[4:4 + length]))
+                try:
+                    await ws.send('{"ack": 1}')
+                except websockets.exceptions.ConnectionClosed:  # the server said all it will
+                    break
+            return got
+
+    return asyncio.run(run())
+
+
+# ---- errors at start ------------------------------------------------------------------
+
+
+def test_a_name_that_does_not_exist_is_a_clear_error(name, capsys):
+    assert cli.main(["view", name]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "shmstream.create" in err
+    with pytest.raises(FileNotFoundError):
+        Viewer(name)
+
+
+def test_a_port_in_use_is_a_clear_error(capsys):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert cli.main(["view", "--port", str(port)]) == 1
+        err = capsys.readouterr().err
+        assert f"port {port} on 127.0.0.1 is in use" in err and "--port 0" in err
+        with pytest.raises(shmstream.ShmstreamOSError) as info:
+            Viewer(port=port)
+        assert info.value.errno == errno.EADDRINUSE
+
+
+def test_bad_options_are_refused_before_anything_starts(capsys):
+    assert cli.main(["view", "--fps", "0"]) == 2
+    assert cli.main(["view", "--port", "-1"]) == 2
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="fps"):
+        Viewer(fps=float("nan"))
+    with pytest.raises(ValueError, match="port"):
+        Viewer(port=70000)
+
+
+def test_a_directory_that_is_no_recording_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["view", str(tmp_path)]) == 1
+    assert "is not a shmstream recording" in capsys.readouterr().err
+
+
+# ---- the protocol under junk ----------------------------------------------------------
+
+
+def test_junk_on_the_picture_socket_is_ignored(viewer, name):
+    with shmstream.create(name, shape=(4, 6), dtype=np.float32) as s:
+        s.write(np.arange(24, dtype=np.float32).reshape(4, 6))
+        ws = base(viewer).replace("http", "ws") + f"ws?stream={name}"
+        junk = ["not json", "[1, 2]", '{"settings": 5}',
+                '{"settings": {"plane": "x", "lo": "NaN", "axis": 7, "contrast": 3}}',
+                '{"settings": {"seek": 99999, "index": true}}',
+                '{"settings": {"contrast": "fixed", "lo": 0, "hi": 23}}']
+        got = messages(ws, junk, until=lambda h: h.get("hi") == 23)
+        assert got[-1]["kind"] == "image" and got[-1]["count"] == 1
+        assert (got[-1]["width"], got[-1]["height"]) == (6, 4)
+
+
+def test_a_missing_stream_or_recording_on_the_socket_is_a_message(viewer, name):
+    ws = base(viewer).replace("http", "ws")
+    [got] = messages(ws + f"ws?stream={name}", [], 1)
+    assert got["kind"] == "message" and got["state"] == "missing"
+    assert "waiting for it to be created" in got["text"]
+    [got] = messages(ws + "ws?recording=7", [], 1)
+    assert got["kind"] == "message" and "cannot show it" in got["text"]
+    status, body = get_json(base(viewer) + f"api/stat?name={name}")
+    assert status == 404 and "does not exist" in body["error"]
+    status, body = get_json(base(viewer) + "api/segments")
+    assert status == 200 and isinstance(body["rows"], list)
+
+
+def test_frames_that_are_no_image_are_said_so(viewer, make_name):
+    structured, four_d = make_name(), make_name()
+    with shmstream.create(structured, shape=(3,), dtype=[("x", "<f4"), ("n", "<i2")]), \
+            shmstream.create(four_d, shape=(2, 2, 2, 2), dtype=np.uint8):
+        ws = base(viewer).replace("http", "ws")
+        [got] = messages(ws + f"ws?stream={structured}", [], 1)
+        assert got["state"] == "no-picture" and "is not drawn" in got["text"]
+        [got] = messages(ws + f"ws?stream={four_d}", [], 1)
+        assert got["state"] == "no-picture" and "4-D" in got["text"]
+
+
+def test_lines_values_and_complex_frames_are_drawn(viewer, make_name):
+    line, scalar, waves = make_name(), make_name(), make_name()
+    with shmstream.create(line, shape=(100_000,), dtype=np.float64) as a, \
+            shmstream.create(scalar, shape=(), dtype=np.int32) as b, \
+            shmstream.create(waves, shape=(8, 8), dtype=np.complex64) as c:
+        a.write(np.sin(np.arange(100_000) / 1000))
+        b.write(np.int32(7))
+        c.write(np.full((8, 8), 3 + 4j, np.complex64))
+        ws = base(viewer).replace("http", "ws")
+        [got] = messages(ws + f"ws?stream={line}", [], 1)
+        assert got["kind"] == "line" and got["n"] <= 4096 and got["step"] > 1
+        [got] = messages(ws + f"ws?stream={scalar}", [], 1)
+        assert got["kind"] == "line" and got["n"] == 1 and got["max"] == 7
+        [got] = messages(ws + f"ws?stream={waves}", [], 1)
+        assert got["kind"] == "image" and got["max"] == pytest.approx(5.0)  # |3 + 4j|
+
+
+def test_nan_and_infinite_values_leave_a_valid_picture(viewer, make_name):
+    some, only = make_name(), make_name()
+    with shmstream.create(some, shape=(4, 4), dtype=np.float32) as a, \
+            shmstream.create(only, shape=(4, 4), dtype=np.float32) as b:
+        frame = np.arange(16, dtype=np.float32).reshape(4, 4)
+        frame[0, :3] = [np.nan, np.inf, -np.inf]
+        a.write(frame)
+        b.write(np.full((4, 4), np.nan, np.float32))
+        ws = base(viewer).replace("http", "ws")
+        [got] = messages(ws + f"ws?stream={some}", [], 1)  # the header is strict JSON
+        assert got["kind"] == "image" and (got["min"], got["max"]) == (3.0, 15.0)
+        [got] = messages(ws + f"ws?stream={only}", [], 1)
+        assert got["kind"] == "image" and got["min"] is None and got["hist"] == []
+
+
+def test_shmstream_view_serves_from_a_thread_and_stops(name, capsys):
+    with shmstream.create(name, shape=(2, 2)):
+        v = shmstream.view(name, block=False)
+        try:
+            assert capsys.readouterr().out.startswith(f"shmstream view: {v.url}")
+            assert get_json(base(v) + "api/info") == (200, {"stream": name, "fps": 30.0,
+                                                            "recordings": []})
+        finally:
+            v.close()
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(base(v), timeout=5)
+
+
+# ---- in the browser ---------------------------------------------------------------------
+
+
+def test_the_page_waits_for_a_missing_stream_and_shows_it_once_created(browser, viewer, name):
+    browser.get(base(viewer) + f"?stream={name}")
+    wait_for(browser, lambda d: d.find_element("id", "state").get_attribute("data-state")
+             == "missing", "that the stream is missing")
+    assert "waiting for it to be created" in text(browser, "message")
+    with shmstream.create(name, shape=(16, 16), dtype=np.uint8) as s:
+        s.write(np.arange(256, dtype=np.uint8).reshape(16, 16))
+        wait_for_count(browser, 1)
+
+
+def test_a_huge_3d_stream_is_shown_one_strided_plane_at_a_time(browser, viewer, name):
+    planes, h, w = 6, 2600, 2000  # 31 MB a frame: the page gets under 1 MB of it
+    with shmstream.create(name, shape=(planes, h, w), dtype=np.uint8) as s:
+        frame = np.zeros((planes, h, w), np.uint8)
+        for k in range(planes):
+            frame[k, :, : (k + 1) * w // planes] = 255  # plane k: its left (k+1)/6 bright
+        s.write(frame)
+        browser.get(base(viewer) + f"?stream={name}")
+        wait_for_count(browser, 1)
+        size = browser.execute_script(
+            "const c = document.getElementById('picture'); return [c.width, c.height]")
+        assert max(size) <= 1024 and size[1] == -(-h // 3), size  # every 3rd pixel
+        assert text(browser, "plane-text") == "0 of 6"
+        browser.execute_script(
+            "const e = document.getElementById('plane'); e.value = 4;"
+            "e.dispatchEvent(new Event('input'));")
+        wait_for(browser, lambda d: text(d, "plane-text") == "4 of 6", "plane 4")
+        wait_for(browser, lambda d: d.execute_script(
+            "const c = document.getElementById('picture').getContext('2d');"
+            "return c.getImageData(Math.floor(c.canvas.width * 0.7), 10, 1, 1).data[0]") > 200,
+            "plane 4's bright left five sixths")
+        status, body = get_json(base(viewer) + "api/segments")
+        assert status == 200 and name in [r["name"] for r in body["rows"]]
+
+
+def test_a_stream_replaced_under_its_name_is_shown_anew(viewer, name):
+    ws = base(viewer).replace("http", "ws") + f"ws?stream={name}"
+
+    async def run() -> list[dict]:
+        async with websockets.connect(ws) as sock:
+            seen: list[dict] = []
+            old = shmstream.create(name, shape=(4, 4), dtype=np.uint8)
+            old.write(np.ones((4, 4), np.uint8))
+            try:
+                while True:
+                    raw = await asyncio.wait_for(sock.recv(), 30)
+                    (length,) = struct.unpack("<I", raw[:4])
+                    seen.append(json.loads(raw[4:4 + length]))
+                    await sock.send('{"ack": 1}')
+                    if seen[-1].get("shape") == [4, 4] and old is not None:
+                        old.close()
+                        shmstream.unlink(name)  # and a new stream of that name
+                        new = shmstream.create(name, shape=(8, 8), dtype=np.uint8)
+                        new.write(np.ones((8, 8), np.uint8))
+                        old = None
+                    if seen[-1].get("shape") == [8, 8]:
+                        new.close()
+                        return seen
+            finally:
+                if old is not None:
+                    old.close()
+
+    seen = asyncio.run(run())
+    assert [h.get("state") for h in seen if h["kind"] == "message"][-1] == "removed"
+    assert seen[-1]["kind"] == "image" and seen[-1]["count"] == 1
