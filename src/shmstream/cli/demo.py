@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import DemoFailedError, ShmstreamValueError
 from ._common import fmt_rate, number, package, status_line
+from ._progress import create_progress
 
 # The consumer's shared counters (one float64 each, written every frame so
 # the parent samples them at the same instant as the writer's count).
@@ -121,7 +122,8 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
     name = f"shmstream-demo-{os.getpid()}"
     nbytes = int(np.prod(shape))
     tty = sys.stdout.isatty()
-    handle = pkg.create(name, shape=shape, dtype=np.uint8, notify=True)
+    with create_progress(name, tty=tty):
+        handle = pkg.create(name, shape=shape, dtype=np.uint8, notify=True)
     previous: dict[int, Any] = {}
     procs: list[Any] = []
     stop = ctx.Event()
