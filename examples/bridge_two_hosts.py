@@ -9,7 +9,8 @@ On two real hosts, run the two halves as
     shmstream bridge --export 'cam/*' --listen tcp/0.0.0.0:7447           # camera host
     shmstream bridge --import 'cam/*' --local-prefix remote/ --connect tcp/camhost:7447
 
-Needs ``pip install "shmstream[zenoh]"``.
+Needs Zenoh: ``pip install ".[zenoh]"`` from a checkout, ``pip install
+"shmstream[zenoh]"`` once released.
 """
 import os
 import socket

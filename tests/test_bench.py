@@ -144,6 +144,7 @@ QUICK_ARGS = {
     "arrays": [],
     "bridge": ["--peers", "bridged,inproc,zenoh"],
     "channel": ["--rounds", "1", "--only", "thr32-1"],
+    "create": [],
     "direct": ["--readers", "np.memmap,shmstream.DirectArray"],
     "gpu": [],
     "history": [],

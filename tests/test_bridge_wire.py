@@ -174,6 +174,7 @@ def test_without_zenoh_the_package_works_and_the_bridge_says_how_to_install_it()
             shmstream.bridge.Bridge(exports="x")
         except ModuleNotFoundError as exc:
             assert 'pip install "shmstream[zenoh]"' in str(exc), exc
+            assert 'pip install ".[zenoh]" from a checkout' in str(exc), exc  # both forms
         else:
             raise AssertionError("Bridge() without zenoh did not raise")
         assert shmstream.cli.main(["bridge", "--export", "x"]) == 1

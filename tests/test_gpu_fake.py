@@ -102,6 +102,54 @@ def test_a_cpu_torch_tensor_writes_and_a_cpu_only_torch_gives_cuda_arrays(fake_d
     """)
 
 
+def test_a_gpu_handle_honours_casting_for_numpy_values(fake_driver):
+    # the CPU handle's strict casting, through the same check (issue 23)
+    run(fake_driver, """
+        h = shmstream.create(NAME, shape=(2,), dtype=np.int32, gpu_device="cuda:0",
+                             cpu_mirror=True)
+        big = np.array([2**40, 1], dtype=np.int64)
+        h.casting = "safe"
+        try:
+            h.write(big)
+        except TypeError as exc:
+            assert isinstance(exc, shmstream.ShmstreamError)
+            assert "not a 'safe' cast" in str(exc), exc
+        else:
+            raise AssertionError("a lossy write passed under casting='safe'")
+        assert h.count == 0  # nothing was written
+        h.write(np.array([7, 8], dtype=np.int16))  # a safe cast goes through
+        assert h.read().get().tolist() == [7, 8]
+        h.casting = "unsafe"  # the default converts as np.asarray does
+        h.write(big)
+        assert h.read().get().tolist() == np.asarray(big, np.int32).tolist()
+    """)
+
+
+def test_a_gpu_handle_honours_casting_for_torch_tensors(fake_driver):
+    pytest.importorskip("torch")
+    run(fake_driver, """
+        import torch
+        if torch.cuda.is_available():
+            sys.exit(0)  # a real CUDA torch: covered by the gpu-marked tests
+        h = shmstream.create(NAME, shape=(2,), dtype=np.float32, gpu_device="cuda:0",
+                             cpu_mirror=True)
+        wide = torch.tensor([1.5, 1e300], dtype=torch.float64)
+        for casting, source in [("safe", wide), ("same_kind", torch.ones(2, dtype=torch.bfloat16))]:
+            h.casting = casting
+            try:
+                h.write(source)
+            except TypeError as exc:
+                assert f"{source.dtype} to stream" in str(exc), exc
+            else:
+                raise AssertionError(f"{source.dtype} passed under casting={casting!r}")
+        assert h.count == 0
+        h.casting = "same_kind"  # float64 to float32 is a same-kind cast
+        h.write(wide[:1].repeat(2))
+        h.write(torch.tensor([3.0, 4.0], dtype=torch.float32))  # same dtype: no cast
+        assert h.read().get().tolist() == [3.0, 4.0] and h.count == 2
+    """)
+
+
 def test_every_supported_dtype_round_trips(fake_driver):
     run(fake_driver, """
         for i, dt in enumerate(sorted(shmstream.GPU_SUPPORTED_DTYPES, key=str)):

@@ -183,21 +183,33 @@ Casting = Literal["unsafe", "same_kind", "safe", "equiv", "no"]
 CASTINGS: tuple[Casting, ...] = ("unsafe", "same_kind", "safe", "equiv", "no")
 
 
+def check_cast(have: np.dtype | None, dtype: np.dtype, name: str, casting: str,
+               what: str = "") -> None:
+    """A write of ``have`` values into a stream of ``dtype`` under the
+    handle's ``casting`` rule: nothing under "unsafe" (the default), else a
+    TypeError unless NumPy casts ``have`` to ``dtype`` by that rule. The
+    one check of every write path, CPU and GPU (``have`` None: a source
+    dtype NumPy cannot name, ``what``, e.g. torch.bfloat16, which no strict
+    rule can vouch for)."""
+    if casting == "unsafe":
+        return
+    if casting not in CASTINGS:
+        raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
+    if have is None or not np.can_cast(have, dtype, casting=casting):  # narrowed above
+        raise ShmstreamTypeError(
+            f"writing {what or have} to stream {name!r} ({dtype}) is not a {casting!r} cast (it "
+            f"could lose values); convert it yourself, or set the handle's casting to "
+            f"'unsafe' (the default) to convert as np.asarray(value, dtype) does"
+        )
+
+
 def coerce_write(value: Any, dtype: np.dtype, shape: tuple[int, ...], name: str,
                  casting: str) -> np.ndarray:
     """What a write publishes from ``value``: np.asarray(value, dtype) (the
     "unsafe" default, pyshmem's), or under a strict ``casting`` rule only
     what NumPy casts by that rule; the shape must be the stream's."""
     if casting != "unsafe":
-        if casting not in CASTINGS:
-            raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
-        have = np.asarray(value).dtype
-        if not np.can_cast(have, dtype, casting=casting):  # narrowed by the check above
-            raise ShmstreamTypeError(
-                f"writing {have} to stream {name!r} ({dtype}) is not a {casting!r} cast (it "
-                f"could lose values); convert it yourself, or set the handle's casting to "
-                f"'unsafe' (the default) to convert as np.asarray(value, dtype) does"
-            )
+        check_cast(np.asarray(value).dtype, dtype, name, casting)
     try:
         array = np.asarray(value, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: 2**40 into int32

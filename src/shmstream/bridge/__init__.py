@@ -1,6 +1,7 @@
 """Streams and channels across machines, over Eclipse Zenoh.
 
-    pip install "shmstream[zenoh]"
+    pip install ".[zenoh]"              # from a checkout
+    pip install "shmstream[zenoh]"      # once released
 
     # camera host: offer every cam/* stream to the network
     shmstream bridge --export 'cam/*' --listen tcp/0.0.0.0:7447

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import DemoFailedError, ShmstreamValueError
 from ._common import fmt_rate, number, package, status_line
+from ._progress import create_progress
 
 # The consumer's shared counters (one float64 each, written every frame so
 # the parent samples them at the same instant as the writer's count).
@@ -30,7 +31,7 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     demo_p.add_argument("--seconds", type=number(), default=5.0, metavar="S",
                         help="run time (default 5)")
-    demo_p.add_argument("--shape", default="480x640x3", metavar="HxW[xC]",
+    demo_p.add_argument("--shape", type=_shape_option, default="480x640x3", metavar="HxW[xC]",
                         help="frame shape, uint8 (default 480x640x3)")
     demo_p.add_argument("--rate", type=number(above=False), default=1000.0, metavar="HZ",
                         help="producer rate in Hz, 0 for as fast as possible (default 1000)")
@@ -45,6 +46,14 @@ def parse_shape(text: str) -> tuple[int, ...]:
     if not shape or any(d <= 0 for d in shape):
         raise ShmstreamValueError(f"bad shape {text!r}: every dimension must be positive")
     return shape
+
+
+def _shape_option(text: str) -> tuple[int, ...]:
+    """--shape as an argparse type: a bad one exits 2 naming the option."""
+    try:
+        return parse_shape(text)
+    except ShmstreamValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _orphaned(parent: int) -> bool:
@@ -121,7 +130,8 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
     name = f"shmstream-demo-{os.getpid()}"
     nbytes = int(np.prod(shape))
     tty = sys.stdout.isatty()
-    handle = pkg.create(name, shape=shape, dtype=np.uint8, notify=True)
+    with create_progress(name, tty=tty):
+        handle = pkg.create(name, shape=shape, dtype=np.uint8, notify=True)
     previous: dict[int, Any] = {}
     procs: list[Any] = []
     stop = ctx.Event()
@@ -196,4 +206,4 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(args.seconds, parse_shape(args.shape), args.rate)
+    return run_demo(args.seconds, args.shape, args.rate)

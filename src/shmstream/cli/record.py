@@ -3,12 +3,14 @@ stream to disk and back (docs/history.md)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from ._common import fmt_rate, number, package, status_line
+from ._progress import create_progress
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -97,11 +99,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         status_line(_line(f"replaying into {args.name}", st.frames, st.rate, ""), tty)
         shown.append(1)
 
-    st = package().replay(
-        args.path, args.name, rate=rate, renumber=args.renumber, restamp=args.restamp,
-        history=args.history, progress=None if args.quiet else progress,
-        handle_signals=True,
-    )
+    # a missing stream is created first: a large one shows its progress
+    with contextlib.nullcontext() if args.quiet else create_progress(args.name, tty=tty):
+        st = package().replay(
+            args.path, args.name, rate=rate, renumber=args.renumber, restamp=args.restamp,
+            history=args.history, progress=None if args.quiet else progress,
+            handle_signals=True,
+        )
     if tty and shown:
         sys.stdout.write("\n")
     print(f"replayed {st.frames} frames into {args.name!r} in {st.seconds:.1f} s "

@@ -176,6 +176,15 @@ def torch_dtype(torch: Any, dt: np.dtype) -> Any:
     return getattr(torch, "bool" if dt.kind == "b" else dt.name)
 
 
+def numpy_dtype(torch_dt: Any) -> np.dtype | None:
+    """The NumPy dtype of a torch dtype (torch.float32 -> float32), or None
+    for one NumPy has no name for (bfloat16, the float8 kinds)."""
+    try:
+        return np.dtype(str(torch_dt).removeprefix("torch."))
+    except TypeError:
+        return None
+
+
 # ---- device arrays without torch -------------------------------------------
 
 

@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..publication import Publication
 from ..stream import SharedMemory
-from .device import DL_CODE, CudaArray, SlotOwner, cuda_torch, torch_dtype
+from .device import DL_CODE, CudaArray, SlotOwner, cuda_torch, numpy_dtype, torch_dtype
 
 
 class GpuSharedMemory(SharedMemory):
@@ -119,6 +119,9 @@ class GpuSharedMemory(SharedMemory):
             if tuple(t.shape) != self.shape:
                 raise ShmstreamValueError(f"expected shape {self.shape}, got {tuple(t.shape)}")
             want = torch_dtype(torch, self.dtype)
+            if t.dtype != want:  # the CPU handle's casting rule, the same check
+                _checks.check_cast(numpy_dtype(t.dtype), self.dtype, self.name, self.casting,
+                                   what=str(t.dtype))
             if t.is_cuda:
                 t = t.to(dtype=want).contiguous()
                 stream = torch.cuda.current_stream(t.device).cuda_stream
