@@ -562,8 +562,8 @@ class _ShmIter(_MultiProcessingDataLoaderIter):
     handling, errors, prefetching, ordering and shutdown are torch's own code),
     with two changes: the workers run the loader's collate through
     ``_SlotCollate``, and each batch is built from its slot before torch hands
-    it out. docs/loader.md, "torch internals", lists what code outside torch
-    may rely on."""
+    it out. docs/loader.md, "torch internals that work", lists what code
+    outside torch may rely on."""
 
     def __init__(self, loader: DataLoader) -> None:
         # Before torch's __init__: it reads _collate_fn (below) to start the workers.
@@ -614,8 +614,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     ``shm_max_bytes`` (bound on the pool's bytes, default
     ``min(1 GiB, a quarter of /dev/shm)``; 0 sends every batch through
     torch's path). With ``num_workers=0`` nothing changes. ``stats()``
-    reports the pool. See the module documentation for how batches travel
-    and what falls back to torch's default path.
+    reports the pool. Generic like torch's (``DataLoader[torch.Tensor]``);
+    ``iter()`` returns a subclass of torch's multi-process iterator. See the
+    module documentation for how batches travel and what falls back to
+    torch's default path.
     """
 
     def __init__(self, dataset: Any, *args: Any, shm_slots: int | None = None,
