@@ -177,3 +177,38 @@ def channel_pair(name):
     yield tx, rx
     tx.close()
     rx.close()
+
+
+def _loader_pool_files(tokens: set[str]) -> set[str]:
+    """Files in /dev/shm of the loader pools with these tokens (roots and slots)."""
+    from shmstream import _loader_pool as lp
+
+    roots = {lp._native.segment_name(lp.root_name(t)).lstrip("/") for t in tokens}
+    return {f for f in os.listdir(support.SHM_DIR)
+            if f in roots or (f.startswith(lp.SLOT_FILE_PREFIX)
+                              and f[len(lp.SLOT_FILE_PREFIX):].split(".")[0] in tokens)}
+
+
+@pytest.fixture
+def no_loader_pool_left(monkeypatch):
+    """The pools the test's shmstream.torch.DataLoaders made are gone when it
+    ends. Scoped to them: other processes (a concurrent test run) use
+    /dev/shm meanwhile. The loader modules use it for every test."""
+    import gc
+
+    from shmstream import _loader_pool as lp
+
+    made: list[str] = []
+    real_init = lp.Pool.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self.token)
+
+    monkeypatch.setattr(lp.Pool, "__init__", recording_init)
+    yield
+    gc.collect()
+    left = _loader_pool_files(set(made))
+    for f in left:
+        os.unlink(os.path.join(support.SHM_DIR, f))
+    assert not left, f"loader pool files left in /dev/shm: {sorted(left)}"

@@ -30,6 +30,14 @@ How a batch travels
   tensor (or view) using it is freed: the storage holds a lease object whose
   finalizer marks the slot free.
 
+The iterator is torch's
+  ``iter(loader)`` returns a subclass of torch's
+  ``_MultiProcessingDataLoaderIter`` (``_ShmIter``): torch's own code runs
+  the workers, prefetching, ordering, errors (a worker's exception is
+  re-raised for its batch and the epoch goes on) and shutdown; the subclass
+  only wraps the collate the workers run and builds each batch from its
+  slot. With ``num_workers=0`` it is torch's ``_SingleProcessDataLoaderIter``.
+
 A batch that finds no slot (every slot in use, or the bound reached) goes
 through torch's default path, unchanged and counted. If /dev/shm is full
 when a slot is created, that worker stops creating slots (it keeps reusing
@@ -44,19 +52,26 @@ import pickle
 import threading
 import warnings
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
 import torch.utils.data
 from torch.utils.data import _utils as _torch_utils
 from torch.utils.data._utils.collate import collate as _collate
-from torch.utils.data._utils.collate import default_collate, default_collate_fn_map
+from torch.utils.data._utils.collate import (
+    collate_tensor_fn,
+    default_collate,
+    default_collate_fn_map,
+)
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from . import _checks, _loader_pool
 from .errors import BatchLostError, CorruptStreamError
 
 __all__ = ["DataLoader", "ShmTransportWarning"]
+
+_T_co = TypeVar("_T_co", covariant=True)  # what torch's DataLoader is generic in
 
 _ALIGN = 64
 
@@ -111,16 +126,19 @@ _alloc = threading.local()
 
 
 def _slot_tensor_collate(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
-    """torch's tensor collate, but stacking into the current slot."""
+    """torch's tensor collate, but stacking into the current slot. What it
+    cannot stack there (no slot, nested, sparse or other non-strided tensors,
+    samples that require grad, empty batches) is torch's own
+    ``collate_tensor_fn``: the same batch, or the same error, as torch's."""
     elem = batch[0]
     cur = getattr(_alloc, "cur", None)
     if cur is None or not _eligible(elem) or any(t.requires_grad for t in batch):
-        return torch.stack(batch, 0)
+        return collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
     slot, offset = cur
     shape = (len(batch), *elem.shape)
     nbytes = elem.element_size() * elem.numel() * len(batch)
     if nbytes == 0:
-        return torch.stack(batch, 0)
+        return collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
     start = _align(offset)
     if start + nbytes > slot.capacity:
         raise _Overflow
@@ -193,6 +211,15 @@ class _Packer(pickle.Pickler):
     def _meta(self, t: torch.Tensor) -> tuple:
         es = t.element_size()
         grad = t.requires_grad
+        if grad and not t.is_leaf:
+            # torch's queue refuses it with this error (torch/multiprocessing/
+            # reductions.py); there it is lost in the worker's queue thread and
+            # the batch never comes, here it is raised for the batch.
+            raise RuntimeError(
+                "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
+                "autograd does not support crossing process boundaries.  If you just want to "
+                "transfer the data, call detach() on the tensor before serializing (e.g., "
+                "putting it on the queue).")
         param = type(t) is torch.nn.Parameter
         if t.numel() == 0:
             return (-1, t.dtype, tuple(t.shape), tuple(t.stride()), grad, param)
@@ -233,11 +260,11 @@ class _SlotCollate:
     """The collate_fn the workers run: the user's collate (or the direct
     one), then the batch is packed into a slot of the loader's pool."""
 
-    def __init__(self, collate_fn: Any) -> None:
+    def __init__(self, collate_fn: Any, pool: _loader_pool.Pool) -> None:
         self.collate_fn = collate_fn
         self.direct = collate_fn is default_collate
-        self.token: str | None = None  # the pool's, set by DataLoader.__iter__
-        self.instance_id: str | None = None  # None: no pool (its root failed)
+        self.token: str | None = pool.token
+        self.instance_id: str | None = pool.instance_id  # None: no pool (its root failed)
 
     def __call__(self, samples: Any) -> Any:
         if torch.utils.data.get_worker_info() is None or self.token is None:
@@ -418,7 +445,9 @@ class _Fallback:
                 "shmstream.torch.DataLoader: a worker could not create a shared-memory slot "
                 f"({self.detail}); batches that find no slot use torch's default path instead. "
                 "Free space in /dev/shm (see `df -h /dev/shm`, `shmstream purge`).",
-                ShmTransportWarning, stacklevel=4)
+                # stacklevel: here, _unwrap, _ShmIter._process_data, torch's
+                # _next_data and __next__, the caller's loop
+                ShmTransportWarning, stacklevel=6)
         return self.batch
 
     def pin_memory(self, device: Any = None) -> Any:
@@ -521,60 +550,63 @@ def _unwrap(data: Any) -> Any:
     return data
 
 
-class _ShmIter:
-    """Wraps torch's multi-process iterator: builds batches from slots."""
+class _PoolLife:
+    """Held by a loader and by each of its iterators: when the last of them
+    is gone, its finalizer removes the pool's files."""
 
-    def __init__(self, loader: DataLoader, pool: _loader_pool.Pool, it: Any,
-                 persistent: bool) -> None:
-        self._loader = loader  # the pool lives as long as the loader
-        self._pool = pool
-        self._it = it
-        self._persistent = persistent
-        self._closed = False
+    __slots__ = ("__weakref__",)
 
-    def __iter__(self) -> _ShmIter:
-        return self
 
-    def __len__(self) -> int:
-        return len(self._it)
+class _ShmIter(_MultiProcessingDataLoaderIter):
+    """torch's multi-process iterator (a subclass: its attributes, worker
+    handling, errors, prefetching, ordering and shutdown are torch's own code),
+    with two changes: the workers run the loader's collate through
+    ``_SlotCollate``, and each batch is built from its slot before torch hands
+    it out. docs/loader.md, "torch internals that work", lists what code
+    outside torch may rely on."""
 
-    def __next__(self) -> Any:
+    def __init__(self, loader: DataLoader) -> None:
+        # Before torch's __init__: it reads _collate_fn (below) to start the workers.
+        self._shm_pool = loader._shm_pool_for_iterator()
+        # The pool's files stay while this iterator's workers may use them,
+        # even if the loader goes first (torch's iterator holds no reference
+        # to its loader, and holding one would make a cycle with
+        # loader._iterator that delays the shutdown of persistent workers).
+        self._shm_life = loader._shm_life
+        super().__init__(loader)
+
+    # torch's _BaseDataLoaderIter.__init__ stores loader.collate_fn here and
+    # _MultiProcessingDataLoaderIter.__init__ hands it to every worker: what
+    # the workers run is the loader's collate wrapped for the slot pool. The
+    # loader's own collate_fn attribute stays the user's.
+    @property
+    def _collate_fn(self) -> Any:
+        return self._shm_collate
+
+    @_collate_fn.setter
+    def _collate_fn(self, fn: Any) -> None:
+        self._shm_collate = _SlotCollate(fn, self._shm_pool)
+
+    def _process_data(self, data: Any, worker_idx: int) -> Any:
+        # torch's: bookkeeping, the next index out, a worker's exception
+        # re-raised (the iterator goes on with the next batch, as torch's does).
+        return _unwrap(super()._process_data(data, worker_idx))
+
+    def _shutdown_workers(self) -> None:
+        """torch's, then the slots that the stopped workers held are taken
+        back (the pool itself stays for the next epoch)."""
+        was_running = not getattr(self, "_shutdown", True)
         try:
-            data = next(self._it)
-        except StopIteration:
-            if not self._persistent:
-                self.close()
-            raise
-        except BaseException:
-            # A worker died or raised: torch has shut the workers down (or
-            # will); take back the slots dead workers held.
-            if not self._persistent or getattr(self._it, "_shutdown", False):
-                self.close()
-            raise
-        return _unwrap(data)
-
-    def close(self) -> None:
-        """Stop the workers (unless persistent) and take back the slots they
-        held when they stopped (the pool itself stays for the next epoch)."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._persistent and not getattr(self._it, "_shutdown", False):
-            return
-        shutdown = getattr(self._it, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        self._it = None
-        self._pool.reclaim_dead()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+            super()._shutdown_workers()
+        finally:
+            if was_running and self._shutdown:
+                try:
+                    self._shm_pool.reclaim_dead()
+                except Exception:  # noqa: BLE001 - never hide torch's own error
+                    pass
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(torch.utils.data.DataLoader[_T_co]):
     """torch.utils.data.DataLoader with a shared-memory batch transport.
 
     Takes exactly torch's arguments, plus ``shm_slots`` (slots per worker in
@@ -582,14 +614,17 @@ class DataLoader(torch.utils.data.DataLoader):
     ``shm_max_bytes`` (bound on the pool's bytes, default
     ``min(1 GiB, a quarter of /dev/shm)``; 0 sends every batch through
     torch's path). With ``num_workers=0`` nothing changes. ``stats()``
-    reports the pool. See the module documentation for how batches travel
-    and what falls back to torch's default path.
+    reports the pool. Generic like torch's (``DataLoader[torch.Tensor]``);
+    ``iter()`` returns a subclass of torch's multi-process iterator. See the
+    module documentation for how batches travel and what falls back to
+    torch's default path.
     """
 
     def __init__(self, dataset: Any, *args: Any, shm_slots: int | None = None,
                  shm_max_bytes: int | None = None, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._shm_pool: _loader_pool.Pool | None = None
+        self._shm_life: _PoolLife | None = None
         self._shm_nslots = 0
         self._shm_max_bytes = 0
         if self.num_workers > 0:
@@ -605,24 +640,31 @@ class DataLoader(torch.utils.data.DataLoader):
             )
             self._shm_nslots = per_worker * self.num_workers
             self._shm_max_bytes = max_bytes
-            self.collate_fn = _SlotCollate(self.collate_fn)  # type: ignore[has-type]
 
-    def __iter__(self) -> Any:
-        if self.num_workers == 0 or not isinstance(self.collate_fn, _SlotCollate):
-            return super().__iter__()
+    def _get_iterator(self) -> Any:
+        # torch's __iter__ calls this (every epoch, or once with persistent
+        # workers); with workers, our subclass of torch's iterator.
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()
+        return _ShmIter(self)
+
+    def _shm_pool_for_iterator(self) -> _loader_pool.Pool:
+        """The loader's slot pool, made at the first iterator."""
         pool = self._shm_pool
         if pool is None:
             pool = self._shm_pool = _loader_pool.Pool(self._shm_nslots, self._shm_max_bytes)
             _pools[pool.token] = pool
-            weakref.finalize(self, pool.destroy)  # also runs at normal exit
+            self._shm_life = _PoolLife()
+            weakref.finalize(self._shm_life, pool.destroy)  # also runs at normal exit
             if pool.broken is not None:
+                pool.warned = True  # one warning: its batches' fallbacks say nothing more
+                # stacklevel: here, _ShmIter.__init__, _get_iterator, torch's __iter__, the caller
                 warnings.warn(
                     f"shmstream.torch.DataLoader: could not create its slot pool ({pool.broken}); "
                     "batches use torch's default path. Free space in /dev/shm (see "
-                    "`df -h /dev/shm`, `shmstream purge`).", ShmTransportWarning, stacklevel=2)
-            self.collate_fn.token = pool.token
-            self.collate_fn.instance_id = pool.instance_id
-        return _ShmIter(self, pool, super().__iter__(), self.persistent_workers)
+                    "`df -h /dev/shm`, `shmstream purge`).", ShmTransportWarning, stacklevel=5)
+        return pool
 
     def stats(self) -> dict[str, Any]:
         """The slot pool: ``slots`` and ``bytes`` (now), ``max_bytes`` (its
