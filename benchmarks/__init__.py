@@ -9,6 +9,7 @@ a new module in this folder is a new part, with no registration. Modules whose
 name starts with ``_`` are helpers, not parts. ``stream`` is the default part;
 ``all`` runs every part in turn with the same options.
 """
+
 from __future__ import annotations
 
 import importlib

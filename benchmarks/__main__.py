@@ -1,4 +1,5 @@
 """``python -m benchmarks``: run a benchmark part."""
+
 import sys
 
 from . import main

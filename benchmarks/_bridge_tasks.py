@@ -2,6 +2,7 @@
 pingers and pongers, senders and receivers of every row, and the bridge
 process of the "bridged" rows. Workers run them by name; each takes the
 payload out and checks sequence numbers (a mismatch is an error)."""
+
 from __future__ import annotations
 
 import time
@@ -89,8 +90,14 @@ def _run_bridge(kwargs: dict, ready: Any, stop: Any) -> None:
         bridge.close()
 
 
-def _ping_through(ready: Callable[[], None], write: Callable[..., None], a: Any, size: int,
-                  seconds: float, what: str) -> dict:
+def _ping_through(
+    ready: Callable[[], None],
+    write: Callable[..., None],
+    a: Any,
+    size: int,
+    seconds: float,
+    what: str,
+) -> dict:
     """The pinger's loop for both bridged rows: ``write(buf, frame_id=k)``
     publishes request k, ``a`` (the answers' mirror) brings answer k."""
     buf = np.zeros(size, np.uint8)
@@ -137,8 +144,9 @@ def _answer(r: Any, write: Callable[..., None], size: int) -> int:
         n += 1
 
 
-def ping_bridged(ready: Callable[[], None], req: str, ack_mirror: str, size: int,
-                 seconds: float) -> dict:
+def ping_bridged(
+    ready: Callable[[], None], req: str, ack_mirror: str, size: int, seconds: float
+) -> dict:
     import shmstream
 
     with shmstream.open(req) as h, _open_when_there(ack_mirror, readonly=True) as a:
@@ -153,8 +161,9 @@ def pong_bridged(ready: Callable[[], None], req_mirror: str, ack: str, size: int
         return _answer(r, h.write, size)
 
 
-def _inproc_bridge(exports: list[str], imports: list[str], side: str, other: str,
-                   **endpoints: Any) -> Any:
+def _inproc_bridge(
+    exports: list[str], imports: list[str], side: str, other: str, **endpoints: Any
+) -> Any:
     """A bridge in this worker (the "inproc" rows): it exports the stream
     this process writes and imports the one it reads, as ``i<side>/<name>``.
     Each exported stream first gets a frame of zeros (number 0, which the
@@ -166,13 +175,20 @@ def _inproc_bridge(exports: list[str], imports: list[str], side: str, other: str
     for name in exports:
         with shmstream.open(name) as h:
             h.write(np.zeros(h.shape, h.dtype), frame_id=0)
-    return Bridge(exports=exports, imports=imports, namespace=f"in{side}",
-                  remote_namespace=f"in{other}", local_prefix=f"i{side}/",
-                  unlink_on_close=True, **endpoints).start()
+    return Bridge(
+        exports=exports,
+        imports=imports,
+        namespace=f"in{side}",
+        remote_namespace=f"in{other}",
+        local_prefix=f"i{side}/",
+        unlink_on_close=True,
+        **endpoints,
+    ).start()
 
 
-def ping_inproc(ready: Callable[[], None], req: str, ack: str, connect: str, size: int,
-                seconds: float) -> dict:
+def ping_inproc(
+    ready: Callable[[], None], req: str, ack: str, connect: str, size: int, seconds: float
+) -> dict:
     import shmstream
 
     bridge = _inproc_bridge([req], [ack], "A", "B", connect=[connect])
@@ -338,8 +354,9 @@ def _frame_numbers(seconds: float, rate: float | None) -> Iterator[int]:
         yield k
 
 
-def send_bridged(ready: Callable[[], None], name: str, size: int, seconds: float,
-                 rate: float | None = None) -> int:
+def send_bridged(
+    ready: Callable[[], None], name: str, size: int, seconds: float, rate: float | None = None
+) -> int:
     import shmstream
 
     h = shmstream.open(name)
@@ -379,8 +396,15 @@ def recv_bridged(ready: Callable[[], None], mirror: str, size: int) -> dict:
     return _rate(frames - 1, t_first, t_last, size)
 
 
-def send_inproc(ready: Callable[[], None], name: str, mirror: str, connect: str, size: int,
-                seconds: float, rate: float | None = None) -> int:
+def send_inproc(
+    ready: Callable[[], None],
+    name: str,
+    mirror: str,
+    connect: str,
+    size: int,
+    seconds: float,
+    rate: float | None = None,
+) -> int:
     bridge = _inproc_bridge([name], [], "A", "B", connect=[connect])
     k = 0
     try:
@@ -414,8 +438,9 @@ def _rate(frames: int, t0: float, t1: float, size: int) -> dict:
     return {"frames": frames, "seconds": dt, "rate": frames / dt, "gbps": frames * size / dt / 1e9}
 
 
-def send_zenoh(ready: Callable[[], None], connect: str, size: int, seconds: float,
-               rate: float | None = None) -> int:
+def send_zenoh(
+    ready: Callable[[], None], connect: str, size: int, seconds: float, rate: float | None = None
+) -> int:
     import zenoh
 
     s = zenoh.open(_zenoh_config(connect=[connect]))
@@ -427,8 +452,12 @@ def send_zenoh(ready: Callable[[], None], connect: str, size: int, seconds: floa
         k = 0
         for k in _frame_numbers(seconds, rate):
             pub.put(payload, attachment=k.to_bytes(8, "little"))
-        s.put("bench/thr", b"", attachment=STOP.to_bytes(8, "little"),
-              congestion_control=zenoh.CongestionControl.BLOCK)
+        s.put(
+            "bench/thr",
+            b"",
+            attachment=STOP.to_bytes(8, "little"),
+            congestion_control=zenoh.CongestionControl.BLOCK,
+        )
         return k
     finally:
         s.close()
@@ -443,6 +472,7 @@ def recv_zenoh(ready: Callable[[], None], listen: str, size: int) -> dict:
     done = threading.Event()
     st: dict[str, Any] = {"frames": 0, "last": 0, "t0": 0.0, "t1": 0.0, "error": None}
     try:
+
         def on_frame(sample: Any) -> None:
             k = int.from_bytes(sample.attachment.to_bytes(), "little")
             if k == STOP:
@@ -468,8 +498,9 @@ def recv_zenoh(ready: Callable[[], None], listen: str, size: int) -> dict:
     return _rate(st["frames"] - 1, st["t0"], st["t1"], size)
 
 
-def send_pyzmq(ready: Callable[[], None], addr: str, size: int, seconds: float,
-               rate: float | None = None) -> int:
+def send_pyzmq(
+    ready: Callable[[], None], addr: str, size: int, seconds: float, rate: float | None = None
+) -> int:
     import zmq
 
     ctx = zmq.Context()

@@ -2,6 +2,7 @@
 drop it (``posix_fadvise(DONTNEED)``) and count its resident pages
 (``mincore`` on a mapping, which does not fault pages in). The benchmark's
 own, so that it needs nothing private of the library."""
+
 from __future__ import annotations
 
 import ctypes
@@ -12,8 +13,14 @@ import os
 import numpy as np
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long)
+_libc.mmap.argtypes = (
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)

@@ -2,6 +2,7 @@
 hand-written baselines (the stream benchmark's seqlock peer and control
 words, the arrays benchmark's stdlib peer): the tracker would unlink
 segments other processes still use and print leak warnings."""
+
 from __future__ import annotations
 
 import contextlib

@@ -16,6 +16,7 @@ Frames: 1 KiB float32[256] frames, each wrapped with ``torch.from_dlpack``
 (Tachyon exports bytes, so ``.view(torch.float32)``); the tensor is dropped
 inside the batch, which Tachyon requires (it has no pin).
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -40,14 +41,17 @@ def unavailable() -> str | None:
     try:
         import tachyon  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure is a skip reason
-        return f"skipped: tachyon does not import ({type(exc).__name__}: {exc}); " \
-               "pip install tachyon-ipc (0.5.1 needs clang 19 and lld to build)"
+        return (
+            f"skipped: tachyon does not import ({type(exc).__name__}: {exc}); "
+            "pip install tachyon-ipc (0.5.1 needs clang 19 and lld to build)"
+        )
     return None
 
 
 def _path(tag: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"bench-tachyon-{tag}-{os.getpid()}-"
-                                               f"{uuid.uuid4().hex[:8]}.sock")
+    return os.path.join(
+        tempfile.gettempdir(), f"bench-tachyon-{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
+    )
 
 
 def _connect(path: str, timeout: float = 60.0) -> Any:
@@ -194,7 +198,7 @@ def _pong(path_ping: str, path_pong: str, ready: Any) -> None:
     while True:
         with acquire() as g:
             with memoryview(g) as m:
-                data = m[:g.actual_size].tobytes()
+                data = m[: g.actual_size].tobytes()
             stop = g.type_id == _STOP
         put(data)
         flush()
@@ -224,7 +228,7 @@ def ping(n: int, msg: bytes) -> dict[str, float]:
         def recv() -> bytes:
             with acquire() as g:
                 with memoryview(g) as v:
-                    return v[:g.actual_size].tobytes()
+                    return v[: g.actual_size].tobytes()
 
         lat = ping_latencies(send, msg, recv, n)
         put(msg, _STOP)

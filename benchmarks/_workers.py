@@ -1,6 +1,7 @@
 """Persistent spawned worker processes for the benchmarks: a process is
 started once per run and then runs task functions on request, so process
 start-up is never part of a measurement."""
+
 from __future__ import annotations
 
 import importlib

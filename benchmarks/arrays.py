@@ -24,6 +24,7 @@ in a freshly started pool (start-up and a warm-up task are not timed):
 Timed: ``pool.map`` of the tasks, from submit to the last result. Every
 worker's sum is checked against the parent's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,6 +65,7 @@ def make_records(rows: int) -> np.recarray:
 
 # ---------------------------------------------------------- worker tasks
 
+
 def task_array(arr: Any) -> tuple[float, int, int]:
     """shmstream and pickled: the argument is the array (shared or a copy)."""
     total = float(np.nansum(arr["x"]))
@@ -90,8 +92,17 @@ def task_warm(_: Any) -> int:
 
 # ---------------------------------------------------------------- runs
 
-def run_once(method: str, arr: np.recarray, workers: int, ctx: Any, expect: float,
-             results: Results, shared: Any, stdlib_arg: Any) -> dict[str, Any]:
+
+def run_once(
+    method: str,
+    arr: np.recarray,
+    workers: int,
+    ctx: Any,
+    expect: float,
+    results: Results,
+    shared: Any,
+    stdlib_arg: Any,
+) -> dict[str, Any]:
     with ctx.Pool(workers) as pool:
         pool.map(task_warm, range(workers), chunksize=1)
         fn: Any
@@ -118,7 +129,9 @@ def run_once(method: str, arr: np.recarray, workers: int, ctx: Any, expect: floa
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks arrays", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks arrays", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--rows", type=int, default=None, help="default 10,000,000 (--quick: 20,000)")
     ap.add_argument("--workers", type=int, default=None, help="default: the CPU count (--quick: 1)")
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (--quick: 1)")
@@ -126,8 +139,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--start-method", default="spawn", choices=mp.get_all_start_methods())
     ap.add_argument("--json", metavar="PATH")
     opts = ap.parse_args(argv)
-    for name, full, quick in (("rows", 10_000_000, 20_000), ("workers", os.cpu_count() or 2, 1),
-                              ("repeats", 3, 1)):
+    for name, full, quick in (
+        ("rows", 10_000_000, 20_000),
+        ("workers", os.cpu_count() or 2, 1),
+        ("repeats", 3, 1),
+    ):
         if getattr(opts, name) is None:
             setattr(opts, name, quick if opts.quick else full)
     results = Results("arrays", argv)
@@ -154,8 +170,9 @@ def main(argv: list[str]) -> int:
         for rep in range(opts.repeats):
             for method in METHODS:
                 progress(f"repeat {rep + 1}/{opts.repeats}: {method}")
-                runs[method].append(run_once(method, arr, opts.workers, ctx, expect, results,
-                                             shared, stdlib_arg))
+                runs[method].append(
+                    run_once(method, arr, opts.workers, ctx, expect, results, shared, stdlib_arg)
+                )
     finally:
         shared.close()
         seg.close()
@@ -165,29 +182,44 @@ def main(argv: list[str]) -> int:
     priv = {m: median([p for r in runs[m] for p in r["private_bytes"]]) for m in METHODS}
     rows = []
     for m in METHODS:
-        rows.append([
-            m,
-            f"{wall[m]:.3f}",
-            fmt_ratio(wall["pickled"], wall[m], digits=1),
-            f"{priv[m] / 1e6:.0f}",
-            fmt_ratio(priv["pickled"], priv[m], digits=1),
-        ])
-    title = (f"{opts.rows:,} records x {DTYPE.itemsize} B ({arr.nbytes / 1e6:.0f} MB), "
-             f"np.nansum of the float column in {opts.workers} {opts.start_method} workers, "
-             f"median of {opts.repeats}")
+        rows.append(
+            [
+                m,
+                f"{wall[m]:.3f}",
+                fmt_ratio(wall["pickled"], wall[m], digits=1),
+                f"{priv[m] / 1e6:.0f}",
+                fmt_ratio(priv["pickled"], priv[m], digits=1),
+            ]
+        )
+    title = (
+        f"{opts.rows:,} records x {DTYPE.itemsize} B ({arr.nbytes / 1e6:.0f} MB), "
+        f"np.nansum of the float column in {opts.workers} {opts.start_method} workers, "
+        f"median of {opts.repeats}"
+    )
     table = render_table(
-        ["method", "pool work (s)", "speed-up vs pickled", "private MB / worker",
-         "less memory vs pickled"],
-        rows, title)
+        [
+            "method",
+            "pool work (s)",
+            "speed-up vs pickled",
+            "private MB / worker",
+            "less memory vs pickled",
+        ],
+        rows,
+        title,
+    )
     emit(results, table)
-    print(f"one-time copy into shared memory: share() {share_s:.3f} s, "
-          f"stdlib SharedMemory + copy {stdlib_s:.3f} s")
+    print(
+        f"one-time copy into shared memory: share() {share_s:.3f} s, "
+        f"stdlib SharedMemory + copy {stdlib_s:.3f} s"
+    )
     speed = wall["pickled"] / wall["shmstream"]
     mem = priv["pickled"] / priv["shmstream"]
     verdict = "met" if speed >= 10 and mem >= 10 else "NOT met"
-    print(f"target >= 10x faster and >= 10x less private memory than pickled: "
-          f"{fmt_ratio(wall['pickled'], wall['shmstream'], digits=1)} and "
-          f"{fmt_ratio(priv['pickled'], priv['shmstream'], digits=1)}: {verdict}")
+    print(
+        f"target >= 10x faster and >= 10x less private memory than pickled: "
+        f"{fmt_ratio(wall['pickled'], wall['shmstream'], digits=1)} and "
+        f"{fmt_ratio(priv['pickled'], priv['shmstream'], digits=1)}: {verdict}"
+    )
     results.meta.update(speedup=speed, memory_ratio=mem)
     if opts.json:
         results.dump(opts.json)

@@ -38,6 +38,7 @@ checks sequence numbers (a mismatch is an error, not a statistic).
 Targets (issue 16): bridged ping-pong p50 <= 1.5x zenoh's, bridged one-way
 rate >= 0.8x zenoh's, bridged p99 <= 3x its p50.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,10 +108,26 @@ class Setup:
             self._make(shmstream, self.thr(size), size)
         ep = f"tcp/127.0.0.1:{_free_port()}"
         common = dict(scan_interval=0.5, unlink_on_close=True, spin_us=spin_us)
-        self._bridge(dict(exports=[f"{self.base}/a/*"], imports=[f"{self.base}/b/*"],
-                          namespace="benchA", local_prefix="mA/", listen=[ep], **common))
-        self._bridge(dict(exports=[f"{self.base}/b/*"], imports=[f"{self.base}/a/*"],
-                          namespace="benchB", local_prefix="mB/", connect=[ep], **common))
+        self._bridge(
+            dict(
+                exports=[f"{self.base}/a/*"],
+                imports=[f"{self.base}/b/*"],
+                namespace="benchA",
+                local_prefix="mA/",
+                listen=[ep],
+                **common,
+            )
+        )
+        self._bridge(
+            dict(
+                exports=[f"{self.base}/b/*"],
+                imports=[f"{self.base}/a/*"],
+                namespace="benchB",
+                local_prefix="mB/",
+                connect=[ep],
+                **common,
+            )
+        )
 
     def _make(self, shmstream: Any, name: str, size: int) -> None:
         shmstream.create(name, shape=(size,), dtype=np.uint8).close()
@@ -191,8 +208,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Setup,
-             sender: Worker, receiver: Worker) -> dict:
+def _measure(
+    kind: str,
+    impl: str,
+    size: int,
+    cfg: argparse.Namespace,
+    setup: Setup,
+    sender: Worker,
+    receiver: Worker,
+) -> dict:
     """One measurement: start the receiving side, then the sending side."""
     recv_args: dict[str, Any]
     send_args: dict[str, Any]
@@ -223,8 +247,9 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
         send_args = dict(name=setup.thr(size), size=size)
     elif impl == "inproc":
         recv_args = dict(name=setup.ithr(size), listen=zep, size=size)
-        send_args = dict(name=setup.ithr(size), mirror=f"iB/{setup.ithr(size)}", connect=zep,
-                         size=size)
+        send_args = dict(
+            name=setup.ithr(size), mirror=f"iB/{setup.ithr(size)}", connect=zep, size=size
+        )
     elif impl == "zenoh":
         recv_args, send_args = dict(listen=zep, size=size), dict(connect=zep, size=size)
     else:
@@ -251,21 +276,36 @@ def _measure(kind: str, impl: str, size: int, cfg: argparse.Namespace, setup: Se
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks bridge",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks bridge", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    ap.add_argument("--seconds", type=float, default=1.0,
-                    help="seconds per measurement (default 1)")
+    ap.add_argument(
+        "--seconds", type=float, default=1.0, help="seconds per measurement (default 1)"
+    )
     ap.add_argument("--quick", action="store_true", help="1 round of 0.3 s (smoke run)")
-    ap.add_argument("--peers", default=",".join(IMPLS),
-                    help=f"comma-separated subset of {','.join(IMPLS)}")
-    ap.add_argument("--bridge-spin-us", type=float, default=5.0, metavar="US",
-                    help="the bridges' spin_us (default 5, the bridge's default)")
-    ap.add_argument("--rate", type=float, metavar="HZ",
-                    help="one-way: senders offer HZ frames/s (sleeping between them) "
-                         "instead of as many as they can")
-    ap.add_argument("--sections", default="ping,oneway",
-                    help="comma-separated subset of ping,oneway (default both)")
+    ap.add_argument(
+        "--peers", default=",".join(IMPLS), help=f"comma-separated subset of {','.join(IMPLS)}"
+    )
+    ap.add_argument(
+        "--bridge-spin-us",
+        type=float,
+        default=5.0,
+        metavar="US",
+        help="the bridges' spin_us (default 5, the bridge's default)",
+    )
+    ap.add_argument(
+        "--rate",
+        type=float,
+        metavar="HZ",
+        help="one-way: senders offer HZ frames/s (sleeping between them) "
+        "instead of as many as they can",
+    )
+    ap.add_argument(
+        "--sections",
+        default="ping,oneway",
+        help="comma-separated subset of ping,oneway (default both)",
+    )
     ap.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
     return ap
 
@@ -275,7 +315,9 @@ def main(argv: list[str]) -> int:
     if cfg.quick:
         cfg.rounds, cfg.seconds = 1, 0.3
     if cfg.rate is not None and not cfg.rate > 0:
-        print(f"python -m benchmarks bridge: --rate must be a positive number of frames/s, got {cfg.rate}")
+        print(
+            f"python -m benchmarks bridge: --rate must be a positive number of frames/s, got {cfg.rate}"
+        )
         return 2
     impls = [i for i in cfg.peers.split(",") if i]
     bad = [i for i in impls if i not in IMPLS]
@@ -284,17 +326,23 @@ def main(argv: list[str]) -> int:
         return 2
     zenoh, why = try_import("zenoh")
     if zenoh is None:
-        print(f"python -m benchmarks bridge: needs eclipse-zenoh ({why}); "
-              'pip install "shmstream[zenoh]"')
+        print(
+            f"python -m benchmarks bridge: needs eclipse-zenoh ({why}); "
+            'pip install "shmstream[zenoh]"'
+        )
         return 2
     if "pyzmq" in impls and try_import("zmq")[0] is None:
         progress("pyzmq is not installed: its rows are left out (pip install shmstream[bench])")
         impls.remove("pyzmq")
     res = Results("bridge", argv)
     res.meta["versions"].update({d: peer_version(d) for d in ("eclipse-zenoh", "pyzmq")})
-    res.meta.update(rounds=cfg.rounds, seconds=cfg.seconds, bridge_spin_us=cfg.bridge_spin_us,
-                    rate=cfg.rate,
-                    shmstream_spin_us=os.environ.get("SHMSTREAM_SPIN_US"))
+    res.meta.update(
+        rounds=cfg.rounds,
+        seconds=cfg.seconds,
+        bridge_spin_us=cfg.bridge_spin_us,
+        rate=cfg.rate,
+        shmstream_spin_us=os.environ.get("SHMSTREAM_SPIN_US"),
+    )
     setup = Setup(impls, cfg.bridge_spin_us)
     sender, receiver = Worker(), Worker()
     runs: dict[tuple[str, str, int], list[dict]] = {}
@@ -326,10 +374,12 @@ def _fmt_cpu(value: float | None, fmt: str) -> str:
 
 def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace) -> None:
     zv, qv = peer_version("eclipse-zenoh"), peer_version("pyzmq")
-    label = {"bridged": "shmstream bridge x2 (Zenoh)",
-             "inproc": "shmstream bridge x2 in-process (publisher)",
-             "zenoh": f"zenoh-python {zv}",
-             "pyzmq": f"pyzmq {qv} tcp://"}
+    label = {
+        "bridged": "shmstream bridge x2 (Zenoh)",
+        "inproc": "shmstream bridge x2 in-process (publisher)",
+        "zenoh": f"zenoh-python {zv}",
+        "pyzmq": f"pyzmq {qv} tcp://",
+    }
     sections = cfg.sections.split(",")
     judged = [i for i in BRIDGED if i in impls] if "zenoh" in impls else []
     name = {"bridged": "bridged", "inproc": "in-process bridged"}
@@ -352,42 +402,76 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
         for size in PING_SIZES:
             for impl in impls:
                 p50, p99 = med("ping", impl, size, "p50_ns"), med("ping", impl, size, "p99_ns")
-                rows.append([fmt_bytes(size), label[impl], fmt_us(p50), fmt_us(p99),
-                             f"{p99 / p50:.1f}", vs_zenoh("ping", impl, size, "p50_ns")])
+                rows.append(
+                    [
+                        fmt_bytes(size),
+                        label[impl],
+                        fmt_us(p50),
+                        fmt_us(p99),
+                        f"{p99 / p50:.1f}",
+                        vs_zenoh("ping", impl, size, "p50_ns"),
+                    ]
+                )
             for impl in judged:
                 b, z = med("ping", impl, size, "p50_ns"), med("ping", "zenoh", size, "p50_ns")
                 b99 = med("ping", impl, size, "p99_ns")
-                verdict.append(f"ping-pong {fmt_bytes(size)}: {name[impl]} p50 {b / z:.2f}x "
-                               f"zenoh's (target <= 1.5x: {'met' if b <= 1.5 * z else 'MISSED'}); "
-                               f"p99/p50 {b99 / b:.1f} (target <= 3: "
-                               f"{'met' if b99 <= 3 * b else 'MISSED'})")
-        tables.append(render_table(
-            ["request", "implementation", "p50 us", "p99 us", "p99/p50", "p50 vs zenoh"], rows,
-            title=f"ping-pong: request of SIZE, 64 B answer, one round trip; median of "
-                  f"{cfg.rounds} rounds of {cfg.seconds:g} s", left=2))
+                verdict.append(
+                    f"ping-pong {fmt_bytes(size)}: {name[impl]} p50 {b / z:.2f}x "
+                    f"zenoh's (target <= 1.5x: {'met' if b <= 1.5 * z else 'MISSED'}); "
+                    f"p99/p50 {b99 / b:.1f} (target <= 3: "
+                    f"{'met' if b99 <= 3 * b else 'MISSED'})"
+                )
+        tables.append(
+            render_table(
+                ["request", "implementation", "p50 us", "p99 us", "p99/p50", "p50 vs zenoh"],
+                rows,
+                title=f"ping-pong: request of SIZE, 64 B answer, one round trip; median of "
+                f"{cfg.rounds} rounds of {cfg.seconds:g} s",
+                left=2,
+            )
+        )
     if "oneway" in sections:
         rows = []
         for size in THR_SIZES:
             for impl in impls:
                 rate = med("oneway", impl, size, "rate")
-                rows.append([fmt_bytes(size), label[impl], fmt_hz(rate, "/s"),
-                             f"{rate * size / 1e9:.2f}",
-                             _fmt_cpu(med_or_none("oneway", impl, size, "cpu_us_per_frame"),
-                                      "{:.0f}"),
-                             _fmt_cpu(med_or_none("oneway", impl, size, "cpu_cores"), "{:.2f}"),
-                             vs_zenoh("oneway", impl, size, "rate")])
+                rows.append(
+                    [
+                        fmt_bytes(size),
+                        label[impl],
+                        fmt_hz(rate, "/s"),
+                        f"{rate * size / 1e9:.2f}",
+                        _fmt_cpu(med_or_none("oneway", impl, size, "cpu_us_per_frame"), "{:.0f}"),
+                        _fmt_cpu(med_or_none("oneway", impl, size, "cpu_cores"), "{:.2f}"),
+                        vs_zenoh("oneway", impl, size, "rate"),
+                    ]
+                )
             for impl in judged:
                 b, z = med("oneway", impl, size, "rate"), med("oneway", "zenoh", size, "rate")
-                verdict.append(f"one-way {fmt_bytes(size)}: {name[impl]} {b / z:.2f}x zenoh's "
-                               f"rate (target >= 0.8x: {'met' if b >= 0.8 * z else 'MISSED'})")
-        tables.append(render_table(
-            ["frame", "implementation", "frames/s", "GB/s", "CPU us/frame", "cores busy",
-             "vs zenoh"], rows,
-            title=f"one-way: frames the receiver gets, "
-                  f"{f'senders offering {cfg.rate:g}/s' if cfg.rate else 'sender as fast as it can'}"
-                  f"; median of {cfg.rounds} rounds of {cfg.seconds:g} s; CPU of every process "
-                  f"of the row (bridges included) per frame received, and cores it kept busy "
-                  f"(of {os.cpu_count()})", left=2))
+                verdict.append(
+                    f"one-way {fmt_bytes(size)}: {name[impl]} {b / z:.2f}x zenoh's "
+                    f"rate (target >= 0.8x: {'met' if b >= 0.8 * z else 'MISSED'})"
+                )
+        tables.append(
+            render_table(
+                [
+                    "frame",
+                    "implementation",
+                    "frames/s",
+                    "GB/s",
+                    "CPU us/frame",
+                    "cores busy",
+                    "vs zenoh",
+                ],
+                rows,
+                title=f"one-way: frames the receiver gets, "
+                f"{f'senders offering {cfg.rate:g}/s' if cfg.rate else 'sender as fast as it can'}"
+                f"; median of {cfg.rounds} rounds of {cfg.seconds:g} s; CPU of every process "
+                f"of the row (bridges included) per frame received, and cores it kept busy "
+                f"(of {os.cpu_count()})",
+                left=2,
+            )
+        )
     if verdict:
         tables.append("targets (issue 16):\n" + "\n".join("  " + v for v in verdict))
     for table in tables:

@@ -25,6 +25,7 @@ variant or peer, scenario); values are the records' rates (``hz``,
 ``rt_per_s``, ``written_per_s``, ``msgs_per_s``, ``frames_per_s``) and
 latencies (``p50_ns``, ``p50_us``, ``p99_us``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,10 +48,12 @@ PART_ARGS = {"stream": ["--peers", "shmstream"], "channel": ["--rounds", "1"]}
 
 def _rows(path: Path) -> dict[tuple, dict[str, list[float]]]:
     out: dict[tuple, dict[str, list[float]]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
+        lambda: collections.defaultdict(list)
+    )
     for r in json.loads(path.read_text()).get("records", []):
         if "error" in r or not str(r.get("impl", r.get("peer", "shmstream"))).startswith(
-                "shmstream"):
+            "shmstream"
+        ):
             continue
         key = tuple(str(r[k]) for k in KEYS if k in r)
         for field in RATES + LATENCIES:
@@ -102,13 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/compare_builds", help="raw results folder")
     ap.add_argument("--json", help="write the summary here")
-    ap.add_argument("--micro", type=int, default=0, metavar="N",
-                    help="also N processes per build of the write+read floor (MICRO)")
+    ap.add_argument(
+        "--micro",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N processes per build of the write+read floor (MICRO)",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"base": args.base, "new": args.new, "rounds": args.rounds,
-                               "loadavg_start": os.getloadavg(), "rows": []}
+    summary: dict[str, Any] = {
+        "base": args.base,
+        "new": args.new,
+        "rounds": args.rounds,
+        "loadavg_start": os.getloadavg(),
+        "rows": [],
+    }
     ratios = []
     for part in filter(None, args.parts.split(",")):
         runs: dict[str, list[Path]] = {"base": [], "new": []}
@@ -121,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         merged = {}
         for build, paths in runs.items():
             acc: dict[tuple, dict[str, list[float]]] = collections.defaultdict(
-                lambda: collections.defaultdict(list))
+                lambda: collections.defaultdict(list)
+            )
             for p in paths:
                 for key, fields in _rows(p).items():
                     for field, values in fields.items():
@@ -137,27 +151,43 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = n / b if b else float("nan")
                 if field in RATES:
                     ratios.append(ratio)
-                print(f"  {' / '.join(key):58s} {field:14s} base {b:14.6g}  new {n:14.6g}"
-                      f"  x{ratio:.3f}")
-                summary["rows"].append({"part": part, "row": key, "field": field,
-                                        "base": b, "new": n, "ratio": ratio})
+                print(
+                    f"  {' / '.join(key):58s} {field:14s} base {b:14.6g}  new {n:14.6g}"
+                    f"  x{ratio:.3f}"
+                )
+                summary["rows"].append(
+                    {"part": part, "row": key, "field": field, "base": b, "new": n, "ratio": ratio}
+                )
     if args.micro:
         floors: dict[str, dict[str, list[float]]] = {"base": {}, "new": {}}
         for _ in range(args.micro):
             for build in ("base", "new"):
                 for shape, ns in _micro(getattr(args, build)).items():
                     floors[build].setdefault(shape, []).append(ns)
-        print(f"\nwrite + read floor, ns per pair: median of {args.micro} processes (each the "
-              "best of 200 timings)")
+        print(
+            f"\nwrite + read floor, ns per pair: median of {args.micro} processes (each the "
+            "best of 200 timings)"
+        )
         for shape in floors["base"]:
             b, n = (statistics.median(floors[k][shape]) for k in ("base", "new"))
             print(f"  {shape:10s} base {b:8.1f}  new {n:8.1f}  x{n / b:.3f} (time: < 1 is faster)")
-            summary["rows"].append({"part": "micro", "row": [shape], "field": "ns_per_pair",
-                                    "base": b, "new": n, "ratio": n / b,
-                                    "runs": {k: floors[k][shape] for k in floors}})
+            summary["rows"].append(
+                {
+                    "part": "micro",
+                    "row": [shape],
+                    "field": "ns_per_pair",
+                    "base": b,
+                    "new": n,
+                    "ratio": n / b,
+                    "runs": {k: floors[k][shape] for k in floors},
+                }
+            )
     gm = statistics.geometric_mean(ratios) if ratios else float("nan")
-    summary.update(geomean_rate_ratio=gm, loadavg_end=os.getloadavg(),
-                   finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+    summary.update(
+        geomean_rate_ratio=gm,
+        loadavg_end=os.getloadavg(),
+        finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    )
     print(f"\ngeometric mean of the rate ratios (new/base): {gm:.3f} over {len(ratios)} rows")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))

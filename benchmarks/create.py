@@ -19,6 +19,7 @@ peers, in the same run, round-robin ``--repeats`` times:
 
 Each segment is removed before the next is made.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,9 +71,12 @@ def _stdlib(tag: str, size: int, touch: bool) -> float:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks create",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--gib", type=float, default=None, help="segment size, default 1 (--quick: 1/16)")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks create", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--gib", type=float, default=None, help="segment size, default 1 (--quick: 1/16)"
+    )
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (--quick: 1)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 64 MiB, once")
     ap.add_argument("--json", metavar="PATH")
@@ -94,10 +98,20 @@ def main(argv: list[str]) -> int:
             walls[method].append(wall)
             results.add(method=method, wall_s=wall, bytes=size)
     per_gib: dict[str, Any] = {m: median(walls[m]) / (size / GIB) for m in METHODS}
-    rows = [[m, f"{median(walls[m]):.3f}", f"{per_gib[m]:.2f}",
-             fmt_ratio(per_gib["shmstream create"], per_gib[m], digits=2)] for m in METHODS]
-    table = render_table(["method", "seconds", "s per GiB", "shmstream's time / this"], rows,
-                         f"creating a {size / GIB:.2f} GiB segment in /dev/shm, median of {repeats}")
+    rows = [
+        [
+            m,
+            f"{median(walls[m]):.3f}",
+            f"{per_gib[m]:.2f}",
+            fmt_ratio(per_gib["shmstream create"], per_gib[m], digits=2),
+        ]
+        for m in METHODS
+    ]
+    table = render_table(
+        ["method", "seconds", "s per GiB", "shmstream's time / this"],
+        rows,
+        f"creating a {size / GIB:.2f} GiB segment in /dev/shm, median of {repeats}",
+    )
     emit(results, table)
     if opts.json:
         results.dump(opts.json)

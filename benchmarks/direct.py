@@ -18,6 +18,7 @@ with 1 and with 16 threads. Passes:
 Bytes read from disk come from /proc/self/io. The file is made in a temp dir
 (on the disk, not tmpfs) and always removed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,6 +79,7 @@ def load_into_cache(path: str) -> tuple[int, int]:
 
 # ---- readers: open(path, rows) -> (getitem, close) ----------------------------
 
+
 def open_memmap(path: str, rows: int, random_advice: bool = False):
     m = np.memmap(path, mode="r", dtype=np.uint64, shape=(rows, COLS))
     if random_advice:
@@ -115,7 +117,9 @@ OPENERS: dict[str, Callable[[str, int], Any]] = {
 }
 
 
-def run_pass(getitem: Callable[[Any], np.ndarray], starts: list[int], threads: int) -> tuple[float, list]:
+def run_pass(
+    getitem: Callable[[Any], np.ndarray], starts: list[int], threads: int
+) -> tuple[float, list]:
     results: list = [None] * len(starts)
     next_task = iter(range(len(starts)))
     lock = threading.Lock()
@@ -184,21 +188,36 @@ def table(res: dict, readers: list[str], thread_counts: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks direct", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=None,
-                    help="rows of 40 uint64 (default 8e6: 2.56 GB; --quick: 60000)")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks direct",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="rows of 40 uint64 (default 8e6: 2.56 GB; --quick: 60000)",
+    )
     ap.add_argument("--tasks", type=int, default=None, help="default 256 (--quick: 2)")
-    ap.add_argument("--threads", default=None,
-                    help="comma-separated thread counts (default 1,16; --quick: 1,2)")
+    ap.add_argument(
+        "--threads", default=None, help="comma-separated thread counts (default 1,16; --quick: 1,2)"
+    )
     ap.add_argument("--quick", action="store_true", help="a smoke run: a 19 MB file, few reads")
-    ap.add_argument("--readers", default=",".join(READERS), help="comma-separated subset of: " + ", ".join(READERS))
+    ap.add_argument(
+        "--readers",
+        default=",".join(READERS),
+        help="comma-separated subset of: " + ", ".join(READERS),
+    )
     ap.add_argument("--dir", default=None, help="where to make the file (default: the temp dir)")
     ap.add_argument("--json", default=None, help="write the raw results here")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
-    for name, full, quick in (("rows", 8_000_000, 60_000), ("tasks", 256, 2),
-                              ("threads", "1,16", "1,2")):
+    for name, full, quick in (
+        ("rows", 8_000_000, 60_000),
+        ("tasks", 256, 2),
+        ("threads", "1,16", "1,2"),
+    ):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     thread_counts = [int(t) for t in args.threads.split(",")]
@@ -224,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         free = shutil.disk_usage(tmp).free
         if free < nbytes + (1 << 30):
-            progress(f"not enough free disk in {tmp}: {free / 1e9:.1f} GB free, need {nbytes / 1e9:.1f} GB + 1 GB")
+            progress(
+                f"not enough free disk in {tmp}: {free / 1e9:.1f} GB free, need {nbytes / 1e9:.1f} GB + 1 GB"
+            )
             return 1
         path = os.path.join(tmp, "array.bin")
         progress(f"making {path}: ({args.rows}, {COLS}) uint64, {nbytes / 1e9:.2f} GB")
@@ -239,14 +260,22 @@ def main(argv: list[str] | None = None) -> int:
             check(results, starts)
             res[(reader, kind, threads)] = {"s": s, "mb": mb}
             report.add(reader=reader, **{"pass": kind}, threads=threads, s=s, mb=mb)
-            progress(f"  {kind:6s} {threads:2d} threads  {reader:24s} {s:7.3f} s  {mb:8.1f} MB from disk{extra}")
+            progress(
+                f"  {kind:6s} {threads:2d} threads  {reader:24s} {s:7.3f} s  {mb:8.1f} MB from disk{extra}"
+            )
 
         for threads in thread_counts:
             for reader in readers:
                 resident, total = evict(path)
                 getitem, close = OPENERS[reader](path, args.rows)
                 try:
-                    timed(reader, "cold", threads, getitem, f"  (cached before: {resident}/{total} pages)")
+                    timed(
+                        reader,
+                        "cold",
+                        threads,
+                        getitem,
+                        f"  (cached before: {resident}/{total} pages)",
+                    )
                     timed(reader, "again", threads, getitem)
                 finally:
                     close()
@@ -263,8 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     cmd = "python -m benchmarks direct" + (" " + " ".join(argv) if argv else "")
-    print(f"`{cmd}` — {len(starts)} tasks, file {nbytes / 1e9:.2f} GB, io backend {io_backend()}, "
-          f"{report.meta['cpu_count']} CPUs\n")
+    print(
+        f"`{cmd}` — {len(starts)} tasks, file {nbytes / 1e9:.2f} GB, io backend {io_backend()}, "
+        f"{report.meta['cpu_count']} CPUs\n"
+    )
     text = table(res, readers, thread_counts)
     report.tables.append(text)
     print(text)
@@ -272,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         # "argv", "tasks", "bytes", "results": what this file held before it
         # had the common sections
-        report.dump(args.json, argv=argv, tasks=len(starts), bytes=nbytes,
-                     results=report.records)
+        report.dump(args.json, argv=argv, tasks=len(starts), bytes=nbytes, results=report.records)
     return 0
 
 

@@ -23,6 +23,7 @@ that also warms up (``_common.loop_rate``), with the device synchronised at
 the end of every timed loop; ping-pong latencies come after 100 untimed
 round trips (``_common.ping_latencies``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,6 +66,7 @@ def _lib(impl: str) -> Any:
 def _synced(step: Callable[[], Any], sync: Callable[[], None]) -> Callable[[int], None]:
     """``loop(n)``: n steps, then wait for the device, so a timed loop
     counts the work it queued."""
+
     def loop(n: int) -> None:
         for _ in range(n):
             step()
@@ -76,8 +78,9 @@ def _synced(step: Callable[[], Any], sync: Callable[[], None]) -> Callable[[int]
 def _roundtrip(impl: str, size: int, mirror: bool, seconds: float, torch: Any) -> float:
     lib = _lib(impl)
     name = f"bench-gpu-{uuid.uuid4().hex[:10]}"
-    h = lib.create(name, shape=(size, size), dtype=np.float32, gpu_device="cuda:0",
-                   cpu_mirror=mirror)
+    h = lib.create(
+        name, shape=(size, size), dtype=np.float32, gpu_device="cuda:0", cpu_mirror=mirror
+    )
     try:
         src = torch.rand(size, size, device="cuda:0")
 
@@ -161,7 +164,9 @@ def _pingpong(impl: str, rounds: int, torch: Any) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks gpu", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--seconds", type=float, default=2.0, help="time per measurement (default 2)")
     p.add_argument("--quick", action="store_true", help="0.3 s per measurement, skip 10000x10000")
     p.add_argument("--matvec-n", type=int, default=4096, help="matrix size N (default 4096)")
@@ -175,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     if not shmstream.gpu_available():
         from shmstream.gpu import device as _gpu
 
-        print(f"python -m benchmarks gpu: no CUDA device: {_gpu.unavailable_reason()}", file=sys.stderr)
+        print(
+            f"python -m benchmarks gpu: no CUDA device: {_gpu.unavailable_reason()}",
+            file=sys.stderr,
+        )
         return 1
     try:
         import torch
@@ -208,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     def cells(hz: dict[str, float], per_call: float, unit: str) -> list[str]:
         """A shmstream and a pyshmem cell (rate, and rate x per_call in
         ``unit``), and the ratio."""
-        out = [f"{fmt_hz(hz[i])}, {hz[i] * per_call:.2f} {unit}" if i in hz else "n/a"
-               for i in IMPLS]
+        out = [
+            f"{fmt_hz(hz[i])}, {hz[i] * per_call:.2f} {unit}" if i in hz else "n/a" for i in IMPLS
+        ]
         return [*out, fmt_ratio(hz["shmstream"], hz.get("pyshmem"))]
 
     print(f"GPU: {results['device']}  torch {torch.__version__}  peers: {', '.join(impls)}")
@@ -219,14 +228,22 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = size * size * 4
         for mirror in (False, True):
             hz = {i: _roundtrip(i, size, mirror, seconds, torch) for i in impls}
-            results["roundtrip"].append({"size": size, "cpu_mirror": mirror, "hz": hz,
-                                         "bytes": nbytes})
+            results["roundtrip"].append(
+                {"size": size, "cpu_mirror": mirror, "hz": hz, "bytes": nbytes}
+            )
             for i, v in hz.items():
                 res.add(section="a", impl=i, size=size, cpu_mirror=mirror, hz=v, bytes=nbytes)
             mode = "cpu_mirror" if mirror else "performance"
             rows.append([f"{size}x{size}", mode, *cells(hz, nbytes / 1e9, "GB/s")])
-    emit(res, render_table(["shape", "mode", *IMPLS, "ratio"], rows,
-                           "a. round trip write+read, float32 (Hz; payload GB/s)", left=2))
+    emit(
+        res,
+        render_table(
+            ["shape", "mode", *IMPLS, "ratio"],
+            rows,
+            "a. round trip write+read, float32 (Hz; payload GB/s)",
+            left=2,
+        ),
+    )
 
     n = args.matvec_n
     rows = []
@@ -237,8 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             res.add(section="b", impl=i, n=n, device_vector=resident, hz=v)
         label = "device vector" if resident else "host upload"
         rows.append([label, *cells(hz, 2.0 * n * n / 1e9, "GFLOP/s")])
-    emit(res, render_table(["vector", *IMPLS, "ratio"], rows,
-                           f"b. matrix-vector pipeline, N={n} (Hz; GFLOP/s)"))
+    emit(
+        res,
+        render_table(
+            ["vector", *IMPLS, "ratio"], rows, f"b. matrix-vector pipeline, N={n} (Hz; GFLOP/s)"
+        ),
+    )
 
     rounds = 200 if args.quick else args.rounds
     rows = []
@@ -246,11 +267,17 @@ def main(argv: list[str] | None = None) -> int:
         r = _pingpong(impl, rounds, torch)
         results["pingpong"].append({"impl": impl, **r})
         res.add(section="c", impl=impl, bytes=PING_BYTES, round_trips=rounds, **r)
-        rows.append([impl, fmt_hz(r["rate"], "/s"), fmt_us(r["p50_us"] * 1e3),
-                     fmt_us(r["p99_us"] * 1e3)])
-    emit(res, render_table(["implementation", "round trips/s", "p50 us", "p99 us"], rows,
-                           f"c. cross-process ping-pong, {PING_BYTES // 1024} KiB, "
-                           f"{rounds} round trips"))
+        rows.append(
+            [impl, fmt_hz(r["rate"], "/s"), fmt_us(r["p50_us"] * 1e3), fmt_us(r["p99_us"] * 1e3)]
+        )
+    emit(
+        res,
+        render_table(
+            ["implementation", "round trips/s", "p50 us", "p99 us"],
+            rows,
+            f"c. cross-process ping-pong, {PING_BYTES // 1024} KiB, {rounds} round trips",
+        ),
+    )
 
     if args.json:
         # "device" ... "pingpong": what this file held before it had the

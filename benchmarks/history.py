@@ -37,6 +37,7 @@ and whether a recorder keeps up.
    last). Recordings go into a new directory under ``--dir`` (default: the
    system's temporary directory), removed after each row.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -128,6 +129,7 @@ def section_write_read(opts: argparse.Namespace, res: Results, pkg: Any) -> None
     finally:
         for h, _ in handles.values():
             h.unlink()
+
     def paired(label: str, other: str) -> float:
         # rows of one round ran back to back: their ratio cancels the load
         # that other processes put on the machine during that round
@@ -140,18 +142,31 @@ def section_write_read(opts: argparse.Namespace, res: Results, pkg: Any) -> None
         same = paired(label, peer) if peer else None
         # the target: history costs at most 10%; at equal slot counts that
         # is the protocol, against history=0 it includes the ring's memory
-        judged = same if same is not None else (ratio if kwargs.get("history") and
-                                                 how == "read" else None)
-        table_rows.append([
-            label, f"{us:.2f}", f"x{ratio:.2f}", f"x{same:.2f}" if same is not None else "-",
-            "<= x1.10" if judged is not None else "-",
-            "-" if judged is None else ("met" if judged <= 1.10 else "NOT met"),
-        ])
-    title = (f"write + read of one float32 {shape[0]}x{shape[1]} frame "
-             f"({np.prod(shape) * 4 // 1024} KiB), one process: median of {opts.rounds} rounds "
-             "(us per frame), ratios the median of the per-round ratios")
-    table = render_table(["stream", "us/frame", "vs history=0", "vs same slots, no history",
-                          "target", "verdict"], table_rows, title)
+        judged = (
+            same
+            if same is not None
+            else (ratio if kwargs.get("history") and how == "read" else None)
+        )
+        table_rows.append(
+            [
+                label,
+                f"{us:.2f}",
+                f"x{ratio:.2f}",
+                f"x{same:.2f}" if same is not None else "-",
+                "<= x1.10" if judged is not None else "-",
+                "-" if judged is None else ("met" if judged <= 1.10 else "NOT met"),
+            ]
+        )
+    title = (
+        f"write + read of one float32 {shape[0]}x{shape[1]} frame "
+        f"({np.prod(shape) * 4 // 1024} KiB), one process: median of {opts.rounds} rounds "
+        "(us per frame), ratios the median of the per-round ratios"
+    )
+    table = render_table(
+        ["stream", "us/frame", "vs history=0", "vs same slots, no history", "target", "verdict"],
+        table_rows,
+        title,
+    )
     res.tables.append(table)
     print(table + "\n")
 
@@ -159,8 +174,9 @@ def section_write_read(opts: argparse.Namespace, res: Results, pkg: Any) -> None
 # ------------------------------------------------------------- recorder
 
 
-def writer_task(ready: Any, name: str, shape: list[int], hz: float, seconds: float,
-                frames: int) -> dict[str, float]:
+def writer_task(
+    ready: Any, name: str, shape: list[int], hz: float, seconds: float, frames: int
+) -> dict[str, float]:
     """Runs in a worker: publish frames (frame k holds k, frame id k) at hz
     (inf: flat out) for `seconds`, or `frames` of them if given."""
     import shmstream
@@ -190,8 +206,9 @@ def writer_task(ready: Any, name: str, shape: list[int], hz: float, seconds: flo
     return {"frames": k, "seconds": elapsed, "last_count": last}
 
 
-def _record_row(pkg: Any, opts: argparse.Namespace, history: int, hz: float,
-                worker: Worker, root: str) -> dict[str, Any]:
+def _record_row(
+    pkg: Any, opts: argparse.Namespace, history: int, hz: float, worker: Worker, root: str
+) -> dict[str, Any]:
     name = f"bench-rec-{uuid.uuid4().hex[:8]}"
     h = pkg.create(name, shape=opts.shape, dtype=np.float32, history=history)
     path = os.path.join(root, name)
@@ -204,15 +221,22 @@ def _record_row(pkg: Any, opts: argparse.Namespace, history: int, hz: float,
 
     def run() -> None:
         try:
-            out["stats"] = pkg.record(name, path, since=0, stop=stop, progress=progress_cb,
-                                      progress_interval=0.05)
+            out["stats"] = pkg.record(
+                name, path, since=0, stop=stop, progress=progress_cb, progress_interval=0.05
+            )
         except BaseException as exc:  # noqa: BLE001 - reported below
             out["error"] = exc
 
     try:
         frames = 0 if math.isinf(hz) else int(hz * opts.seconds)
-        worker.start(writer_task, name=name, shape=list(opts.shape), hz=hz,
-                     seconds=opts.seconds, frames=frames)
+        worker.start(
+            writer_task,
+            name=name,
+            shape=list(opts.shape),
+            hz=hz,
+            seconds=opts.seconds,
+            frames=frames,
+        )
         worker.expect("ready")
         cpu0 = time.process_time()  # the recorder's threads are this process's work
         rec = threading.Thread(target=run)
@@ -232,12 +256,17 @@ def _record_row(pkg: Any, opts: argparse.Namespace, history: int, hz: float,
             raise BenchError(f"recording holds {len(loaded)} frames, the recorder said {st.frames}")
         for i in sorted({0, len(loaded) // 2, len(loaded) - 1}):
             if len(loaded) and float(loaded.frames[i].flat[0]) != float(
-                    int(loaded.frame_ids[i]) % 1_000_000):
+                int(loaded.frame_ids[i]) % 1_000_000
+            ):
                 raise BenchError(f"recorded frame {i} does not hold its frame id")
         return {
-            "history": history, "hz": hz, "writer_frames": wrote["frames"],
-            "writer_hz": wrote["frames"] / wrote["seconds"], "recorded": st.frames,
-            "recorded_per_s": st.frames / wrote["seconds"], "missed": st.missed,
+            "history": history,
+            "hz": hz,
+            "writer_frames": wrote["frames"],
+            "writer_hz": wrote["frames"] / wrote["seconds"],
+            "recorded": st.frames,
+            "recorded_per_s": st.frames / wrote["seconds"],
+            "missed": st.missed,
             "unread_at_stop": wrote["last_count"] - st.last_count,
             "recorder_cpu_s": cpu,
             "recorder_cpu_us_per_frame": cpu / st.frames * 1e6 if st.frames else float("nan"),
@@ -272,46 +301,84 @@ def section_recorder(opts: argparse.Namespace, res: Results, pkg: Any) -> None:
     try:
         raw = _raw_write_row(opts, root)
         res.add(section="recorder", row="raw write", **raw)
-        rows.append([f"peer: raw 4 MiB writes of the {opts.hz / 1e3:g} kHz bytes", "-", "-",
-                     f"{raw['frames_per_s'] / 1e3:.1f}k", "-", "-", "-", "-", "-"])
+        rows.append(
+            [
+                f"peer: raw 4 MiB writes of the {opts.hz / 1e3:g} kHz bytes",
+                "-",
+                "-",
+                f"{raw['frames_per_s'] / 1e3:.1f}k",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+            ]
+        )
         for hz in (math.inf, opts.hz):
             for history in (opts.history, 0):
-                label = f"{'full speed' if math.isinf(hz) else f'{hz / 1e3:g} kHz'}, " \
-                        f"history={history}"
+                label = (
+                    f"{'full speed' if math.isinf(hz) else f'{hz / 1e3:g} kHz'}, history={history}"
+                )
                 progress(f"recorder: {label}")
                 r = _record_row(pkg, opts, history, hz, worker, root)
                 res.add(section="recorder", row=label, **r)
                 total = r["recorded"] + r["missed"]
                 target = "0 missed" if (not math.isinf(hz) and history) else "-"
                 verdict = "-" if target == "-" else ("met" if r["missed"] == 0 else "NOT met")
-                rows.append([label, f"{r['writer_hz'] / 1e3:.1f}k", str(r["recorded"]),
-                             f"{r['recorded_per_s'] / 1e3:.1f}k",
-                             f"{r['recorder_cpu_us_per_frame']:.0f}", str(r["missed"]),
-                             f"{100 * r['missed'] / total:.1f}%" if total else "-",
-                             target, verdict])
+                rows.append(
+                    [
+                        label,
+                        f"{r['writer_hz'] / 1e3:.1f}k",
+                        str(r["recorded"]),
+                        f"{r['recorded_per_s'] / 1e3:.1f}k",
+                        f"{r['recorder_cpu_us_per_frame']:.0f}",
+                        str(r["missed"]),
+                        f"{100 * r['missed'] / total:.1f}%" if total else "-",
+                        target,
+                        verdict,
+                    ]
+                )
     finally:
         worker.close()
         shutil.rmtree(root, ignore_errors=True)
-    title = (f"shmstream.record on a float32 {opts.shape[0]}x{opts.shape[1]} stream, writer in "
-             f"another process for {opts.seconds:g} s, recording into "
-             f"{opts.dir or tempfile.gettempdir()}")
-    table = render_table(["writer, stream", "writer Hz", "recorded", "recorded/s",
-                          "recorder CPU us/frame", "missed", "missed %", "target", "verdict"],
-                         rows, title)
+    title = (
+        f"shmstream.record on a float32 {opts.shape[0]}x{opts.shape[1]} stream, writer in "
+        f"another process for {opts.seconds:g} s, recording into "
+        f"{opts.dir or tempfile.gettempdir()}"
+    )
+    table = render_table(
+        [
+            "writer, stream",
+            "writer Hz",
+            "recorded",
+            "recorded/s",
+            "recorder CPU us/frame",
+            "missed",
+            "missed %",
+            "target",
+            "verdict",
+        ],
+        rows,
+        title,
+    )
     res.tables.append(table)
     print(table + "\n")
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks history",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks history", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--shape", default="128x128", help="frame shape RxC (default 128x128)")
     ap.add_argument("--seconds", type=float, default=2.0, help="writer run per recorder row")
     ap.add_argument("--hz", type=float, default=10_000.0, help="paced writer rate")
     ap.add_argument("--history", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--dir", default=None,
-                    help="where recordings go (default: the system's temporary directory)")
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="where recordings go (default: the system's temporary directory)",
+    )
     ap.add_argument("--quick", action="store_true", help="3 rounds, 0.5 s writer runs")
     ap.add_argument("--only", choices=("write-read", "recorder"), default=None)
     ap.add_argument("--json", metavar="PATH")
@@ -322,8 +389,13 @@ def main(argv: list[str]) -> int:
     import shmstream as pkg
 
     res = Results("history", argv)
-    res.meta.update(shape=list(opts.shape), history=opts.history, hz=opts.hz,
-                    seconds=opts.seconds, rounds=opts.rounds)
+    res.meta.update(
+        shape=list(opts.shape),
+        history=opts.history,
+        hz=opts.hz,
+        seconds=opts.seconds,
+        rounds=opts.rounds,
+    )
     status = 0
     try:
         if opts.only in (None, "write-read"):

@@ -21,6 +21,7 @@ reads ``stream.json``, ``channel.json`` and ``loader.json`` (what
 
 matplotlib (the ``bench`` extra) makes them; a missing JSON skips its plots.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,13 +71,19 @@ def _latency_rows(ax: Any, rows: dict[str, dict[str, list[float]]], title: str) 
         for q, values in rows[label].items():
             if not values:
                 continue
-            ax.scatter(values, [y] * len(values), s=12, color=colours[q], alpha=0.6,
-                       label=q if y == 0 else None, zorder=3)
+            ax.scatter(
+                values,
+                [y] * len(values),
+                s=12,
+                color=colours[q],
+                alpha=0.6,
+                label=q if y == 0 else None,
+                zorder=3,
+            )
             if q in ("p50", "p99"):
                 m = statistics.median(values)
                 ax.plot([m, m], [y - 0.35, y + 0.35], color=colours[q], lw=2)
-                ax.annotate(f"{m:.3g}", (m, y + 0.38), fontsize=6, ha="center",
-                            color=colours[q])
+                ax.annotate(f"{m:.3g}", (m, y + 0.38), fontsize=6, ha="center", color=colours[q])
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.set_xscale("log")
     ax.set_xlabel("round-trip time (µs, log)")
@@ -87,7 +94,8 @@ def _latency_rows(ax: Any, rows: dict[str, dict[str, list[float]]], title: str) 
 
 def stream_latency(doc: dict[str, Any], out: Path) -> Path | None:
     rows: dict[int, dict[str, dict[str, list[float]]]] = collections.defaultdict(
-        lambda: collections.defaultdict(lambda: {"p50": [], "p95": [], "p99": []}))
+        lambda: collections.defaultdict(lambda: {"p50": [], "p95": [], "p99": []})
+    )
     for r in doc["records"]:
         if "p50_ns" in r:
             row = rows[r["payload"]][f"{r['impl']} {r['variant']}"]
@@ -103,8 +111,11 @@ def stream_latency(doc: dict[str, Any], out: Path) -> Path | None:
         _latency_rows(ax, rows[payload], f"stream request/response, {_fmt_bytes(payload)}")
     axes_list = list(axes) if len(payloads) > 1 else [axes]
     axes_list[0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"python -m benchmarks stream ({doc['meta'].get('date_utc', '')}): "
-                 "each repeat's percentiles, bars at the medians", fontsize=9)
+    fig.suptitle(
+        f"python -m benchmarks stream ({doc['meta'].get('date_utc', '')}): "
+        "each repeat's percentiles, bars at the medians",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -113,7 +124,8 @@ def stream_latency(doc: dict[str, Any], out: Path) -> Path | None:
 
 def channel_latency(doc: dict[str, Any], out: Path) -> Path | None:
     rows: dict[str, dict[str, list[float]]] = collections.defaultdict(
-        lambda: {"p50": [], "p95": [], "p99": []})
+        lambda: {"p50": [], "p95": [], "p99": []}
+    )
     for r in doc["records"]:
         if "p50_us" in r:
             rows[f"{r['scenario']}: {r['peer']}"]["p50"].append(r["p50_us"])
@@ -122,8 +134,11 @@ def channel_latency(doc: dict[str, Any], out: Path) -> Path | None:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 1.4 + 0.45 * len(rows)))
-    _latency_rows(ax, rows, "channel ping-pong (one message each way): each round's p50 "
-                  "and p99, bars at the medians")
+    _latency_rows(
+        ax,
+        rows,
+        "channel ping-pong (one message each way): each round's p50 and p99, bars at the medians",
+    )
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -137,22 +152,27 @@ def _median_range(values: list[float]) -> tuple[float, float, float]:
 
 def stream_throughput(doc: dict[str, Any], out: Path) -> Path | None:
     write_read: dict[str, dict[int, list[float]]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
+        lambda: collections.defaultdict(list)
+    )
     pingpong: dict[str, dict[int, list[float]]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
+        lambda: collections.defaultdict(list)
+    )
     for r in doc["records"]:
         if "gbps" in r:
             size = math.prod(r["shape"]) * STREAM_ITEMSIZE
             write_read[f"{r['impl']} {r['variant']}"][size].append(r["gbps"])
         elif "rt_per_s" in r:
             pingpong[f"{r['impl']} {r['variant']}"][r["payload"]].append(
-                r["rt_per_s"] * r["payload"] / 1e9)
+                r["rt_per_s"] * r["payload"] / 1e9
+            )
     if not write_read and not pingpong:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for ax, data, title in ((axes[0], write_read, "write + read, one process"),
-                            (axes[1], pingpong, "request/response: payload one way")):
+    for ax, data, title in (
+        (axes[0], write_read, "write + read, one process"),
+        (axes[1], pingpong, "request/response: payload one way"),
+    ):
         for label, by_size in sorted(data.items()):
             sizes = sorted(by_size)
             stats = [_median_range(by_size[s]) for s in sizes]
@@ -166,8 +186,11 @@ def stream_throughput(doc: dict[str, Any], out: Path) -> Path | None:
         ax.set_title(title, fontsize=9)
         ax.grid(which="both", alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle("python -m benchmarks stream: throughput against payload size, median of "
-                 "repeats with their range", fontsize=9)
+    fig.suptitle(
+        "python -m benchmarks stream: throughput against payload size, median of "
+        "repeats with their range",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -176,19 +199,21 @@ def stream_throughput(doc: dict[str, Any], out: Path) -> Path | None:
 
 def channel_throughput(doc: dict[str, Any], out: Path) -> Path | None:
     by_scenario: dict[str, dict[str, list[float]]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
+        lambda: collections.defaultdict(list)
+    )
     for r in doc["records"]:
         for key in ("msgs_per_s", "frames_per_s"):
             if key in r:
                 by_scenario[f"{r['scenario']} ({key.replace('_per_s', '')}/s)"][r["peer"]].append(
-                    r[key])
+                    r[key]
+                )
     if not by_scenario:
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(len(by_scenario), 1,
-                             figsize=(8, sum(1 + 0.35 * len(p) for p in by_scenario.values())))
-    for ax, (scenario, peers) in zip(axes if len(by_scenario) > 1 else [axes],
-                                     by_scenario.items()):
+    fig, axes = plt.subplots(
+        len(by_scenario), 1, figsize=(8, sum(1 + 0.35 * len(p) for p in by_scenario.values()))
+    )
+    for ax, (scenario, peers) in zip(axes if len(by_scenario) > 1 else [axes], by_scenario.items()):
         labels = list(peers)
         med = [statistics.median(peers[p]) for p in labels]
         ax.barh(range(len(labels)), med, color="tab:blue", alpha=0.5)
@@ -199,8 +224,9 @@ def channel_throughput(doc: dict[str, Any], out: Path) -> Path | None:
         ax.set_title(scenario, fontsize=9)
         ax.invert_yaxis()
         ax.grid(axis="x", which="both", alpha=0.3)
-    fig.suptitle("python -m benchmarks channel: median of rounds (bar), each round (dot)",
-                 fontsize=9)
+    fig.suptitle(
+        "python -m benchmarks channel: median of rounds (bar), each round (dot)", fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -209,7 +235,8 @@ def channel_throughput(doc: dict[str, Any], out: Path) -> Path | None:
 
 def loader_epochs(doc: dict[str, Any], out: Path) -> Path | None:
     data: dict[str, dict[str, dict[str, list[float]]]] = collections.defaultdict(
-        lambda: collections.defaultdict(lambda: collections.defaultdict(list)))
+        lambda: collections.defaultdict(lambda: collections.defaultdict(list))
+    )
     for r in doc["records"]:
         if "epoch" in r and "regime" in r:
             data[r["regime"]][r["size"]][r["loader"]].append(r["seconds"])
@@ -225,9 +252,15 @@ def loader_epochs(doc: dict[str, Any], out: Path) -> Path | None:
         for k, loader in enumerate(loaders):
             xs = [i + (k - (len(loaders) - 1) / 2) * width for i in range(len(sizes))]
             values = [data[regime][s].get(loader, []) for s in sizes]
-            ax.boxplot(values, positions=xs, widths=width * 0.9, patch_artist=True,
-                       boxprops={"facecolor": f"C{k}", "alpha": 0.5}, showfliers=True,
-                       flierprops={"markersize": 3})
+            ax.boxplot(
+                values,
+                positions=xs,
+                widths=width * 0.9,
+                patch_artist=True,
+                boxprops={"facecolor": f"C{k}", "alpha": 0.5},
+                showfliers=True,
+                flierprops={"markersize": 3},
+            )
             ax.plot([], [], color=f"C{k}", lw=6, alpha=0.5, label=loader)
         ax.set_xticks(range(len(sizes)), sizes, fontsize=7, rotation=20)
         ax.set_yscale("log")
@@ -235,8 +268,10 @@ def loader_epochs(doc: dict[str, Any], out: Path) -> Path | None:
         ax.set_title(f"regime: {regime}", fontsize=9)
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("python -m benchmarks loader: every epoch's time per dataset "
-                 "(samples x bytes / batch)", fontsize=9)
+    fig.suptitle(
+        "python -m benchmarks loader: every epoch's time per dataset (samples x bytes / batch)",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -253,10 +288,14 @@ PLOTS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.plot",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", default=str(HERE),
-                    help="where the JSON results are and the PNGs go (default: benchmarks/)")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.plot", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--dir",
+        default=str(HERE),
+        help="where the JSON results are and the PNGs go (default: benchmarks/)",
+    )
     opts = ap.parse_args(argv)
     where = Path(opts.dir)
     docs: dict[str, dict[str, Any] | None] = {}

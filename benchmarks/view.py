@@ -28,6 +28,7 @@ Chromium's own CPU is not counted: it is the viewer's machine's work, not
 the pipeline's; on a 2-core machine it competes with the writer, which the
 rate ratio shows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,8 +91,13 @@ def _browser() -> Any:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = shutil.which("chromium") or shutil.which("google-chrome") or ""
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1600,1000",
-                "--disable-dev-shm-usage"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1600,1000",
+        "--disable-dev-shm-usage",
+    ):
         opts.add_argument(arg)
     return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
 
@@ -113,8 +119,8 @@ def missing() -> str | None:
 def _pictures(driver: Any) -> tuple[int, float]:
     """The page's picture counter and the page's clock (s)."""
     n, t = driver.execute_script(
-        "return [parseInt(document.getElementById('pictures').textContent) || 0,"
-        " performance.now()]")
+        "return [parseInt(document.getElementById('pictures').textContent) || 0, performance.now()]"
+    )
     return int(n), float(t) / 1e3
 
 
@@ -126,8 +132,9 @@ def _wait(what: str, predicate: Any, timeout: float = 30.0) -> None:
         time.sleep(0.005)
 
 
-def _phase(opts: argparse.Namespace, name: str, driver: Any, server: int,
-           viewed: bool) -> dict[str, Any]:
+def _phase(
+    opts: argparse.Namespace, name: str, driver: Any, server: int, viewed: bool
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     ready, start, out = ctx.Event(), ctx.Event(), ctx.Queue()
     proc = ctx.Process(target=_writer, args=(name, opts.hz, opts.seconds, ready, start, out))
@@ -155,7 +162,10 @@ def _start_server(opts: argparse.Namespace, name: str, driver: Any) -> tuple[Any
     t_start = time.monotonic()
     server = subprocess.Popen(
         [sys.executable, "-m", "shmstream", "view", name, "--fps", str(opts.fps)],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     line = server.stdout.readline() if server.stdout else ""
     if "http://" not in line:
         server.kill()
@@ -196,10 +206,12 @@ def run(opts: argparse.Namespace, res: Results) -> None:
             for row in (alone, viewed):
                 res.add(row="phase", round=r, **row)
             rows.append((alone, viewed, first))
-            progress(f"round {r}: first picture after {first:.2f} s; writer "
-                     f"{alone['writer_hz']:.0f} Hz alone, {viewed['writer_hz']:.0f} Hz viewed; "
-                     f"{viewed['pictures_per_s']:.1f} pictures/s; server "
-                     f"{viewed['server_cores']:.2f} cores")
+            progress(
+                f"round {r}: first picture after {first:.2f} s; writer "
+                f"{alone['writer_hz']:.0f} Hz alone, {viewed['writer_hz']:.0f} Hz viewed; "
+                f"{viewed['pictures_per_s']:.1f} pictures/s; server "
+                f"{viewed['server_cores']:.2f} cores"
+            )
         _table(opts, res, rows)
     finally:
         driver.quit()
@@ -207,8 +219,9 @@ def run(opts: argparse.Namespace, res: Results) -> None:
         shmstream.unlink(name)
 
 
-def _table(opts: argparse.Namespace, res: Results,
-           rows: list[tuple[dict[str, Any], dict[str, Any], float]]) -> None:
+def _table(
+    opts: argparse.Namespace, res: Results, rows: list[tuple[dict[str, Any], dict[str, Any], float]]
+) -> None:
     ratio = median([v["writer_hz"] / a["writer_hz"] for a, v, _ in rows])
     pps = median([v["pictures_per_s"] for _, v, _ in rows])
     cores = median([v["server_cores"] for _, v, _ in rows])
@@ -217,16 +230,24 @@ def _table(opts: argparse.Namespace, res: Results,
     h, w = opts.shape
     table = render_table(
         ["measure", "value", "target"],
-        [["writer, page closed (median)", f"{median([a['writer_hz'] for a, _, _ in rows]):.0f} Hz",
-          f"{opts.hz:.0f} Hz asked"],
-         ["writer, page open (median)", f"{median([v['writer_hz'] for _, v, _ in rows]):.0f} Hz",
-          ""],
-         ["writer rate open / closed (median of rounds)", f"{ratio:.3f}", ">= 0.95"],
-         ["pictures per second (the page's counter)", f"{pps:.1f}", ">= 30"],
-         ["server CPU, page open", f"{cores:.2f} cores", "<= 0.5"],
-         ["server CPU, page closed", f"{idle:.3f} cores", ""],
-         ["start to first picture (median)", f"{median(firsts):.2f} s", "<= 2 s"],
-         ["start to first picture (slowest round)", f"{max(firsts):.2f} s", ""]],
+        [
+            [
+                "writer, page closed (median)",
+                f"{median([a['writer_hz'] for a, _, _ in rows]):.0f} Hz",
+                f"{opts.hz:.0f} Hz asked",
+            ],
+            [
+                "writer, page open (median)",
+                f"{median([v['writer_hz'] for _, v, _ in rows]):.0f} Hz",
+                "",
+            ],
+            ["writer rate open / closed (median of rounds)", f"{ratio:.3f}", ">= 0.95"],
+            ["pictures per second (the page's counter)", f"{pps:.1f}", ">= 30"],
+            ["server CPU, page open", f"{cores:.2f} cores", "<= 0.5"],
+            ["server CPU, page closed", f"{idle:.3f} cores", ""],
+            ["start to first picture (median)", f"{median(firsts):.2f} s", "<= 2 s"],
+            ["start to first picture (slowest round)", f"{max(firsts):.2f} s", ""],
+        ],
         title=f"shmstream view: {h}x{w} uint16 at {opts.hz:.0f} Hz, --fps {opts.fps:g}, "
         f"{opts.rounds} round(s) of {opts.seconds:g} s",
     )
@@ -234,8 +255,9 @@ def _table(opts: argparse.Namespace, res: Results,
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks view",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks view", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--shape", default="480x640", help="frame shape RxC (default 480x640)")
     ap.add_argument("--hz", type=float, default=1000.0, help="the writer's rate (default 1000)")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of a phase")
@@ -248,8 +270,9 @@ def main(argv: list[str]) -> int:
     if opts.quick:
         opts.rounds, opts.seconds = 1, 1.0
     res = Results("view", argv)
-    res.meta.update(shape=list(opts.shape), hz=opts.hz, seconds=opts.seconds,
-                    rounds=opts.rounds, fps=opts.fps)
+    res.meta.update(
+        shape=list(opts.shape), hz=opts.hz, seconds=opts.seconds, rounds=opts.rounds, fps=opts.fps
+    )
     why = missing()
     if why:
         print(f"python -m benchmarks view: cannot run: {why}", file=sys.stderr)

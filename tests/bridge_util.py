@@ -2,6 +2,7 @@
 in a spawned child on 127.0.0.1 and answers the test over queues (ready,
 wait for an import, stop), so tests synchronise on the bridge's own state,
 never on sleeps."""
+
 from __future__ import annotations
 
 import socket
@@ -30,7 +31,9 @@ def _bridge_main(kwargs: dict, commands: Any, replies: Any) -> None:
 
     from shmstream.bridge import Bridge
 
-    logging.basicConfig(level=logging.WARNING, format=f"bridge {kwargs.get('namespace')}: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format=f"bridge {kwargs.get('namespace')}: %(message)s"
+    )
     try:
         bridge = Bridge(**kwargs).start()
     except BaseException:  # noqa: BLE001 - reported to the parent

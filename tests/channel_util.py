@@ -1,5 +1,6 @@
 """Helpers of the channel tests (names, spawn, leftover checks and the C
 compile recipe are the suite's own: conftest.py and support.py)."""
+
 from __future__ import annotations
 
 import numpy as np

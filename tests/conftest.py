@@ -10,6 +10,7 @@
   concurrent user of /dev/shm). Segments under this session's names are
   removed; others are only listed.
 """
+
 from __future__ import annotations
 
 import os
@@ -184,9 +185,15 @@ def _loader_pool_files(tokens: set[str]) -> set[str]:
     from shmstream import _loader_pool as lp
 
     roots = {lp._native.segment_name(lp.root_name(t)).lstrip("/") for t in tokens}
-    return {f for f in os.listdir(support.SHM_DIR)
-            if f in roots or (f.startswith(lp.SLOT_FILE_PREFIX)
-                              and f[len(lp.SLOT_FILE_PREFIX):].split(".")[0] in tokens)}
+    return {
+        f
+        for f in os.listdir(support.SHM_DIR)
+        if f in roots
+        or (
+            f.startswith(lp.SLOT_FILE_PREFIX)
+            and f[len(lp.SLOT_FILE_PREFIX) :].split(".")[0] in tokens
+        )
+    }
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ dataset by importing its module: this folder is on their ``sys.path``
 (pytest puts it on the parent's, and children inherit it). Nothing here
 imports shmstream: the same objects go to torch's loader and to ours.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -117,8 +118,12 @@ class Odd(Dataset):
         return 6
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"empty": torch.empty(0, 3), "scalar": torch.tensor(float(i)),
-                "np": np.full(2, i, dtype=np.int16), "flag": i % 2 == 0}
+        return {
+            "empty": torch.empty(0, 3),
+            "scalar": torch.tensor(float(i)),
+            "np": np.full(2, i, dtype=np.int16),
+            "flag": i % 2 == 0,
+        }
 
 
 class Grad(Dataset):
@@ -136,8 +141,11 @@ class Grad(Dataset):
 
 def to_text(samples: list) -> dict[str, Any]:
     """A collate_fn that returns no tensors at all."""
-    return {"names": [s["name"] for s in samples], "sum": sum(s["i"] for s in samples),
-            "pair": (len(samples), None)}
+    return {
+        "names": [s["name"] for s in samples],
+        "sum": sum(s["i"] for s in samples),
+        "pair": (len(samples), None),
+    }
 
 
 def aliasing(samples: list) -> dict[str, Any]:
@@ -151,8 +159,12 @@ def with_grad(samples: list) -> dict[str, Any]:
     """A collate_fn returning leaf tensors that require grad, a Parameter,
     and empty tensors."""
     x = torch.stack([s["x"] for s in samples])
-    return {"w": x.clone().requires_grad_(True), "p": torch.nn.Parameter(torch.zeros(2)),
-            "empty": torch.empty(0, 2), "x": x}
+    return {
+        "w": x.clone().requires_grad_(True),
+        "p": torch.nn.Parameter(torch.zeros(2)),
+        "empty": torch.empty(0, 2),
+        "x": x,
+    }
 
 
 def as_list(samples: list) -> list:
@@ -168,8 +180,15 @@ def describe(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         if obj.is_nested:
             return ("nested", [describe(t) for t in obj.unbind()])
-        return (type(obj).__name__, str(obj.dtype), tuple(obj.shape), tuple(obj.stride()),
-                obj.requires_grad, obj.is_leaf, obj.detach().tolist())
+        return (
+            type(obj).__name__,
+            str(obj.dtype),
+            tuple(obj.shape),
+            tuple(obj.stride()),
+            obj.requires_grad,
+            obj.is_leaf,
+            obj.detach().tolist(),
+        )
     if isinstance(obj, np.ndarray):
         return ("ndarray", obj.dtype.str, obj.shape, obj.tolist())
     if isinstance(obj, dict):

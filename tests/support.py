@@ -6,6 +6,7 @@ Queues or on the stream's own counters. Nothing here sleeps to "give the
 other side time": a test that only passes when the scheduler is kind is a
 broken test (CI runs on two noisy cores).
 """
+
 from __future__ import annotations
 
 import functools
@@ -88,8 +89,10 @@ class Child:
         while not event.wait(0.05):
             if not self.process.is_alive() and not event.is_set():
                 self.result(timeout=1.0)  # raises ChildFailed with the traceback
-                raise ChildFailed(f"child {self.pid} ended (exit code "
-                                  f"{self.process.exitcode}) without setting the event")
+                raise ChildFailed(
+                    f"child {self.pid} ended (exit code "
+                    f"{self.process.exitcode}) without setting the event"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"child {self.pid} did not set the event in {timeout} s")
 
@@ -215,9 +218,17 @@ def private_shm_available() -> str | None:
         return "needs root to mount a private tmpfs on /dev/shm"
     try:
         probe = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c",
-             "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
-            capture_output=True, timeout=30,
+            [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "mount -t tmpfs -o size=1m tmpfs /dev/shm",
+            ],
+            capture_output=True,
+            timeout=30,
             check=False,
         )
     except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
@@ -231,10 +242,20 @@ def run_in_private_shm(script: str, size: str = "16m", timeout: float = 120):
     """Run python ``script`` in a new mount namespace whose /dev/shm is a
     fresh, private tmpfs of ``size``."""
     return subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f'mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && exec "$0" -c "$1"',
-         sys.executable, textwrap.dedent(script)],
-        capture_output=True, text=True, timeout=timeout,
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f'mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && exec "$0" -c "$1"',
+            sys.executable,
+            textwrap.dedent(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         check=False,
     )
 
@@ -250,8 +271,14 @@ def c_compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 
 
-def compile_c(out: str, sources: list[str], *, with_core: bool = True,
-              shared: bool = False, flags: tuple[str, ...] = ()) -> str:
+def compile_c(
+    out: str,
+    sources: list[str],
+    *,
+    with_core: bool = True,
+    shared: bool = False,
+    flags: tuple[str, ...] = (),
+) -> str:
     """Build a C program (or, ``shared``, a shared library) from ``sources``
     (paths relative to the repository root or absolute), linked with the C
     core's sources unless ``with_core`` is False, as strictly as the core
@@ -267,9 +294,23 @@ def compile_c(out: str, sources: list[str], *, with_core: bool = True,
         pytest.skip("no C compiler on PATH")
     core = sorted(glob.glob(os.path.join(ROOT, "src", "core", "*.c"))) if with_core else []
     paths = [s if os.path.isabs(s) else os.path.join(ROOT, s) for s in sources]
-    cmd = [cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-I", os.path.join(ROOT, "include"),
-           *(["-shared", "-fPIC"] if shared else []), *flags, *paths, *core, "-o", out,
-           "-lpthread", "-ldl"]
+    cmd = [
+        cc,
+        "-std=gnu11",
+        "-O2",
+        "-Wall",
+        "-Werror",
+        "-I",
+        os.path.join(ROOT, "include"),
+        *(["-shared", "-fPIC"] if shared else []),
+        *flags,
+        *paths,
+        *core,
+        "-o",
+        out,
+        "-lpthread",
+        "-ldl",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise AssertionError(f"compiling {sources} failed:\n{proc.stderr}")

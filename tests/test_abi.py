@@ -5,6 +5,7 @@ The field tables of docs/ABI.md are parsed (rows ``| offset | size | field
 | ... |``) and compared with the layout compiled into the extension; then a
 segment's /dev/shm file is read byte by byte at the documented offsets.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ import support
 
 ABI_MD = Path(__file__).resolve().parent.parent / "docs" / "ABI.md"
 
-ROW = re.compile(r"^\|\s*(0x[0-9a-fA-F]+|\d+)\s*\|\s*(0x[0-9a-fA-F]+|\d+)\s*\|\s*`?([A-Za-z_][\w.\[\]]*)`?\s*\|")
+ROW = re.compile(
+    r"^\|\s*(0x[0-9a-fA-F]+|\d+)\s*\|\s*(0x[0-9a-fA-F]+|\d+)\s*\|\s*`?([A-Za-z_][\w.\[\]]*)`?\s*\|"
+)
 
 
 def documented_fields() -> dict[str, tuple[int, int]]:
@@ -57,8 +60,11 @@ def test_abi_md_documents_every_compiled_header_field_at_its_offset_and_size():
         for f in compiled
         if documented[f] != compiled[f]
         # the mutex is documented with its reserved size (48: arm64 glibc)
-        and not (f == "mutex" and documented[f][0] == compiled[f][0]
-                 and documented[f][1] >= compiled[f][1])
+        and not (
+            f == "mutex"
+            and documented[f][0] == compiled[f][0]
+            and documented[f][1] >= compiled[f][1]
+        )
     }
     assert not wrong, f"docs/ABI.md disagrees with the compiled layout: {wrong}"
 
@@ -81,7 +87,16 @@ def test_control_words_sit_on_their_own_cache_lines():
     layout = compiled_fields()
     lines = {
         "lock": ["mutex", "owner_pid", "owner_tid", "acquisitions"],
-        "publish": ["seq", "count", "frame_id", "write_time_ns", "state", "writer_pid", "aborted", "slot"],
+        "publish": [
+            "seq",
+            "count",
+            "frame_id",
+            "write_time_ns",
+            "state",
+            "writer_pid",
+            "aborted",
+            "slot",
+        ],
         "notify": ["wake_seq", "waiters"],
         "slot seqs": ["slot_seq"],
     }
@@ -100,8 +115,22 @@ def test_control_words_sit_on_their_own_cache_lines():
 
 def test_every_shared_counter_is_naturally_aligned():
     layout = compiled_fields()
-    for f in ("magic", "seq", "count", "frame_id", "write_time_ns", "aborted", "acquisitions",
-              "owner_pid", "owner_tid", "state", "writer_pid", "wake_seq", "waiters", "slot"):
+    for f in (
+        "magic",
+        "seq",
+        "count",
+        "frame_id",
+        "write_time_ns",
+        "aborted",
+        "acquisitions",
+        "owner_pid",
+        "owner_tid",
+        "state",
+        "writer_pid",
+        "wake_seq",
+        "waiters",
+        "slot",
+    ):
         offset, size = layout[f]
         assert size in (4, 8) and offset % size == 0, (f, offset, size)
 
@@ -183,7 +212,9 @@ def test_raw_header_bytes_match_the_documented_layout(live):
     assert u(raw, "slot_count") == _native.DEFAULT_SLOTS
     assert u(raw, "ndim") == 2
     shape_off = compiled_fields()["shape"][0]
-    shape = [int.from_bytes(raw[shape_off + 8 * i : shape_off + 8 * i + 8], "little") for i in range(8)]
+    shape = [
+        int.from_bytes(raw[shape_off + 8 * i : shape_off + 8 * i + 8], "little") for i in range(8)
+    ]
     assert shape == [3, 5, 0, 0, 0, 0, 0, 0]
     assert u(raw, "itemsize") == 4
     assert u(raw, "creator_pid") == os.getpid()
@@ -254,7 +285,7 @@ def documented_record_fields() -> dict[str, tuple[int, int]]:
     """{field: (offset, size)} of the slot record table in docs/ABI.md's
     "History" section (rows ``| +n | size | field | ...``)."""
     text = ABI_MD.read_text(encoding="utf-8")
-    section = text[text.index("### History"):]
+    section = text[text.index("### History") :]
     section = section[: section.index("\n### ", 1)]
     rows = re.findall(r"^\| \+(\d+) \| (\d+) \| (\w+) \|", section, flags=re.M)
     return {f: (int(o), int(s)) for o, s, f in rows}

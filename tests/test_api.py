@@ -3,6 +3,7 @@ exported names, exceptions, Publication, create_from_config.
 
 Specification: /work/shared/PYSHMEM_API.md, "Module level".
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,8 +66,14 @@ def test_create_and_open_are_callable_and_SharedMemory_is_exported():
     assert callable(shmstream.open)
     assert isinstance(shmstream.SharedMemory, type)
     for attr in (
-        "unlink", "unlink_quiet", "stream", "list_streams", "purge", "stat",
-        "locked_many", "gpu_available",
+        "unlink",
+        "unlink_quiet",
+        "stream",
+        "list_streams",
+        "purge",
+        "stat",
+        "locked_many",
+        "gpu_available",
     ):
         assert callable(getattr(shmstream, attr)), attr
 
@@ -478,7 +485,12 @@ def test_publication_is_a_frozen_dataclass_with_the_documented_fields():
     )
     assert dataclasses.is_dataclass(pub)
     assert [f.name for f in dataclasses.fields(pub)] == [
-        "payload", "count", "frame_id", "write_time", "missed_publications", "state"
+        "payload",
+        "count",
+        "frame_id",
+        "write_time",
+        "missed_publications",
+        "state",
     ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         pub.count = 9
@@ -516,8 +528,13 @@ def test_readonly_handles_refuse_writes_and_old_generations_are_stale(name):
     s = shmstream.create(name, shape=(2,))
     ro = shmstream.open(name, readonly=True)
     assert ro.readonly is True
-    for call in (lambda: ro.write(np.ones(2)), ro.clear, ro.acquire, ro.unlink,
-                 lambda: ro.read(safe=False)):
+    for call in (
+        lambda: ro.write(np.ones(2)),
+        ro.clear,
+        ro.acquire,
+        ro.unlink,
+        lambda: ro.read(safe=False),
+    ):
         with pytest.raises(PermissionError, match="read-only"):
             call()
     ro.read()

@@ -4,6 +4,7 @@ what to do, and never crashes the process or damages a stream.
 Names, shapes, dtypes, write arguments, corrupt segment headers, closed
 handles and read-only handles.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -134,7 +135,9 @@ def test_a_payload_too_large_for_memory_is_refused_and_leaves_nothing(name):
 
 
 @pytest.mark.parametrize(
-    "dtype", [object, np.dtype([("a", "f4"), ("b", object)]), "O"], ids=["object", "record with object", "'O'"]
+    "dtype",
+    [object, np.dtype([("a", "f4"), ("b", object)]), "O"],
+    ids=["object", "record with object", "'O'"],
 )
 def test_object_dtypes_are_refused_with_TypeError(name, dtype):
     with pytest.raises(TypeError, match="object"):
@@ -173,7 +176,12 @@ def test_write_of_a_wrong_shape_raises_ValueError_and_changes_nothing(shm, value
 
 
 @pytest.mark.parametrize(
-    "value", [np.full((2, 3), "abc"), [["a", "b", "c"]] * 2, np.zeros((2, 3), dtype=[("x", "f4"), ("y", "f4")])],
+    "value",
+    [
+        np.full((2, 3), "abc"),
+        [["a", "b", "c"]] * 2,
+        np.zeros((2, 3), dtype=[("x", "f4"), ("y", "f4")]),
+    ],
     ids=["str array", "str lists", "record"],
 )
 def test_write_of_data_that_does_not_convert_to_the_dtype_raises_and_changes_nothing(shm, value):
@@ -189,8 +197,11 @@ def test_write_converts_other_numeric_dtypes_like_numpy_asarray(shm):
     assert out.dtype == np.float32 and out.tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
-@pytest.mark.parametrize("frame_id, error", [(-1, ValueError), (2**64, ValueError), (1.5, TypeError),
-                                             ("7", TypeError)], ids=repr)
+@pytest.mark.parametrize(
+    "frame_id, error",
+    [(-1, ValueError), (2**64, ValueError), (1.5, TypeError), ("7", TypeError)],
+    ids=repr,
+)
 def test_a_frame_id_outside_uint64_is_refused_and_publishes_nothing(shm, frame_id, error):
     with pytest.raises(error):
         shm.write(np.zeros((2, 3), np.float32), frame_id=frame_id)
@@ -199,7 +210,11 @@ def test_a_frame_id_outside_uint64_is_refused_and_publishes_nothing(shm, frame_i
 
 @pytest.mark.parametrize(
     "out",
-    [np.empty((3, 2), np.float32), np.empty((2, 3), np.float64), np.empty((2, 6), np.float32)[:, ::2]],
+    [
+        np.empty((3, 2), np.float32),
+        np.empty((2, 3), np.float64),
+        np.empty((2, 6), np.float32)[:, ::2],
+    ],
     ids=["wrong shape", "wrong dtype", "not contiguous"],
 )
 def test_read_into_an_unfit_out_buffer_raises_ValueError(shm, out):
@@ -260,8 +275,13 @@ def _corrupt(name, how):
 
 
 CORRUPTIONS = [
-    "magic", "version", "checksum byte", "shape byte", "truncated payload",
-    "truncated header", "never finished",
+    "magic",
+    "version",
+    "checksum byte",
+    "shape byte",
+    "truncated payload",
+    "truncated header",
+    "never finished",
 ]
 
 
@@ -464,8 +484,9 @@ def test_a_lock_word_of_a_foreign_mutex_kind_is_CorruptStreamError(name):
                 pass
 
 
-@pytest.mark.parametrize("args,kwargs", [((), {}), (("x",), {"shape": (2,)}),
-                                         ((), {"name": "x", "shape": (2,)})])
+@pytest.mark.parametrize(
+    "args,kwargs", [((), {}), (("x",), {"shape": (2,)}), ((), {"name": "x", "shape": (2,)})]
+)
 def test_calling_the_handle_class_says_how_handles_are_made(args, kwargs):
     # pyshmem users try SharedMemory(name=..., shape=...): the error must say
     # what to call instead, not "unexpected keyword argument".

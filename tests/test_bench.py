@@ -8,6 +8,7 @@ counts what it says, that every part runs with ``--quick`` and writes its
 JSON, and that it leaves nothing in /dev/shm. They import ``benchmarks``
 from the checkout root (pytest's ``pythonpath``).
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -79,10 +80,15 @@ def test_ping_latencies_times_each_round_trip_after_the_warm_up():
 def test_percentiles_and_latency_summary():
     ns = list(range(1, 101))  # 1..100 ns
     assert _common.percentiles(ns, (50, 99)) == pytest.approx(np.percentile(ns, [50, 99]))
-    assert _common.latency_summary([1000, 2000, 3000]) == {"p50_us": 2.0,
-                                                           "p99_us": pytest.approx(2.98)}
+    assert _common.latency_summary([1000, 2000, 3000]) == {
+        "p50_us": 2.0,
+        "p99_us": pytest.approx(2.98),
+    }
     assert set(_common.latency_summary(ns, (50, 95, 99), unit="ns")) == {
-        "p50_ns", "p95_ns", "p99_ns"}
+        "p50_ns",
+        "p95_ns",
+        "p99_ns",
+    }
     assert all(math.isnan(v) for v in _common.percentiles([], (50,)))
 
 
@@ -97,15 +103,26 @@ def test_formatting_matches_the_tables_in_benchmarks_md():
     assert _common.fmt_ratio(1.0, None) == "-"
     assert _common.fmt_us(3_800) == "3.8" and _common.fmt_us(138_000) == "138"
     assert [_common.fmt_bytes(n) for n in (64, 64 << 10, 4 << 20, 40_000)] == [
-        "64 B", "64 KiB", "4 MiB", "40 kB"]
+        "64 B",
+        "64 KiB",
+        "4 MiB",
+        "40 kB",
+    ]
     assert _common.fmt_fields({"msgs_per_s": 7045535.4, "p50_us": 1.695}) == (
-        "msgs_per_s=7,045,535  p50_us=1.70")
+        "msgs_per_s=7,045,535  p50_us=1.70"
+    )
 
 
 def test_tables_padded_and_compact():
     padded = _common.render_table(["impl", "rate"], [["a", "1"], ["bbb", "22"]], "title")
     assert padded.splitlines() == [
-        "title", "", "| impl | rate |", "|------|-----:|", "| a    |    1 |", "| bbb  |   22 |"]
+        "title",
+        "",
+        "| impl | rate |",
+        "|------|-----:|",
+        "| a    |    1 |",
+        "| bbb  |   22 |",
+    ]
     compact = _common.render_table(["pass", "threads"], [["cold", "1"]], compact=True)
     assert compact.splitlines() == ["| pass | threads |", "|---|---|", "| cold | 1 |"]
 
@@ -119,8 +136,9 @@ def test_results_json_has_the_common_sections_and_the_part_ones(tmp_path):
     doc = json.loads(path.read_text())
     assert set(doc) == {"meta", "records", "errors", "tables", "raw"}
     assert doc["meta"]["command"] == "python -m benchmarks demo --x"
-    assert {"date_utc", "python", "cpu_count", "versions", "loadavg_start",
-            "loadavg_end"} <= set(doc["meta"])
+    assert {"date_utc", "python", "cpu_count", "versions", "loadavg_start", "loadavg_end"} <= set(
+        doc["meta"]
+    )
     assert doc["records"] == [{"a": 1}] and doc["raw"] == {"k": [1]}
 
 
@@ -229,8 +247,14 @@ def test_the_bridge_part_refuses_a_rate_that_is_not_positive():
 
 
 def test_python_m_benchmarks_runs_from_the_checkout_root():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "stream" in proc.stdout and "python -m benchmarks" in proc.stdout
 
@@ -263,6 +287,11 @@ def test_the_installed_package_holds_no_benchmark_code():
         pytest.skip("shmstream is imported from the source tree, not installed")
     paths = [str(f) for f in files]
     assert any(p.startswith("shmstream/") and p.endswith("stream.py") for p in paths), paths[:20]
-    bench_files = [p for p in paths if p.startswith(("shmstream/bench/", "benchmarks/"))
-                   or "/bench/" in p or p.startswith("bench")]
+    bench_files = [
+        p
+        for p in paths
+        if p.startswith(("shmstream/bench/", "benchmarks/"))
+        or "/bench/" in p
+        or p.startswith("bench")
+    ]
     assert bench_files == []

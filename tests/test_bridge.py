@@ -7,6 +7,7 @@ Synchronised on the bridges' own state (a bridge child answers "import
 made"), on the mirrors' counters (``read_after``, ``wait_for_count``) and on
 the status streams (``read_new`` wakes on each change), never on sleeps.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ import numpy as np
 import pytest
 
 zenoh = pytest.importorskip(
-    "zenoh", reason="eclipse-zenoh is not installed: pip install 'shmstream[zenoh]' "
-    "(the test extra includes it)"
+    "zenoh",
+    reason="eclipse-zenoh is not installed: pip install 'shmstream[zenoh]' "
+    "(the test extra includes it)",
 )
 
 import shmstream  # noqa: E402
@@ -55,14 +57,17 @@ class Pair:
         self.sources: list[str] = []
         self.exporter = self.start_exporter()
         self.importer = BridgeProc(
-            imports=[f"{self.group}/*"], remote_namespace=self.namespace,
-            local_prefix=self.local_prefix, connect=[self.ep], listen=[self.importer_ep],
-            namespace="importer", unlink_on_close=True,
+            imports=[f"{self.group}/*"],
+            remote_namespace=self.namespace,
+            local_prefix=self.local_prefix,
+            connect=[self.ep],
+            listen=[self.importer_ep],
+            namespace="importer",
+            unlink_on_close=True,
         )
 
     def start_exporter(self) -> BridgeProc:
-        return BridgeProc(exports=[f"{self.group}/*"], namespace=self.namespace,
-                          listen=[self.ep])
+        return BridgeProc(exports=[f"{self.group}/*"], namespace=self.namespace, listen=[self.ep])
 
     def name(self, leaf: str) -> str:
         """A source name under the exported glob (removed at the end)."""
@@ -105,8 +110,10 @@ def _status_until(local: str, predicate, what: str) -> dict:
             try:
                 h.read_new(timeout=WAIT)
             except TimeoutError:
-                raise AssertionError(f"{local!r}: no status change within {WAIT} s waiting for "
-                                     f"{what}; last status {st}") from None
+                raise AssertionError(
+                    f"{local!r}: no status change within {WAIT} s waiting for "
+                    f"{what}; last status {st}"
+                ) from None
     finally:
         h.close()
 
@@ -132,8 +139,7 @@ class _Mirrored(NamedTuple):
     rx: Any  # the consumer of the channel's mirror
 
 
-def _mirror_stream_and_channel(pair, spawn, s_suffix: str, c_suffix: str,
-                               n_msgs: int) -> _Mirrored:
+def _mirror_stream_and_channel(pair, spawn, s_suffix: str, c_suffix: str, n_msgs: int) -> _Mirrored:
     """A stream (frame 1 written) and a channel of n_msgs messages (sent by a
     child), both exported and imported, with a reader of each mirror."""
     s_name, c_name = pair.name(s_suffix), pair.name(c_suffix)
@@ -143,8 +149,14 @@ def _mirror_stream_and_channel(pair, spawn, s_suffix: str, c_suffix: str,
     s_local, c_local = pair.mirror(s_name), pair.mirror(c_name)
     pair.importer.wait_import(s_local)
     pair.importer.wait_import(c_local)
-    return _Mirrored(src, producer, s_local, c_local, shmstream.open(s_local, readonly=True),
-                     shmstream.open_channel(c_local))
+    return _Mirrored(
+        src,
+        producer,
+        s_local,
+        c_local,
+        shmstream.open(s_local, readonly=True),
+        shmstream.open_channel(c_local),
+    )
 
 
 def _write_burst(name: str, first: int, n: int) -> None:
@@ -243,7 +255,8 @@ def test_a_publisher_puts_each_frame_from_the_writing_thread(pair, spawn):
 def test_exporter_killed_then_restarted_the_mirror_says_so_then_resumes(pair, spawn):
     n_msgs = 20000
     src, producer, s_local, c_local, m, rx = _mirror_stream_and_channel(
-        pair, spawn, "pose", "log", n_msgs)
+        pair, spawn, "pose", "log", n_msgs
+    )
     try:
         _check(m.read_after_publication(0, timeout=WAIT), 1)
         got = _receive(rx, 0, 5000)
@@ -426,7 +439,8 @@ def _index(msg) -> int:
 def test_importer_killed_then_restarted_mirrors_continue(pair, spawn):
     n_msgs = 20000
     src, producer, s_local, c_local, m, rx = _mirror_stream_and_channel(
-        pair, spawn, "odo", "cmd", n_msgs)
+        pair, spawn, "odo", "cmd", n_msgs
+    )
     try:
         _check(m.read_after_publication(0, timeout=WAIT), 1)
         got = _receive(rx, 0, 5000)
@@ -502,15 +516,22 @@ def test_bad_samples_under_the_bridge_keys_are_counted_and_dropped(pair):
         good_bytes = _frame(99).tobytes()
         head = _wire.pack_frame_head(99, 1099, 1, layout, 12345)
         bad = [
-            (good_bytes, None),                                          # no header
-            (good_bytes, b"XXXX" + head[4:]),                             # wrong magic
-            (good_bytes[:-8], head),                                     # wrong size
-            (good_bytes, _wire.pack_frame_head(99, 1099, 1, layout ^ 1, 12345)),  # other dtype/shape
-            (np.full(SHAPE, 99, np.float64).tobytes(),
-             _wire.pack_frame_head(99, 1099, 1, _wire.layout_id(SHAPE, "float64"), 12345)),
+            (good_bytes, None),  # no header
+            (good_bytes, b"XXXX" + head[4:]),  # wrong magic
+            (good_bytes[:-8], head),  # wrong size
+            (
+                good_bytes,
+                _wire.pack_frame_head(99, 1099, 1, layout ^ 1, 12345),
+            ),  # other dtype/shape
+            (
+                np.full(SHAPE, 99, np.float64).tobytes(),
+                _wire.pack_frame_head(99, 1099, 1, _wire.layout_id(SHAPE, "float64"), 12345),
+            ),
         ]
-        pubs = {k: session.declare_publisher(k) for k in
-                (keys.data(s_name), keys.status(s_name), keys.data(c_name))}
+        pubs = {
+            k: session.declare_publisher(k)
+            for k in (keys.data(s_name), keys.status(s_name), keys.data(c_name))
+        }
         for k, p in pubs.items():  # the importer's subscriptions are known here
             support.wait_until(lambda p=p: p.matching_status, what=f"a subscriber of {k}")
         for payload, attachment in bad:
@@ -544,8 +565,12 @@ def test_import_onto_a_local_stream_of_another_shape_fails_at_start(pair):
     clash = shmstream.create(local, shape=(5,), dtype=np.float32)
     try:
         pair.exporter.wait_export(name)
-        bridge = Bridge(imports=name, remote_namespace=pair.namespace,
-                        local_prefix=pair.local_prefix, connect=[pair.ep])
+        bridge = Bridge(
+            imports=name,
+            remote_namespace=pair.namespace,
+            local_prefix=pair.local_prefix,
+            connect=[pair.ep],
+        )
         with pytest.raises(ValueError, match=r"exists with shape \(5,\)"):
             bridge.start()
         assert shmstream.stat(local)["shape"] == [5]
@@ -568,8 +593,21 @@ def test_list_remote_tells_nobody_answered_from_nothing_exported(pair, capsys):
     assert main(["list", "--remote", "--connect", dead, "--timeout", "0.5"]) == 1
     assert "nobody answered" in capsys.readouterr().err
     assert remote_exports(connect=[pair.ep], key_prefix="nothing-here", timeout=2) == []
-    assert main(["list", "--remote", "--connect", pair.ep, "--key-prefix", "nothing-here",
-                 "--timeout", "2"]) == 0
+    assert (
+        main(
+            [
+                "list",
+                "--remote",
+                "--connect",
+                pair.ep,
+                "--key-prefix",
+                "nothing-here",
+                "--timeout",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "export nothing" in capsys.readouterr().err
 
 
@@ -581,9 +619,22 @@ def test_a_bridge_whose_connect_endpoint_is_dead_says_so_within_seconds():
     import sys
 
     dead = endpoint(free_port())
-    proc = subprocess.Popen([sys.executable, "-m", "shmstream", "bridge", "--import", "x",
-                             "--connect", dead, "--namespace", f"dead{os.getpid()}"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shmstream",
+            "bridge",
+            "--import",
+            "x",
+            "--connect",
+            dead,
+            "--namespace",
+            f"dead{os.getpid()}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + support.WAIT
         seen = []
@@ -617,15 +668,18 @@ def test_list_remote_shows_what_other_bridges_export(pair, capsys):
         assert key == f"shmstream/{pair.namespace}/{_keys.encode_name(s_name)}"
         from shmstream.cli import main
 
-        for argv in (["list", "--remote", "--connect", pair.ep, "--timeout", "5"],
-                     ["bridge", "--list", "--connect", pair.ep, "--timeout", "5"]):
+        for argv in (
+            ["list", "--remote", "--connect", pair.ep, "--timeout", "5"],
+            ["bridge", "--list", "--connect", pair.ep, "--timeout", "5"],
+        ):
             assert main(argv) == 0
             out = capsys.readouterr().out
             lines = [ln.split() for ln in out.splitlines()]
             assert lines[0][:3] == ["namespace", "kind", "name"]
             assert [pair.namespace, "channel", c_name] in [ln[:3] for ln in lines]
-            assert any(ln[0] == pair.namespace and ln[1] == "stream" and key in ln
-                       for ln in lines), out
+            assert any(
+                ln[0] == pair.namespace and ln[1] == "stream" and key in ln for ln in lines
+            ), out
     finally:
         tx.close()
         src.unlink()
@@ -667,8 +721,9 @@ def test_publisher_threads_and_the_export_thread_keep_exact_counts(make_name):
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        with Bridge(exports=[name], namespace=f"ns{uuid.uuid4().hex[:8]}",
-                    listen=[endpoint(free_port())]) as bridge:
+        with Bridge(
+            exports=[name], namespace=f"ns{uuid.uuid4().hex[:8]}", listen=[endpoint(free_port())]
+        ) as bridge:
             support.wait_until(lambda: name in bridge._exports, what="the export")
             export = bridge._exports[name]
             counting = export._pub = CountingPublisher(export._pub)

@@ -1,6 +1,7 @@
 """docs/bridge.md's TLS example, run: two bridges with mutual TLS
 configured the Zenoh way (--config), throw-away certificates from a
 throw-away CA, on 127.0.0.1."""
+
 from __future__ import annotations
 
 import shutil
@@ -11,7 +12,9 @@ import uuid
 import numpy as np
 import pytest
 
-pytest.importorskip("zenoh", reason="eclipse-zenoh is not installed: pip install 'shmstream[zenoh]'")
+pytest.importorskip(
+    "zenoh", reason="eclipse-zenoh is not installed: pip install 'shmstream[zenoh]'"
+)
 if shutil.which("openssl") is None:
     pytest.skip("the openssl command is needed to make test certificates", allow_module_level=True)
 
@@ -29,25 +32,65 @@ def _openssl(*args: str, cwd) -> None:
 def _certificates(d) -> None:
     """ca.pem; camhost-{key,cert}.pem (server, for localhost); rtc-{key,cert}.pem (client)."""
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=shmstream test CA",
-             "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=shmstream test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
     for who, cn in (("camhost", "localhost"), ("rtc", "rtc")):
         (d / f"{who}.ext").write_text(
             f"subjectAltName=DNS:{cn},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-            "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n")
-        _openssl("req", *ec, "-keyout", f"{who}-key.pem", "-out", f"{who}.csr",
-                 "-subj", f"/CN={cn}", cwd=d)
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
-                 "-CAcreateserial", "-out", f"{who}-cert.pem", "-days", "2",
-                 "-extfile", f"{who}.ext", cwd=d)
+            "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+        )
+        _openssl(
+            "req",
+            *ec,
+            "-keyout",
+            f"{who}-key.pem",
+            "-out",
+            f"{who}.csr",
+            "-subj",
+            f"/CN={cn}",
+            cwd=d,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{who}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            f"{who}-cert.pem",
+            "-days",
+            "2",
+            "-extfile",
+            f"{who}.ext",
+            cwd=d,
+        )
 
 
 def test_two_bridges_under_mutual_tls(tmp_path, make_name):
     _certificates(tmp_path)
     port = free_port()
-    (tmp_path / "camhost.json5").write_text(textwrap.dedent(f"""
+    (tmp_path / "camhost.json5").write_text(
+        textwrap.dedent(f"""
         {{
           mode: "peer",
           listen: {{ endpoints: ["tls/localhost:{port}"] }},
@@ -63,8 +106,10 @@ def test_two_bridges_under_mutual_tls(tmp_path, make_name):
               }},
             }},
           }},
-        }}"""))
-    (tmp_path / "rtc.json5").write_text(textwrap.dedent(f"""
+        }}""")
+    )
+    (tmp_path / "rtc.json5").write_text(
+        textwrap.dedent(f"""
         {{
           mode: "peer",
           connect: {{ endpoints: ["tls/localhost:{port}"] }},
@@ -80,7 +125,8 @@ def test_two_bridges_under_mutual_tls(tmp_path, make_name):
               }},
             }},
           }},
-        }}"""))
+        }}""")
+    )
     group, prefix = make_name("tls"), make_name("m") + "/"
     name, local = f"{group}/cam", f"{prefix}{group}/cam"
     ns = f"tls{uuid.uuid4().hex[:6]}"
@@ -88,10 +134,16 @@ def test_two_bridges_under_mutual_tls(tmp_path, make_name):
     src.write(np.arange(16, dtype=np.float32), frame_id=7)
     exporter = importer = None
     try:
-        exporter = BridgeProc(exports=[f"{group}/*"], namespace=ns,
-                              config=str(tmp_path / "camhost.json5"))
-        importer = BridgeProc(imports=[f"{group}/*"], remote_namespace=ns, local_prefix=prefix,
-                              config=str(tmp_path / "rtc.json5"), unlink_on_close=True)
+        exporter = BridgeProc(
+            exports=[f"{group}/*"], namespace=ns, config=str(tmp_path / "camhost.json5")
+        )
+        importer = BridgeProc(
+            imports=[f"{group}/*"],
+            remote_namespace=ns,
+            local_prefix=prefix,
+            config=str(tmp_path / "rtc.json5"),
+            unlink_on_close=True,
+        )
         importer.wait_import(local)
         m = shmstream.open(local, readonly=True)
         pub = m.read_after_publication(0, timeout=support.WAIT)

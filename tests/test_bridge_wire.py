@@ -1,6 +1,7 @@
 """The bridge's pieces that need no network: key layout, wire formats, the
 ring positions channel exports rely on, the status stream, and the package
 without zenoh installed. (End to end over Zenoh: test_bridge.py.)"""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,22 @@ import shmstream
 from shmstream.bridge import _keys, _wire
 from shmstream.bridge._status import STATUS_DTYPE, StatusWriter, mirror_status, status_name
 
-NAMES = ["cam/left", "a b", "温度", "/x", "a//b", "x/", "*", "**", "@meta", "%41", "$*",
-         "q?#", "a/b/c.d-e_f~g", "x" * 255]
+NAMES = [
+    "cam/left",
+    "a b",
+    "温度",
+    "/x",
+    "a//b",
+    "x/",
+    "*",
+    "**",
+    "@meta",
+    "%41",
+    "$*",
+    "q?#",
+    "a/b/c.d-e_f~g",
+    "x" * 255,
+]
 # Zenoh's rule for a key chunk: not empty, none of * $ ? # and no leading @
 # (the bridge's own chunks start with @; names never do once encoded).
 CHUNK = re.compile(r"^[^*$?#@/][^*$?#/]*$")
@@ -56,8 +71,14 @@ def test_keys_of_other_shapes_do_not_parse_as_tokens():
 def test_frame_headers_round_trip_and_bad_ones_are_refused():
     head = _wire.pack_frame_head(7, 2**64 - 1, 1_700_000_000_123_456_789, 11, 12)
     assert _wire.unpack_frame_head(head) == (7, 2**64 - 1, 1_700_000_000_123_456_789, 11, 12)
-    for bad in (None, b"", head[:-1], head + b"x", b"XXXX" + head[4:],
-                _wire.pack_frame_head(0, 1, 1, 1, 1)):
+    for bad in (
+        None,
+        b"",
+        head[:-1],
+        head + b"x",
+        b"XXXX" + head[4:],
+        _wire.pack_frame_head(0, 1, 1, 1, 1),
+    ):
         with pytest.raises(_wire.BadSample):
             _wire.unpack_frame_head(bad)
 
@@ -75,9 +96,16 @@ def test_record_positions_match_the_ring(name):
     tx = shmstream.channel(name, 1 << 16)
     rx = shmstream.open_channel(name)
     try:
-        msgs = [b"", b"x", b"y" * 47, b"z" * 48, b"w" * 1000,
-                np.arange(3, dtype=np.float64), np.zeros((2, 3), "<u2"),
-                np.zeros(4, [("a", "<i4"), ("b", "S3")])]
+        msgs = [
+            b"",
+            b"x",
+            b"y" * 47,
+            b"z" * 48,
+            b"w" * 1000,
+            np.arange(3, dtype=np.float64),
+            np.zeros((2, 3), "<u2"),
+            np.zeros(4, [("a", "<i4"), ("b", "S3")]),
+        ]
         pos = rx.stat()["tail"]
         for round_ in range(3):  # wraps the ring a few times
             for m in msgs * 10:
@@ -104,14 +132,16 @@ def test_channel_batches_parse_and_bad_ones_are_refused():
     r2 = (r1[0] + _wire.record_span(0, 2), 4, b"", b"hi")
     got = list(_wire.iter_records(_batch([r1, r2]), 2, 1000))
     assert [(r.end, r.type_id, bytes(r.data)) for r in got] == [
-        (r1[0], 3, b"hello"), (r2[0], 4, b"hi")]
+        (r1[0], 3, b"hello"),
+        (r2[0], 4, b"hi"),
+    ]
     gap = (r1[0] + 128, 4, b"", b"hi")  # not contiguous with r1
     for payload, count, most in (
-        (_batch([r1, r2]), 3, 1000),         # fewer records than announced
-        (_batch([r1, r2]), 1, 1000),         # bytes after the last record
-        (_batch([r1, r2])[:-1], 2, 1000),    # truncated
-        (_batch([r1, gap]), 2, 1000),        # positions not contiguous
-        (_batch([r1]), 1, 4),                # larger than the mirror ring takes
+        (_batch([r1, r2]), 3, 1000),  # fewer records than announced
+        (_batch([r1, r2]), 1, 1000),  # bytes after the last record
+        (_batch([r1, r2])[:-1], 2, 1000),  # truncated
+        (_batch([r1, gap]), 2, 1000),  # positions not contiguous
+        (_batch([r1]), 1, 4),  # larger than the mirror ring takes
         (_batch([(3, 1, b"", b"hello")]), 1, 1000),  # end before its own size
     ):
         with pytest.raises(_wire.BadSample):
@@ -181,7 +211,9 @@ def test_without_zenoh_the_package_works_and_the_bridge_says_how_to_install_it()
         assert shmstream.cli.main(["list", "--remote"]) == 1
         assert shmstream.cli.main(["list"]) == 0
     """)
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stderr.count('pip install "shmstream[zenoh]"') == 2, r.stderr
 
@@ -189,7 +221,9 @@ def test_without_zenoh_the_package_works_and_the_bridge_says_how_to_install_it()
 def test_bridge_arguments_are_checked_before_anything_starts():
     from shmstream.bridge import Bridge
 
-    pytest.importorskip("zenoh", reason="eclipse-zenoh is not installed (pip install shmstream[zenoh])")
+    pytest.importorskip(
+        "zenoh", reason="eclipse-zenoh is not installed (pip install shmstream[zenoh])"
+    )
     with pytest.raises(TypeError, match="exports"):
         Bridge(exports=[""])
     with pytest.raises(TypeError, match="imports"):
@@ -203,7 +237,9 @@ def test_bridge_arguments_are_checked_before_anything_starts():
 
 
 def test_default_configuration_listens_nowhere_and_does_not_scout():
-    pytest.importorskip("zenoh", reason="eclipse-zenoh is not installed (pip install shmstream[zenoh])")
+    pytest.importorskip(
+        "zenoh", reason="eclipse-zenoh is not installed (pip install shmstream[zenoh])"
+    )
     import json
 
     from shmstream.bridge._session import make_config

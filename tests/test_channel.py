@@ -1,5 +1,6 @@
 """Channels: what a message carries, ordering, every size and wrap position,
 full ring, batching, zero-copy views, ownership and bad input."""
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,11 @@ def test_bytes_buffers_and_type_ids_round_trip(channel_pair):
     for i, obj in enumerate(items):
         m = rx.recv(timeout=1)
         assert m.type_id == i * 1000
-        assert m.data == bytes(memoryview(obj).cast("B")) if not isinstance(obj, np.generic) \
+        assert (
+            m.data == bytes(memoryview(obj).cast("B"))
+            if not isinstance(obj, np.generic)
             else m.data == obj.tobytes()
+        )
         assert m.array is None and not m.is_array
 
 
@@ -68,7 +72,9 @@ def test_dlpack_tensor_is_sent_as_array(channel_pair):
     torch = pytest.importorskip("torch")
     tx, rx = channel_pair
     tx.send(torch.arange(6, dtype=torch.float32).reshape(2, 3))
-    np.testing.assert_array_equal(rx.recv(timeout=1).array, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(
+        rx.recv(timeout=1).array, np.arange(6, dtype=np.float32).reshape(2, 3)
+    )
 
 
 def test_object_dtype_and_non_buffers_are_refused(channel_pair):
@@ -136,7 +142,9 @@ def test_order_is_kept_through_a_full_small_ring_across_processes(name):
         i = 0
         while i < n:
             k = min(37, n - i)
-            tx.send_many([(i + j).to_bytes(4, "little") * (1 + (i + j) % 20) for j in range(k)], type_id=1)
+            tx.send_many(
+                [(i + j).to_bytes(4, "little") * (1 + (i + j) % 20) for j in range(k)], type_id=1
+            )
             i += k
             tx.send(np.array([i], np.int64), type_id=2)
         tx.close()
@@ -314,9 +322,12 @@ def test_views_released_out_of_order_free_the_ring_in_order(channel_pair):
 
 def test_zero_copy_of_every_kind_of_array(channel_pair):
     tx, rx = channel_pair
-    for arr in (np.arange(6, dtype="<i8").reshape(2, 3),
-                np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
-                np.zeros((0,), np.float64), np.array(["xy"], "S2")):
+    for arr in (
+        np.arange(6, dtype="<i8").reshape(2, 3),
+        np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+        np.zeros((0,), np.float64),
+        np.array(["xy"], "S2"),
+    ):
         tx.send(arr)
         with rx.recv_zero_copy(timeout=0) as m:
             np.testing.assert_array_equal(m.array, arr)
@@ -454,18 +465,33 @@ def test_a_ring_position_off_the_record_grid_is_refused(name):
 def test_layout_offsets_are_the_documented_ones():
     lay = _channel.layout()
     assert lay == {
-        "head": 2240, "tail": 2304, "producer": 2368, "consumer": 2432, "space": 2496, "space_want": 2504,
-        "notify": 2176, "end_state": 8, "end_attaches": 16, "end_takeovers": 24,
-        "msg_type_id": 4, "msg_flags": 8, "msg_meta_len": 12, "msg_payload_off": 14,
-        "msg_header_bytes": 16, "ring_offset": 4096,
+        "head": 2240,
+        "tail": 2304,
+        "producer": 2368,
+        "consumer": 2432,
+        "space": 2496,
+        "space_want": 2504,
+        "notify": 2176,
+        "end_state": 8,
+        "end_attaches": 16,
+        "end_takeovers": 24,
+        "msg_type_id": 4,
+        "msg_flags": 8,
+        "msg_meta_len": 12,
+        "msg_payload_off": 14,
+        "msg_header_bytes": 16,
+        "ring_offset": 4096,
     }
     # control words written by different processes never share a line
-    offs = [lay[k] for k in ("head", "tail", "producer", "consumer", "space", "notify")]  # one line each
+    offs = [
+        lay[k] for k in ("head", "tail", "producer", "consumer", "space", "notify")
+    ]  # one line each
     assert len({o // 64 for o in offs}) == len(offs)
 
 
 def test_stat_names_both_ends(channel_pair):
     import os
+
     tx, rx = channel_pair
     st = tx.stat()
     assert st["producer"]["pid"] == os.getpid() and st["consumer"]["pid"] == os.getpid()

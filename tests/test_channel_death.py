@@ -1,6 +1,7 @@
 """Channels when a peer process dies (kill -9): the other end learns it and
 never hangs, and a new process can take the dead end over. Synchronised on
 events only; a child kills itself once the parent is waiting."""
+
 from __future__ import annotations
 
 import os

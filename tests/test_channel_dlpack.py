@@ -1,6 +1,7 @@
 """DLPack capsules of zero-copy channel messages, made in C++ (no ndarray
 in between): what a consumer gets, the keywords of the protocol, and the
 ring pin each capsule and each tensor holds."""
+
 from __future__ import annotations
 
 import gc
@@ -15,9 +16,14 @@ from shmstream.errors import CorruptStreamError, ShmstreamBufferError, Shmstream
 def test_every_dlpack_dtype_and_shape_reaches_torch_without_a_copy(channel_pair):
     torch = pytest.importorskip("torch")
     tx, rx = channel_pair
-    sent = [np.arange(256, dtype=np.float32), np.arange(6, dtype="<i2").reshape(2, 3),
-            np.array([True, False]), np.zeros((2, 0, 3), np.float64), b"bytes!",
-            np.arange(4, dtype=np.complex64)]
+    sent = [
+        np.arange(256, dtype=np.float32),
+        np.arange(6, dtype="<i2").reshape(2, 3),
+        np.array([True, False]),
+        np.zeros((2, 0, 3), np.float64),
+        b"bytes!",
+        np.arange(4, dtype=np.complex64),
+    ]
     tx.send_many(sent[:4])
     tx.send(sent[4])
     tx.send(sent[5])
@@ -36,8 +42,9 @@ def test_capsules_follow_the_protocol_keywords(channel_pair):
     with rx.recv_zero_copy(timeout=1) as m:
         assert "dltensor" in repr(m.__dlpack__())
         assert "dltensor_versioned" in repr(m.__dlpack__(max_version=(1, 0)))
-        assert "dltensor" in repr(m.__dlpack__(max_version=(0, 8), stream=None, dl_device=(1, 0),
-                                              copy=False))
+        assert "dltensor" in repr(
+            m.__dlpack__(max_version=(0, 8), stream=None, dl_device=(1, 0), copy=False)
+        )
         assert np.from_dlpack(m).tolist() == [1, 1, 1, 1]
         with pytest.raises(ShmstreamBufferError, match="copy=True"):
             m.__dlpack__(copy=True)
@@ -80,6 +87,7 @@ def test_an_array_message_whose_shape_does_not_match_its_bytes_is_refused(channe
     tx, rx = channel_pair
     meta = np.lib.format.dtype_to_descr(np.dtype(np.float32))
     import struct
+
     bad_meta = struct.pack("<II", 1, len(meta)) + struct.pack("<Q", 1000) + meta.encode()
     tx._ch.send(b"\0" * 16, 0, bad_meta, None)  # 16 bytes described as 1000 floats
     with rx.recv_zero_copy(timeout=1) as m:

@@ -1,6 +1,7 @@
 """Channels with a native end: the example C producer and consumer in
 examples/, compiled here with the system C compiler against
 include/shmstream.h and the core's C files."""
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,9 @@ def c_consumer(tmp_path_factory):
 def test_c_producer_to_python_consumer_bytes(name, c_producer):
     rx = shmstream.channel(name, 1 << 14, role="consumer")
     n, size = 3000, 700  # a 16 KiB ring wraps many times
-    proc = subprocess.Popen([c_producer, name, str(n), str(size)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [c_producer, name, str(n), str(size)], stdout=subprocess.PIPE, text=True
+    )
     try:
         for i in range(n):
             m = rx.recv(timeout=30)
@@ -55,8 +58,11 @@ def test_c_producer_frames_arrive_as_arrays_and_dlpack_tensors(name, c_producer)
     torch = pytest.importorskip("torch")
     rx = shmstream.channel(name, 1 << 16, role="consumer")
     n = 2000
-    proc = subprocess.Popen([c_producer, name, str(n), "--frames", "256", "--batch", "8"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [c_producer, name, str(n), "--frames", "256", "--batch", "8"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         base = np.arange(256, dtype=np.float32)
         i = 0
@@ -100,11 +106,17 @@ def test_the_c_header_compiles_as_cplusplus(tmp_path):
     if cxx is None:
         pytest.skip("no C++ compiler")
     src = tmp_path / "h.cpp"
-    src.write_text('#include "shmstream.h"\nint main() { ss_channel *c = ss_channel_new(); '
-                   'ss_channel_free(c); ss_segment *s = ss_segment_new(); ss_segment_free(s); '
-                   'return 0; }\n')
-    subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), str(src)],
-                   check=True, capture_output=True, text=True)
+    src.write_text(
+        '#include "shmstream.h"\nint main() { ss_channel *c = ss_channel_new(); '
+        "ss_channel_free(c); ss_segment *s = ss_segment_new(); ss_segment_free(s); "
+        "return 0; }\n"
+    )
+    subprocess.run(
+        [cxx, "-std=c++17", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), str(src)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("handle", ["ss_segment", "ss_channel"])
@@ -115,6 +127,10 @@ def test_the_public_header_keeps_the_handles_opaque(tmp_path, handle):
         pytest.skip("no C compiler on PATH")
     src = tmp_path / "h.c"
     src.write_text(f'#include "shmstream.h"\nunsigned long n = sizeof({handle});\n')
-    proc = subprocess.run([cc, "-std=gnu11", "-fsyntax-only", "-I", os.path.join(ROOT, "include"),
-                           str(src)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [cc, "-std=gnu11", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), str(src)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode != 0 and "incomplete" in proc.stderr

@@ -1,4 +1,5 @@
 """The ``shmstream`` command: every subcommand against real streams."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,7 @@ def test_list_shows_a_stream_a_channel_a_shared_array_and_a_running_loader(make_
 
     stream_name, channel_name, array_name = make_name(), make_name(), make_name()
     me = f"{os.getpid()} (alive)"
-    with shmstream.create(stream_name, shape=(2,)), \
-            shmstream.channel(channel_name, 4096):
+    with shmstream.create(stream_name, shape=(2,)), shmstream.channel(channel_name, 4096):
         arr = shmstream.share(np.arange(3), name=array_name)
         loader = DataLoader(Rows(), batch_size=4, num_workers=1)
         batches = iter(loader)
@@ -150,7 +150,9 @@ def test_purge_passes_the_cuda_flag_and_prints_removed_names(monkeypatch, capsys
     def fake_purge_report(*, include_cuda_orphans=False):
         calls.append(include_cuda_orphans)
         return registry.PurgeReport(
-            [_entry("a"), _entry("b")], [registry.Skipped("/shmstream-f", "a FIFO, not a regular file")])
+            [_entry("a"), _entry("b")],
+            [registry.Skipped("/shmstream-f", "a FIFO, not a regular file")],
+        )
 
     monkeypatch.setattr(registry, "purge_report", fake_purge_report)
     assert cli.main(["purge"]) == 0
@@ -212,7 +214,9 @@ def test_watch_sees_a_writer_in_another_process(name, capsys):
         child.wait(timeout=30)
         h.close()
     out = capsys.readouterr().out
-    counts = [int(line.split("count ")[1].split()[0]) for line in out.splitlines() if "count " in line]
+    counts = [
+        int(line.split("count ")[1].split()[0]) for line in out.splitlines() if "count " in line
+    ]
     assert len(counts) == 2 and counts[0] > 0 and counts[1] >= counts[0]
 
 
@@ -258,9 +262,21 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_demo_stopped_by_a_signal_stops_its_children_and_removes_its_stream(sig):
     demo = subprocess.Popen(
-        [sys.executable, "-m", "shmstream.cli", "demo", "--seconds", "600", "--shape", "8x8",
-         "--rate", "100"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "shmstream.cli",
+            "demo",
+            "--seconds",
+            "600",
+            "--shape",
+            "8x8",
+            "--rate",
+            "100",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     stream = f"shmstream-demo-{demo.pid}"
     try:
@@ -297,8 +313,9 @@ def test_demo_reader_figures_are_current_after_every_frame(name, spawn, ctx):
         ready.wait(timeout=support.WAIT)
         for k in range(1, 21):
             h.write(np.full(16, k, np.uint8))
-            support.wait_until(lambda k=k: report[demo._FRAMES] >= k,
-                               what=f"the consumer counting frame {k}")
+            support.wait_until(
+                lambda k=k: report[demo._FRAMES] >= k, what=f"the consumer counting frame {k}"
+            )
             assert report[demo._FRAMES] == k
         assert report[demo._LAT_N] == 20 and report[demo._MISSED] == 0
     finally:
@@ -314,7 +331,10 @@ def test_version_prints_the_package_version(capsys):
 
 def test_console_entry_runs_as_module():
     proc = subprocess.run(
-        [sys.executable, "-m", "shmstream", "list"], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "shmstream", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
     )
     assert proc.returncode == 0

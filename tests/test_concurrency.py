@@ -4,6 +4,7 @@ Every payload is self-checking: all elements of a frame equal one value,
 and that value is also the frame id published with it. A torn read (bytes of
 two frames) or a frame id from another write shows up as a mismatch.
 """
+
 from __future__ import annotations
 
 import threading

@@ -11,6 +11,7 @@ same way (iceoryx2's conformance tests are the model).
   run in a private /dev/shm (a mount namespace), so ``purge`` cannot touch
   anything of another program's.
 """
+
 from __future__ import annotations
 
 import gc
@@ -184,6 +185,10 @@ def test_a_creator_killed_leaves_a_usable_or_clearly_ended_object_that_purge_rem
         pytest.importorskip("torch")
     proc = run_in_private_shm(textwrap.dedent(_KILLED_CREATOR.format(part=part)), size="64m")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    kinds = {"stream": "stream", "channel": "channel", "shared array": "array",
-             "loader pool": "loader-pool"}
+    kinds = {
+        "stream": "stream",
+        "channel": "channel",
+        "shared array": "array",
+        "loader pool": "loader-pool",
+    }
     assert f"'{kinds[part]}'" in proc.stdout

@@ -3,6 +3,7 @@
 A dead process never leaves a stream locked, never makes a reader hang, and
 never lets a reader see a half-written frame as if it were valid.
 """
+
 from __future__ import annotations
 
 import os

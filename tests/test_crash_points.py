@@ -13,6 +13,7 @@ good frames until the readers have read some, arms the point, and the next pass 
 instruction. A point that is never reached fails the test (the child would
 exit 0), so no case can pass by missing its window.
 """
+
 from __future__ import annotations
 
 import re
@@ -58,8 +59,16 @@ MODE_POINTS = {
     "write": list(STREAM_POINTS),
     "write_view": [p for p in STREAM_POINTS if p != "stream.copy"],
     "clear": [p for p in STREAM_POINTS if p != "stream.copy"],
-    "abort": ["stream.a", "stream.u", "stream.b1", "stream.slot_even", "stream.b2",
-              "stream.c", "lock.acquired", "lock.unlock"],
+    "abort": [
+        "stream.a",
+        "stream.u",
+        "stream.b1",
+        "stream.slot_even",
+        "stream.b2",
+        "stream.c",
+        "lock.acquired",
+        "lock.unlock",
+    ],
 }
 
 REPAIR_POINTS = ["lock.takeover", "repair.r1", "repair.r3", "repair.r4"]
@@ -71,8 +80,14 @@ SLEEP_POINTS = ["sleep.claim", "sleep.release"]
 HISTORY_POINTS = {**STREAM_POINTS, "stream.record": "abandoned"}
 HISTORY_REPAIR_POINTS = [*REPAIR_POINTS, "repair.history"]
 
-CHANNEL_POINTS = ["ring.record", "ring.head", "ring.read", "ring.tail", "ring.release",
-                  "ring.detach"]
+CHANNEL_POINTS = [
+    "ring.record",
+    "ring.head",
+    "ring.read",
+    "ring.tail",
+    "ring.release",
+    "ring.detach",
+]
 
 
 def frame(k: int) -> np.ndarray:
@@ -88,15 +103,21 @@ class Boom(Exception):
 
 def test_docs_abi_lists_exactly_the_cores_crash_points():
     text = (Path(__file__).resolve().parent.parent / "docs" / "ABI.md").read_text()
-    section = text[text.index("### Crash points"):]
+    section = text[text.index("### Crash points") :]
     section = section[: section.index("\n## ")]
     documented = re.findall(r"^\| `([a-z_.0-9]+)` \|", section, flags=re.M)
     assert documented == _native.fault_points()
 
 
 def test_every_stream_and_channel_point_is_tested_here():
-    covered = (set(STREAM_POINTS) | set(REPAIR_POINTS) | set(CHANNEL_POINTS) | set(SLEEP_POINTS)
-               | set(HISTORY_POINTS) | set(HISTORY_REPAIR_POINTS))
+    covered = (
+        set(STREAM_POINTS)
+        | set(REPAIR_POINTS)
+        | set(CHANNEL_POINTS)
+        | set(SLEEP_POINTS)
+        | set(HISTORY_POINTS)
+        | set(HISTORY_REPAIR_POINTS)
+    )
     assert covered == set(_native.fault_points())
 
 
@@ -388,8 +409,9 @@ def child_history_reader(stream_name, progress, until, report):
             batch = h.read_since(after, timeout=0.05)
         except TimeoutError:
             continue
-        for count, fid, payload in zip(batch.counts.tolist(), batch.frame_ids.tolist(),
-                                       batch.frames):
+        for count, fid, payload in zip(
+            batch.counts.tolist(), batch.frame_ids.tolist(), batch.frames
+        ):
             values = np.unique(payload).tolist()
             if values != [fid] or fid not in (count, MARK + count) or (got and count <= got[-1]):
                 bad.append((count, fid, values[:4]))
@@ -407,16 +429,20 @@ def child_history_reader(stream_name, progress, until, report):
 def kill_history_writer_at(spawn, ctx, stream_name, point):
     progress, until = ctx.Value("q", 0), ctx.Value("q", 0)
     report, last_good = ctx.Queue(), ctx.Value("q", 0)
-    readers = [spawn(child_history_reader, stream_name, progress, until, report)
-               for _ in range(READERS)]
+    readers = [
+        spawn(child_history_reader, stream_name, progress, until, report) for _ in range(READERS)
+    ]
     writer = spawn(child_history_write_then_die, stream_name, point, progress, last_good)
     code = writer.join()
     assert code == -signal.SIGKILL, f"the writer did not die at {point} (exit code {code})"
     # a write after the death: the readers see the stream go on past it
     h = shmstream.open(stream_name)
     try:
-        h.write(frame(last_good.value + 100), frame_id=last_good.value + 100,
-                count=last_good.value + 100)
+        h.write(
+            frame(last_good.value + 100),
+            frame_id=last_good.value + 100,
+            count=last_good.value + 100,
+        )
     finally:
         h.close()
     until.value = last_good.value + 100
@@ -524,8 +550,9 @@ def test_a_full_sleeper_table_of_dead_owners_is_taken_over_by_the_next_sleeper(n
     h = shmstream.create(name, shape=(4,), dtype=np.int64)
     offset, size = _native.layout()["sleeper"]
     dead = 0x7FFFFFF0  # a pid that does not run (pid_max is far below)
-    support.patch_bytes(support.segment_path(name), offset,
-                        (dead | (1 << 32)).to_bytes(8, "little") * (size // 8))
+    support.patch_bytes(
+        support.segment_path(name), offset, (dead | (1 << 32)).to_bytes(8, "little") * (size // 8)
+    )
     reader = shmstream.open(name)
     got = []
     t = threading.Thread(target=lambda: got.append(reader.read_new(timeout=support.WAIT)))

@@ -3,6 +3,7 @@ progress line while it creates a segment of 256 MiB or more, and a last
 line with the time it took per GiB; a size /dev/shm cannot hold is refused
 at once, before anything is reserved. The CLI cases run the real
 ``shmstream`` command."""
+
 from __future__ import annotations
 
 import mmap
@@ -19,8 +20,12 @@ SHM_DIR = "/dev/shm"
 
 
 def _shmstream(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    with subprocess.Popen([sys.executable, "-m", "shmstream", *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "shmstream", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         out, err = proc.communicate(timeout=timeout)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     done.pid = proc.pid  # type: ignore[attr-defined]
@@ -39,13 +44,22 @@ def test_a_large_create_in_the_cli_shows_its_progress_and_its_cost_per_gib():
     proc = _shmstream("demo", "--seconds", "0.1", "--shape", "16384x16384", "--rate", "10")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    done = [i for i, line in enumerate(lines) if re.fullmatch(
-        r"created stream 'shmstream-demo-\d+': 512\.0 MiB in [\d.]+ s \([\d.]+ s per GiB\)", line)]
+    done = [
+        i
+        for i, line in enumerate(lines)
+        if re.fullmatch(
+            r"created stream 'shmstream-demo-\d+': 512\.0 MiB in [\d.]+ s \([\d.]+ s per GiB\)",
+            line,
+        )
+    ]
     assert len(done) == 1, proc.stdout
     # the lines while it ran (none if it was made before the first look)
-    for line in lines[:done[0]]:
-        assert re.fullmatch(r"creating stream 'shmstream-demo-\d+': 512\.0 MiB in /dev/shm, "
-                            r"reserved +\d+%, mapped +\d+%, \d+ s", line), line
+    for line in lines[: done[0]]:
+        assert re.fullmatch(
+            r"creating stream 'shmstream-demo-\d+': 512\.0 MiB in /dev/shm, "
+            r"reserved +\d+%, mapped +\d+%, \d+ s",
+            line,
+        ), line
     assert lines[done[0] + 1].startswith("demo: stream"), proc.stdout  # then the demo
 
 
@@ -60,8 +74,10 @@ def test_a_create_larger_than_dev_shm_is_refused_at_once_in_the_cli():
     # reservation of what is free would first take seconds per GiB)
     proc = _shmstream("demo", "--shape", "1000000x1000000", timeout=60)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert re.search(r"cannot create stream .*it needs \d+ bytes in /dev/shm.* has \d+ bytes free",
-                     " ".join(proc.stderr.split())), proc.stderr
+    assert re.search(
+        r"cannot create stream .*it needs \d+ bytes in /dev/shm.* has \d+ bytes free",
+        " ".join(proc.stderr.split()),
+    ), proc.stderr
     assert "creat" not in proc.stdout, proc.stdout  # no progress for what was never made
     assert not [n for n in os.listdir(SHM_DIR) if f"shmstream-demo-{proc.pid}-" in n]
 

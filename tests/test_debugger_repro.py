@@ -7,6 +7,7 @@ debugger; this test keeps the original recipe honest too. It needs gdb and
 the native module's symbol ``ss_realtime_ns`` (both are there on the
 machines this project runs on; without gdb it is skipped and says so).
 """
+
 from __future__ import annotations
 
 import re
@@ -35,10 +36,27 @@ def test_writer_killed_by_a_debugger_in_publish_is_reported_then_fully_recovered
     try:
         h.write(np.full(4, 1.0, np.float32), frame_id=1)
         gdb = subprocess.run(
-            ["gdb", "-q", "-batch", "-ex", "set breakpoint pending on",
-             "-ex", "break ss_realtime_ns", "-ex", "run", "-ex", "kill",
-             "--args", sys.executable, "-c", WRITER, name],
-            capture_output=True, text=True, timeout=120,
+            [
+                "gdb",
+                "-q",
+                "-batch",
+                "-ex",
+                "set breakpoint pending on",
+                "-ex",
+                "break ss_realtime_ns",
+                "-ex",
+                "run",
+                "-ex",
+                "kill",
+                "--args",
+                sys.executable,
+                "-c",
+                WRITER,
+                name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
             check=False,
         )
         # (one location per native module that links the core: "Breakpoint 1.N")

@@ -1,4 +1,5 @@
 """DirectArray reads what np.memmap reads, cold or cached, from any index."""
+
 import os
 import subprocess
 import sys
@@ -15,9 +16,27 @@ import shmstream
 from shmstream import DirectArray, _direct, direct, direct_mmap
 
 # One dtype per itemsize 1..16 (V/S for the odd ones), plus a structured one.
-DTYPES = [np.dtype(t) for t in (
-    "u1", "<i2", "V3", "<f4", "S5", "V6", "V7", "<u8", "V9", "S10", "V11",
-    "V12", "V13", "V14", "V15", "<c16")] + [np.dtype([("a", "<u2"), ("b", "<f8"), ("c", "S3")])]
+DTYPES = [
+    np.dtype(t)
+    for t in (
+        "u1",
+        "<i2",
+        "V3",
+        "<f4",
+        "S5",
+        "V6",
+        "V7",
+        "<u8",
+        "V9",
+        "S10",
+        "V11",
+        "V12",
+        "V13",
+        "V14",
+        "V15",
+        "<c16",
+    )
+] + [np.dtype([("a", "<u2"), ("b", "<f8"), ("c", "S3")])]
 
 DEV_SHM = "/dev/shm"
 
@@ -78,13 +97,37 @@ def arr2d(tmp_path):
 # ---- equality with np.memmap -------------------------------------------------
 
 KEYS = [
-    0, 4999, -1, -5000, np.int64(17), slice(None), slice(10, 20), slice(None, None, 7),
-    slice(4000, 10, -13), slice(None, None, -1), slice(-3, None), slice(20, 10),
-    (3, 4), (-2, -7), (slice(100, 200, 3), 5), (slice(None, None, 999), slice(1, 5)),
-    (Ellipsis, 3), (Ellipsis,), (1, Ellipsis), Ellipsis, (),
-    [1, 4999, 1, 2, 3], [], np.array([[4, 5], [9, 0]]), ([3, 1], [0, 6]),
-    (slice(5, 9), [1, 2]), ([7, 8, 9], slice(2, 5)), (None, 3), (3, None),
-    np.arange(5000) % 3 == 0, (np.array([True] * 7 + [False] * 4993),),
+    0,
+    4999,
+    -1,
+    -5000,
+    np.int64(17),
+    slice(None),
+    slice(10, 20),
+    slice(None, None, 7),
+    slice(4000, 10, -13),
+    slice(None, None, -1),
+    slice(-3, None),
+    slice(20, 10),
+    (3, 4),
+    (-2, -7),
+    (slice(100, 200, 3), 5),
+    (slice(None, None, 999), slice(1, 5)),
+    (Ellipsis, 3),
+    (Ellipsis,),
+    (1, Ellipsis),
+    Ellipsis,
+    (),
+    [1, 4999, 1, 2, 3],
+    [],
+    np.array([[4, 5], [9, 0]]),
+    ([3, 1], [0, 6]),
+    (slice(5, 9), [1, 2]),
+    ([7, 8, 9], slice(2, 5)),
+    (None, 3),
+    (3, None),
+    np.arange(5000) % 3 == 0,
+    (np.array([True] * 7 + [False] * 4993),),
 ]
 
 
@@ -135,8 +178,11 @@ def case(draw):
     if draw(st.booleans()):
         key = draw(hnp.basic_indices(shape, min_dims=0, allow_ellipsis=True, allow_newaxis=True))
     else:
-        key = draw(hnp.integer_array_indices(
-            shape, result_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=40)))
+        key = draw(
+            hnp.integer_array_indices(
+                shape, result_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=40)
+            )
+        )
         # Gathers on the leading axes, the rest taken whole, often.
         if isinstance(key, tuple) and len(key) > 1 and draw(st.booleans()):
             key = key[: draw(st.integers(1, len(key)))]
@@ -147,7 +193,9 @@ def case(draw):
     return dtype, shape, offset, key, mode, cache
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(case(), st.randoms(use_true_random=False))
 def test_property_equals_memmap(tmp_path, c, rnd):
     dtype, shape, offset, key, mode, cache = c
@@ -155,8 +203,14 @@ def test_property_equals_memmap(tmp_path, c, rnd):
     want = reference(path, shape, dtype, offset, key)
     evict(path)
     cache_bytes = {"off": 0, "tiny": 3 * 4096}.get(cache, direct.DEFAULT_CACHE_BYTES)
-    with DirectArray(path, shape, dtype, offset, use_page_cache=(mode != "no page cache"),
-                     cache_bytes=cache_bytes) as a:
+    with DirectArray(
+        path,
+        shape,
+        dtype,
+        offset,
+        use_page_cache=(mode != "no page cache"),
+        cache_bytes=cache_bytes,
+    ) as a:
         if cache in ("warm", "tiny") and shape[0] > 0:
             # Blocks of random rows read (cold) into the block cache first.
             a[np.unique(np.array([rnd.randrange(shape[0]) for _ in range(20)]))]
@@ -175,8 +229,12 @@ def test_large_requests_span_many_batches(tmp_path):
     # 24 MiB: more than one thread's 8 MiB bounce buffer and 64 in-flight reads.
     shape, dtype = (3 * 1024 * 1024, 1), np.dtype("<u8")
     path = make_file(str(tmp_path / "big.bin"), shape, dtype, 100)
-    keys = [slice(None), slice(1, None, 600), slice(None, None, -1000),
-            np.random.default_rng(1).integers(0, shape[0], 5000)]
+    keys = [
+        slice(None),
+        slice(1, None, 600),
+        slice(None, None, -1000),
+        np.random.default_rng(1).integers(0, shape[0], 5000),
+    ]
     wants = [reference(path, shape, dtype, 100, k) for k in keys]
     for k, want in zip(keys, wants):
         evict(path)
@@ -186,6 +244,7 @@ def test_large_requests_span_many_batches(tmp_path):
 
 
 # ---- what the cold path does to the page cache -----------------------------------
+
 
 def test_cold_reads_leave_the_page_cache_alone(arr2d):
     path, shape, dtype, offset = arr2d
@@ -199,6 +258,7 @@ def test_cold_reads_leave_the_page_cache_alone(arr2d):
 
 
 # ---- the block cache ----------------------------------------------------------
+
 
 def block_of(a):
     return a._reader.block_bytes
@@ -353,6 +413,7 @@ def test_threads_share_the_block_cache(arr2d, cache_bytes):
 
 # ---- lifetime, descriptors, threads ------------------------------------------
 
+
 def test_one_descriptor_per_reader_whatever_the_reads(arr2d):
     path, shape, dtype, offset = arr2d
     with DirectArray(path, shape, dtype, offset) as warm:
@@ -394,6 +455,7 @@ def test_many_threads_read_at_once(arr2d):
     evict(path)
     errors = []
     with DirectArray(path, shape, dtype, offset) as a:
+
         def work(seed):
             rng = np.random.default_rng(seed)
             try:
@@ -404,6 +466,7 @@ def test_many_threads_read_at_once(arr2d):
                     assert np.array_equal(a[s : s + 1000 : 37], full[s : s + 1000 : 37])
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(e)
+
         threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
@@ -465,6 +528,7 @@ def test_pread_backend_gives_the_same_rows(arr2d):
 
 # ---- fallback without O_DIRECT -----------------------------------------------------
 
+
 @pytest.fixture
 def shm_file():
     path = os.path.join(DEV_SHM, f"shmstream-test-direct-{os.getpid()}.bin")
@@ -491,8 +555,21 @@ def test_tmpfs_falls_back_to_pread_with_one_warning(shm_file, monkeypatch):
 
 # ---- bad input ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("key", [5000, -5001, [0, 5000], (0, 7), (slice(None), -8),
-                                 np.array([-5001]), (0, 0, 0), (Ellipsis, Ellipsis)], ids=repr)
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        5000,
+        -5001,
+        [0, 5000],
+        (0, 7),
+        (slice(None), -8),
+        np.array([-5001]),
+        (0, 0, 0),
+        (Ellipsis, Ellipsis),
+    ],
+    ids=repr,
+)
 def test_out_of_range_index_is_index_error(arr2d, key):
     path, shape, dtype, offset = arr2d
     with DirectArray(path, shape, dtype, offset) as a:

@@ -14,6 +14,7 @@ namespace, as tests/test_full_shm.py does), so the names the docs use
 ("cam/left") never meet another process's, and whatever a block leaves
 there goes with the namespace.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,10 +47,11 @@ def runnable_programs(rel: str) -> list[tuple[str, str]]:
             i += 1
             continue
         fence = _FENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
-        assert fence and fence.group(1) == "python", \
+        assert fence and fence.group(1) == "python", (
             f"{rel}:{i + 1}: a runnable mark must sit right above a ```python fence"
+        )
         end = lines.index("```", i + 2)
-        body = "\n".join(lines[i + 2:end]) + "\n"
+        body = "\n".join(lines[i + 2 : end]) + "\n"
         if mark.group(1):
             assert programs, f"{rel}:{i + 1}: 'continued' with no runnable block before it"
             first_id, source = programs.pop()
@@ -84,11 +86,25 @@ def test_a_runnable_doc_block_runs(source, tmp_path):
     script = tmp_path / "block.py"  # a file, so spawned children can import __main__
     script.write_text(source)
     proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         'mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm && exec "$0" "$1"',
-         sys.executable, str(script)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "PYTHONPATH": ""})
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm && exec "$0" "$1"',
+            sys.executable,
+            str(script),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert proc.returncode == 0, (
         f"exit {proc.returncode}\n--- block ---\n{textwrap.indent(source, '  ')}"
-        f"--- stdout ---\n{proc.stdout[-2000:]}--- stderr ---\n{proc.stderr[-3000:]}")
+        f"--- stdout ---\n{proc.stdout[-2000:]}--- stderr ---\n{proc.stderr[-3000:]}"
+    )

@@ -6,6 +6,7 @@
 * No comment or document names a path under src/, include/, tests/ or
   docs/ that does not exist.
 """
+
 from __future__ import annotations
 
 import collections
@@ -27,12 +28,19 @@ def _read(rel: str) -> str:
 
 
 def _code_files() -> list[str]:
-    pats = ["src/core/*.c", "src/core/*.h", "include/*.h", "src/shmstream/*.cpp",
-            "src/shmstream/*.h", "src/shmstream/**/*.py"]
+    pats = [
+        "src/core/*.c",
+        "src/core/*.h",
+        "include/*.h",
+        "src/shmstream/*.cpp",
+        "src/shmstream/*.h",
+        "src/shmstream/**/*.py",
+    ]
     out: set[str] = set()
     for p in pats:
-        out.update(os.path.relpath(f, ROOT)
-                   for f in glob.glob(os.path.join(ROOT, p), recursive=True))
+        out.update(
+            os.path.relpath(f, ROOT) for f in glob.glob(os.path.join(ROOT, p), recursive=True)
+        )
     return sorted(out)
 
 
@@ -47,7 +55,7 @@ def code_labels() -> dict[str, list[str]]:
 
 def documented_labels() -> list[str]:
     text = _read("docs/ABI.md")
-    section = text[text.index("\n## SYNC POINT labels"):]
+    section = text[text.index("\n## SYNC POINT labels") :]
     section = section[: section.index("\n## ", 1)]
     return re.findall(r"^\| \(([^)]+)\) \|", section, flags=re.M)
 
@@ -61,8 +69,11 @@ def test_every_sync_point_label_is_documented_and_used():
 
 
 def test_each_sync_point_label_marks_one_place():
-    many = {label: places for label, places in code_labels().items()
-            if len(places) != PAIRS.get(label, 1)}
+    many = {
+        label: places
+        for label, places in code_labels().items()
+        if len(places) != PAIRS.get(label, 1)
+    }
     assert not many, f"labels used at more places than documented: {many}"
 
 
@@ -87,8 +98,11 @@ def _scanned_files() -> list[str]:
             continue
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
-            out += [os.path.relpath(os.path.join(dirpath, f), ROOT)
-                    for f in filenames if f.endswith(SUFFIXES)]
+            out += [
+                os.path.relpath(os.path.join(dirpath, f), ROOT)
+                for f in filenames
+                if f.endswith(SUFFIXES)
+            ]
     return sorted(out)
 
 

@@ -2,6 +2,7 @@
 itself (recovered by open, to_config and stat) and every payload byte, in
 this process and in another one.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,18 +14,34 @@ SHAPE = (3, 4)
 
 DTYPES = {
     "bool": np.bool_,
-    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-    "float16": np.float16, "float32": np.float32, "float64": np.float64,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+    "float16": np.float16,
+    "float32": np.float32,
+    "float64": np.float64,
     "longdouble": np.longdouble,
-    "complex64": np.complex64, "complex128": np.complex128,
+    "complex64": np.complex64,
+    "complex128": np.complex128,
     "clongdouble": np.clongdouble,
-    "datetime64[ns]": "M8[ns]", "datetime64[D]": "M8[D]", "datetime64": "M8",
-    "timedelta64[us]": "m8[us]", "timedelta64[s]": "m8[s]",
-    "bytes S1": "S1", "bytes S16": "S16",
-    "unicode U1": "U1", "unicode U8": "U8",
+    "datetime64[ns]": "M8[ns]",
+    "datetime64[D]": "M8[D]",
+    "datetime64": "M8",
+    "timedelta64[us]": "m8[us]",
+    "timedelta64[s]": "m8[s]",
+    "bytes S1": "S1",
+    "bytes S16": "S16",
+    "unicode U1": "U1",
+    "unicode U8": "U8",
     "void V12": "V12",
-    "big-endian >i4": ">i4", "big-endian >f8": ">f8", "big-endian >c16": ">c16",
+    "big-endian >i4": ">i4",
+    "big-endian >f8": ">f8",
+    "big-endian >c16": ">c16",
     "big-endian >M8[ms]": ">M8[ms]",
     "record": [("x", "<f4"), ("y", "<i8")],
     "aligned record": np.dtype([("a", "u1"), ("b", "<f8"), ("c", "<u2")], align=True),
@@ -106,8 +123,15 @@ def test_the_dtype_text_of_to_config_and_stat_recreates_the_same_dtype(make_name
 
 @pytest.mark.parametrize(
     "dtype, text",
-    [(np.float32, "float32"), (np.float64, "float64"), (np.int8, "int8"), (np.uint64, "uint64"),
-     (np.bool_, "bool"), (np.complex64, "complex64"), (np.float16, "float16")],
+    [
+        (np.float32, "float32"),
+        (np.float64, "float64"),
+        (np.int8, "int8"),
+        (np.uint64, "uint64"),
+        (np.bool_, "bool"),
+        (np.complex64, "complex64"),
+        (np.float16, "float16"),
+    ],
     ids=str,
 )
 def test_stat_and_to_config_name_simple_dtypes_like_pyshmem(name, dtype, text):

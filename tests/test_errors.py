@@ -1,6 +1,7 @@
 """One error tree: every exception shmstream raises is a ShmstreamError,
 with the built-in a Python user catches as a second base, and each real
 failure raises its own class (no caller needs to read the message)."""
+
 from __future__ import annotations
 
 import errno
@@ -23,9 +24,14 @@ API_MD = Path(__file__).resolve().parent.parent / "docs" / "API.md"
 def _exception_classes():
     """Every exception in shmstream.__all__ and every one errors.py defines."""
     seen = {}
-    for obj in [getattr(shmstream, n) for n in shmstream.__all__] + list(vars(shmstream.errors).values()):
-        if inspect.isclass(obj) and issubclass(obj, BaseException) and (
-                obj.__module__ == "shmstream.errors" or obj.__name__ in shmstream.__all__):
+    for obj in [getattr(shmstream, n) for n in shmstream.__all__] + list(
+        vars(shmstream.errors).values()
+    ):
+        if (
+            inspect.isclass(obj)
+            and issubclass(obj, BaseException)
+            and (obj.__module__ == "shmstream.errors" or obj.__name__ in shmstream.__all__)
+        ):
             seen[obj.__name__] = obj
     return seen
 
@@ -44,8 +50,11 @@ def test_every_class_but_the_root_keeps_a_built_in_base():
     for name, cls in _exception_classes().items():
         if cls is shmstream.ShmstreamError:
             continue
-        builtin = [b for b in cls.__mro__ if b.__module__ == "builtins" and b not in
-                   (Exception, BaseException, object)]
+        builtin = [
+            b
+            for b in cls.__mro__
+            if b.__module__ == "builtins" and b not in (Exception, BaseException, object)
+        ]
         assert builtin, name
 
 

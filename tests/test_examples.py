@@ -4,6 +4,7 @@ Each example names its streams ``ex-<its pid>-...``, so the segments it could
 leave behind are ``/dev/shm/shmstream-ex-<pid>-*``: this is checked without
 being confused by other processes using /dev/shm at the same time.
 """
+
 from __future__ import annotations
 
 import os
@@ -83,4 +84,3 @@ def test_example_runs_prints_summary_and_cleans_up(example):
     finally:
         for leftover in _leftovers(proc.pid):  # never leave them for the next run
             os.unlink(os.path.join(SHM_DIR, leftover))
-

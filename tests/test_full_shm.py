@@ -4,6 +4,7 @@ later write, and a failed create leaves nothing behind.
 Each test runs a child in a private mount namespace (``unshare -m``) whose
 /dev/shm is a small fresh tmpfs, so the real /dev/shm is never filled.
 """
+
 from __future__ import annotations
 
 import pytest

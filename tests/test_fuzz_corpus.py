@@ -10,6 +10,7 @@ the library's documented errors through). Every segment is named with the
 test's own tag and removed afterwards. tests/fuzz/README.md has the
 campaigns.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -24,8 +25,13 @@ import support
 
 FUZZ = os.path.join(support.ROOT, "tests", "fuzz")
 C_HARNESSES = ("fuzz_header", "fuzz_open", "fuzz_ring", "fuzz_history", "fuzz_live")
-PY_HARNESSES = ("fuzz_py_open", "fuzz_py_stat", "fuzz_py_recv", "fuzz_py_shared_array",
-                "fuzz_py_loader")
+PY_HARNESSES = (
+    "fuzz_py_open",
+    "fuzz_py_stat",
+    "fuzz_py_recv",
+    "fuzz_py_shared_array",
+    "fuzz_py_loader",
+)
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 
 
@@ -50,12 +56,23 @@ def _sanitizers_link(tmp: str) -> bool:
 @pytest.fixture(scope="module")
 def replayers(tmp_path_factory) -> dict[str, str]:
     d = str(tmp_path_factory.mktemp("fuzz"))
-    flags = ("-O1", "-g", "-I", os.path.join(support.ROOT, "src", "core"),
-             *(SANITIZE if _sanitizers_link(d) else ()))
+    flags = (
+        "-O1",
+        "-g",
+        "-I",
+        os.path.join(support.ROOT, "src", "core"),
+        *(SANITIZE if _sanitizers_link(d) else ()),
+    )
     with concurrent.futures.ThreadPoolExecutor(len(C_HARNESSES)) as ex:
-        jobs = {h: ex.submit(support.compile_c, os.path.join(d, h),
-                             ["tests/fuzz/replay_main.c", f"tests/fuzz/{h}.c"], flags=flags)
-                for h in C_HARNESSES}
+        jobs = {
+            h: ex.submit(
+                support.compile_c,
+                os.path.join(d, h),
+                ["tests/fuzz/replay_main.c", f"tests/fuzz/{h}.c"],
+                flags=flags,
+            )
+            for h in C_HARNESSES
+        }
         return {h: job.result() for h, job in jobs.items()}
 
 
@@ -72,13 +89,20 @@ def test_c_corpus_replays(harness: str, replayers: dict[str, str], name: str) ->
     assert files, f"tests/fuzz/corpus/{harness} is empty: run tests/fuzz/make_seeds.py"
     env = dict(os.environ, SS_FUZZ_TAG=name)
     try:
-        proc = subprocess.run([replayers[harness], *files], capture_output=True, text=True,
-                              env=env, timeout=120, check=False)
+        proc = subprocess.run(
+            [replayers[harness], *files],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
     finally:
         left = _remove_tagged(name)
     assert proc.returncode == 0, (
         f"{harness} failed on {proc.stderr.strip().splitlines()[-1:]} "
-        f"(exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        f"(exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    )
     assert f"replayed {len(files)} inputs" in proc.stdout
     assert not left, f"{harness} left segments behind: {left}"
 
@@ -99,8 +123,9 @@ def test_python_corpus_replays(harness: str, name: str, monkeypatch) -> None:
             try:
                 module.test_one_input(data)
             except BaseException as exc:
-                raise AssertionError(f"{harness} on {os.path.relpath(path, FUZZ)}: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+                raise AssertionError(
+                    f"{harness} on {os.path.relpath(path, FUZZ)}: {type(exc).__name__}: {exc}"
+                ) from exc
     finally:
         left = _remove_tagged(name)
     assert not left, f"{harness} left segments behind: {left}"

@@ -4,6 +4,7 @@ Without CUDA support every GPU request fails at once with a clear
 RuntimeError and leaves nothing behind. The tests marked ``gpu`` need a
 CUDA device and torch; they are skipped elsewhere.
 """
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ use the CPU mirror or raise an error that names gpu_device.
 A GPU stream's segment is made here through the core binding with the GPU
 flags (no device buffer behind it), which is all these handles touch.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -57,8 +58,13 @@ def test_a_performance_mode_stream_without_gpu_device_gives_metadata_and_the_loc
     assert h.shape == (2, 3) and h.count == 0 and "gpu_enabled:  True" in h.describe()
     with h.locked():
         pass
-    for call in (h.read, h.read_publication, lambda: h.read_new(timeout=0.01),
-                 lambda: h.write(np.zeros((2, 3))), h.clear):
+    for call in (
+        h.read,
+        h.read_publication,
+        lambda: h.read_new(timeout=0.01),
+        lambda: h.write(np.zeros((2, 3))),
+        h.clear,
+    ):
         with pytest.raises(RuntimeError, match="gpu_device="):
             call()
     with pytest.raises(RuntimeError, match="gpu_device="):
@@ -95,6 +101,7 @@ def test_a_performance_mode_segment_has_no_cpu_slot(name):
     layout = _native.layout()
     assert layout["gpu"] == (1456, 512)
     import os
+
     size = os.stat("/dev/shm" + seg.segname).st_size
     assert size == _native.HEADER_BYTES
 

@@ -8,6 +8,7 @@ The attachment rule for handles without a device is tested on CPU in
 test_gpu_attach_rule.py, and the plumbing through a fake driver in
 test_gpu_fake.py.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -23,7 +24,9 @@ import shmstream
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not shmstream.gpu_available(), reason="no CUDA device (gpu_available() is False)"),
+    pytest.mark.skipif(
+        not shmstream.gpu_available(), reason="no CUDA device (gpu_available() is False)"
+    ),
 ]
 
 MODES = [pytest.param(False, id="performance"), pytest.param(True, id="cpu_mirror")]

@@ -7,6 +7,7 @@ interpreters with SHMSTREAM_LIBCUDA pointing at it. They prove the plumbing,
 not CUDA: ordering, IPC lifetime and speed are checked by tests/test_gpu_device.py
 on a real device (marked ``gpu``).
 """
+
 from __future__ import annotations
 
 import glob
@@ -45,7 +46,11 @@ def run(fake_driver: str, body: str) -> str:
     script += "\nfinally:\n    shmstream.unlink(NAME)\n"
     env = dict(os.environ, SHMSTREAM_LIBCUDA=fake_driver)
     proc = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -59,7 +64,9 @@ def test_a_fake_driver_makes_gpu_available(fake_driver):
 
 @pytest.mark.parametrize("mirror", [False, True])
 def test_write_then_read_round_trips_through_the_device_buffer(fake_driver, mirror):
-    run(fake_driver, f"""
+    run(
+        fake_driver,
+        f"""
         h = shmstream.create(NAME, shape=(3, 4), gpu_device="cuda:0", cpu_mirror={mirror})
         assert h.gpu_device == "cuda:0" and h.cpu_mirror is {mirror}
         x = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -75,22 +82,28 @@ def test_write_then_read_round_trips_through_the_device_buffer(fake_driver, mirr
         assert torch is None or not torch.cuda.is_available()
         from shmstream.gpu import device as _gpu
         assert _gpu.cuda_torch() is None
-    """)
+    """,
+    )
 
 
 def test_a_numpy_write_and_cpu_streams_do_not_import_torch(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(2,), gpu_device="cuda:0")
         h.write(np.ones(2, np.float32))
         c = shmstream.create(NAME + "-cpu", shape=(2,))
         c.write(np.ones(2)); c.read(); c.unlink()
         assert "torch" not in sys.modules
-    """)
+    """,
+    )
 
 
 def test_a_cpu_torch_tensor_writes_and_a_cpu_only_torch_gives_cuda_arrays(fake_driver):
     pytest.importorskip("torch")
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         import torch
         if torch.cuda.is_available():
             sys.exit(0)  # a real CUDA torch: covered by the gpu-marked tests
@@ -99,12 +112,15 @@ def test_a_cpu_torch_tensor_writes_and_a_cpu_only_torch_gives_cuda_arrays(fake_d
         r = h.read()
         assert type(r).__name__ == "CudaArray" and r.get().tolist() == [0.0, 1.0, 2.0]
         assert shmstream.open(NAME, gpu_device=False).read().tolist() == [0.0, 1.0, 2.0]
-    """)
+    """,
+    )
 
 
 def test_a_gpu_handle_honours_casting_for_numpy_values(fake_driver):
     # the CPU handle's strict casting, through the same check (issue 23)
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(2,), dtype=np.int32, gpu_device="cuda:0",
                              cpu_mirror=True)
         big = np.array([2**40, 1], dtype=np.int64)
@@ -122,12 +138,15 @@ def test_a_gpu_handle_honours_casting_for_numpy_values(fake_driver):
         h.casting = "unsafe"  # the default converts as np.asarray does
         h.write(big)
         assert h.read().get().tolist() == np.asarray(big, np.int32).tolist()
-    """)
+    """,
+    )
 
 
 def test_a_gpu_handle_honours_casting_for_torch_tensors(fake_driver):
     pytest.importorskip("torch")
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         import torch
         if torch.cuda.is_available():
             sys.exit(0)  # a real CUDA torch: covered by the gpu-marked tests
@@ -147,11 +166,14 @@ def test_a_gpu_handle_honours_casting_for_torch_tensors(fake_driver):
         h.write(wide[:1].repeat(2))
         h.write(torch.tensor([3.0, 4.0], dtype=torch.float32))  # same dtype: no cast
         assert h.read().get().tolist() == [3.0, 4.0] and h.count == 2
-    """)
+    """,
+    )
 
 
 def test_every_supported_dtype_round_trips(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         for i, dt in enumerate(sorted(shmstream.GPU_SUPPORTED_DTYPES, key=str)):
             name = f"{NAME}-{i}"
             h = shmstream.create(name, shape=(5,), dtype=dt, gpu_device=0)
@@ -161,11 +183,14 @@ def test_every_supported_dtype_round_trips(fake_driver):
                 assert (h.read().get() == x).all(), dt
             finally:
                 h.unlink()
-    """)
+    """,
+    )
 
 
 def test_publication_crosses_processes(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         import subprocess
         h = shmstream.create(NAME, shape=(4,), dtype=np.int64, gpu_device="cuda:0")
         child = (
@@ -177,11 +202,14 @@ def test_publication_crosses_processes(fake_driver):
         subprocess.run([sys.executable, "-c", child], check=True)
         assert h.count == 1 and h.frame_id == 5
         assert h.read().get().tolist() == [1, 2, 3, 4]
-    """)
+    """,
+    )
 
 
 def test_slots_alternate_so_the_published_frame_is_never_the_one_being_written(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(2,), dtype=np.int32, gpu_device="cuda:0")
         ptrs = set()
         for i in range(1, 5):
@@ -189,22 +217,28 @@ def test_slots_alternate_so_the_published_frame_is_never_the_one_being_written(f
             ptrs.add(h._gs.published_ptr())
             assert h.read().get().tolist() == [i, -i]
         assert len(ptrs) == 2
-    """)
+    """,
+    )
 
 
 def test_write_view_starts_from_the_current_payload_and_publishes(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(3,), dtype=np.float64, gpu_device="cuda:0")
         h.write(np.array([1.0, 2.0, 3.0]))
         with h.write_view(frame_id=4) as view:
             assert (view.get() == [1.0, 2.0, 3.0]).all()
         assert h.count == 2 and h.frame_id == 4
         assert h.read().get().tolist() == [1.0, 2.0, 3.0]
-    """)
+    """,
+    )
 
 
 def test_an_aborted_write_view_leaves_the_stream_inconsistent_until_the_next_write(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(2,), gpu_device="cuda:0")
         try:
             with h.write_view():
@@ -218,11 +252,14 @@ def test_an_aborted_write_view_leaves_the_stream_inconsistent_until_the_next_wri
             pass
         h.write(np.ones(2, np.float32))
         assert h.read().get().tolist() == [1.0, 1.0]
-    """)
+    """,
+    )
 
 
 def test_clear_zeroes_the_device_buffer_and_the_mirror(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(3,), gpu_device="cuda:0", cpu_mirror=True)
         h.write(np.full(3, 7, np.float32))
         cpu = shmstream.open(NAME, gpu_device=False)
@@ -230,11 +267,14 @@ def test_clear_zeroes_the_device_buffer_and_the_mirror(fake_driver):
         h.clear()
         assert h.read().get().tolist() == [0.0, 0.0, 0.0]
         assert cpu.read().tolist() == [0.0, 0.0, 0.0] and h.count == 2
-    """)
+    """,
+    )
 
 
 def test_compatibility_mode_keeps_the_mirror_readable_by_cpu_only_handles(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(2, 2), gpu_device="cuda:0", cpu_mirror=True)
         cpu = shmstream.open(NAME, gpu_device=False)
         assert cpu.gpu_device is None and cpu.cpu_mirror
@@ -245,11 +285,14 @@ def test_compatibility_mode_keeps_the_mirror_readable_by_cpu_only_handles(fake_d
             raise AssertionError("a CPU-only handle wrote to a GPU stream")
         except RuntimeError as exc:
             assert "gpu_device" in str(exc)
-    """)
+    """,
+    )
 
 
 def test_read_new_waits_for_a_newer_publication(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         import threading
         h = shmstream.create(NAME, shape=(1,), dtype=np.int32, gpu_device="cuda:0")
         r = shmstream.open(NAME, gpu_device="cuda:0")
@@ -262,21 +305,27 @@ def test_read_new_waits_for_a_newer_publication(fake_driver):
         t.start()
         assert r.read_new(timeout=5).get().tolist() == [42]
         t.join()
-    """)
+    """,
+    )
 
 
 def test_pinned_buffer_writes(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(4,), dtype=np.uint16, gpu_device="cuda:0")
         buf = h.pinned_buffer()
         buf[:] = [1, 2, 3, 4]
         h.write(buf)
         assert h.read().get().tolist() == [1, 2, 3, 4]
-    """)
+    """,
+    )
 
 
 def test_a_dead_creator_makes_payload_reads_fail_clearly(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         import subprocess
         child = (
             "import shmstream, numpy as np\\n"
@@ -293,20 +342,26 @@ def test_a_dead_creator_makes_payload_reads_fail_clearly(fake_driver):
         cpu = shmstream.open(NAME)          # cannot attach: falls back to the mirror
         assert cpu.gpu_device is None
         assert cpu.count == 1 and cpu.read().tolist() == [5.0, 6.0]
-    """)
+    """,
+    )
 
 
 def test_open_without_gpu_device_attaches_where_cuda_works(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         h = shmstream.create(NAME, shape=(2,), gpu_device="cuda:0")
         h.write(np.array([1, 2], np.float32))
         r = shmstream.open(NAME)
         assert r.gpu_device == "cuda:0" and r.read().get().tolist() == [1.0, 2.0]
-    """)
+    """,
+    )
 
 
 def test_device_mismatch_and_bad_dtype_are_clear_errors(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         try:
             shmstream.create(NAME, shape=(2,), gpu_device="cuda:3")
             raise AssertionError
@@ -328,11 +383,14 @@ def test_device_mismatch_and_bad_dtype_are_clear_errors(fake_driver):
             raise AssertionError
         except FileExistsError as exc:
             assert "already exists" in str(exc)
-    """)
+    """,
+    )
 
 
 def test_a_gpu_segment_has_two_slot_seqlocks_and_the_mirror_two_cpu_slots(fake_driver):
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         from shmstream import _native
         h = shmstream.create(NAME, shape=(4,), gpu_device="cuda:0", cpu_mirror=True)
         p = shmstream.create(NAME + "-p", shape=(4,), gpu_device="cuda:0")
@@ -359,13 +417,16 @@ def test_a_gpu_segment_has_two_slot_seqlocks_and_the_mirror_two_cpu_slots(fake_d
             del seg, pseg
         finally:
             p.unlink()
-    """)
+    """,
+    )
 
 
 def test_reads_racing_a_writer_in_another_process_are_never_torn(fake_driver):
     # The fake driver copies on the calling thread, so the writer's copy and
     # the reader's copy really overlap; the slot seqlocks must catch it.
-    run(fake_driver, """
+    run(
+        fake_driver,
+        """
         import subprocess, time
         n = 1 << 18
         h = shmstream.create(NAME, shape=(n,), dtype=np.int32, gpu_device="cuda:0",
@@ -393,13 +454,16 @@ def test_reads_racing_a_writer_in_another_process_are_never_torn(fake_driver):
         finally:
             proc.wait()
         assert proc.returncode == 0 and reads > 0 and h.count > 1
-    """)
+    """,
+    )
 
 
 def test_a_gpu_stream_is_recorded_through_its_cpu_mirror_and_one_without_is_refused(
     fake_driver, tmp_path
 ):
-    run(fake_driver, f"""
+    run(
+        fake_driver,
+        f"""
         import math
         h = shmstream.create(NAME, shape=(2, 3), gpu_device="cuda:0", cpu_mirror=True)
         for k in range(1, 4):
@@ -428,14 +492,17 @@ def test_a_gpu_stream_is_recorded_through_its_cpu_mirror_and_one_without_is_refu
                     assert "cpu_mirror=True" in str(exc), exc
         finally:
             bare.unlink()
-    """)
+    """,
+    )
 
 
 @pytest.mark.parametrize("mirror", [False, True])
 def test_write_publishes_an_explicit_count_and_write_time_like_a_cpu_stream(fake_driver, mirror):
     # A mirror or a replay writes a GPU stream with the source's metadata,
     # from the host (write_host) or the device (write), as on the CPU.
-    run(fake_driver, f"""
+    run(
+        fake_driver,
+        f"""
         h = shmstream.create(NAME, shape=(2, 3), gpu_device="cuda:0", cpu_mirror={mirror})
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
         h.write(x, frame_id=4, count=5, write_time_ns=1_500_000_000)
@@ -465,4 +532,5 @@ def test_write_publishes_an_explicit_count_and_write_time_like_a_cpu_stream(fake
             else:
                 raise AssertionError(f"{{kw}} was accepted")
         assert h.count == 10
-    """)
+    """,
+    )

@@ -6,6 +6,7 @@ Specification: /work/shared/PYSHMEM_API.md, "SharedMemory handle".
 Locking is in test_locking.py, crashes in test_crash.py, misuse in
 test_bad_input.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -276,7 +277,9 @@ def test_wait_for_count_wakes_on_a_write_from_another_process(shm, spawn, ctx):
     go = ctx.Event()
     child = spawn(child_write_when_told, shm.name, go, 1.0)
     result = {}
-    t = threading.Thread(target=lambda: result.setdefault("c", shm.wait_for_count(after=0, timeout=WAIT)))
+    t = threading.Thread(
+        target=lambda: result.setdefault("c", shm.wait_for_count(after=0, timeout=WAIT))
+    )
     t.start()
     support.wait_for_waiter(shm.name)
     go.set()
@@ -472,7 +475,9 @@ def test_write_view_that_raises_propagates_and_leaves_the_stream_invalid(shm, ot
     assert np.array_equal(other.read(timeout=0.1), frame(2))
 
 
-@pytest.mark.parametrize("wait", ["read_new", "wait_for_count", "read_after", "read_new_publication"])
+@pytest.mark.parametrize(
+    "wait", ["read_new", "wait_for_count", "read_after", "read_new_publication"]
+)
 def test_a_blocking_read_on_an_aborted_stream_raises_at_once_instead_of_waiting(shm, other, wait):
     with pytest.raises(ValueError):
         with shm.write_view():
@@ -773,8 +778,18 @@ def test_describe_is_a_multiline_summary_with_padded_labels(shm):
     assert isinstance(text, str) and "\n" in text
     assert shm.name in text
     for label in (
-        "name:", "shape:", "dtype:", "size:", "gpu_enabled:", "gpu_device:",
-        "cpu_mirror:", "count:", "write_time:", "write_seq:", "owner:", "notify:",
+        "name:",
+        "shape:",
+        "dtype:",
+        "size:",
+        "gpu_enabled:",
+        "gpu_device:",
+        "cpu_mirror:",
+        "count:",
+        "write_time:",
+        "write_seq:",
+        "owner:",
+        "notify:",
     ):
         assert re.search(rf"^{re.escape(label)}", text, re.M), label
     assert "count:        1" in text
@@ -953,8 +968,14 @@ def test_read_new_async_waits_without_blocking_the_loop(name):
 @pytest.mark.parametrize("notify", [False, True])
 @pytest.mark.parametrize(
     "call",
-    ["read_new", "read_new_publication", "read_after", "read_after_publication",
-     "wait_for_count", "read_new_async"],
+    [
+        "read_new",
+        "read_new_publication",
+        "read_after",
+        "read_after_publication",
+        "wait_for_count",
+        "read_new_async",
+    ],
 )
 def test_close_wakes_every_kind_of_blocking_read(name, call, notify):
     s = shmstream.create(name, shape=(1,), notify=notify)

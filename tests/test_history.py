@@ -6,6 +6,7 @@ A writer that dies mid-write is covered in tests/test_crash_points.py (a
 history writer killed at every crash point: the abandoned frame never
 appears in the history, the rest stays whole).
 """
+
 from __future__ import annotations
 
 import threading
@@ -190,7 +191,11 @@ def test_iter_since_yields_every_frame_with_what_was_lost_before_it(hist):
         write(hist, k, count=k)
     pubs = list(hist.iter_since(0, timeout=0))
     assert [(p.count, p.frame_id, p.missed_publications) for p in pubs] == [
-        (1, 1001, 0), (2, 1002, 0), (4, 1004, 1), (5, 1005, 0)]
+        (1, 1001, 0),
+        (2, 1002, 0),
+        (4, 1004, 1),
+        (5, 1005, 0),
+    ]
     assert all(np.unique(p.payload).tolist() == [p.count] for p in pubs)
 
 
@@ -262,9 +267,7 @@ def child_writer_at_full_speed(stream_name, n):
     h.close()
 
 
-def test_a_reader_racing_a_full_speed_writer_gets_whole_frames_and_exact_miss_counts(
-    name, spawn
-):
+def test_a_reader_racing_a_full_speed_writer_gets_whole_frames_and_exact_miss_counts(name, spawn):
     n = 20000
     h = shmstream.create(name, shape=(256, 64), dtype=np.int64, history=16)
     try:
@@ -305,13 +308,16 @@ def test_history_shows_in_stat_describe_and_the_config(hist, name):
         again.close()
 
 
-@pytest.mark.parametrize("bad,error,match", [
-    (-1, ValueError, "history must be >= 0"),
-    (_native.MAX_HISTORY + 1, ValueError, "history must be 0 to"),
-    (1.5, TypeError, "history must be an integer"),
-    (True, TypeError, "history must be an integer"),
-    ("4", TypeError, "history must be an integer"),
-])
+@pytest.mark.parametrize(
+    "bad,error,match",
+    [
+        (-1, ValueError, "history must be >= 0"),
+        (_native.MAX_HISTORY + 1, ValueError, "history must be 0 to"),
+        (1.5, TypeError, "history must be an integer"),
+        (True, TypeError, "history must be an integer"),
+        ("4", TypeError, "history must be an integer"),
+    ],
+)
 def test_a_bad_history_is_refused(name, bad, error, match):
     with pytest.raises(error, match=match):
         shmstream.create(name, shape=SHAPE, history=bad)
@@ -324,15 +330,18 @@ def test_history_with_slots_or_on_a_gpu_stream_is_refused(name):
         shmstream.create(name, shape=SHAPE, history=4, gpu_device="cuda:0")
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"count": -1}, ValueError, "count must be in"),
-    ({"count": "3"}, TypeError, "count must be an integer"),
-    ({"max_frames": 0}, ValueError, "max_frames must be >= 1"),
-    ({"timeout": -1}, ValueError, "timeout must be >= 0"),
-    ({"out": np.zeros((2, 3), np.int64)}, ValueError, "out has shape"),
-    ({"out": np.zeros((2, *SHAPE), np.int32)}, ValueError, "out has shape"),
-    ({"out": [1, 2]}, TypeError, "out must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"count": -1}, ValueError, "count must be in"),
+        ({"count": "3"}, TypeError, "count must be an integer"),
+        ({"max_frames": 0}, ValueError, "max_frames must be >= 1"),
+        ({"timeout": -1}, ValueError, "timeout must be >= 0"),
+        ({"out": np.zeros((2, 3), np.int64)}, ValueError, "out has shape"),
+        ({"out": np.zeros((2, *SHAPE), np.int32)}, ValueError, "out has shape"),
+        ({"out": [1, 2]}, TypeError, "out must be"),
+    ],
+)
 def test_bad_read_since_arguments_are_refused(hist, kwargs, error, match):
     write(hist, 1)
     with pytest.raises(error, match=match):
@@ -362,8 +371,9 @@ def test_a_history_header_that_does_not_add_up_is_refused_as_corrupt(name, how):
     elif how == "slot count":
         support.patch_bytes(path, support.field("slot_count")[0], (4).to_bytes(4, "little"))
     elif how == "history too deep":
-        support.patch_bytes(path, support.field("history")[0],
-                            (_native.MAX_HISTORY + 1).to_bytes(4, "little"))
+        support.patch_bytes(
+            path, support.field("history")[0], (_native.MAX_HISTORY + 1).to_bytes(4, "little")
+        )
     else:
         import os
 

@@ -10,6 +10,7 @@ CorruptStreamError for every later call. The handle under attack runs in a
 child process, so a regression shows as a failed child (its exit code),
 not as a dead test runner.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,8 +75,7 @@ def _read_after_rewrite(name, opened, rewritten):
 
 
 @pytest.mark.parametrize("field,value", _cases(REWRITES))
-def test_a_header_rewritten_after_open_changes_nothing_a_reader_touches(name, spawn, field,
-                                                                         value):
+def test_a_header_rewritten_after_open_changes_nothing_a_reader_touches(name, spawn, field, value):
     w = shmstream.create(name, shape=(N,), dtype=np.float32)
     try:
         w.write(_frame(1))
@@ -90,8 +90,11 @@ def test_a_header_rewritten_after_open_changes_nothing_a_reader_touches(name, sp
 
 
 #: The rewrites that move or resize memory: a writer refuses them.
-SIZING = [(f, v) for f, v in REWRITES if f in ("payload_bytes", "slot_count", "slot_stride", "ndim",
-                                               "payload_offset")]
+SIZING = [
+    (f, v)
+    for f, v in REWRITES
+    if f in ("payload_bytes", "slot_count", "slot_stride", "ndim", "payload_offset")
+]
 #: The rewrites that only describe the bytes: the handle's copy rules.
 DESCRIBING = [(f, v) for f, v in REWRITES if (f, v) not in SIZING]
 
@@ -206,8 +209,7 @@ def _read_after_truncate(name, opened, truncated, kind):
 
 @pytest.mark.parametrize("size", [4096, 0], ids=["to-header", "to-zero"])
 @pytest.mark.parametrize("kind", ["reader", "writer"])
-def test_a_stream_file_truncated_under_a_handle_is_a_corrupt_stream_error(name, spawn, kind,
-                                                                          size):
+def test_a_stream_file_truncated_under_a_handle_is_a_corrupt_stream_error(name, spawn, kind, size):
     big = 256 * 1024  # float32 items: a megabyte, many pages past the header
     w = shmstream.create(name, shape=(big,), dtype=np.float32)
     try:
@@ -261,10 +263,14 @@ _FAULT_OUTSIDE = textwrap.dedent(
 
 
 @pytest.mark.parametrize("before", ["default", "faulthandler"])
-def test_a_bus_error_outside_our_mappings_still_reaches_the_previous_handler(make_name,
-                                                                            before):
-    proc = subprocess.run([sys.executable, "-c", _FAULT_OUTSIDE, before, make_name()],
-                          capture_output=True, text=True, timeout=support.WAIT, check=False)
+def test_a_bus_error_outside_our_mappings_still_reaches_the_previous_handler(make_name, before):
+    proc = subprocess.run(
+        [sys.executable, "-c", _FAULT_OUTSIDE, before, make_name()],
+        capture_output=True,
+        text=True,
+        timeout=support.WAIT,
+        check=False,
+    )
     assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stderr)
     assert "touching" in proc.stdout and "survived" not in proc.stdout
     if before == "faulthandler":
@@ -285,8 +291,7 @@ def test_a_dtype_that_contradicts_the_itemsize_is_refused_at_open(name):
 
 def test_a_dtype_description_that_is_not_utf8_is_a_clear_error(name):
     with shmstream.stream(name, shape=(N,), dtype=np.float32):
-        support.patch_identity(support.segment_path(name), support.field("dtype")[0],
-                               b"<\xff4\0")
+        support.patch_identity(support.segment_path(name), support.field("dtype")[0], b"<\xff4\0")
         with pytest.raises(ValueError, match="not one shmstream writes"):
             shmstream.open(name)
 
@@ -294,8 +299,9 @@ def test_a_dtype_description_that_is_not_utf8_is_a_clear_error(name):
 def test_an_unknown_frame_state_is_reported_as_corrupt_not_aborted(name):
     with shmstream.stream(name, shape=(N,), dtype=np.float32) as s:
         s.write(_frame(1))
-        support.patch_bytes(support.segment_path(name), support.field("state")[0],
-                            (77).to_bytes(4, "little"))
+        support.patch_bytes(
+            support.segment_path(name), support.field("state")[0], (77).to_bytes(4, "little")
+        )
         with pytest.raises(shmstream.CorruptStreamError, match="frame state 77"):
             s.read()
 
@@ -368,8 +374,11 @@ def test_opening_a_name_whose_entry_is_a_fifo_or_link_fails_at_once(name, plant,
         os.mkfifo(path)
     else:
         os.symlink(tmp_path / "elsewhere", path)
-    for call in (lambda: shmstream.open(name), lambda: shmstream.open(name, readonly=True),
-                 lambda: shmstream.open_channel(name)):
+    for call in (
+        lambda: shmstream.open(name),
+        lambda: shmstream.open(name, readonly=True),
+        lambda: shmstream.open_channel(name),
+    ):
         with pytest.raises(OSError, match=r"remove it with shmstream.unlink"):
             call()
     shmstream.unlink(name)

@@ -2,6 +2,7 @@
 imports inside functions included), no circle of calls among the C core's
 files, benchmarks that use the library only through its public names, and
 no source file (library or benchmark) so long that it holds several jobs."""
+
 from __future__ import annotations
 
 import ast
@@ -28,7 +29,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         stack.append(u)
         for v in sorted(edges[u]):
             if color.get(v) == 1:
-                found.append([*stack[stack.index(v):], v])
+                found.append([*stack[stack.index(v) :], v])
             elif not color.get(v):
                 visit(v)
         stack.pop()
@@ -146,8 +147,12 @@ def _private_reach_ins() -> list[str]:
                     elif _is_private(a.name) and target != mod:
                         found.append(f"{mod}:{node.lineno} imports {a.name} from {target}")
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and _is_private(node.attr)
-                    and isinstance(node.value, ast.Name) and node.value.id in bound):
+            if (
+                isinstance(node, ast.Attribute)
+                and _is_private(node.attr)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+            ):
                 owner = bound[node.value.id]
                 if f"{owner}.{node.attr}" not in modules and owner != mod:
                     found.append(f"{mod}:{node.lineno} uses {owner}.{node.attr}")
@@ -158,7 +163,8 @@ def test_the_private_name_rule_sees_a_reach_in(tmp_path, monkeypatch):
     (tmp_path / "shmstream").mkdir()
     (tmp_path / "shmstream" / "a.py").write_text("def _helper():\n    pass\n")
     (tmp_path / "shmstream" / "b.py").write_text(
-        "from .a import _helper\nfrom . import a\na._helper()\n")
+        "from .a import _helper\nfrom . import a\na._helper()\n"
+    )
     monkeypatch.setattr(__import__(__name__), "PKG", tmp_path / "shmstream")
     found = _private_reach_ins()
     assert len(found) == 2, found
@@ -173,10 +179,12 @@ def _private_uses(path: Path) -> list[tuple[int, str]]:
     """(line, name) of each name of shmstream's that starts with "_" which
     ``path`` imports or reaches by attribute (``shmstream.bridge._session``,
     ``from shmstream import _direct``, ``from shmstream.x import _helper``)."""
+
     def private(dotted: str) -> bool:
         parts = dotted.split(".")
         return parts[0] == "shmstream" and any(
-            p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts)
+            p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts
+        )
 
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -202,19 +210,27 @@ def test_benchmarks_use_only_the_public_api():
     # private name they need is a public hook the library is missing.
     paths = sorted(BENCH.rglob("*.py"))
     assert paths, "benchmarks/ has no Python files"
-    uses = [f"{p.relative_to(ROOT)}:{line}: {name}" for p in paths
-            for line, name in _private_uses(p)]
+    uses = [
+        f"{p.relative_to(ROOT)}:{line}: {name}" for p in paths for line, name in _private_uses(p)
+    ]
     assert not uses, "benchmarks reach into private names: " + "; ".join(uses)
 
 
 def test_the_private_name_check_finds_each_way_in(tmp_path):
     f = tmp_path / "b.py"
-    f.write_text("import shmstream._direct\nfrom shmstream.bridge._session import make_config\n"
-                 "from shmstream.loader import _pool\nimport shmstream\nshmstream._native.x\n"
-                 "from shmstream import stream, __version__\nfrom . import _common\n")
+    f.write_text(
+        "import shmstream._direct\nfrom shmstream.bridge._session import make_config\n"
+        "from shmstream.loader import _pool\nimport shmstream\nshmstream._native.x\n"
+        "from shmstream import stream, __version__\nfrom . import _common\n"
+    )
     assert {name for _, name in _private_uses(f)} == {
-        "shmstream._direct", "shmstream.bridge._session", "shmstream.bridge._session.make_config",
-        "shmstream.loader._pool", "shmstream._native", "shmstream._native.x"}
+        "shmstream._direct",
+        "shmstream.bridge._session",
+        "shmstream.bridge._session.make_config",
+        "shmstream.loader._pool",
+        "shmstream._native",
+        "shmstream._native.x",
+    }
 
 
 # ---- C ------------------------------------------------------------------------------
@@ -261,8 +277,15 @@ def test_the_robust_mutex_knows_nothing_about_streams():
 def test_no_source_file_is_over_800_lines():
     long = []
     # benchmarks/ too: benchmark code is code (its recorded results are not)
-    for pattern in ("src/**/*.py", "src/**/*.c", "src/**/*.cpp", "src/**/*.h", "include/*.h",
-                    "benchmarks/**/*.py", "benchmarks/**/*.c"):
+    for pattern in (
+        "src/**/*.py",
+        "src/**/*.c",
+        "src/**/*.cpp",
+        "src/**/*.h",
+        "include/*.h",
+        "benchmarks/**/*.py",
+        "benchmarks/**/*.c",
+    ):
         for path in ROOT.glob(pattern):
             n = len(path.read_text().splitlines())
             if n > MAX_LINES:

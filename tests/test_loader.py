@@ -6,6 +6,7 @@ Each edge case a real loader meets is one test. Workers are real processes
 synchronise on the loader's own batches and on child processes' exits.
 Every test checks that /dev/shm holds no pool root or slot file afterwards.
 """
+
 from __future__ import annotations
 
 import collections
@@ -76,13 +77,16 @@ def states(loader) -> list[int]:
 
 # ---------------------------------------------------------------- basics
 
+
 def test_batches_equal_torchs_and_alias_reused_slots():
     ds = Rows()
     ours = list(DataLoader(ds, batch_size=4, num_workers=2, shm_slots=3))
     ref = list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2))
     assert len(ours) == len(ref) == 16
     for a, b in zip(ours, ref):
-        assert torch.equal(a["x"], b["x"]) and torch.equal(a["i"], b["i"]) and a["name"] == b["name"]
+        assert (
+            torch.equal(a["x"], b["x"]) and torch.equal(a["i"], b["i"]) and a["name"] == b["name"]
+        )
     del ours, ref
 
 
@@ -112,9 +116,20 @@ def test_import_shmstream_does_not_import_torch():
 
 # ---------------------------------------------------------------- dtypes
 
-DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-          torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
-          torch.complex128]
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+]
 
 
 class AllDtypes(torch.utils.data.Dataset):
@@ -145,7 +160,7 @@ def test_every_torch_dtype_scalars_and_empty_tensors(collate):
     got = list(DataLoader(ds, batch_size=4, num_workers=2, **kwargs))
     ref = list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=0, **kwargs))
     for a, b in zip(got, ref):
-        for sa, sb in ([(a, b)] if collate == "default" else zip(a, b)):
+        for sa, sb in [(a, b)] if collate == "default" else zip(a, b):
             assert sa.keys() == sb.keys()
             for k in sa:
                 assert sa[k].dtype == sb[k].dtype and sa[k].shape == sb[k].shape, k
@@ -204,6 +219,7 @@ def test_nested_structures_identity_and_requires_grad():
 
 
 # ------------------------------------------------------------ lifetime
+
 
 def test_in_place_ops_on_a_batch_are_safe():
     ds = Rows(n=64)
@@ -264,6 +280,7 @@ def test_a_batch_bigger_than_its_slot_grows_the_slot():
 
 # ----------------------------------------------------------- early stop
 
+
 def test_break_leaves_nothing_in_dev_shm():
     loader = DataLoader(Rows(), batch_size=4, num_workers=2)
     for b in loader:
@@ -302,6 +319,7 @@ def test_persistent_workers_across_epochs_then_loader_deleted():
 
 
 # ------------------------------------------------------------- failures
+
 
 def no_space_in_worker(worker_id):
     import errno
@@ -346,8 +364,9 @@ def test_after_a_full_dev_shm_a_worker_keeps_reusing_the_slots_that_exist():
     ds = Rows(n=64)
     # One batch in flight: while the loop holds batch k, the worker fills
     # k + 1; the one slot is free again for k + 2 if k + 1 did not use it.
-    loader = DataLoader(ds, batch_size=4, num_workers=1, prefetch_factor=1,
-                        worker_init_fn=space_for_one_slot)
+    loader = DataLoader(
+        ds, batch_size=4, num_workers=1, prefetch_factor=1, worker_init_fn=space_for_one_slot
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         backed = 0
@@ -458,6 +477,7 @@ def test_the_pin_memory_thread_path_builds_the_batch_and_frees_the_slot(monkeypa
 
 # ------------------------------------------- the pool belongs to the loader
 
+
 def test_the_pool_outlives_the_workers_of_each_epoch():
     ds = Rows(n=64)
     loader = DataLoader(ds, batch_size=8, num_workers=2)  # new workers every epoch
@@ -478,12 +498,19 @@ def test_the_pool_outlives_the_workers_of_each_epoch():
     assert s["fallbacks"] == 0 and s["bytes"] == sum(os.stat(f).st_size for f in files[2])
 
 
-@pytest.mark.parametrize("context, persistent", [
-    ("fork", False), ("fork", True), ("spawn", False), ("spawn", True), ("forkserver", False)])
+@pytest.mark.parametrize(
+    "context, persistent",
+    [("fork", False), ("fork", True), ("spawn", False), ("spawn", True), ("forkserver", False)],
+)
 def test_start_methods_and_persistence_reuse_one_pool(context, persistent):
     ds = Rows(n=24)
-    loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=context,
-                        persistent_workers=persistent)
+    loader = DataLoader(
+        ds,
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context=context,
+        persistent_workers=persistent,
+    )
     for _ in range(2):
         got = list(loader)
         assert len(got) == 6 and all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
@@ -537,13 +564,14 @@ def test_in_order_false_and_prefetch_factor():
 
 # ------------------------------------------------ first use of a slot
 
+
 def _rss_kb(path: str) -> int:
     """Resident kB of this process's mapping of ``path`` (/proc/self/smaps)."""
     with open("/proc/self/smaps") as f:
         lines = f.read().splitlines()
     for n, line in enumerate(lines):
         if line.endswith(path):
-            for follow in lines[n + 1:]:
+            for follow in lines[n + 1 :]:
                 if follow.startswith("Rss:"):
                     return int(follow.split()[1])
     raise AssertionError(f"{path} is not mapped")
@@ -586,6 +614,7 @@ def test_the_first_batch_of_a_new_slot_is_stacked_straight_into_it():
 
 # -------------------------------------------------- memory bound, stats
 
+
 def test_over_the_bound_batches_take_torchs_path_counted():
     ds = Rows(n=64, dim=1000)  # 16 KB batches of 4 -> 20 KiB slots
     loader = DataLoader(ds, batch_size=4, num_workers=2, shm_max_bytes=45_000)
@@ -605,9 +634,15 @@ def test_a_zero_bound_sends_every_batch_through_torchs_path():
     loader = DataLoader(ds, batch_size=4, num_workers=2, shm_max_bytes=0)
     got = list(loader)
     assert all(torch.equal(b["x"], ds.data[b["i"]]) and not slot_backed(b["x"]) for b in got)
-    assert loader.stats() == {"slots": 0, "bytes": 0, "max_bytes": 0, "fresh": 0, "reused": 0,
-                              "fallbacks": 4,
-                              "fallback_reasons": {"bound": 4, "busy": 0, "error": 0}}
+    assert loader.stats() == {
+        "slots": 0,
+        "bytes": 0,
+        "max_bytes": 0,
+        "fresh": 0,
+        "reused": 0,
+        "fallbacks": 4,
+        "fallback_reasons": {"bound": 4, "busy": 0, "error": 0},
+    }
     del got
 
 
@@ -629,8 +664,15 @@ def test_growing_batches_under_a_bound_evict_free_slots_and_stay_under_it():
     # One worker, one batch in flight: at most the batch the loop still holds,
     # the one it gets and the one being written. Room for three big slots,
     # not for them and every smaller slot made before.
-    loader = DataLoader(GrowingRows(), batch_size=4, num_workers=1, prefetch_factor=1,
-                        shm_slots=6, collate_fn=grow_collate, shm_max_bytes=3 * big)
+    loader = DataLoader(
+        GrowingRows(),
+        batch_size=4,
+        num_workers=1,
+        prefetch_factor=1,
+        shm_slots=6,
+        collate_fn=grow_collate,
+        shm_max_bytes=3 * big,
+    )
     for _ in range(2):
         for got, want in zip(loader, ref):
             assert torch.equal(got, want) and slot_backed(got)
@@ -665,6 +707,7 @@ def test_a_new_slot_evicts_free_smaller_slots_when_the_bound_needs_their_bytes()
 
 # -------------------------------------------------------------- lifetime
 
+
 def test_the_pool_goes_when_the_loader_is_garbage_collected():
     loader = DataLoader(Rows(), batch_size=4, num_workers=2)
     for b in loader:
@@ -695,17 +738,26 @@ print(loader._shm_pool.token, flush=True)
 
 
 def test_the_pool_goes_at_normal_process_exit():
-    out = subprocess.run([sys.executable, "-c", SCRIPT_EXIT.format(extra=", persistent_workers=True",
-                                                                    end="")],
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT_EXIT.format(extra=", persistent_workers=True", end="")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     token = out.stdout.strip()
     assert len(token) == 16 and not lp.list_slot_files(token)
     assert not os.path.exists(SHM + lp._native.segment_name(lp.root_name(token)))
 
 
 def test_purge_removes_the_pool_of_a_dead_loader_and_keeps_live_ones():
-    out = subprocess.run([sys.executable, "-c", SCRIPT_EXIT.format(extra="", end="os._exit(0)")],
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT_EXIT.format(extra="", end="os._exit(0)")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     dead = out.stdout.strip()
     assert lp.list_slot_files(dead)  # killed: nothing removed its pool
     live = DataLoader(Rows(), batch_size=4, num_workers=1)
@@ -770,6 +822,7 @@ def test_a_slot_bigger_than_dev_shm_is_ENOSPC_at_create_and_leaves_nothing():
 
 
 # ----------------------------------------------- dead workers, dead locks
+
 
 class KillsWhileCollating(dict):
     """A sample whose collation kills the worker (after it took a slot)."""

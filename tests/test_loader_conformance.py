@@ -15,6 +15,7 @@ spawn and forkserver workers can import them. docs/loader.md lists the
 differences that remain (each with its reason); the only one visible here
 is our ShmTransportWarning when /dev/shm is full.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -95,6 +96,7 @@ def exits(workers: list) -> list:
 
 # --------------------------------------------------------- datasets, sampling
 
+
 @scenario
 def map_style(DL: Any) -> Any:
     ds = lc.Rows(10)
@@ -151,19 +153,26 @@ def drop_last(DL: Any) -> Any:
 @scenario
 def shuffle_with_generator(DL: Any) -> Any:
     ds = lc.Rows(10)
-    loader = DL(ds, batch_size=3, shuffle=True, num_workers=2,
-                generator=torch.Generator().manual_seed(7))
+    loader = DL(
+        ds, batch_size=3, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(7)
+    )
     epochs = [drain(iter(loader)) for _ in range(2)]
-    assert epochs[0] == single_process(ds, batch_size=3, shuffle=True,
-                                       generator=torch.Generator().manual_seed(7))
+    assert epochs[0] == single_process(
+        ds, batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(7)
+    )
     assert epochs[0] != epochs[1]  # the generator moved on
     return epochs
 
 
 @scenario
 def worker_init_fn_and_seeds(DL: Any) -> Any:
-    loader = DL(lc.Tagged(6), batch_size=2, num_workers=2, worker_init_fn=lc.tag_worker,
-                generator=torch.Generator().manual_seed(11))
+    loader = DL(
+        lc.Tagged(6),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=lc.tag_worker,
+        generator=torch.Generator().manual_seed(11),
+    )
     got = drain(iter(loader))
     tags = [values(b, "tag") for _, b in got]
     assert tags == [[100, 100], [101, 101], [100, 100]]
@@ -186,8 +195,12 @@ def persistent_workers(DL: Any) -> Any:
     first = drain(it1)
     pids = [w.pid for w in it1._workers]
     it2 = iter(loader)
-    same = (it2 is it1, loader._iterator is it1, [w.pid for w in it2._workers] == pids,
-            all(w.is_alive() for w in it2._workers))
+    same = (
+        it2 is it1,
+        loader._iterator is it1,
+        [w.pid for w in it2._workers] == pids,
+        all(w.is_alive() for w in it2._workers),
+    )
     assert same == (True, True, True, True)
     b = next(it2)  # the rest of this epoch is dropped by the next reset
     again = drain(iter(loader))
@@ -210,11 +223,26 @@ def timeout_not_reached(DL: Any) -> Any:
 def timeout_expires(DL: Any) -> Any:
     ctx = mp.get_context("fork")
     release = ctx.Event()  # sample 0 never comes until set: the timeout must expire
-    it = iter(DL(lc.Blocking(release), batch_size=2, num_workers=1, timeout=0.5,
-                 multiprocessing_context=ctx))
+    it = iter(
+        DL(
+            lc.Blocking(release),
+            batch_size=2,
+            num_workers=1,
+            timeout=0.5,
+            multiprocessing_context=ctx,
+        )
+    )
     got = drain(it, stop_on_error=True)
-    assert got == [("error", ("RuntimeError", "DataLoader timed out after 0.5 seconds",
-                              "DataLoader timed out after 0.5 seconds"))]
+    assert got == [
+        (
+            "error",
+            (
+                "RuntimeError",
+                "DataLoader timed out after 0.5 seconds",
+                "DataLoader timed out after 0.5 seconds",
+            ),
+        )
+    ]
     release.set()
     workers = list(it._workers)
     del it
@@ -225,16 +253,24 @@ def timeout_expires(DL: Any) -> Any:
 def _contexts(DL: Any, method: str) -> Any:
     # forkserver's first worker starts its server too: one worker is enough there
     nw = 1 if method == "forkserver" else 2
-    loader = DL(lc.Tagged(6), batch_size=2, num_workers=nw, worker_init_fn=lc.tag_worker,
-                multiprocessing_context=method, generator=torch.Generator().manual_seed(5))
+    loader = DL(
+        lc.Tagged(6),
+        batch_size=2,
+        num_workers=nw,
+        worker_init_fn=lc.tag_worker,
+        multiprocessing_context=method,
+        generator=torch.Generator().manual_seed(5),
+    )
     it = iter(loader)
     got = drain(it)
     return got, exits(it._workers)
 
 
 for _method in ("fork", "spawn", "forkserver"):
+
     def _ctx(DL: Any, method: str = _method) -> Any:
         return _contexts(DL, method)
+
     _ctx.__name__ = f"multiprocessing_context_{_method}"
     scenario(_ctx)
 
@@ -249,6 +285,7 @@ def in_order_false(DL: Any) -> Any:
 
 
 # ------------------------------------------------------------- what batches hold
+
 
 @scenario
 def collate_fn_returning_no_tensors(DL: Any) -> Any:
@@ -271,10 +308,14 @@ def tensors_aliasing_each_other(DL: Any) -> Any:
 @scenario
 def empty_zero_d_numpy_and_bools(DL: Any) -> Any:
     ds = lc.Odd()
-    got = [drain(iter(DL(ds, batch_size=4, num_workers=2, **kw)))
-           for kw in ({}, {"collate_fn": lc.as_list})]
-    assert got == [single_process(ds, batch_size=4), single_process(ds, batch_size=4,
-                                                                     collate_fn=lc.as_list)]
+    got = [
+        drain(iter(DL(ds, batch_size=4, num_workers=2, **kw)))
+        for kw in ({}, {"collate_fn": lc.as_list})
+    ]
+    assert got == [
+        single_process(ds, batch_size=4),
+        single_process(ds, batch_size=4, collate_fn=lc.as_list),
+    ]
     return got
 
 
@@ -310,13 +351,20 @@ def nested_tensors_without_batching(DL: Any) -> Any:
 
 # ------------------------------------------------------------ failures, stops
 
+
 @scenario
 def a_worker_raises_and_the_epoch_goes_on(DL: Any) -> Any:
     it = iter(DL(lc.Failing(12, bad=(5,)), batch_size=2, num_workers=2))
     got = drain(it)
     good = single_process(lc.Rows(12), batch_size=2)
-    bad = ("error", ("ValueError", "Caught ValueError in DataLoader worker process 0.",
-                     "ValueError: bad sample 5"))
+    bad = (
+        "error",
+        (
+            "ValueError",
+            "Caught ValueError in DataLoader worker process 0.",
+            "ValueError: bad sample 5",
+        ),
+    )
     assert got == [*good[:2], bad, *good[3:]]  # the batches after it come, as torch's do
     return got, exits(it._workers)
 
@@ -327,7 +375,12 @@ def a_worker_raises_with_persistent_workers(DL: Any) -> Any:
     # take its status-check interval (5 s) to exit at shutdown.
     loader = DL(lc.Failing(8, bad=(3,)), batch_size=2, num_workers=1, persistent_workers=True)
     epochs = [drain(iter(loader)) for _ in range(2)]
-    assert epochs[0] == epochs[1] and [k for k, _ in epochs[0]] == ["batch", "error", "batch", "batch"]
+    assert epochs[0] == epochs[1] and [k for k, _ in epochs[0]] == [
+        "batch",
+        "error",
+        "batch",
+        "batch",
+    ]
     workers = list(loader._iterator._workers)
     del loader
     gc.collect()
@@ -342,8 +395,15 @@ def _killed(DL: Any, how: str) -> Any:
     to fetch (torch's path would race with the death there). Torch's SIGCHLD
     handler raises wherever the main thread is when the signal comes: in
     ``next()`` or in the loop's body, both inside the ``try`` below."""
-    it = iter(DL(lc.Failing(6, bad=(2,), how=how), batch_size=2, num_workers=1,
-                 prefetch_factor=1, collate_fn=lc.to_text))
+    it = iter(
+        DL(
+            lc.Failing(6, bad=(2,), how=how),
+            batch_size=2,
+            num_workers=1,
+            prefetch_factor=1,
+            collate_fn=lc.to_text,
+        )
+    )
     got, error = [], None
     while error is None:
         try:
@@ -352,7 +412,7 @@ def _killed(DL: Any, how: str) -> Any:
             # Not the exception itself: its traceback holds the iterator.
             error = (type(exc).__name__, lc.killed_by(exc))
     good = [b for _, b in single_process(lc.Rows(6), batch_size=2, collate_fn=lc.to_text)]
-    assert got == good[:len(got)] and len(got) <= 1  # batch 0, if it came before the signal
+    assert got == good[: len(got)] and len(got) <= 1  # batch 0, if it came before the signal
     workers = list(it._workers)
     # torch's shutdown unregisters the workers' pids from its SIGCHLD
     # handler; done here, not left to garbage collection, so that no later
@@ -411,13 +471,18 @@ def pin_memory_without_an_accelerator(DL: Any) -> Any:
 
 # ------------------------------------------ what code outside torch relies on
 
+
 @scenario
 def the_iterator_is_torchs(DL: Any) -> Any:
     loader = DL(lc.Rows(4), batch_size=2, num_workers=2)
     it = iter(loader)
-    multi = (isinstance(it, _MultiProcessingDataLoaderIter), len(it),
-             sorted(k for k in dir(it) if not k.startswith("_shm")),
-             len(it._workers), [w.is_alive() for w in it._workers])
+    multi = (
+        isinstance(it, _MultiProcessingDataLoaderIter),
+        len(it),
+        sorted(k for k in dir(it) if not k.startswith("_shm")),
+        len(it._workers),
+        [w.is_alive() for w in it._workers],
+    )
     drain(it)
     single = type(iter(DL(lc.Rows(4), batch_size=2))) is _SingleProcessDataLoaderIter
     return multi, single, loader.collate_fn is torch.utils.data.default_collate
@@ -472,8 +537,11 @@ def observe(kind: str, name: str) -> dict[str, Any]:
             "result": result,
             # C++ warnings that torch gives once per process (nested tensors'
             # "prototype stage") come with whichever loader runs first
-            "warnings": [(w.category.__name__, str(w.message)) for w in caught
-                         if "Triggered internally" not in str(w.message)],
+            "warnings": [
+                (w.category.__name__, str(w.message))
+                for w in caught
+                if "Triggered internally" not in str(w.message)
+            ],
         }
     return _results[kind, name]
 
@@ -533,6 +601,8 @@ def test_a_full_dev_shm_gives_torchs_error_and_ours_warns_first(kind: str) -> No
     proc = run_in_private_shm(textwrap.dedent(script), size="1m")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got[0] == ["error", ["OSError", "[Errno 28] No space left on device",
-                                "[Errno 28] No space left on device"]]
+    assert got[0] == [
+        "error",
+        ["OSError", "[Errno 28] No space left on device", "[Errno 28] No space left on device"],
+    ]
     assert got[1] == (["ShmTransportWarning"] if kind == "shmstream" else [])

@@ -3,6 +3,7 @@ processes, readers never blocked by an idle lock holder, locked_many, fork.
 
 Lock takeover from a dead owner is in test_crash.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -339,9 +340,13 @@ def test_locked_many_accepts_duck_typed_handles_in_name_order_and_exits_in_rever
         assert held == tuple(ducks)
         log.append(("body", ""))
     assert log == [
-        ("enter", "a"), ("enter", "b"), ("enter", "c"),
+        ("enter", "a"),
+        ("enter", "b"),
+        ("enter", "c"),
         ("body", ""),
-        ("exit", "c"), ("exit", "b"), ("exit", "a"),
+        ("exit", "c"),
+        ("exit", "b"),
+        ("exit", "a"),
     ]
 
 

@@ -1,6 +1,7 @@
 """C programs that include include/shmstream.h write to and read from
 streams that Python also uses: the header and the core are the ABI, no
 Python involved (examples/c_stream_writer.c, examples/c_stream_reader.c)."""
+
 import os
 import re
 import subprocess
@@ -32,8 +33,7 @@ def c_reader(tmp_path_factory):
 
 def test_c_writer_frames_are_read_whole_by_python(c_writer, name):
     with shmstream.create(name, shape=(64, 32), dtype=np.float32) as reader:
-        result = subprocess.run([c_writer, name, "500"], capture_output=True,
-                                text=True, check=True)
+        result = subprocess.run([c_writer, name, "500"], capture_output=True, text=True, check=True)
         assert "wrote 500 frames" in result.stdout
         pub = reader.read_publication()
         assert pub.count == 500
@@ -66,15 +66,14 @@ def test_python_writes_are_seen_by_the_c_core_layout(c_writer, name):
     shmstream.unlink(name)
 
 
-def test_c_reader_follows_a_python_writer_with_whole_frames_and_exact_miss_counts(
-    c_reader, name
-):
+def test_c_reader_follows_a_python_writer_with_whole_frames_and_exact_miss_counts(c_reader, name):
     # Python writes frames as fast as it can until the C reader has read 50
     # of them; every frame the reader got was whole (else exit 3) and what
     # it skipped is counted exactly: read + missed = counts advanced.
     with shmstream.create(name, shape=(64, 64), dtype=np.float32) as h:
-        reader = subprocess.Popen([c_reader, name, "50"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        reader = subprocess.Popen(
+            [c_reader, name, "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             k = 0
             while reader.poll() is None and k < 10_000_000:

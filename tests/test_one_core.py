@@ -3,6 +3,7 @@ extensions link one shared library (libshmstream.so, installed next to
 them) instead of each carrying a static copy, so the core's process-wide
 state (armed crash points, cached pid, CUDA contexts, the SIGBUS guard
 table) is one state."""
+
 from __future__ import annotations
 
 import glob
@@ -20,8 +21,15 @@ PKG_DIR = os.path.dirname(os.path.abspath(shmstream.__file__))
 EXTENSIONS = sorted(glob.glob(os.path.join(PKG_DIR, "_*.so")))
 LIBRARY = os.path.join(PKG_DIR, "libshmstream.so")
 # Symbols of the core that every build has: segments, the crash points, the clocks.
-CORE_SYMBOLS = {"ss_segment_open", "ss_segment_open_ex", "ss_fault_arm", "ss_monotonic_ns",
-                "ss_proc_alive", "ss_channel_create", "ss_direct_open"}
+CORE_SYMBOLS = {
+    "ss_segment_open",
+    "ss_segment_open_ex",
+    "ss_fault_arm",
+    "ss_monotonic_ns",
+    "ss_proc_alive",
+    "ss_channel_create",
+    "ss_direct_open",
+}
 
 
 def dynamic_symbols(path: str) -> tuple[set[str], set[str]]:
@@ -67,8 +75,11 @@ def test_the_cores_code_is_in_one_file():
     # Works on stripped objects too: a string literal of fault.c is in the
     # one file that carries the core's code, and in no extension.
     marker = b"SHMSTREAM_CRASH_AT"
-    holders = [os.path.basename(p) for p in [LIBRARY, *EXTENSIONS]
-               if marker in pathlib.Path(p).read_bytes()]
+    holders = [
+        os.path.basename(p)
+        for p in [LIBRARY, *EXTENSIONS]
+        if marker in pathlib.Path(p).read_bytes()
+    ]
     assert holders == ["libshmstream.so"]
 
 

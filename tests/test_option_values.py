@@ -3,6 +3,7 @@ new user met with odd values (issue 23): NaN, infinities where they make no
 sense, negatives and zero are refused at once with exit 2 (the CLI) or a
 ValueError (the API) whose message names the option and says what it
 takes. The CLI cases run the real ``shmstream`` command."""
+
 from __future__ import annotations
 
 import subprocess
@@ -45,8 +46,13 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize("args,option", BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])
 def test_a_bad_option_value_exits_2_naming_the_option(args, option):
-    proc = subprocess.run([sys.executable, "-m", "shmstream", *args], capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shmstream", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-500:], proc.stderr[-500:])
     assert f"argument {option}" in proc.stderr, proc.stderr
     assert proc.stdout == "", "the command ran before it refused the option"

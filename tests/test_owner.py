@@ -14,6 +14,7 @@ The other user is ``nobody`` (uid 65534): a segment made here as root is
 handed to it with chown, or made by a child that dropped to it. These tests
 need root; the PID-namespace ones need ``unshare``.
 """
+
 from __future__ import annotations
 
 import glob
@@ -87,8 +88,10 @@ def test_a_stream_of_another_uid_opens_with_allow_owner_as_uid_name_or_collectio
         h.close()
 
 
-@pytest.mark.parametrize("bad, exc", [(True, TypeError), (1.5, TypeError), (-1, ValueError),
-                                      ("no-such-user-xyz", ValueError)])
+@pytest.mark.parametrize(
+    "bad, exc",
+    [(True, TypeError), (1.5, TypeError), (-1, ValueError), ("no-such-user-xyz", ValueError)],
+)
 def test_allow_owner_rejects_what_is_not_a_uid_or_user_name(name, bad, exc):
     h = shmstream.create(name, shape=(1,), dtype=np.int32)
     try:
@@ -133,7 +136,8 @@ def _create_as_other_user(stream_name: str) -> None:
 
 
 def test_a_name_squatted_by_another_user_is_refused_and_stat_says_who_and_that_others_write(
-        name, spawn):
+    name, spawn
+):
     spawn(_create_as_other_user, name).result()
     st = shmstream.stat(name)
     assert st["owner_uid"] == OTHER_UID and st["owner"] == other_user_name()
@@ -159,8 +163,13 @@ def test_the_stat_command_prints_the_owner_and_writable_by_others(name):
     h = shmstream.create(name, shape=(1,), dtype=np.int32, mode=0o666)
     try:
         give_away(name)
-        out = subprocess.run([sys.executable, "-m", "shmstream", "stat", name],
-                             capture_output=True, text=True, timeout=support.WAIT, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "shmstream", "stat", name],
+            capture_output=True,
+            text=True,
+            timeout=support.WAIT,
+            check=True,
+        ).stdout
         assert "owner_uid" in out and str(OTHER_UID) in out
         assert "writable_by_others" in out and "True" in out
     finally:
@@ -225,11 +234,26 @@ def _unshare(code: str) -> subprocess.CompletedProcess:
     """Run python code in a new PID namespace (and /proc), as a child."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) is not installed")
-    cmd = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
-           textwrap.dedent(code)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=support.WAIT * 2,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, check=False)
-    if r.returncode != 0 and ("Operation not permitted" in r.stderr or "unshare failed" in r.stderr):
+    cmd = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        sys.executable,
+        "-c",
+        textwrap.dedent(code),
+    ]
+    r = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=support.WAIT * 2,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    if r.returncode != 0 and (
+        "Operation not permitted" in r.stderr or "unshare failed" in r.stderr
+    ):
         pytest.skip(f"unshare --pid is not permitted here: {r.stderr.strip()[-200:]}")
     return r
 
@@ -261,7 +285,8 @@ def test_opening_from_another_pid_namespace_is_refused_saying_how_to_share_one(n
 
 
 def test_a_channel_made_in_another_pid_namespace_is_shown_and_never_purged_as_abandoned(
-        make_name, monkeypatch):
+    make_name, monkeypatch
+):
     chan = make_name()
     try:
         r = _unshare(f"""
@@ -338,11 +363,22 @@ def test_the_c_api_refuses_another_uid_and_opens_with_ss_open_opts(name, make_na
         give_away(name)
         give_away(chan)
         env = {k: v for k, v in os.environ.items() if k != "SHMSTREAM_ALLOW_OWNERS"}
-        out = subprocess.run([exe, name, chan], capture_output=True, text=True, env=env,
-                             timeout=support.WAIT, check=True).stdout.split("\n")
+        out = subprocess.run(
+            [exe, name, chan],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=support.WAIT,
+            check=True,
+        ).stdout.split("\n")
         eowner = -28  # SS_EOWNER (include/shmstream.h)
-        assert out[:5] == [f"open {eowner} {OTHER_UID}", "open_ex 0", f"channel_open {eowner}",
-                           "channel_open_ex 0", "pidns 0 1"]
+        assert out[:5] == [
+            f"open {eowner} {OTHER_UID}",
+            "open_ex 0",
+            f"channel_open {eowner}",
+            "channel_open_ex 0",
+            "pidns 0 1",
+        ]
     finally:
         prod.close()
         shmstream.unlink_channel(chan)
@@ -353,9 +389,12 @@ def test_the_c_api_refuses_another_uid_and_opens_with_ss_open_opts(name, make_na
 
 
 def test_a_gpu_stream_of_another_uid_is_refused_and_attaches_with_allow_owner(tmp_path, make_name):
-    driver = support.compile_c(str(tmp_path / "libcuda_fake.so"),
-                               [os.path.join(support.ROOT, "tests", "fake_libcuda.c")],
-                               with_core=False, shared=True)
+    driver = support.compile_c(
+        str(tmp_path / "libcuda_fake.so"),
+        [os.path.join(support.ROOT, "tests", "fake_libcuda.c")],
+        with_core=False,
+        shared=True,
+    )
     name = make_name()
     body = f"""
         import os, numpy as np, shmstream
@@ -381,8 +420,13 @@ def test_a_gpu_stream_of_another_uid_is_refused_and_attaches_with_allow_owner(tm
     """
     env = {k: v for k, v in os.environ.items() if k != "SHMSTREAM_ALLOW_OWNERS"}
     env["SHMSTREAM_LIBCUDA"] = driver
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(body)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(body)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=support.WAIT * 2)
     finally:

@@ -1,6 +1,7 @@
 """Zero-copy reads: read_view / read_new_view yield a Publication whose
 payload is a read-only view of the shared slot, and say so when the writer
 overwrote it during the block instead of handing over a mixed frame."""
+
 import numpy as np
 import pytest
 

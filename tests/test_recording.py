@@ -2,6 +2,7 @@
 ``shmstream replay``, ``shmstream.record`` / ``shmstream.replay``;
 docs/history.md): plain NumPy files, identical frames and metadata through
 record -> replay -> record, clean stops, clear errors."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,12 @@ def publish(h, ks, gaps=True) -> None:
     write times 1 ms apart, as a replay or a mirror would publish them."""
     t0 = 1_700_000_000_000_000_000
     for k in ks:
-        h.write(frame(k), frame_id=10_000 + k, count=k if gaps else None,
-                write_time_ns=t0 + k * 1_000_000)
+        h.write(
+            frame(k),
+            frame_id=10_000 + k,
+            count=k if gaps else None,
+            write_time_ns=t0 + k * 1_000_000,
+        )
 
 
 def same_recordings(a, b) -> None:
@@ -66,7 +71,11 @@ def test_a_recording_is_npy_files_and_json_that_numpy_alone_reads(make_name, tmp
     info = json.loads((rec / "stream.json").read_text())
     assert info["format"] == "shmstream-recording" and info["complete"] is True
     assert (info["name"], info["shape"], info["dtype"], info["history"]) == (
-        src, list(SHAPE), "float32", 32)
+        src,
+        list(SHAPE),
+        "float32",
+        32,
+    )
     assert (info["frames"], info["missed"], info["first_count"], info["last_count"]) == (5, 3, 1, 8)
     loaded = shmstream.load_recording(rec)
     assert len(loaded) == 5 and loaded.missed == 3 and loaded.complete
@@ -84,8 +93,9 @@ def test_record_replay_record_gives_identical_frames_and_metadata(make_name, tmp
     stats = shmstream.replay(tmp_path / "a", second, rate=math.inf)
     assert (stats.frames, stats.created, stats.stopped_by) == (7, True, "end")
     shmstream.record(second, tmp_path / "b", since=0, frames=7)
-    same_recordings(shmstream.load_recording(tmp_path / "a"),
-                    shmstream.load_recording(tmp_path / "b"))
+    same_recordings(
+        shmstream.load_recording(tmp_path / "a"), shmstream.load_recording(tmp_path / "b")
+    )
     assert shmstream.stat(second)["history"] == 64  # created like the recorded stream
 
 
@@ -116,8 +126,9 @@ def test_a_recorder_in_another_process_gets_every_frame_of_a_replay_within_histo
         assert recorder.result() == (400, 0)
     finally:
         target.close()
-    same_recordings(shmstream.load_recording(tmp_path / "a"),
-                    shmstream.load_recording(tmp_path / "b"))
+    same_recordings(
+        shmstream.load_recording(tmp_path / "a"), shmstream.load_recording(tmp_path / "b")
+    )
 
 
 def child_fast_writer(name, n):
@@ -133,8 +144,9 @@ def test_recording_a_stream_without_history_counts_every_frame_it_could_not_see(
     name = make_name()
     h = shmstream.create(name, shape=SHAPE, dtype=np.float32)
     stop, result = threading.Event(), []
-    recorder = threading.Thread(target=lambda: result.append(
-        shmstream.record(name, tmp_path / "r", since=0, stop=stop)))
+    recorder = threading.Thread(
+        target=lambda: result.append(shmstream.record(name, tmp_path / "r", since=0, stop=stop))
+    )
     try:
         recorder.start()
         writer = spawn(child_fast_writer, name, 3000)
@@ -241,19 +253,22 @@ def test_replay_into_a_stream_of_another_shape_or_dtype_says_so(make_name, tmp_p
         h.close()
 
 
-@pytest.mark.parametrize("damage,error,match", [
-    ("missing", FileNotFoundError, "no recording at"),
-    ("no json", ValueError, "stream.json is missing"),
-    ("bad json", ValueError, "corrupt stream.json"),
-    ("other format", ValueError, "is not a shmstream recording"),
-    ("no frames", ValueError, "frames.npy is missing"),
-    ("frames not npy", ValueError, "frames.npy is not a NumPy .npy file"),
-    ("frames header garbage", ValueError, "frames.npy is not a readable NumPy"),
-    ("short column", ValueError, "columns have"),
-    ("shape mismatch", ValueError, "is inconsistent"),
-    ("counts go back", ValueError, "counts do not increase"),
-    ("a file", ValueError, "is not a shmstream recording"),
-])
+@pytest.mark.parametrize(
+    "damage,error,match",
+    [
+        ("missing", FileNotFoundError, "no recording at"),
+        ("no json", ValueError, "stream.json is missing"),
+        ("bad json", ValueError, "corrupt stream.json"),
+        ("other format", ValueError, "is not a shmstream recording"),
+        ("no frames", ValueError, "frames.npy is missing"),
+        ("frames not npy", ValueError, "frames.npy is not a NumPy .npy file"),
+        ("frames header garbage", ValueError, "frames.npy is not a readable NumPy"),
+        ("short column", ValueError, "columns have"),
+        ("shape mismatch", ValueError, "is inconsistent"),
+        ("counts go back", ValueError, "counts do not increase"),
+        ("a file", ValueError, "is not a shmstream recording"),
+    ],
+)
 def test_a_bad_recording_is_refused_with_a_clear_error(make_name, tmp_path, damage, error, match):
     rec = _recording(make_name, tmp_path)
     info = json.loads((rec / "stream.json").read_text())
@@ -327,8 +342,12 @@ def test_the_cli_records_and_replays(make_name, tmp_path, capsys):
     h = shmstream.create(src, shape=SHAPE, dtype=np.float32, history=16)
     try:
         publish(h, [1, 2, 4])
-        assert cli_main(["record", src, "-o", str(tmp_path / "a"), "--backlog",
-                         "--frames", "3", "--quiet"]) == 0
+        assert (
+            cli_main(
+                ["record", src, "-o", str(tmp_path / "a"), "--backlog", "--frames", "3", "--quiet"]
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert "recorded 3 frames" in out and "missed 1" in out
         assert cli_main(["replay", str(tmp_path / "a"), dst, "--fast", "--quiet"]) == 0
@@ -352,9 +371,21 @@ def test_the_record_command_stops_cleanly_on_a_signal(make_name, tmp_path, sig):
     h = shmstream.create(name, shape=SHAPE, dtype=np.float32, history=64)
     out = tmp_path / "rec"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shmstream", "record", name, "-o", str(out), "--backlog",
-         "--interval", "0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "shmstream",
+            "record",
+            name,
+            "-o",
+            str(out),
+            "--backlog",
+            "--interval",
+            "0.05",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         publish(h, range(1, 11))
@@ -406,9 +437,25 @@ def test_a_recorder_started_before_its_stream_waits_for_it(make_name, tmp_path):
     # A recorder is usually started before the camera: record --wait looks
     # for the name until it exists, then records as usual.
     name, out = make_name(), tmp_path / "rec"
-    proc = subprocess.Popen([sys.executable, "-m", "shmstream", "record", name, "-o", str(out),
-                             "--frames", "3", "--wait", "60", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shmstream",
+            "record",
+            name,
+            "-o",
+            str(out),
+            "--frames",
+            "3",
+            "--wait",
+            "60",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         h = shmstream.create(name, shape=SHAPE, dtype=np.float32)
         try:
@@ -431,7 +478,8 @@ def test_a_recorder_started_before_its_stream_waits_for_it(make_name, tmp_path):
 
 
 def test_a_recorder_without_wait_refuses_a_missing_stream_and_with_wait_gives_up(
-        make_name, tmp_path):
+    make_name, tmp_path
+):
     with pytest.raises(FileNotFoundError, match="create"):
         shmstream.record(make_name(), tmp_path / "a", frames=1)
     with pytest.raises(FileNotFoundError, match="create"):

@@ -10,6 +10,7 @@ other process that lists it with an older build. Each child runs under a
 timeout, so a scan that blocks fails the test instead of hanging the
 suite; its tmpfs, and all it holds, goes when it exits.
 """
+
 from __future__ import annotations
 
 import json
@@ -87,7 +88,7 @@ def run_private(body: str) -> dict:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, proc.stdout + proc.stderr
-    return json.loads(lines[0][len("RESULT "):])
+    return json.loads(lines[0][len("RESULT ") :])
 
 
 SKIPPED = {
@@ -103,7 +104,7 @@ LEFT_ALONE = sorted(p.lstrip("/") for p in SKIPPED)
 
 
 def test_peek_neither_blocks_on_a_fifo_nor_follows_a_link():
-    facts = run_private(r'''
+    facts = run_private(r"""
 plant_hostile()
 got = {}
 for segname in ("/shmstream-fifo", "/shmstream-link", "/shmstream-dir", b"/shmstream-\xff"):
@@ -115,7 +116,7 @@ for segname in ("/shmstream-fifo", "/shmstream-link", "/shmstream-dir", b"/shmst
     except Exception as exc:
         got[os.fsdecode(segname)] = type(exc).__name__
 report(got=got)
-''')
+""")
     assert facts["got"] == {
         "/shmstream-fifo": "ENODEV",  # opened without blocking, refused on its type
         "/shmstream-link": "ELOOP",  # never followed, though it points at a segment
@@ -128,7 +129,7 @@ report(got=got)
 
 
 def test_the_python_registry_lists_around_hostile_entries_and_says_what_it_skipped():
-    facts = run_private(r'''
+    facts = run_private(r"""
 plant_hostile()
 forge("forged1", b"bad\xff")
 forge("forged2", RED)
@@ -143,33 +144,43 @@ report(entries=[[e.segname, e.name, e.kind, e.shown] for e in entries],
        skipped=[[s.segname, s.reason] for s in skipped],
        streams=shmstream.list_streams(), channels=shmstream.list_channels(),
        stat_ok=shmstream.stat("ok")["name"], stat_of_fifo=stat_of_fifo)
-''')
+""")
     by_segname = {segname: [name, kind, shown] for segname, name, kind, shown in facts["entries"]}
     assert by_segname["/shmstream-\udcff"] == [None, "corrupt", "/shmstream-\\xff"]
     assert by_segname["/" + support.segment_name("ok")] == ["ok", "stream", "ok"]
     assert by_segname["/" + support.segment_name("forged1")] == ["bad\udcff", "stream", "bad\\xff"]
     assert by_segname["/" + support.segment_name("forged2")] == [
-        "\x1b[31mred\x1b[0m", "stream", "\\x1b[31mred\\x1b[0m"]
+        "\x1b[31mred\x1b[0m",
+        "stream",
+        "\\x1b[31mred\\x1b[0m",
+    ]
     assert len(facts["entries"]) == 4  # the link to "ok" is not a second "ok"
     assert dict(facts["skipped"]) == SKIPPED
     assert facts["streams"] == sorted(["ok", "bad\udcff", "\x1b[31mred\x1b[0m"])
     assert facts["channels"] == []
     assert facts["stat_ok"] == "ok"
-    assert "FIFO" in facts["stat_of_fifo"] and "shmstream.unlink('fifo-named')" in facts["stat_of_fifo"]
+    assert (
+        "FIFO" in facts["stat_of_fifo"]
+        and "shmstream.unlink('fifo-named')" in facts["stat_of_fifo"]
+    )
 
 
 def test_the_list_command_escapes_names_and_reports_skipped_entries_on_stderr():
-    facts = run_private(r'''
+    facts = run_private(r"""
 plant_hostile()
 forge("forged1", b"bad\xff")
 forge("forged2", RED)
 report(table=run_cli("list"), names=run_cli("list", "--names"), json=run_cli("list", "--json"))
-''')
+""")
     table = facts["table"]
     assert table["rc"] == 0, table["err"]
     rows = {line.split()[-1]: line.split()[0] for line in table["out"].splitlines()[1:]}
-    assert rows == {"ok": "stream", "bad\\xff": "stream", "\\x1b[31mred\\x1b[0m": "stream",
-                    "/shmstream-\\xff": "corrupt"}
+    assert rows == {
+        "ok": "stream",
+        "bad\\xff": "stream",
+        "\\x1b[31mred\\x1b[0m": "stream",
+        "/shmstream-\\xff": "corrupt",
+    }
     assert 0x1B not in table["raw_out"] and 0xFF not in table["raw_out"]  # nothing raw
     for segname, reason in SKIPPED.items():
         assert f"shmstream: skipped {segname}: {reason}" in table["err"]
@@ -181,7 +192,7 @@ report(table=run_cli("list"), names=run_cli("list", "--names"), json=run_cli("li
 
 
 def test_a_name_list_shows_escaped_is_one_unlink_accepts():
-    facts = run_private(r'''
+    facts = run_private(r"""
 plant_hostile()
 forge("forged1", b"bad\xff")
 forge("forged2", RED)
@@ -190,14 +201,23 @@ cli_unlink = run_cli("unlink", "bad\\xff", "/shmstream-\\xff")
 shmstream.unlink("\\x1b[31mred\\x1b[0m")  # the Python API takes the shown text too
 fifo = run_cli("unlink", "/shmstream-fifo")  # a skipped entry, by the name it is reported as
 report(shown=shown, cli_unlink=cli_unlink, fifo=fifo, files=files())
-''')
+""")
     assert facts["shown"] == sorted(["ok", "bad\\xff", "\\x1b[31mred\\x1b[0m", "/shmstream-\\xff"])
     assert facts["cli_unlink"]["rc"] == 0, facts["cli_unlink"]["err"]
     assert facts["cli_unlink"]["out"].splitlines() == [
-        "unlinked 'bad\\xff'", "unlinked '/shmstream-\\xff'"]
+        "unlinked 'bad\\xff'",
+        "unlinked '/shmstream-\\xff'",
+    ]
     assert facts["fifo"]["out"] == "unlinked '/shmstream-fifo'\n"
-    assert facts["files"] == sorted([support.segment_name("ok"), "shmstream-dir", "shmstream-link",
-                                     "shmstream.loader-\udcff.0.0", "shmstream.loader-fifo.0.0"])
+    assert facts["files"] == sorted(
+        [
+            support.segment_name("ok"),
+            "shmstream-dir",
+            "shmstream-link",
+            "shmstream.loader-\udcff.0.0",
+            "shmstream.loader-fifo.0.0",
+        ]
+    )
 
 
 # ---- purge -------------------------------------------------------------------------
@@ -217,16 +237,20 @@ def abandoned():
 
 
 def test_the_purge_command_skips_hostile_entries_says_why_and_removes_the_abandoned():
-    facts = run_private(ABANDONED + r'''
+    facts = run_private(
+        ABANDONED
+        + r"""
 plant_hostile()
 forge("forged1", b"bad\xff")
 abandoned()
 report(purge=run_cli("purge"), files=files())
-''')
+"""
+    )
     purge = facts["purge"]
     assert purge["rc"] == 0, purge["err"]
     assert sorted(purge["out"].splitlines()) == sorted(
-        f"purged '{n}'" for n in ("ok", "bad\\xff", "/shmstream-\\xff", "arr", "chan"))
+        f"purged '{n}'" for n in ("ok", "bad\\xff", "/shmstream-\\xff", "arr", "chan")
+    )
     for segname, reason in SKIPPED.items():
         assert f"shmstream: skipped {segname}: {reason}" in purge["err"]
     assert "removed 5 object(s)" in purge["err"]
@@ -236,7 +260,9 @@ report(purge=run_cli("purge"), files=files())
 
 
 def test_the_python_purge_goes_on_past_bad_entries_and_reports_them():
-    facts = run_private(ABANDONED + r'''
+    facts = run_private(
+        ABANDONED
+        + r"""
 plant_hostile()
 abandoned()
 names = shmstream.purge()
@@ -247,7 +273,8 @@ with open(b"/dev/shm/shmstream-\xff", "wb") as f:
 rep = registry.purge_report()
 report(names=names, after=after, removed=sorted(e.shown for e in rep.removed),
        skipped=[[s.segname, s.reason] for s in rep.skipped])
-''')
+"""
+    )
     assert facts["names"] == ["arr", "chan", "ok"]  # the corrupt one has no name to return
     assert facts["after"] == LEFT_ALONE
     assert facts["removed"] == ["/shmstream-\\xff", "ok"]
@@ -306,15 +333,18 @@ def test_a_user_name_comes_before_the_escaped_form_list_shows(make_name):
 # ---- the one escaping helper -------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, shown", [
-    ("cam/left", "cam/left"),
-    ("温度", "温度"),
-    ("\x1b[2J", "\\x1b[2J"),
-    ("a\nb\tc\x7f", "a\\x0ab\\x09c\\x7f"),
-    ("bad\udcff", "bad\\xff"),  # an undecodable byte, as os.fsdecode gives it
-    ("rtl\u202eexe", "rtl\\u202eexe"),
-    ("back\\slash", "back\\\\slash"),  # so that the escapes are unambiguous
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("cam/left", "cam/left"),
+        ("温度", "温度"),
+        ("\x1b[2J", "\\x1b[2J"),
+        ("a\nb\tc\x7f", "a\\x0ab\\x09c\\x7f"),
+        ("bad\udcff", "bad\\xff"),  # an undecodable byte, as os.fsdecode gives it
+        ("rtl\u202eexe", "rtl\\u202eexe"),
+        ("back\\slash", "back\\\\slash"),  # so that the escapes are unambiguous
+    ],
+)
 def test_printable_escapes_what_a_terminal_would_interpret(text, shown):
     assert registry.printable(text) == shown
 

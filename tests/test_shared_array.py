@@ -4,6 +4,7 @@ Workers are real processes (spawn, forkserver and fork pools, executors,
 plain Process); they synchronise on the pool's own results, queues and
 events. Every test leaves /dev/shm as it found it.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -54,6 +55,7 @@ def segment_exists(a_or_name) -> bool:
 
 # ---------------------------------------------------------------- pools
 
+
 @pytest.fixture(scope="module", params=["spawn", "forkserver", "fork"])
 def pool(request):
     ctx = mp.get_context(request.param)
@@ -63,10 +65,10 @@ def pool(request):
 
 # Functions run by workers (module level, so every start method finds them).
 
+
 def w_describe(a):
     """What a worker sees: type, owner?, writable?, checksum of the bytes."""
-    return (type(a).__name__, a.shm_owner, a.flags.writeable, a.shape, a.dtype,
-            a.tobytes())
+    return (type(a).__name__, a.shm_owner, a.flags.writeable, a.shape, a.dtype, a.tobytes())
 
 
 def w_sum_rows(args):
@@ -104,10 +106,16 @@ def test_pool_workers_attach_zero_copy_and_read_only(pool):
     a = np.arange(40_000, dtype=np.float64).reshape(200, 200)
     with share(a) as s:
         kind, owner, writeable, shape, dtype, raw = pool.apply(w_describe, (s,))
-        assert (kind, owner, writeable, shape, dtype) == ("SharedArray", False, False, a.shape, a.dtype)
+        assert (kind, owner, writeable, shape, dtype) == (
+            "SharedArray",
+            False,
+            False,
+            a.shape,
+            a.dtype,
+        )
         assert raw == a.tobytes()
         sums = pool.map(w_sum_rows, [(s, i, i + 50) for i in range(0, 200, 50)])
-        assert sums == [float(a[i:i + 50].sum()) for i in range(0, 200, 50)]
+        assert sums == [float(a[i : i + 50].sum()) for i in range(0, 200, 50)]
         assert pool.apply(w_try_write, (s,)).startswith("refused")
         assert np.array_equal(s, a)  # nothing changed
 
@@ -146,10 +154,13 @@ def test_an_attached_array_pickles_back_as_a_view_of_the_same_segment(pool):
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_process_pool_executor(method):
-    with share(np.arange(1000.0)) as s, concurrent.futures.ProcessPoolExecutor(
-        1, mp_context=mp.get_context(method)
-    ) as ex:
-        assert ex.submit(w_sum_rows, (s, 0, 1000)).result(timeout=WAIT) == float(np.arange(1000.0).sum())
+    with (
+        share(np.arange(1000.0)) as s,
+        concurrent.futures.ProcessPoolExecutor(1, mp_context=mp.get_context(method)) as ex,
+    ):
+        assert ex.submit(w_sum_rows, (s, 0, 1000)).result(timeout=WAIT) == float(
+            np.arange(1000.0).sum()
+        )
         assert list(ex.map(w_sum_rows, [(s, 0, 10), (s[10:], 0, 10)])) == [45.0, 145.0]
 
 
@@ -175,8 +186,29 @@ def test_plain_process_argument(method):
 # --------------------------------------------------------------- dtypes
 
 DTYPES = [
-    "?", "u1", "i1", "u2", "i2", "u4", "i4", "u8", "i8", "f2", "f4", "f8", "g",
-    "c8", "c16", "M8[ns]", "M8[D]", "m8[us]", "U7", "S5", "V3", ">i4", "<f8",
+    "?",
+    "u1",
+    "i1",
+    "u2",
+    "i2",
+    "u4",
+    "i4",
+    "u8",
+    "i8",
+    "f2",
+    "f4",
+    "f8",
+    "g",
+    "c8",
+    "c16",
+    "M8[ns]",
+    "M8[D]",
+    "m8[us]",
+    "U7",
+    "S5",
+    "V3",
+    ">i4",
+    "<f8",
     [("a", "i4"), ("b", "f8", (2, 3)), ("c", "U3")],
     [("rec", [("x", "f4"), ("when", "M8[s]"), ("deep", [("z", "u1")])]), ("n", "i2")],
     np.dtype({"names": ["p", "q"], "formats": ["u1", "f8"], "offsets": [0, 16], "itemsize": 32}),
@@ -185,8 +217,9 @@ DTYPES = [
 
 
 def _filled(dt: np.dtype, shape) -> np.ndarray:
-    raw = np.random.default_rng(7).integers(0, 255, size=int(np.prod(shape)) * dt.itemsize,
-                                             dtype=np.uint8)
+    raw = np.random.default_rng(7).integers(
+        0, 255, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8
+    )
     a = raw.view(dt).reshape(shape) if dt.itemsize else np.zeros(shape, dt)
     if dt.kind == "U":  # keep code points valid
         a = np.char.mod("s%d", np.arange(a.size)).reshape(shape).astype(dt)
@@ -231,11 +264,15 @@ def test_empty_and_zero_dimensional_arrays(spawn_pool):
             assert raw == a.tobytes()
 
 
-@pytest.mark.parametrize("bad", [
-    np.array(["a", 1, None], dtype=object),
-    np.zeros(3, [("id", "i4"), ("payload", "O")]),
-    np.zeros(2, [("outer", [("inner", "O")])]),
-], ids=["object", "object-field", "nested-object-field"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.array(["a", 1, None], dtype=object),
+        np.zeros(3, [("id", "i4"), ("payload", "O")]),
+        np.zeros(2, [("outer", [("inner", "O")])]),
+    ],
+    ids=["object", "object-field", "nested-object-field"],
+)
 def test_object_dtypes_are_refused_with_an_explanation(bad):
     before = _ours()
     with pytest.raises(TypeError, match="Python object") as err:
@@ -254,6 +291,7 @@ def test_masked_arrays_and_bad_arguments_are_refused():
 
 
 # --------------------------------------------------------------- lifetime
+
 
 def test_close_unlinks_the_name_and_keeps_local_data_readable():
     s = share(np.arange(5), name=f"{TOKEN}-close")
@@ -350,10 +388,14 @@ CREATOR_SCRIPT = textwrap.dedent("""
 
 def test_workers_cause_no_resource_tracker_warnings_and_creator_exit_unlinks(tmp_path):
     script = tmp_path / "creator.py"
-    script.write_text(CREATOR_SCRIPT.replace("from shmstream import share",
-                                             "from shmstream.shared_array import share"))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120, check=False)
+    script.write_text(
+        CREATOR_SCRIPT.replace(
+            "from shmstream import share", "from shmstream.shared_array import share"
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""  # no resource_tracker leak warnings, no KeyError noise
     assert not segment_exists(out.stdout.split()[0])

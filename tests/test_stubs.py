@@ -2,6 +2,7 @@
 what tools/gen_stubs.py (nanobind's stub generator plus the members
 channel.py adds in Python) produces from the built extensions, and mypy
 accepts them."""
+
 import importlib.util
 import os
 import subprocess
@@ -13,7 +14,9 @@ import shmstream
 
 MODULES = ["_native", "_direct", "_channel", "_cuda"]
 PKG_DIR = os.path.dirname(os.path.abspath(shmstream.__file__))
-SRC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "shmstream")
+SRC_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "shmstream"
+)
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,8 +25,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_stubs_match_the_compiled_modules(tmp_path):
     if importlib.util.find_spec("nanobind.stubgen") is None:
         pytest.skip("nanobind is not installed (pip install '.[test]')")
-    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gen_stubs.py"), str(tmp_path)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "gen_stubs.py"), str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
     stale = []
     for module in MODULES:
         with open(os.path.join(SRC_DIR, f"{module}.pyi")) as f:
@@ -37,6 +43,10 @@ def test_mypy_accepts_the_stubs():
         pytest.skip("mypy is not installed (pip install '.[test]')")
     stubs = [os.path.join(SRC_DIR, f"{m}.pyi") for m in MODULES]
     # Only the stubs are checked, not the package modules they import.
-    result = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", *stubs],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--follow-imports=silent", *stubs],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

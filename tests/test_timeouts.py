@@ -3,6 +3,7 @@ None and ``math.inf`` wait for ever (a value beyond ~292 years too), 0 does
 not wait, NaN and negative values are a ValueError, and anything but a
 number of seconds is a TypeError that names the argument (not nanobind's
 "incompatible function arguments")."""
+
 from __future__ import annotations
 
 import math
@@ -136,10 +137,19 @@ def _calls(h, ch):
     }
 
 
-@pytest.mark.parametrize("bad, error", [
-    (float("nan"), ValueError), (-1, ValueError), (-1e-9, ValueError),
-    ("1", TypeError), (b"1", TypeError), (True, TypeError), ([1], TypeError),
-], ids=repr)
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (float("nan"), ValueError),
+        (-1, ValueError),
+        (-1e-9, ValueError),
+        ("1", TypeError),
+        (b"1", TypeError),
+        (True, TypeError),
+        ([1], TypeError),
+    ],
+    ids=repr,
+)
 def test_a_bad_timeout_is_refused_with_the_right_error_naming_the_argument(make_name, bad, error):
     h = shmstream.create(make_name(), shape=(2,))
     chan = make_name("chan")

@@ -1,5 +1,6 @@
 """The package is typed (PEP 561: the wheel ships py.typed) and mypy,
 configured in pyproject.toml ([tool.mypy]), finds no error in it."""
+
 import importlib.util
 import os
 import subprocess
@@ -23,9 +24,18 @@ def test_mypy_finds_no_error_in_the_package():
     # From the checkout, with its config: the files, the Python version and
     # the overrides all come from pyproject.toml.
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", os.path.join(ROOT, "pyproject.toml"),
-         "--no-incremental"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            os.path.join(ROOT, "pyproject.toml"),
+            "--no-incremental",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout, result.stdout

@@ -7,6 +7,7 @@ Every wait polls the page's own counters (the count of the frame shown,
 the pictures drawn); none sleeps. Set SHMSTREAM_WRITE_SCREENSHOT=1 to
 rewrite docs/view.png from the table test.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,15 +65,21 @@ def checkerboard(square: int = 16) -> np.ndarray:
 
 def rows(driver) -> list[tuple[str, str, str]]:
     """(kind, name, segment) of each row of the page's table."""
-    return [tuple(r) for r in driver.execute_script(
-        "return [...document.querySelectorAll('#segments tbody tr')]"
-        ".map(tr => [tr.dataset.kind, tr.dataset.name, tr.dataset.segment])")]
+    return [
+        tuple(r)
+        for r in driver.execute_script(
+            "return [...document.querySelectorAll('#segments tbody tr')]"
+            ".map(tr => [tr.dataset.kind, tr.dataset.name, tr.dataset.segment])"
+        )
+    ]
 
 
 def click_row(driver, name: str) -> None:
     driver.execute_script(
         "for (const tr of document.querySelectorAll('#segments tbody tr'))"
-        "  if (tr.dataset.name === arguments[0]) tr.click();", name)
+        "  if (tr.dataset.name === arguments[0]) tr.click();",
+        name,
+    )
 
 
 def set_input(driver, element_id: str, value) -> None:
@@ -80,7 +87,10 @@ def set_input(driver, element_id: str, value) -> None:
     driver.execute_script(
         "const e = document.getElementById(arguments[0]);"
         "if (e.type === 'checkbox') e.checked = arguments[1]; else e.value = arguments[1];"
-        "e.dispatchEvent(new Event('input'));", element_id, value)
+        "e.dispatchEvent(new Event('input'));",
+        element_id,
+        value,
+    )
 
 
 def test_the_page_draws_a_gradient_then_a_checkerboard_and_counts_pictures(browser, name):
@@ -132,15 +142,19 @@ def rings(h: int = 384, w: int = 512) -> np.ndarray:
     return (np.cos(r / 9) * np.exp(-r / 250) * 30000 + 32768).astype(np.uint16)
 
 
-def test_the_table_lists_a_stream_a_channel_an_array_and_a_pool_at_once(browser, viewer,
-                                                                       make_name):
+def test_the_table_lists_a_stream_a_channel_an_array_and_a_pool_at_once(browser, viewer, make_name):
     from shmstream.torch import DataLoader
 
     dataset = _rows_dataset()
-    stream_name, channel_name, array_name = (make_name("camera"), make_name("commands"),
-                                             make_name("calibration"))
-    with shmstream.create(stream_name, shape=(384, 512), dtype=np.uint16, history=16) as s, \
-            shmstream.channel(channel_name, 4096) as producer:
+    stream_name, channel_name, array_name = (
+        make_name("camera"),
+        make_name("commands"),
+        make_name("calibration"),
+    )
+    with (
+        shmstream.create(stream_name, shape=(384, 512), dtype=np.uint16, history=16) as s,
+        shmstream.channel(channel_name, 4096) as producer,
+    ):
         producer.send(b"x" * 1000)
         arr = shmstream.share(np.arange(12.0).reshape(3, 4), name=array_name)
         loader = DataLoader(dataset, batch_size=4, num_workers=1)
@@ -150,9 +164,14 @@ def test_the_table_lists_a_stream_a_channel_an_array_and_a_pool_at_once(browser,
             s.write(rings())
             browser.get(viewer.url)
             wanted = {stream_name: "stream", channel_name: "channel", array_name: "array"}
-            wait_for(browser, lambda d: {n: k for k, n, _ in rows(d) if n in wanted} == wanted
-                     and any(k == "loader-pool" for k, _, _ in rows(d)),
-                     "a stream, a channel, an array and a loader pool in the table")
+            wait_for(
+                browser,
+                lambda d: (
+                    {n: k for k, n, _ in rows(d) if n in wanted} == wanted
+                    and any(k == "loader-pool" for k, _, _ in rows(d))
+                ),
+                "a stream, a channel, an array and a loader pool in the table",
+            )
             table = browser.execute_script("return document.getElementById('segments').innerText")
             assert "(384, 512)" in table and "uint16" in table
             assert "% of 4096 B" in table  # the channel's fill level
@@ -176,8 +195,11 @@ def test_a_stream_removed_while_shown_leaves_the_page_working(browser, viewer, m
     wait_for_count(browser, 1)
     s.close()
     shmstream.unlink(first)
-    wait_for(browser, lambda d: d.find_element("id", "state").get_attribute("data-state")
-             == "removed", "that the stream was removed")
+    wait_for(
+        browser,
+        lambda d: d.find_element("id", "state").get_attribute("data-state") == "removed",
+        "that the stream was removed",
+    )
     wait_for(browser, lambda d: first not in [n for _, n, _ in rows(d)], "the row gone")
     with shmstream.create(second, shape=(H, W), dtype=np.uint16) as s2:
         s2.write(checkerboard())
@@ -196,12 +218,17 @@ def test_a_corrupt_segment_is_shown_as_corrupt(browser, viewer, name):
     wait_for(browser, lambda d: ("corrupt", "", segname) in rows(d), "the corrupt row")
     browser.execute_script(
         "for (const tr of document.querySelectorAll('#segments tbody tr'))"
-        "  if (tr.dataset.segment === arguments[0]) tr.click();", segname)
+        "  if (tr.dataset.segment === arguments[0]) tr.click();",
+        segname,
+    )
     wait_for(browser, lambda d: "corrupt" in text(d, "details"), "why it is corrupt")
     assert "unlink" in text(browser, "details")  # the next step
     browser.get(viewer.url + f"?stream={name}")  # asked for by its name
-    wait_for(browser, lambda d: d.find_element("id", "state").get_attribute("data-state")
-             == "corrupt", "the stream as corrupt")
+    wait_for(
+        browser,
+        lambda d: d.find_element("id", "state").get_attribute("data-state") == "corrupt",
+        "the stream as corrupt",
+    )
     assert "corrupt" in text(browser, "message")
 
 
@@ -223,8 +250,7 @@ def test_history_is_scrubbed_back_and_forth(browser, viewer, name):
 def test_a_recording_directory_plays_back(browser, tmp_path):
     path = tmp_path / "rec"
     frames = np.stack([np.roll(gradient(), 20 * k, axis=1) for k in range(5)])
-    with RecordingWriter(path, shape=(H, W), dtype=np.uint16,
-                         description={"name": "cam"}) as w:
+    with RecordingWriter(path, shape=(H, W), dtype=np.uint16, description={"name": "cam"}) as w:
         w.append(frames, np.arange(11, 16), np.arange(5), 1_000_000_000 * np.arange(1, 6))
     proc, url = start_cli(str(path))
     try:

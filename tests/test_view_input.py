@@ -5,6 +5,7 @@ display, and the server goes on serving.
 
 The protocol tests talk to the server directly (websockets, urllib); the
 display tests drive headless Chromium (view_util)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -72,7 +73,7 @@ def messages(url: str, sends: list[str], n: int = 1, until=None) -> list[dict]:
             while (until is None and len(got) < n) or (until and not (got and until(got[-1]))):
                 raw = await asyncio.wait_for(ws.recv(), 30)
                 (length,) = struct.unpack("<I", raw[:4])
-                got.append(json.loads(raw[4:4 + length]))
+                got.append(json.loads(raw[4 : 4 + length]))
                 try:
                     await ws.send('{"ack": 1}')
                 except websockets.exceptions.ConnectionClosed:  # the server said all it will
@@ -126,10 +127,14 @@ def test_junk_on_the_picture_socket_is_ignored(viewer, name):
     with shmstream.create(name, shape=(4, 6), dtype=np.float32) as s:
         s.write(np.arange(24, dtype=np.float32).reshape(4, 6))
         ws = base(viewer).replace("http", "ws") + f"ws?stream={name}"
-        junk = ["not json", "[1, 2]", '{"settings": 5}',
-                '{"settings": {"plane": "x", "lo": "NaN", "axis": 7, "contrast": 3}}',
-                '{"settings": {"seek": 99999, "index": true}}',
-                '{"settings": {"contrast": "fixed", "lo": 0, "hi": 23}}']
+        junk = [
+            "not json",
+            "[1, 2]",
+            '{"settings": 5}',
+            '{"settings": {"plane": "x", "lo": "NaN", "axis": 7, "contrast": 3}}',
+            '{"settings": {"seek": 99999, "index": true}}',
+            '{"settings": {"contrast": "fixed", "lo": 0, "hi": 23}}',
+        ]
         got = messages(ws, junk, until=lambda h: h.get("hi") == 23)
         assert got[-1]["kind"] == "image" and got[-1]["count"] == 1
         assert (got[-1]["width"], got[-1]["height"]) == (6, 4)
@@ -150,8 +155,10 @@ def test_a_missing_stream_or_recording_on_the_socket_is_a_message(viewer, name):
 
 def test_frames_that_are_no_image_are_said_so(viewer, make_name):
     structured, four_d = make_name(), make_name()
-    with shmstream.create(structured, shape=(3,), dtype=[("x", "<f4"), ("n", "<i2")]), \
-            shmstream.create(four_d, shape=(2, 2, 2, 2), dtype=np.uint8):
+    with (
+        shmstream.create(structured, shape=(3,), dtype=[("x", "<f4"), ("n", "<i2")]),
+        shmstream.create(four_d, shape=(2, 2, 2, 2), dtype=np.uint8),
+    ):
         ws = base(viewer).replace("http", "ws")
         [got] = messages(ws + f"ws?stream={structured}", [], 1)
         assert got["state"] == "no-picture" and "is not drawn" in got["text"]
@@ -161,9 +168,11 @@ def test_frames_that_are_no_image_are_said_so(viewer, make_name):
 
 def test_lines_values_and_complex_frames_are_drawn(viewer, make_name):
     line, scalar, waves = make_name(), make_name(), make_name()
-    with shmstream.create(line, shape=(100_000,), dtype=np.float64) as a, \
-            shmstream.create(scalar, shape=(), dtype=np.int32) as b, \
-            shmstream.create(waves, shape=(8, 8), dtype=np.complex64) as c:
+    with (
+        shmstream.create(line, shape=(100_000,), dtype=np.float64) as a,
+        shmstream.create(scalar, shape=(), dtype=np.int32) as b,
+        shmstream.create(waves, shape=(8, 8), dtype=np.complex64) as c,
+    ):
         a.write(np.sin(np.arange(100_000) / 1000))
         b.write(np.int32(7))
         c.write(np.full((8, 8), 3 + 4j, np.complex64))
@@ -178,8 +187,10 @@ def test_lines_values_and_complex_frames_are_drawn(viewer, make_name):
 
 def test_nan_and_infinite_values_leave_a_valid_picture(viewer, make_name):
     some, only = make_name(), make_name()
-    with shmstream.create(some, shape=(4, 4), dtype=np.float32) as a, \
-            shmstream.create(only, shape=(4, 4), dtype=np.float32) as b:
+    with (
+        shmstream.create(some, shape=(4, 4), dtype=np.float32) as a,
+        shmstream.create(only, shape=(4, 4), dtype=np.float32) as b,
+    ):
         frame = np.arange(16, dtype=np.float32).reshape(4, 4)
         frame[0, :3] = [np.nan, np.inf, -np.inf]
         a.write(frame)
@@ -196,8 +207,10 @@ def test_shmstream_view_serves_from_a_thread_and_stops(name, capsys):
         v = shmstream.view(name, block=False)
         try:
             assert capsys.readouterr().out.startswith(f"shmstream view: {v.url}")
-            assert get_json(base(v) + "api/info") == (200, {"stream": name, "fps": 30.0,
-                                                            "recordings": []})
+            assert get_json(base(v) + "api/info") == (
+                200,
+                {"stream": name, "fps": 30.0, "recordings": []},
+            )
         finally:
             v.close()
         with pytest.raises(urllib.error.URLError):
@@ -209,8 +222,11 @@ def test_shmstream_view_serves_from_a_thread_and_stops(name, capsys):
 
 def test_the_page_waits_for_a_missing_stream_and_shows_it_once_created(browser, viewer, name):
     browser.get(base(viewer) + f"?stream={name}")
-    wait_for(browser, lambda d: d.find_element("id", "state").get_attribute("data-state")
-             == "missing", "that the stream is missing")
+    wait_for(
+        browser,
+        lambda d: d.find_element("id", "state").get_attribute("data-state") == "missing",
+        "that the stream is missing",
+    )
     assert "waiting for it to be created" in text(browser, "message")
     with shmstream.create(name, shape=(16, 16), dtype=np.uint8) as s:
         s.write(np.arange(256, dtype=np.uint8).reshape(16, 16))
@@ -227,17 +243,26 @@ def test_a_huge_3d_stream_is_shown_one_strided_plane_at_a_time(browser, viewer, 
         browser.get(base(viewer) + f"?stream={name}")
         wait_for_count(browser, 1)
         size = browser.execute_script(
-            "const c = document.getElementById('picture'); return [c.width, c.height]")
+            "const c = document.getElementById('picture'); return [c.width, c.height]"
+        )
         assert max(size) <= 1024 and size[1] == -(-h // 3), size  # every 3rd pixel
         assert text(browser, "plane-text") == "0 of 6"
         browser.execute_script(
             "const e = document.getElementById('plane'); e.value = 4;"
-            "e.dispatchEvent(new Event('input'));")
+            "e.dispatchEvent(new Event('input'));"
+        )
         wait_for(browser, lambda d: text(d, "plane-text") == "4 of 6", "plane 4")
-        wait_for(browser, lambda d: d.execute_script(
-            "const c = document.getElementById('picture').getContext('2d');"
-            "return c.getImageData(Math.floor(c.canvas.width * 0.7), 10, 1, 1).data[0]") > 200,
-            "plane 4's bright left five sixths")
+        wait_for(
+            browser,
+            lambda d: (
+                d.execute_script(
+                    "const c = document.getElementById('picture').getContext('2d');"
+                    "return c.getImageData(Math.floor(c.canvas.width * 0.7), 10, 1, 1).data[0]"
+                )
+                > 200
+            ),
+            "plane 4's bright left five sixths",
+        )
         status, body = get_json(base(viewer) + "api/segments")
         assert status == 200 and name in [r["name"] for r in body["rows"]]
 
@@ -254,7 +279,7 @@ def test_a_stream_replaced_under_its_name_is_shown_anew(viewer, name):
                 while True:
                     raw = await asyncio.wait_for(sock.recv(), 30)
                     (length,) = struct.unpack("<I", raw[:4])
-                    seen.append(json.loads(raw[4:4 + length]))
+                    seen.append(json.loads(raw[4 : 4 + length]))
                     await sock.send('{"ack": 1}')
                     if seen[-1].get("shape") == [4, 4] and old is not None:
                         old.close()

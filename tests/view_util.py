@@ -1,5 +1,6 @@
 """Helpers of the live-view tests (tests/test_view*.py): a headless
 Chromium driven by Selenium, and waits on the page's own counters."""
+
 from __future__ import annotations
 
 import io
@@ -47,8 +48,14 @@ def start_browser() -> Any:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium() or ""
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1700,1000",
-                "--disable-dev-shm-usage", "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1700,1000",
+        "--disable-dev-shm-usage",
+        "--force-device-scale-factor=1",
+    ):
         opts.add_argument(arg)
     return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
 
@@ -66,14 +73,17 @@ def wait_for(driver: Any, predicate: Any, what: str, timeout: float = WAIT) -> A
     try:
         return WebDriverWait(driver, timeout, poll_frequency=0.05).until(predicate)
     except TimeoutException:
-        shown = {k: text(driver, k) for k in ("message", "state", "pictures", "frame-count",
-                                              "server-state")}
+        shown = {
+            k: text(driver, k)
+            for k in ("message", "state", "pictures", "frame-count", "server-state")
+        }
         pytest.fail(f"the page never showed {what}; it shows {shown}")
 
 
 def wait_for_count(driver: Any, count: int) -> None:
-    wait_for(driver, lambda d: text(d, "frame-count") == str(count),
-             f"the picture of count {count}")
+    wait_for(
+        driver, lambda d: text(d, "frame-count") == str(count), f"the picture of count {count}"
+    )
 
 
 def pictures(driver: Any) -> int:
@@ -92,9 +102,13 @@ def canvas_pixels(driver: Any, element_id: str = "picture") -> Any:
 
 def start_cli(*args: str) -> tuple[subprocess.Popen, str]:
     """``shmstream view ARGS`` in a child process, and the URL it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", "shmstream", "view", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shmstream", "view", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     line = proc.stdout.readline() if proc.stdout else ""
     if "http://" not in line:
         proc.kill()

@@ -6,6 +6,7 @@
 The stubs are nanobind's stubgen output as it is: every member is defined
 in the binding, so there is nothing to patch.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,12 +16,24 @@ import sys
 MODULES = ["_native", "_direct", "_channel", "_cuda"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
 def generate(outdir: str) -> list[str]:
     paths = []
     for module in MODULES:
         path = os.path.join(outdir, f"{module}.pyi")
-        subprocess.run([sys.executable, "-m", "nanobind.stubgen", "-q", "-m",
-                        f"shmstream.{module}", "-o", path], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nanobind.stubgen",
+                "-q",
+                "-m",
+                f"shmstream.{module}",
+                "-o",
+                path,
+            ],
+            check=True,
+        )
         paths.append(path)
     return paths
 

@@ -15,6 +15,7 @@ a scenario leaves its variants empty. The loops a peer builds are the timed
 code itself, written out for that peer (no call per iteration that the
 other peers do not pay); everything around them is the scenario's.
 """
+
 from __future__ import annotations
 
 import glob
@@ -139,8 +140,7 @@ class Peer:
         raise NotImplementedError
 
     # worker side
-    def respond(self, ready: Callable[[], None], variant: str, payload: int,
-                **kwargs: Any) -> int:
+    def respond(self, ready: Callable[[], None], variant: str, payload: int, **kwargs: Any) -> int:
         """Ack every request with its seq until STOP; check that requests
         arrive in order with intact first and last words; return how many
         were handled (STOP not counted)."""
@@ -161,10 +161,12 @@ def ping_buffers(payload: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray,
     return msg, msg.view(np.uint64), payload // 8 - 1, ack, ack.view(np.uint64)
 
 
-def loop_check(name: str, loop: Callable[[int], Any], out: np.ndarray,
-               src: np.ndarray) -> Callable[[], None]:
+def loop_check(
+    name: str, loop: Callable[[int], Any], out: np.ndarray, src: np.ndarray
+) -> Callable[[], None]:
     """A round-trip row's ``check`` for a loop that reads into ``out``: one
     more round trip into a cleared ``out`` must bring ``src`` back."""
+
     def check() -> None:
         out[...] = 0
         loop(1)

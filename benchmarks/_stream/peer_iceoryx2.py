@@ -7,6 +7,7 @@ Round trip: loan, memmove in, send; receive, memmove out. Ping-pong: the
 responder memmoves the request out (copy) or reads the sequence words in
 the received sample (zero-copy). Fan-out: the writer fills the loan in place.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -174,8 +175,7 @@ class Iceoryx2Peer(Peer):
         kw = {"a": a, "b": b, "prefix": names.iox_prefix, "root": names.iox_root}
         return Requester(rt, kw, close, connect=pub.update_connections)
 
-    def respond(self, ready: Callable[[], None], variant: str, payload: int,
-                **kwargs: Any) -> int:
+    def respond(self, ready: Callable[[], None], variant: str, payload: int, **kwargs: Any) -> int:
         iox, node = _node(kwargs["prefix"], kwargs["root"])
         sa = _service(iox, node, kwargs["a"], create=False)
         sb = _service(iox, node, kwargs["b"], create=False)

@@ -8,6 +8,7 @@ progress; a reader re-checks it after copying). Ping-pong: the word is the
 published seq; the responder copies the payload out (copy) or reads the
 sequence words in the segment and re-reads the word (zero-copy).
 """
+
 from __future__ import annotations
 
 import time
@@ -138,8 +139,7 @@ class MpshmPeer(Peer):
 
         return Requester(rt, {"a": a, "b": b}, close)
 
-    def respond(self, ready: Callable[[], None], variant: str, payload: int,
-                **kwargs: Any) -> int:
+    def respond(self, ready: Callable[[], None], variant: str, payload: int, **kwargs: Any) -> int:
         seg_a = raw_shm(kwargs["a"])
         seg_b = raw_shm(kwargs["b"])
         ca, cb = seg_a.buf[:8].cast("Q"), seg_b.buf[:8].cast("Q")

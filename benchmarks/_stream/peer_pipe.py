@@ -2,6 +2,7 @@
 the ping-pong's 64 B wake-up rows. 8 bytes each way over two pipes,
 blocking reads, between the same two processes as the other rows. Always
 available; it has no other rows."""
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,7 @@ class PipePeer(Peer):
         # its copies once they are sent)
         return Requester(rt, {}, close, fds=[req_r, ack_w])
 
-    def respond(self, ready: Callable[[], None], variant: str, payload: int,
-                **kwargs: Any) -> int:
+    def respond(self, ready: Callable[[], None], variant: str, payload: int, **kwargs: Any) -> int:
         req_r, ack_w = kwargs["fds"]
         try:
             read, write = os.read, os.write

@@ -6,6 +6,7 @@ request/response, so ping-pong uses its documented level-triggered way,
 ``wait_for_count`` then ``read(out=)``; zero-copy is ``wait_for_count`` then
 ``with locked(): read(safe=False)``.
 """
+
 from __future__ import annotations
 
 import time
@@ -37,8 +38,9 @@ class PyshmemPeer(ShmstreamPeer):
     def label(self) -> str:
         return Peer.label(self)
 
-    def _round_trips(self, ha: Any, hb: Any, variant: str,
-                     payload: int) -> Callable[[int, int, array], int]:
+    def _round_trips(
+        self, ha: Any, hb: Any, variant: str, payload: int
+    ) -> Callable[[int, int, array], int]:
         pc = time.perf_counter_ns
         req, r64, last, ack, k64 = ping_buffers(payload)
         write = ha.write
@@ -63,8 +65,9 @@ class PyshmemPeer(ShmstreamPeer):
 
         return rt
 
-    def _request_reader(self, ha: Any, variant: str, buf: np.ndarray,
-                        last: int) -> Callable[[], tuple[int, int]]:
+    def _request_reader(
+        self, ha: Any, variant: str, buf: np.ndarray, last: int
+    ) -> Callable[[], tuple[int, int]]:
         na = ha.count
         wait_for_count = ha.wait_for_count
         if variant == ZERO_COPY:

@@ -9,6 +9,7 @@ the wake-up row (futex sleep at once). Fan-out: the default two payload
 slots and ``slots=1``; readers ``read_new(out=)`` and report
 ``total_missed_writes``.
 """
+
 from __future__ import annotations
 
 import time
@@ -77,11 +78,13 @@ class ShmstreamPeer(Peer):
         r = pkg.open(name)
         write, read = w.write, r.read
         if variant == "read(out=)":
+
             def loop(n: int) -> None:
                 for _ in range(n):
                     write(src)
                     read(out=out)
         else:
+
             def loop(n: int) -> None:
                 for _ in range(n):
                     write(src)
@@ -119,8 +122,9 @@ class ShmstreamPeer(Peer):
 
         return Requester(self._round_trips(ha, hb, variant, payload), {"a": a, "b": b}, close)
 
-    def _round_trips(self, ha: Any, hb: Any, variant: str,
-                     payload: int) -> Callable[[int, int, array], int]:
+    def _round_trips(
+        self, ha: Any, hb: Any, variant: str, payload: int
+    ) -> Callable[[int, int, array], int]:
         pc = time.perf_counter_ns
         req, r64, last, ack, k64 = ping_buffers(payload)
         write = ha.write
@@ -143,8 +147,7 @@ class ShmstreamPeer(Peer):
 
         return rt
 
-    def respond(self, ready: Callable[[], None], variant: str, payload: int,
-                **kwargs: Any) -> int:
+    def respond(self, ready: Callable[[], None], variant: str, payload: int, **kwargs: Any) -> int:
         pkg = self.mod
         ha = pkg.open(kwargs["a"])
         hb = pkg.open(kwargs["b"])
@@ -171,8 +174,9 @@ class ShmstreamPeer(Peer):
             ha.close()
             hb.close()
 
-    def _request_reader(self, ha: Any, variant: str, buf: np.ndarray,
-                        last: int) -> Callable[[], tuple[int, int]]:
+    def _request_reader(
+        self, ha: Any, variant: str, buf: np.ndarray, last: int
+    ) -> Callable[[], tuple[int, int]]:
         """``get()`` -> the (first, last) words of the next request."""
         if variant == ZERO_COPY:
             read_new_view = ha.read_new_view

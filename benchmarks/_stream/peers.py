@@ -1,6 +1,7 @@
 """The stream benchmark's peers by name: ``IMPLS`` are the ones ``--peers``
 chooses from, in their default order; ``PIPE`` runs in every run (the
 wake-up reference)."""
+
 from __future__ import annotations
 
 from .._common import try_import

@@ -5,6 +5,7 @@ The stream API is a superset of pyshmem 1.4.0's: ``shmstream.create`` /
 snapshot reads, blocking ``read_new``, a robust cross-process write lock and
 publication counters. Importing shmstream never imports torch.
 """
+
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 from typing import Any as _Any
@@ -66,8 +67,22 @@ def view(name: str | None = None, **kwargs: _Any) -> _Any:
 
 __all__ += _error_names  # noqa: PLE0605 - errors.__all__, a list of names
 __all__ += [
-    "Recording", "RecordStats", "ReplayStats", "load_recording", "record", "replay",
-    "ChannelConsumer", "ChannelProducer", "channel", "list_channels", "open_channel",
+    "Recording",
+    "RecordStats",
+    "ReplayStats",
+    "load_recording",
+    "record",
+    "replay",
+    "ChannelConsumer",
+    "ChannelProducer",
+    "channel",
+    "list_channels",
+    "open_channel",
     "unlink_channel",
-    "DirectArray", "direct_mmap", "SharedArray", "SharedRecArray", "share", "view",
+    "DirectArray",
+    "direct_mmap",
+    "SharedArray",
+    "SharedRecArray",
+    "share",
+    "view",
 ]

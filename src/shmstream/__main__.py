@@ -1,4 +1,5 @@
 """``python -m shmstream``: the same as the ``shmstream`` command."""
+
 import sys
 
 from .cli import main

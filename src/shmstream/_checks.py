@@ -6,6 +6,7 @@ Each check returns the normalised value or raises the exception a Python
 user expects (TypeError for a wrong type, ValueError for a wrong value),
 naming the argument.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,11 +45,15 @@ def check_name(name: Any, what: str = "stream") -> str:
         ) from None
     if not name or "\x00" in name or size > _native.MAX_NAME_BYTES:
         reason = (
-            "is empty" if not name
-            else "contains a NUL character" if "\x00" in name
+            "is empty"
+            if not name
+            else "contains a NUL character"
+            if "\x00" in name
             else f"is {size} UTF-8 bytes long"
         )
-        raise ShmstreamValueError(f"invalid {what} name {name!r}: it {reason}; a name is {NAME_RULE}")
+        raise ShmstreamValueError(
+            f"invalid {what} name {name!r}: it {reason}; a name is {NAME_RULE}"
+        )
     return name
 
 
@@ -59,7 +64,9 @@ def check_int(what: str, value: Any, minimum: int | None = None) -> int:
     try:
         checked = operator.index(value)
     except TypeError:
-        raise ShmstreamTypeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
+        raise ShmstreamTypeError(
+            f"{what} must be an integer, not {type(value).__name__} {value!r}"
+        ) from None
     if minimum is not None and checked < minimum:
         raise ShmstreamValueError(f"{what} must be >= {minimum}, got {checked}")
     return checked
@@ -87,7 +94,9 @@ def check_shape(shape: Any, max_ndim: int | None = _native.MAX_NDIM) -> tuple[in
     try:
         items = list(shape)
     except TypeError:
-        raise ShmstreamTypeError(f"shape must be a tuple of integers, not {type(shape).__name__}") from None
+        raise ShmstreamTypeError(
+            f"shape must be a tuple of integers, not {type(shape).__name__}"
+        ) from None
     dims = tuple(check_dim(d) for d in items)
     if max_ndim is not None and len(dims) > max_ndim:
         raise ShmstreamValueError(
@@ -113,7 +122,9 @@ def check_after(after: Any) -> int:
     try:
         value = operator.index(after)
     except TypeError:
-        raise ShmstreamValueError(f"after must be an integer, not {type(after).__name__} {after!r}") from None
+        raise ShmstreamValueError(
+            f"after must be an integer, not {type(after).__name__} {after!r}"
+        ) from None
     if value < 0:
         raise ShmstreamValueError(f"after must be non-negative, got {value}")
     return value
@@ -141,7 +152,9 @@ def spin_ns(spin_us: Any) -> int:
     if spin_us is None:
         return -1
     if isinstance(spin_us, (bool, np.bool_)) or not isinstance(spin_us, numbers.Real):
-        raise ShmstreamTypeError(f"spin_us must be a number of microseconds or None, not {spin_us!r}")
+        raise ShmstreamTypeError(
+            f"spin_us must be a number of microseconds or None, not {spin_us!r}"
+        )
     value = float(spin_us)
     if not value >= 0:
         raise ShmstreamValueError(f"spin_us must be >= 0 or None, got {spin_us!r}")
@@ -155,10 +168,14 @@ def check_mode(mode: Any) -> int:
 
 
 def check_slots(slots: Any) -> int:
-    if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or not (
-        1 <= slots <= _native.MAX_SLOTS
+    if (
+        isinstance(slots, bool)
+        or not isinstance(slots, (int, np.integer))
+        or not (1 <= slots <= _native.MAX_SLOTS)
     ):
-        raise ShmstreamValueError(f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}")
+        raise ShmstreamValueError(
+            f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}"
+        )
     return int(slots)
 
 
@@ -175,7 +192,9 @@ def check_history(history: Any, slots: Any, gpu: bool) -> int:
             "record a GPU stream through its CPU mirror (cpu_mirror=True) instead"
         )
     if n and slots is not None:
-        raise ShmstreamValueError(f"history={n} uses {n + 1} slots; leave slots out (got slots={slots})")
+        raise ShmstreamValueError(
+            f"history={n} uses {n + 1} slots; leave slots out (got slots={slots})"
+        )
     return n
 
 
@@ -183,8 +202,9 @@ Casting = Literal["unsafe", "same_kind", "safe", "equiv", "no"]
 CASTINGS: tuple[Casting, ...] = ("unsafe", "same_kind", "safe", "equiv", "no")
 
 
-def check_cast(have: np.dtype | None, dtype: np.dtype, name: str, casting: str,
-               what: str = "") -> None:
+def check_cast(
+    have: np.dtype | None, dtype: np.dtype, name: str, casting: str, what: str = ""
+) -> None:
     """A write of ``have`` values into a stream of ``dtype`` under the
     handle's ``casting`` rule: nothing under "unsafe" (the default), else a
     TypeError unless NumPy casts ``have`` to ``dtype`` by that rule. The
@@ -203,8 +223,9 @@ def check_cast(have: np.dtype | None, dtype: np.dtype, name: str, casting: str,
         )
 
 
-def coerce_write(value: Any, dtype: np.dtype, shape: tuple[int, ...], name: str,
-                 casting: str) -> np.ndarray:
+def coerce_write(
+    value: Any, dtype: np.dtype, shape: tuple[int, ...], name: str, casting: str
+) -> np.ndarray:
     """What a write publishes from ``value``: np.asarray(value, dtype) (the
     "unsafe" default, pyshmem's), or under a strict ``casting`` rule only
     what NumPy casts by that rule; the shape must be the stream's."""
@@ -236,8 +257,9 @@ def check_cpu_open(name: str, gpu_device: Any) -> None:
         )
 
 
-def missing_name_error(name: str, what: str = "shared memory",
-                       create: str = "shmstream.create({name!r}, ...)") -> FileNotFoundError:
+def missing_name_error(
+    name: str, what: str = "shared memory", create: str = "shmstream.create({name!r}, ...)"
+) -> FileNotFoundError:
     exc = ShmstreamFileNotFoundError(
         f"{what} {name!r} does not exist; create it with {create.format(name=name)} first"
     )
@@ -245,8 +267,9 @@ def missing_name_error(name: str, what: str = "shared memory",
     return exc
 
 
-def duplicate_name_error(name: str, what: str = "shared memory",
-                         attach: str = "shmstream.open({name!r})") -> FileExistsError:
+def duplicate_name_error(
+    name: str, what: str = "shared memory", attach: str = "shmstream.open({name!r})"
+) -> FileExistsError:
     exc = ShmstreamFileExistsError(
         f"{what} {name!r} already exists; use {attach.format(name=name)} to attach to it"
     )
@@ -274,8 +297,10 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
     uids = []
     for item in items:
         if isinstance(item, bool) or not isinstance(item, (int, str)):
-            raise ShmstreamTypeError(f"allow_owner entries must be uids (int) or user names (str), "
-                            f"not {type(item).__name__}")
+            raise ShmstreamTypeError(
+                f"allow_owner entries must be uids (int) or user names (str), "
+                f"not {type(item).__name__}"
+            )
         if isinstance(item, str):
             import pwd
 

@@ -4,6 +4,7 @@ Simple dtypes are stored as ``dtype.str`` (``'<f4'``); structured ones as the
 ``repr`` of NumPy's array-protocol description, which round-trips nested
 records, sub-arrays, titles and datetime fields exactly.
 """
+
 from __future__ import annotations
 
 import ast

@@ -4,6 +4,7 @@ protocol for the type checker. The mixins derive from it only while type
 checking (at run time their base is ``object``), so mypy checks each mixin
 against the handle it is mixed into; SharedMemory defines every member.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol

@@ -11,6 +11,7 @@ and the copies are the core's (docs/ABI.md, "History"): one native call per
 batch, no Python loop over frames, no lock, so a slow reader never holds
 the writer up.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -78,10 +79,16 @@ class History(_Handle):
         want = f"an array of shape (n{dims}) and dtype {self.dtype}, n >= 1"
         if not isinstance(out, np.ndarray):
             raise ShmstreamTypeError(f"out must be {want}, not {type(out).__name__}")
-        if out.ndim != len(self.shape) + 1 or out.shape[1:] != self.shape or out.shape[0] < 1 \
-                or out.dtype != self.dtype:
-            raise ShmstreamValueError(f"out has shape {out.shape} and dtype {out.dtype}; stream "
-                             f"{self.name!r} needs {want}")
+        if (
+            out.ndim != len(self.shape) + 1
+            or out.shape[1:] != self.shape
+            or out.shape[0] < 1
+            or out.dtype != self.dtype
+        ):
+            raise ShmstreamValueError(
+                f"out has shape {out.shape} and dtype {out.dtype}; stream "
+                f"{self.name!r} needs {want}"
+            )
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ShmstreamValueError("out must be a C-contiguous, writable array")
         return out
@@ -126,9 +133,9 @@ class History(_Handle):
             frames = raw[:n].view(self.dtype).reshape((n, *self.shape))
         else:
             frames = np.empty((n, *self.shape), self.dtype)
-        return self._book_batch(FrameBatch(
-            frames, meta[:, 0], meta[:, 1], meta[:, 2], last - after - n, after, last
-        ))
+        return self._book_batch(
+            FrameBatch(frames, meta[:, 0], meta[:, 1], meta[:, 2], last - after - n, after, last)
+        )
 
     def iter_since(
         self,
@@ -147,15 +154,17 @@ class History(_Handle):
         previous = after
         while True:
             try:
-                batch = self.read_since(after, max_frames=max_frames, timeout=timeout,
-                                        spin_us=spin_us)
+                batch = self.read_since(
+                    after, max_frames=max_frames, timeout=timeout, spin_us=spin_us
+                )
             except TimeoutError:
                 return
             for pub in batch:
                 # gaps counted from the last frame yielded: a batch whose
                 # newest frames were lapped hands their loss to the next one
-                yield Publication(pub.payload, pub.count, pub.frame_id, pub.write_time,
-                                  pub.count - previous - 1)
+                yield Publication(
+                    pub.payload, pub.count, pub.frame_id, pub.write_time, pub.count - previous - 1
+                )
                 previous = pub.count
             after = batch.last_count
 
@@ -180,8 +189,9 @@ class HistoryView:
 
     __slots__ = ("_handle", "_count", "_max", "_timeout", "_spin_us", "_meta")
 
-    def __init__(self, handle: Any, count: Any, max_frames: Any, timeout: Any,
-                 spin_us: Any) -> None:
+    def __init__(
+        self, handle: Any, count: Any, max_frames: Any, timeout: Any, spin_us: Any
+    ) -> None:
         self._handle = handle
         self._count = count
         self._max = max_frames
@@ -199,14 +209,24 @@ class HistoryView:
         self._meta = meta
         views = []
         for slot in meta[:, 3].tolist():
-            view = seg.payload(slot).view(h.dtype).reshape(h.shape) if h.size else (
-                np.empty(h.shape, h.dtype))
+            view = (
+                seg.payload(slot).view(h.dtype).reshape(h.shape)
+                if h.size
+                else (np.empty(h.shape, h.dtype))
+            )
             view.flags.writeable = False
             views.append(view)
-        return h._book_batch(FrameBatch(
-            tuple(views), meta[:, 0], meta[:, 1], meta[:, 2], last - after - len(meta),
-            after, last,
-        ))
+        return h._book_batch(
+            FrameBatch(
+                tuple(views),
+                meta[:, 0],
+                meta[:, 1],
+                meta[:, 2],
+                last - after - len(meta),
+                after,
+                last,
+            )
+        )
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         seg = self._handle._seg

@@ -25,6 +25,7 @@ the main process moves FILLING to HELD when it builds the batch and back to
 FREE when the batch's last tensor is freed. The bytes of all slots together
 stay under the pool's bound (``max_bytes``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -93,6 +94,7 @@ def default_max_bytes() -> int:
 
 # ------------------------------------------- naming, listing, purging
 
+
 def root_name(token: str) -> str:
     """The user name of a pool's root segment."""
     return ROOT_PREFIX + token
@@ -114,7 +116,7 @@ def list_slot_files(token: str | None = None) -> dict[str, list[str]]:
             for entry in entries:
                 if not entry.name.startswith(SLOT_FILE_PREFIX):
                     continue
-                tok = entry.name[len(SLOT_FILE_PREFIX):].split(".", 1)[0]
+                tok = entry.name[len(SLOT_FILE_PREFIX) :].split(".", 1)[0]
                 if (token is None or tok == token) and entry.is_file(follow_symlinks=False):
                     out.setdefault(tok, []).append(f"{SHM_DIR}/{entry.name}")
     except OSError:
@@ -162,6 +164,7 @@ def purge_dead_loader_pools() -> list[str]:
 
 # ------------------------------------------------------------- slot files
 
+
 def create_slot_file(path: str, capacity: int) -> mmap.mmap:
     """Create, reserve and map a new slot file (unpopulated: the first batch
     goes straight into fresh pages). OSError (ENOSPC: /dev/shm is full)
@@ -190,15 +193,22 @@ def map_slot_file(path: str, capacity: int, populate: bool, owner_uid: int) -> m
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ShmstreamOSError(errno.ENODEV, f"loader slot file {path} is not a regular "
-                                   "file; remove it and restart the epoch")
+            raise ShmstreamOSError(
+                errno.ENODEV,
+                f"loader slot file {path} is not a regular file; remove it and restart the epoch",
+            )
         if st.st_uid != owner_uid:
-            raise SegmentOwnerError(errno.EACCES, f"loader slot file {path} belongs to uid "
-                                    f"{st.st_uid}, not to the pool's owner (uid {owner_uid}); "
-                                    "remove it and restart the epoch")
+            raise SegmentOwnerError(
+                errno.EACCES,
+                f"loader slot file {path} belongs to uid "
+                f"{st.st_uid}, not to the pool's owner (uid {owner_uid}); "
+                "remove it and restart the epoch",
+            )
         size = st.st_size
         if size != capacity:
-            raise ShmstreamOSError(f"loader slot file {path} has {size} bytes, its pool says {capacity}")
+            raise ShmstreamOSError(
+                f"loader slot file {path} has {size} bytes, its pool says {capacity}"
+            )
         flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
         return mmap.mmap(fd, capacity, flags=flags)
     finally:
@@ -211,6 +221,7 @@ def _unlink_quiet(path: str) -> None:
 
 
 # ------------------------------------------------------------------ table
+
 
 class _Table:
     """The root segment and its table. Every method that reads or changes
@@ -236,12 +247,13 @@ class _Table:
             self.seg.unlock()
 
     def line(self, k: int) -> np.ndarray:
-        return self.words[_HEAD + k * _LINE:_HEAD + (k + 1) * _LINE]
+        return self.words[_HEAD + k * _LINE : _HEAD + (k + 1) * _LINE]
 
     def _repair(self) -> None:
         self.reclaim_dead()
-        self.words[_H_TOTAL] = sum(int(self.line(k)[_CAP]) for k in range(self.nslots)
-                                   if self.line(k)[_STATE] != EMPTY)
+        self.words[_H_TOTAL] = sum(
+            int(self.line(k)[_CAP]) for k in range(self.nslots) if self.line(k)[_STATE] != EMPTY
+        )
 
     def reclaim_dead(self) -> int:
         """Slots taken by workers that died: FREE again if their file was
@@ -287,6 +299,7 @@ class _Table:
 
 # ------------------------------------------------------------ main process
 
+
 class Pool:
     """The main process's side: creates the root, maps slots to build
     batches, frees them, counts, and removes everything when the loader
@@ -308,8 +321,17 @@ class Pool:
         self.warned = False
         nbytes = (_HEAD + nslots * _LINE) * 8
         try:
-            seg = _native.Segment.create(root_name(self.token), _native.KIND_ARRAY, [nbytes], 1,
-                                         "|u1", _native.FLAG_LOADER_POOL, 0o600, 0, 1)
+            seg = _native.Segment.create(
+                root_name(self.token),
+                _native.KIND_ARRAY,
+                [nbytes],
+                1,
+                "|u1",
+                _native.FLAG_LOADER_POOL,
+                0o600,
+                0,
+                1,
+            )
         except OSError as exc:
             self.broken = f"{type(exc).__name__}: {exc}"
             return
@@ -347,7 +369,8 @@ class Pool:
             if not 0 <= k < t.nslots:  # a descriptor is another process's word
                 raise CorruptStreamError(
                     f"shmstream.torch.DataLoader: a batch descriptor names slot {k} of a pool of "
-                    f"{t.nslots} slots (corrupt descriptor); restart the epoch")
+                    f"{t.nslots} slots (corrupt descriptor); restart the epoch"
+                )
             e = t.line(k)
             ok = e[_SEQ] == seq and e[_GEN] == gen and e[_STATE] == FILLING
             if ok:
@@ -357,12 +380,17 @@ class Pool:
         if not ok:
             raise BatchLostError(
                 "shmstream.torch.DataLoader: a batch was lost: the worker that wrote it died "
-                "and its slot was reused; restart the epoch")
+                "and its slot was reused; restart the epoch"
+            )
         cached = self.maps.get(k)
         if cached is None or cached[0] != gen:
             try:
-                mm = map_slot_file(slot_path(self.token, k, gen), cap, populate=False,
-                                   owner_uid=int(t.seg.owner_uid))
+                mm = map_slot_file(
+                    slot_path(self.token, k, gen),
+                    cap,
+                    populate=False,
+                    owner_uid=int(t.seg.owner_uid),
+                )
             except BaseException:
                 self.release(k, seq)
                 raise
@@ -406,8 +434,11 @@ class Pool:
                 slots, nbytes = t.counts()
         with self._count_lock:
             return {
-                "slots": slots, "bytes": nbytes, "max_bytes": self.max_bytes,
-                "fresh": self.fresh, "reused": self.reused,
+                "slots": slots,
+                "bytes": nbytes,
+                "max_bytes": self.max_bytes,
+                "fresh": self.fresh,
+                "reused": self.reused,
                 "fallbacks": sum(self.fallbacks.values()),
                 "fallback_reasons": dict(self.fallbacks),
             }
@@ -429,6 +460,7 @@ class Pool:
 
 
 # ----------------------------------------------------------------- worker
+
 
 class Taken:
     """A slot a worker took: write the batch into ``buf`` (the whole slot)."""
@@ -452,7 +484,7 @@ class _NoSlot(enum.Enum):
     """Why ``PoolClient._choose`` found no slot; the value is the reason
     ``PoolClient.take`` returns (and the loader counts)."""
 
-    BUSY = "busy"    # every slot is in use
+    BUSY = "busy"  # every slot is in use
     BOUND = "bound"  # a new slot would pass the pool's bound
     ERROR = "error"  # creating a slot failed before (create_error)
 
@@ -508,7 +540,9 @@ class PoolClient:
                 buf = self.wrap(create_slot_file(path, cap))
                 if not os.path.exists(SHM_DIR + self.table.seg.segname):
                     _unlink_quiet(path)  # the loader is gone: no orphan file
-                    raise ShmstreamFileNotFoundError(f"loader pool {root_name(self.token)!r} was removed")
+                    raise ShmstreamFileNotFoundError(
+                        f"loader pool {root_name(self.token)!r} was removed"
+                    )
                 with self.table.locked():
                     self.table.line(k)[_READY] = 1
             else:
@@ -516,8 +550,11 @@ class PoolClient:
                 if cached is not None and cached[0] == gen:
                     buf = cached[1]
                 else:
-                    buf = self.wrap(map_slot_file(path, cap, populate=True,
-                                                  owner_uid=int(self.table.seg.owner_uid)))
+                    buf = self.wrap(
+                        map_slot_file(
+                            path, cap, populate=True, owner_uid=int(self.table.seg.owner_uid)
+                        )
+                    )
         except BaseException as exc:
             with self.table.locked():
                 if self.table.line(k)[_SEQ] == seq:

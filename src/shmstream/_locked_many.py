@@ -1,5 +1,6 @@
 """``locked_many``: several streams' locks at once, in an order that cannot
 deadlock."""
+
 from __future__ import annotations
 
 import itertools

@@ -4,6 +4,7 @@ every handle of one stream generation in the process (pyshmem's rule), and
 forgotten in a fork child, whose only thread holds none of the parent's
 locks.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,4 +61,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-

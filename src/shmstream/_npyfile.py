@@ -8,6 +8,7 @@ sync (rows written after it are ignored: ``np.load`` reads as many as the
 header says). Plain NumPy format 1.0 (2.0 for a header over 64 KiB), so no
 shmstream is needed to read it.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,9 @@ _MAX_ROWS = 10**19
 class NpyAppender:
     """Rows of ``row_shape`` and ``dtype`` appended to a new .npy file."""
 
-    def __init__(self, path: str | os.PathLike[str], dtype: np.dtype,
-                 row_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], dtype: np.dtype, row_shape: tuple[int, ...]
+    ) -> None:
         self.path = os.fspath(path)
         self.dtype = np.dtype(dtype)
         self.row_shape = tuple(row_shape)
@@ -42,27 +44,31 @@ class NpyAppender:
     def _header(self, rows: int, size: int) -> bytes:
         """The header for ``rows`` rows, padded with spaces to ``size``
         bytes (0: the smallest 64-byte multiple)."""
-        text = repr({"descr": self._descr, "fortran_order": False,
-                     "shape": (rows, *self.row_shape)}).encode("latin1")
+        text = repr(
+            {"descr": self._descr, "fortran_order": False, "shape": (rows, *self.row_shape)}
+        ).encode("latin1")
         for version, len_bytes in ((1, 2), (2, 4)):
             fixed = len(_MAGIC) + 2 + len_bytes
             total = size or -(-(fixed + len(text) + 1) // _ALIGN) * _ALIGN
-            if total - fixed < 256 ** len_bytes:
+            if total - fixed < 256**len_bytes:
                 pad = total - fixed - len(text) - 1
                 if pad < 0:  # pragma: no cover - size comes from _MAX_ROWS
                     raise ShmstreamValueError("npy header does not fit its reserved size")
                 body = text + b" " * pad + b"\n"
-                return (_MAGIC + bytes([version, 0]) + len(body).to_bytes(len_bytes, "little")
-                        + body)
-        raise ShmstreamValueError("dtype description too long for a .npy header")  # pragma: no cover
+                return _MAGIC + bytes([version, 0]) + len(body).to_bytes(len_bytes, "little") + body
+        raise ShmstreamValueError(
+            "dtype description too long for a .npy header"
+        )  # pragma: no cover
 
     def append(self, rows: Any) -> None:
         """Append rows (an array of shape ``(n, *row_shape)``, C-contiguous,
         of this dtype)."""
         data = np.ascontiguousarray(rows, dtype=self.dtype)
         if data.shape[1:] != self.row_shape:
-            raise ShmstreamValueError(f"rows of shape {data.shape[1:]} appended to {self.path}, whose "
-                             f"rows have shape {self.row_shape}")
+            raise ShmstreamValueError(
+                f"rows of shape {data.shape[1:]} appended to {self.path}, whose "
+                f"rows have shape {self.row_shape}"
+            )
         self._file.write(data.data.cast("B") if data.size else b"")
         self.rows += data.shape[0]
 

@@ -1,6 +1,7 @@
 """Is a process alive? By pid and start time, so a reused pid does not make a
 dead creator look alive, and a zombie (killed, not yet reaped) counts as
 dead. One implementation, in the C core (src/core/proc.c)."""
+
 from __future__ import annotations
 
 from . import _native

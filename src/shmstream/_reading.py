@@ -4,6 +4,7 @@ zero-copy views, the last complete frame, DLPack. A mixin of
 is one native call into the snapshot protocol of the core (docs/ABI.md,
 "Snapshot read").
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -45,8 +46,10 @@ class Reading(_Handle):
         view = self._views.get(slot)
         if view is None:
             raw = seg.payload(slot)
-            view = raw.view(self.dtype).reshape(self.shape) if self.size else (
-                np.empty(self.shape, self.dtype)
+            view = (
+                raw.view(self.dtype).reshape(self.shape)
+                if self.size
+                else (np.empty(self.shape, self.dtype))
             )
             self._views[slot] = view
         return view
@@ -171,9 +174,7 @@ class Reading(_Handle):
                     "out is supported only for safe reads; pass safe=True with out="
                 )
             if not self._holds_lock():
-                raise NotLockOwnerError(
-                    "safe=False requires an active 'with shm.locked()' block"
-                )
+                raise NotLockOwnerError("safe=False requires an active 'with shm.locked()' block")
             count, frame_id, wt = seg.publication()
             missed = self._record(count)
             return Publication(self._payload_view(seg), count, frame_id, wt / 1e9, missed)
@@ -213,4 +214,3 @@ class Reading(_Handle):
             return snapshot.__dlpack__(**kwargs)
         except TypeError:
             return snapshot.__dlpack__()
-

@@ -1,6 +1,7 @@
 """The context managers a stream handle returns: the lock scope and the
 zero-copy read and write views. Classes rather than generators: they are
 entered on every frame of a pipeline."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,8 +34,7 @@ class ReadView:
 
     __slots__ = ("_handle", "_new", "_timeout", "_spin", "_slot", "_slot_seq")
 
-    def __init__(self, handle: Any, new: bool, timeout: float | None,
-                 spin: int) -> None:
+    def __init__(self, handle: Any, new: bool, timeout: float | None, spin: int) -> None:
         self._handle = handle
         self._new = new
         self._timeout = timeout
@@ -50,7 +50,9 @@ class ReadView:
             after, self._new, self._timeout, self._spin, handle._holds_lock()
         )
         missed = handle._record(count)
-        return Publication(handle._readonly_view(seg, self._slot), count, frame_id, wt / 1e9, missed)
+        return Publication(
+            handle._readonly_view(seg, self._slot), count, frame_id, wt / 1e9, missed
+        )
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         seg = self._handle._seg
@@ -102,4 +104,3 @@ class WriteView:
         finally:
             if self._take_lock:
                 handle.release()
-

@@ -1,5 +1,6 @@
 """Room in /dev/shm: what a segment needs, what is free, and the error a
 create that does not fit raises (one message for every kind)."""
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@
 futex; docs/ABI.md, "Wait"), in chunks the binding bounds so that Ctrl-C is
 honoured.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -213,16 +214,18 @@ class Waiting(_Handle):
         return dst
 
     async def _wait_async(
-        self, seg: _native.Segment, after: int, timeout: float | None, dst: np.ndarray | None,
+        self,
+        seg: _native.Segment,
+        after: int,
+        timeout: float | None,
+        dst: np.ndarray | None,
         spin_us: float | None,
     ) -> int:
         spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
         timeout = _checks.check_timeout(timeout)
         stop = threading.Event()
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(
-            None, _blocking_wait, seg, dst, after, timeout, spin, stop
-        )
+        future = loop.run_in_executor(None, _blocking_wait, seg, dst, after, timeout, spin, stop)
         try:
             return await future
         except asyncio.CancelledError:
@@ -231,7 +234,11 @@ class Waiting(_Handle):
 
 
 def _blocking_wait(
-    seg: _native.Segment, dst: np.ndarray | None, after: int, timeout: float | None, spin: int,
+    seg: _native.Segment,
+    dst: np.ndarray | None,
+    after: int,
+    timeout: float | None,
+    spin: int,
     stop: threading.Event,
 ) -> int:
     """read_new_async's worker: the native wait in chunks, so a cancelled
@@ -248,4 +255,3 @@ def _blocking_wait(
             if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 raise
         spin = 0  # spin only before the first sleep
-

@@ -7,6 +7,7 @@ docs/direct.md explains how. This module only turns an index into a list of rows
 positions over the leading dimensions that the index touches) and an output
 shape; the C core turns rows into aligned, coalesced reads.
 """
+
 from __future__ import annotations
 
 import math
@@ -93,24 +94,37 @@ class DirectArray:
     cache off. The file must not change while the reader is open.
     """
 
-    def __init__(self, path: Any, shape: Any, dtype: Any, offset: int = 0, *,
-                 use_page_cache: bool = True,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        path: Any,
+        shape: Any,
+        dtype: Any,
+        offset: int = 0,
+        *,
+        use_page_cache: bool = True,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         dt = _checks.check_dtype(dtype)
         if dt.itemsize == 0:
             raise ShmstreamTypeError(f"dtype {dt} has no size; give a sized dtype such as 'S8'")
         self._shape = _checks.check_shape(shape, max_ndim=None)
         self._dtype = dt
         self._offset = _checks.check_int("offset", offset, minimum=0)
-        cache_bytes = _checks.check_int("cache_bytes (0 turns the block cache off)", cache_bytes,
-                                        minimum=0)
+        cache_bytes = _checks.check_int(
+            "cache_bytes (0 turns the block cache off)", cache_bytes, minimum=0
+        )
         self._path = os.fspath(path)
         self._nbytes = math.prod(self._shape) * dt.itemsize
         self._closed = False
         self._tail = self._shape[1:]
         self._row1 = self._row_bytes(1) if self._shape else 0  # bytes of one row of axis 0
-        self._reader = _direct.Reader(self._path, self._offset, self._nbytes,
-                                      bool(use_page_cache), min(cache_bytes, 2**64 - 1))
+        self._reader = _direct.Reader(
+            self._path,
+            self._offset,
+            self._nbytes,
+            bool(use_page_cache),
+            min(cache_bytes, 2**64 - 1),
+        )
         if not self._reader.direct:
             _warn_buffered(self._path)
 
@@ -148,8 +162,10 @@ class DirectArray:
     def __repr__(self) -> str:
         io = "O_DIRECT" if self._reader.direct else "buffered pread (no O_DIRECT here)"
         state = ", closed" if self._closed else ""
-        return (f"DirectArray({self._path!r}, shape={self._shape}, dtype={self._dtype.str!r}, "
-                f"offset={self._offset}, io={io!r}{state})")
+        return (
+            f"DirectArray({self._path!r}, shape={self._shape}, dtype={self._dtype.str!r}, "
+            f"offset={self._offset}, io={io!r}{state})"
+        )
 
     # ---- lifetime -------------------------------------------------------
 
@@ -168,8 +184,9 @@ class DirectArray:
 
     def __getitem__(self, key: Any) -> Any:
         if self._closed:
-            raise ShmstreamValueError(f"read from a closed DirectArray ({self._path!r}); "
-                             "open a new one to read again")
+            raise ShmstreamValueError(
+                f"read from a closed DirectArray ({self._path!r}); open a new one to read again"
+            )
         if type(key) is slice and self._shape:
             # The hot path (a[i:j:k]), kept short: a warm read is a few µs.
             start, stop, step = key.indices(self._shape[0])
@@ -178,8 +195,10 @@ class DirectArray:
             if count and self._row1:
                 self._reader.read_strided(start, step, count, self._row1, out)
             return out
-        if self._shape and (isinstance(key, slice) or (
-                isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)))):
+        if self._shape and (
+            isinstance(key, slice)
+            or (isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)))
+        ):
             return self._read_leading(key)
         return self._read_general(key)
 
@@ -229,16 +248,22 @@ class DirectArray:
         if ellipses > 1:
             raise ShmstreamIndexError("an index can only have a single ellipsis ('...')")
         if sum(used) > ndim:
-            raise ShmstreamIndexError(f"too many indices for array: array is {ndim}-dimensional, "
-                             f"but {sum(used)} were indexed")
+            raise ShmstreamIndexError(
+                f"too many indices for array: array is {ndim}-dimensional, "
+                f"but {sum(used)} were indexed"
+            )
         if ellipses:
             at = next(i for i, item in enumerate(items) if item is Ellipsis)
             fill = ndim - sum(used)
-            items[at:at + 1] = [slice(None)] * fill
-            used[at:at + 1] = [1] * fill
+            items[at : at + 1] = [slice(None)] * fill
+            used[at : at + 1] = [1] * fill
         k = sum(used)
-        while items and isinstance(items[-1], slice) and used[-1] == 1 \
-                and items[-1].indices(self._shape[k - 1]) == (0, self._shape[k - 1], 1):
+        while (
+            items
+            and isinstance(items[-1], slice)
+            and used[-1] == 1
+            and items[-1].indices(self._shape[k - 1]) == (0, self._shape[k - 1], 1)
+        ):
             items.pop()
             used.pop()
             k -= 1
@@ -257,7 +282,7 @@ class DirectArray:
             return np.zeros((), np.int64)[items]
         units = None
         for d in range(k):
-            mult = math.prod(lead[d + 1:])
+            mult = math.prod(lead[d + 1 :])
             axis: np.ndarray = np.arange(lead[d], dtype=np.int64) * mult
             axis = axis.reshape([-1 if j == d else 1 for j in range(k)])
             part = np.broadcast_to(axis, lead)[items]
@@ -265,8 +290,9 @@ class DirectArray:
         return np.asarray(units)
 
 
-def direct_mmap(path: Any, shape: Any, dtype: Any, offset: int = 0, *,
-                cache_bytes: int = DEFAULT_CACHE_BYTES) -> DirectArray:
+def direct_mmap(
+    path: Any, shape: Any, dtype: Any, offset: int = 0, *, cache_bytes: int = DEFAULT_CACHE_BYTES
+) -> DirectArray:
     """direct-mmap's constructor, for code switching from that package:
     ``direct_mmap(path, shape, dtype, offset)`` is a :class:`DirectArray`."""
     return DirectArray(path, shape, dtype, offset, cache_bytes=cache_bytes)

@@ -17,6 +17,7 @@ EAGAIN :class:`ShmstreamBlockingIOError`; any other errno stays a
 ShmstreamOSError with its ``errno`` set (``except OSError`` and a look at
 ``exc.errno`` work as for any OSError).
 """
+
 import errno as _errno
 from typing import Any
 
@@ -67,6 +68,7 @@ class ShmstreamError(Exception):
 
 # -- errors with an errno (OSError and its built-in subclasses) ------------
 
+
 class ShmstreamOSError(ShmstreamError, OSError):
     """A system call failed, or a name is missing or taken (``errno`` says
     which). ``ShmstreamOSError(errno, message)`` returns the subclass that
@@ -114,6 +116,7 @@ _BY_ERRNO = {
 
 # -- bad arguments ---------------------------------------------------------
 
+
 class ShmstreamValueError(ShmstreamError, ValueError):
     """An argument has a bad value: shape, dtype, name, size, count, index
     form, a request the stream cannot serve, ..."""
@@ -144,6 +147,7 @@ class NoPeerError(ShmstreamError, ConnectionError):
 
 
 # -- handles and their state -----------------------------------------------
+
 
 class HandleClosedError(ShmstreamError, RuntimeError):
     """The handle (stream, GPU stream, channel end, shared array, bridge
@@ -195,6 +199,7 @@ class DemoFailedError(ShmstreamError, RuntimeError):
 
 
 # -- GPU streams -----------------------------------------------------------
+
 
 class NoCpuMirrorError(ShmstreamError, ValueError):
     """The GPU stream has no CPU mirror, and the call reads frames on the

@@ -1,5 +1,6 @@
 """What a read returns: a payload and the metadata of the same write, or
 (history reads) a batch of them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,6 @@ class Publication:
     state: str = "valid"
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class FrameBatch:
     """The publications a history read returns (:meth:`SharedMemory.read_since`):
@@ -72,6 +71,11 @@ class FrameBatch:
         before it."""
         previous = self.after
         for i, count in enumerate(self.counts.tolist()):
-            yield Publication(self.frames[i], count, int(self.frame_ids[i]),
-                              int(self.write_times_ns[i]) / 1e9, count - previous - 1)
+            yield Publication(
+                self.frames[i],
+                count,
+                int(self.frame_ids[i]),
+                int(self.write_times_ns[i]) / 1e9,
+                count - previous - 1,
+            )
             previous = count

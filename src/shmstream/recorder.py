@@ -13,6 +13,7 @@ GPU streams are recorded through their CPU mirror (``cpu_mirror=True``);
 one without a mirror is refused with ValueError, and so is a replay into a
 GPU stream (a GPU write cannot carry recorded counts and times).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -112,8 +113,15 @@ class _Spool:
     ``max_chunks`` of them in memory. The heavy parts of both sides (the
     native copy, the file writes) release the GIL, so they overlap."""
 
-    def __init__(self, writer: RecordingWriter, shape: tuple[int, ...], dtype: np.dtype,
-                 chunk_frames: int, max_chunks: int, sync_interval: float) -> None:
+    def __init__(
+        self,
+        writer: RecordingWriter,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        chunk_frames: int,
+        max_chunks: int,
+        sync_interval: float,
+    ) -> None:
         self._writer = writer
         self._shape = (chunk_frames, *shape)
         self._dtype = dtype
@@ -124,8 +132,7 @@ class _Spool:
         self._full: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._interval = sync_interval
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="shmstream-record-disk",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="shmstream-record-disk", daemon=True)
         self._thread.start()
 
     def chunk(self, timeout: float) -> np.ndarray | None:
@@ -186,8 +193,9 @@ class _Spool:
             raise self.error
 
 
-def _open_for_reading(name: str, wait: float | None = 0.0,
-                      stop: threading.Event | None = None) -> Any:
+def _open_for_reading(
+    name: str, wait: float | None = 0.0, stop: threading.Event | None = None
+) -> Any:
     """Open ``name`` read-only, waiting up to ``wait`` seconds (None: for
     ever) for it to be created: a recorder is usually started before the
     camera. The name has no wake-up of its own to wait on, so it is looked
@@ -259,16 +267,32 @@ def record(
     try:
         frame_bytes = max(1, handle.size)
         cap = max(1, min(handle.history + 1, _CHUNK_BYTES // frame_bytes))
-        description = {"name": name, "history": handle.history, "slots": handle.slots,
-                       "gpu": handle.gpu_enabled, "shmstream_version": _version()}
-        writer = RecordingWriter(path, shape=handle.shape, dtype=handle.dtype,
-                                 description=description, overwrite=overwrite)
+        description = {
+            "name": name,
+            "history": handle.history,
+            "slots": handle.slots,
+            "gpu": handle.gpu_enabled,
+            "shmstream_version": _version(),
+        }
+        writer = RecordingWriter(
+            path,
+            shape=handle.shape,
+            dtype=handle.dtype,
+            description=description,
+            overwrite=overwrite,
+        )
         stats = RecordStats(name, str(path))
         after = stats.last_count = handle.count if start_count is None else start_count
         start = time.monotonic()
         next_report = start + progress_interval
-        spool = _Spool(writer, handle.shape, handle.dtype, cap,
-                       buffer_bytes // (cap * frame_bytes), progress_interval)
+        spool = _Spool(
+            writer,
+            handle.shape,
+            handle.dtype,
+            cap,
+            buffer_bytes // (cap * frame_bytes),
+            progress_interval,
+        )
         try:
             with _signals_stop(handle_signals):
                 while not stats.stopped_by:
@@ -281,8 +305,9 @@ def record(
                     batch = None
                     if chunk is not None:
                         try:
-                            batch = handle.read_since(after, max_frames=want, timeout=wait,
-                                                      out=chunk)
+                            batch = handle.read_since(
+                                after, max_frames=want, timeout=wait, out=chunk
+                            )
                         except TimeoutError:
                             spool.give_back(chunk)
                     if chunk is not None and batch is not None:

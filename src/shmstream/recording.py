@@ -17,6 +17,7 @@ HDF5 or Zarr: no dependency for anyone, and appending a frame is one
 ``write``. ``shmstream.record`` and ``shmstream.replay`` (module
 ``recorder``) move frames between a stream and a recording.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,15 @@ class RecordingWriter:
     stream.json with the recording's summary. The directory must not exist,
     unless ``overwrite`` and it is a recording (nothing else is replaced)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, shape: tuple[int, ...], dtype: Any,
-                 description: dict[str, Any] | None = None, overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        shape: tuple[int, ...],
+        dtype: Any,
+        description: dict[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> None:
         self.path = Path(path)
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
@@ -75,16 +83,18 @@ class RecordingWriter:
         }
         self._write_description()
         self._frames = NpyAppender(self.path / "frames.npy", self.dtype, self.shape)
-        self._columns = [NpyAppender(self.path / f"{c}.npy", np.dtype(np.uint64), ())
-                         for c in COLUMNS]
+        self._columns = [
+            NpyAppender(self.path / f"{c}.npy", np.dtype(np.uint64), ()) for c in COLUMNS
+        ]
         self.closed = False
 
     @property
     def frames(self) -> int:
         return self._frames.rows
 
-    def append(self, frames: Any, counts: Any, frame_ids: Any, write_times_ns: Any,
-               missed: int = 0) -> None:
+    def append(
+        self, frames: Any, counts: Any, frame_ids: Any, write_times_ns: Any, missed: int = 0
+    ) -> None:
         """Append frames (shape ``(n, *shape)``) and their metadata;
         ``missed`` publications were lost before them."""
         n = len(counts)
@@ -98,8 +108,7 @@ class RecordingWriter:
         self.info["missed"] += int(missed)
 
     def append_batch(self, batch: FrameBatch) -> None:
-        self.append(batch.frames, batch.counts, batch.frame_ids, batch.write_times_ns,
-                    batch.missed)
+        self.append(batch.frames, batch.counts, batch.frame_ids, batch.write_times_ns, batch.missed)
 
     def sync(self) -> None:
         """Make what was appended readable: data first, then the headers
@@ -179,14 +188,20 @@ class Recording:
             n = min(n, *lengths)  # killed between two files: what all of them hold
             self.frames = self.frames[:n]
         self.counts, self.frame_ids, self.write_times_ns = (
-            c[:n].astype(np.uint64, copy=False) for c in columns)
+            c[:n].astype(np.uint64, copy=False) for c in columns
+        )
         try:
             self.shape = tuple(int(d) for d in self.info["shape"])
-            self.dtype = _dtypes.decode(self.info["dtype"]) if isinstance(
-                self.info["dtype"], str) else np.dtype(self.info["dtype"])
+            self.dtype = (
+                _dtypes.decode(self.info["dtype"])
+                if isinstance(self.info["dtype"], str)
+                else np.dtype(self.info["dtype"])
+            )
         except (KeyError, TypeError, ValueError, SyntaxError) as exc:
-            raise ShmstreamValueError(f"recording {str(self.path)!r} has a bad {DESCRIPTION}: no valid "
-                             f"shape and dtype ({exc})") from None
+            raise ShmstreamValueError(
+                f"recording {str(self.path)!r} has a bad {DESCRIPTION}: no valid "
+                f"shape and dtype ({exc})"
+            ) from None
         if self.frames.shape[1:] != self.shape or self.frames.dtype != self.dtype:
             raise ShmstreamValueError(
                 f"recording {str(self.path)!r} is inconsistent: frames.npy holds "
@@ -194,8 +209,9 @@ class Recording:
                 f"says {self.dtype} of shape {self.shape}"
             )
         if n > 1 and not bool(np.all(self.counts[1:] > self.counts[:-1])):
-            raise ShmstreamValueError(f"recording {str(self.path)!r} is corrupt: its counts do not "
-                             "increase")
+            raise ShmstreamValueError(
+                f"recording {str(self.path)!r} is corrupt: its counts do not increase"
+            )
 
     @property
     def name(self) -> str | None:
@@ -219,13 +235,20 @@ class Recording:
         previous = None
         for i, count in enumerate(self.counts.tolist()):
             missed = 0 if previous is None else count - previous - 1
-            yield Publication(self.frames[i], count, int(self.frame_ids[i]),
-                              int(self.write_times_ns[i]) / 1e9, missed)
+            yield Publication(
+                self.frames[i],
+                count,
+                int(self.frame_ids[i]),
+                int(self.write_times_ns[i]) / 1e9,
+                missed,
+            )
             previous = count
 
     def __repr__(self) -> str:
-        return (f"Recording({str(self.path)!r}, name={self.name!r}, frames={len(self)}, "
-                f"shape={self.shape}, dtype={str(self.dtype)!r})")
+        return (
+            f"Recording({str(self.path)!r}, name={self.name!r}, frames={len(self)}, "
+            f"shape={self.shape}, dtype={str(self.dtype)!r})"
+        )
 
 
 def load_recording(path: str | os.PathLike[str]) -> Recording:
@@ -235,25 +258,36 @@ def load_recording(path: str | os.PathLike[str]) -> Recording:
 
 def _read_description(path: Path) -> dict[str, Any]:
     if not path.exists():
-        raise ShmstreamFileNotFoundError(f"no recording at {str(path)!r}; make one with "
-                                f"'shmstream record NAME -o {path}'")
+        raise ShmstreamFileNotFoundError(
+            f"no recording at {str(path)!r}; make one with 'shmstream record NAME -o {path}'"
+        )
     if not path.is_dir():
-        raise ShmstreamValueError(f"{str(path)!r} is not a shmstream recording: a recording is a "
-                         f"directory holding frames.npy, {', '.join(COLUMNS)} and {DESCRIPTION}")
+        raise ShmstreamValueError(
+            f"{str(path)!r} is not a shmstream recording: a recording is a "
+            f"directory holding frames.npy, {', '.join(COLUMNS)} and {DESCRIPTION}"
+        )
     desc = path / DESCRIPTION
     if not desc.is_file():
-        raise ShmstreamValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} is missing")
+        raise ShmstreamValueError(
+            f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} is missing"
+        )
     try:
         info = json.loads(desc.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ShmstreamValueError(f"recording {str(path)!r} has a corrupt {DESCRIPTION}: {exc}") from None
+        raise ShmstreamValueError(
+            f"recording {str(path)!r} has a corrupt {DESCRIPTION}: {exc}"
+        ) from None
     if not isinstance(info, dict) or info.get("format") != FORMAT:
-        raise ShmstreamValueError(f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} does not "
-                         f"say format {FORMAT!r}")
+        raise ShmstreamValueError(
+            f"{str(path)!r} is not a shmstream recording: {DESCRIPTION} does not "
+            f"say format {FORMAT!r}"
+        )
     if info.get("format_version") != FORMAT_VERSION:
-        raise ShmstreamValueError(f"recording {str(path)!r} has format version "
-                         f"{info.get('format_version')!r}; this shmstream reads version "
-                         f"{FORMAT_VERSION}: upgrade shmstream")
+        raise ShmstreamValueError(
+            f"recording {str(path)!r} has format version "
+            f"{info.get('format_version')!r}; this shmstream reads version "
+            f"{FORMAT_VERSION}: upgrade shmstream"
+        )
     return info
 
 
@@ -265,8 +299,10 @@ def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
         # Without the magic, np.load takes a file for a pickle and says so,
         # which misleads: say what is wrong.
         if f.read(6) != b"\x93NUMPY":
-            raise ShmstreamValueError(f"recording {str(path)!r}: {file} is not a NumPy .npy file "
-                             "(it does not start with the .npy magic)")
+            raise ShmstreamValueError(
+                f"recording {str(path)!r}: {file} is not a NumPy .npy file "
+                "(it does not start with the .npy magic)"
+            )
     try:
         try:
             array = np.load(where, mmap_mode="r" if mmap else None, allow_pickle=False)
@@ -275,10 +311,16 @@ def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
                 raise
             array = np.load(where, allow_pickle=False)  # an empty array cannot be mapped
     except Exception as exc:  # noqa: BLE001 - a damaged header raises anything (SyntaxError, tokenize.TokenError)
-        raise ShmstreamValueError(f"recording {str(path)!r}: {file} is not a readable NumPy .npy file "
-                         f"({exc})") from None
-    if not isinstance(array, np.ndarray) or array.ndim < 1 or (
-            file != "frames.npy" and (array.ndim != 1 or array.dtype.kind not in "iu")):
-        raise ShmstreamValueError(f"recording {str(path)!r}: {file} does not hold "
-                         f"{'frames' if file == 'frames.npy' else 'one integer per frame'}")
+        raise ShmstreamValueError(
+            f"recording {str(path)!r}: {file} is not a readable NumPy .npy file ({exc})"
+        ) from None
+    if (
+        not isinstance(array, np.ndarray)
+        or array.ndim < 1
+        or (file != "frames.npy" and (array.ndim != 1 or array.dtype.kind not in "iu"))
+    ):
+        raise ShmstreamValueError(
+            f"recording {str(path)!r}: {file} does not hold "
+            f"{'frames' if file == 'frames.npy' else 'one integer per frame'}"
+        )
     return array

@@ -27,6 +27,7 @@ names (undecodable bytes as lone surrogates, ``os.fsdecode``), so no name
 stops a scan; :func:`printable` is how they are shown, and the name it
 shows is one :func:`remove` accepts.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,8 +46,22 @@ from .errors import CorruptStreamError
 from .gpu import device as _gpu_device
 from .publication import STATE_NAMES
 
-__all__ = ["Entry", "KINDS", "PurgeReport", "Skipped", "list_channels", "list_streams", "printable",
-           "purge", "purge_abandoned", "purge_report", "remove", "scan", "stat", "survey"]
+__all__ = [
+    "Entry",
+    "KINDS",
+    "PurgeReport",
+    "Skipped",
+    "list_channels",
+    "list_streams",
+    "printable",
+    "purge",
+    "purge_abandoned",
+    "purge_report",
+    "remove",
+    "scan",
+    "stat",
+    "survey",
+]
 
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
 KINDS = ("stream", "gpu-stream", "channel", "array", "loader-pool")
@@ -116,9 +131,19 @@ def _not_regular(mode: int) -> str | None:
     """Why a file of this st_mode is left alone (None: a regular file)."""
     if _stat.S_ISREG(mode):
         return None
-    what = ("a symbolic link" if _stat.S_ISLNK(mode) else "a FIFO" if _stat.S_ISFIFO(mode)
-            else "a directory" if _stat.S_ISDIR(mode) else "a socket" if _stat.S_ISSOCK(mode)
-            else "a device" if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode) else "a special file")
+    what = (
+        "a symbolic link"
+        if _stat.S_ISLNK(mode)
+        else "a FIFO"
+        if _stat.S_ISFIFO(mode)
+        else "a directory"
+        if _stat.S_ISDIR(mode)
+        else "a socket"
+        if _stat.S_ISSOCK(mode)
+        else "a device"
+        if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode)
+        else "a special file"
+    )
     return f"{what}, not a regular file"
 
 
@@ -194,7 +219,7 @@ def _entry_of(segname: str, seg: Any) -> Entry:
     kind = _kind_of(seg)
     size = _file_bytes(segname)
     if kind == "loader-pool":  # the root and its slot files
-        size += sum(_file_bytes(p[len(SHM_DIR):]) for p in _pool_files(seg.name))
+        size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _pool_files(seg.name))
     return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), seg.created_ns / 1e9)
 
 
@@ -229,7 +254,7 @@ def _access(seg: Any) -> dict[str, Any]:
 
 
 def _pool_files(root: str) -> list[str]:
-    token = root[len(_loader_pool.ROOT_PREFIX):]
+    token = root[len(_loader_pool.ROOT_PREFIX) :]
     return _loader_pool.list_slot_files(token).get(token, [])
 
 
@@ -241,7 +266,8 @@ def _odd_slot_files() -> list[Skipped]:
         with os.scandir(SHM_DIR) as found:
             for d in found:
                 if d.name.startswith(_loader_pool.SLOT_FILE_PREFIX) and not d.is_file(
-                        follow_symlinks=False):
+                    follow_symlinks=False
+                ):
                     try:
                         why = _not_regular(d.stat(follow_symlinks=False).st_mode)
                     except OSError:
@@ -266,8 +292,10 @@ def survey(kinds: Iterable[str] | None = None) -> tuple[list[Entry], list[Skippe
         elif e is not None and (wanted is None or e.kind in wanted):
             found.append(e)
     skipped += _odd_slot_files()
-    return (sorted(found, key=lambda e: (e.kind, e.name or "", e.segname)),
-            sorted(skipped, key=lambda s: s.segname))
+    return (
+        sorted(found, key=lambda e: (e.kind, e.name or "", e.segname)),
+        sorted(skipped, key=lambda s: s.segname),
+    )
 
 
 def scan(kinds: Iterable[str] | None = None) -> list[Entry]:
@@ -292,7 +320,10 @@ def list_channels() -> list[str]:
 
 
 def _iso(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds)) + f".{int(seconds % 1 * 1e3):03d}"
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
+        + f".{int(seconds % 1 * 1e3):03d}"
+    )
 
 
 def _stream_stat(seg: Any) -> dict[str, Any]:
@@ -327,8 +358,9 @@ def _stream_stat(seg: Any) -> dict[str, Any]:
         # The mutex word's owner when the informational words are empty: a
         # forged word, or an owner between taking the lock and recording it.
         "lock_owner_tid": int(seg.owner_tid) or int(seg.lock_word_tid) or None,
-        "lock_owner_alive": (_proc.alive(lock_owner) if lock_owner and int(seg.pidns_match) != 0
-                             else None),
+        "lock_owner_alive": (
+            _proc.alive(lock_owner) if lock_owner and int(seg.pidns_match) != 0 else None
+        ),
         "lock_acquisitions": int(seg.acquisitions),
         "waiters": int(seg.waiters),
         "aborted_writes": int(seg.aborted),
@@ -408,8 +440,11 @@ def stat(name: str) -> dict[str, Any]:
             raise _checks.missing_name_error(name) from None
         # The name list shows for a corrupt or skipped entry: say what it is.
         what = _examine(listed[0])
-        why = what.reason if isinstance(what, Skipped) else (
-            f"its header is {what.kind}" if isinstance(what, Entry) else "it is gone")
+        why = (
+            what.reason
+            if isinstance(what, Skipped)
+            else (f"its header is {what.kind}" if isinstance(what, Entry) else "it is gone")
+        )
         raise CorruptStreamError(
             f"{name!r} is the segment name of an entry list cannot read ({why}); remove it "
             f"with shmstream.unlink({name!r}) or 'shmstream unlink {printable(name)}'"
@@ -440,7 +475,7 @@ def stat(name: str) -> dict[str, Any]:
     if kind == "loader-pool":
         files = _pool_files(name)
         info["slot_files"] = len(files)
-        info["slot_bytes"] = sum(_file_bytes(p[len(SHM_DIR):]) for p in files)
+        info["slot_bytes"] = sum(_file_bytes(p[len(SHM_DIR) :]) for p in files)
     return info
 
 
@@ -507,8 +542,9 @@ def _listed(name: str) -> set[str]:
     prefixes = (FILE_PREFIX, _loader_pool.SLOT_FILE_PREFIX)
     hits = set()
     if name.removeprefix("/").startswith(prefixes):  # a segment or skipped entry's name
-        hits = {"/" + f for f in _listdir() if f.startswith(prefixes)
-                and (shows(f) or shows("/" + f))}
+        hits = {
+            "/" + f for f in _listdir() if f.startswith(prefixes) and (shows(f) or shows("/" + f))
+        }
     if not hits and printable(name) != name:
         # a stored name shown escaped (not UTF-8, control characters): its file
         hits = {e.segname for e in scan() if e.name is not None and shows(e.name)}
@@ -582,8 +618,11 @@ def _remove(entries: Iterable[Entry], skipped: list[Skipped] | None = None) -> l
     return removed
 
 
-def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-pool"), *,
-                    skipped: list[Skipped] | None = None) -> list[Entry]:
+def purge_abandoned(
+    kinds: Iterable[str] = ("channel", "array", "loader-pool"),
+    *,
+    skipped: list[Skipped] | None = None,
+) -> list[Entry]:
     """Remove the objects of these kinds that nobody uses any more (creator
     dead; for a channel, no live end either; a loader pool's slot files go
     with its root, and slot files whose root is gone too), and unfinished
@@ -607,9 +646,12 @@ def purge_abandoned(kinds: Iterable[str] = ("channel", "array", "loader-pool"), 
     # then every other abandoned object (a pool root that had no slot file
     # yet included; a root the pool module removed is already gone)
     return pools + _remove(
-        (e for e in entries
-         if (e.kind in wanted and e not in pools and _abandoned(e))
-         or (e.kind == "unfinished" and _unfinished_for_long(e.segname))),
+        (
+            e
+            for e in entries
+            if (e.kind in wanted and e not in pools and _abandoned(e))
+            or (e.kind == "unfinished" and _unfinished_for_long(e.segname))
+        ),
         skipped,
     )
 
@@ -630,8 +672,9 @@ def purge_report(*, include_cuda_orphans: bool = False) -> PurgeReport:
     is skipped (never opened for long, never followed, never removed), and
     a file it cannot read or remove is skipped with the reason."""
     entries, skipped = survey()
-    removed = _remove((e for e in entries if e.kind in ("stream", "gpu-stream", "corrupt")),
-                      skipped)
+    removed = _remove(
+        (e for e in entries if e.kind in ("stream", "gpu-stream", "corrupt")), skipped
+    )
     removed += purge_abandoned(skipped=skipped)
     if include_cuda_orphans:
         _remove_orphaned_cuda_ipc_files()

@@ -31,6 +31,7 @@ Access. Workers attach read-only by default (the array's ``WRITEABLE`` flag
 is off and cannot be turned on, because its base is a read-only buffer);
 ``share(..., writable=True)`` makes them attach writable.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,20 @@ class _Mapping:
     SharedArray (and view) of it in this process. The creator's instance
     unlinks the name when it is closed or collected."""
 
-    __slots__ = ("seg", "payload", "ro", "addr", "nbytes", "name", "segname",
-                 "instance_id", "closed", "_unlink", "_creator_pid", "__weakref__")
+    __slots__ = (
+        "seg",
+        "payload",
+        "ro",
+        "addr",
+        "nbytes",
+        "name",
+        "segname",
+        "instance_id",
+        "closed",
+        "_unlink",
+        "_creator_pid",
+        "__weakref__",
+    )
 
     def __init__(self, seg: Any, owner: bool) -> None:
         self.seg = seg
@@ -82,8 +95,7 @@ class _Mapping:
         self.closed = False
         self._creator_pid = os.getpid() if owner else 0
         self._unlink = (
-            weakref.finalize(self, _unlink_if_creator, self.segname, os.getpid())
-            if owner else None
+            weakref.finalize(self, _unlink_if_creator, self.segname, os.getpid()) if owner else None
         )
 
     @property
@@ -154,8 +166,16 @@ def _attach(name: str, segname: str, instance_id: str) -> _Mapping:
         return m
 
 
-def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple | None,
-           offset: int, writable: bool, attach_writable: bool) -> SharedArray:
+def _build(
+    cls: type,
+    m: _Mapping,
+    dtype: np.dtype,
+    shape: tuple,
+    strides: tuple | None,
+    offset: int,
+    writable: bool,
+    attach_writable: bool,
+) -> SharedArray:
     if writable and m.seg.readonly == 2:
         raise ShmstreamPermissionError(
             f"shared array {m.name!r} belongs to another user who shared it read-only; "
@@ -176,8 +196,17 @@ def _build(cls: type, m: _Mapping, dtype: np.dtype, shape: tuple, strides: tuple
     return arr
 
 
-def _rebuild(name: str, segname: str, instance_id: str, dtype: np.dtype, shape: tuple,
-             strides: tuple, offset: int, writable: bool, rec: bool) -> SharedArray:
+def _rebuild(
+    name: str,
+    segname: str,
+    instance_id: str,
+    dtype: np.dtype,
+    shape: tuple,
+    strides: tuple,
+    offset: int,
+    writable: bool,
+    rec: bool,
+) -> SharedArray:
     """Unpickle a SharedArray: attach (cached) and view."""
     m = _attach(name, segname, instance_id)
     cls = SharedRecArray if rec else SharedArray
@@ -227,10 +256,20 @@ class SharedArray(np.ndarray):
                 "pickle it before close(), or share() the data again"
             )
         ptr = self.__array_interface__["data"][0] if self.size else m.addr
-        return (_rebuild, (
-            m.name, m.segname, m.instance_id, self.dtype, self.shape, self.strides,
-            ptr - m.addr, bool(self._attach_writable), isinstance(self, np.recarray),
-        ))
+        return (
+            _rebuild,
+            (
+                m.name,
+                m.segname,
+                m.instance_id,
+                self.dtype,
+                self.shape,
+                self.strides,
+                ptr - m.addr,
+                bool(self._attach_writable),
+                isinstance(self, np.recarray),
+            ),
+        )
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return self.__reduce__()
@@ -304,8 +343,16 @@ class SharedArray(np.ndarray):
         rec = dt.names is not None
         if rec:
             dt = np.dtype((np.record, dt))
-        return _build(SharedRecArray if rec else SharedArray, m, dt, tuple(m.seg.shape),
-                      None, 0, writable, writable)
+        return _build(
+            SharedRecArray if rec else SharedArray,
+            m,
+            dt,
+            tuple(m.seg.shape),
+            None,
+            0,
+            writable,
+            writable,
+        )
 
 
 class SharedRecArray(SharedArray, np.recarray):
@@ -340,8 +387,9 @@ def _adopt(parent: SharedArray, value: Any) -> Any:
     return out
 
 
-def share(array: Any, name: str | None = None, *, writable: bool = False,
-          mode: int = 0o600) -> SharedArray:
+def share(
+    array: Any, name: str | None = None, *, writable: bool = False, mode: int = 0o600
+) -> SharedArray:
     """Copy ``array`` into a new shared-memory segment once; return it as a
     :class:`SharedArray` owned by this process.
 
@@ -387,18 +435,24 @@ def share(array: Any, name: str | None = None, *, writable: bool = False,
         # Too long for the header: pickled handles carry the exact dtype;
         # the header says "records of this size".
         text = f"|V{dt.itemsize}"
-    with _space.room_for(name, "shared array", _space.segment_bytes(a.nbytes, 1),
-                         f"{a.nbytes} bytes of data and a 4096-byte header"):
-        seg = _native.Segment.create(name, _native.KIND_ARRAY, list(a.shape), dt.itemsize,
-                                     text, 0, mode, 0, 1)  # one slot: no writer/reader hand-off
+    with _space.room_for(
+        name,
+        "shared array",
+        _space.segment_bytes(a.nbytes, 1),
+        f"{a.nbytes} bytes of data and a 4096-byte header",
+    ):
+        seg = _native.Segment.create(
+            name, _native.KIND_ARRAY, list(a.shape), dt.itemsize, text, 0, mode, 0, 1
+        )  # one slot: no writer/reader hand-off
     try:
         m = _Mapping(seg, owner=True)
         with _mappings_lock:
             _mappings[(m.segname, m.instance_id)] = m
         rec = isinstance(a, np.recarray)
         out_dt = np.dtype((np.record, base_dt)) if rec and base_dt.names is not None else base_dt
-        out = _build(SharedRecArray if rec else SharedArray, m, out_dt, a.shape, None, 0,
-                     True, writable)
+        out = _build(
+            SharedRecArray if rec else SharedArray, m, out_dt, a.shape, None, 0, True, writable
+        )
         if out.size and a.flags.c_contiguous:
             # Raw bytes: one memcpy, padding of structured dtypes included.
             m.payload[:] = np.asarray(a).reshape(-1).view(np.uint8)

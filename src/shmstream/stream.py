@@ -32,6 +32,7 @@ Differences from pyshmem 1.4.0 (a strict superset otherwise):
 * The write lock is re-entrant per thread *per stream generation in a
   process*, as in pyshmem: two handles on one stream in one thread share it.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,7 +92,11 @@ class SharedMemory(Reading, Waiting, History, Status):
     """
 
     def __init__(  # *args/**kwargs: SharedMemory(name=..., shape=...) gets the next step
-        self, segment: Any = None, *args: Any, owner: bool = False, readonly: bool = False,
+        self,
+        segment: Any = None,
+        *args: Any,
+        owner: bool = False,
+        readonly: bool = False,
         **kwargs: Any,
     ) -> None:
         if not isinstance(segment, _native.Segment) or args or kwargs:
@@ -108,9 +113,7 @@ class SharedMemory(Reading, Waiting, History, Status):
         flags = int(segment.flags)
         self.gpu_enabled: bool = bool(flags & _native.FLAG_GPU)
         self.gpu_device: str | None = None
-        self.cpu_mirror: bool = (
-            not self.gpu_enabled or bool(flags & _native.FLAG_CPU_MIRROR)
-        )
+        self.cpu_mirror: bool = not self.gpu_enabled or bool(flags & _native.FLAG_CPU_MIRROR)
         self.owner: bool = bool(owner)
         self.readonly: bool = bool(readonly)
         self._flags = flags
@@ -166,14 +169,12 @@ class SharedMemory(Reading, Waiting, History, Status):
             dt = dt.base
         if len(dims) > _native.MAX_NDIM:
             raise ShmstreamValueError(
-                f"shape {dims} has {len(dims)} dimensions; at most "
-                f"{_native.MAX_NDIM} are supported"
+                f"shape {dims} has {len(dims)} dimensions; at most {_native.MAX_NDIM} are supported"
             )
         expected = math.prod(dims) * dt.itemsize
         if size is not None and (isinstance(size, bool) or int(size) != expected):
             raise ShmstreamValueError(
-                "size does not match shape and dtype: "
-                f"expected {expected}, got {size}"
+                f"size does not match shape and dtype: expected {expected}, got {size}"
             )
         if expected >= 2**62:
             raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
@@ -191,13 +192,23 @@ class SharedMemory(Reading, Waiting, History, Status):
         flags = _native.FLAG_NOTIFY if notify else 0
         try:
             with _space.room_for(
-                name, "stream", _space.segment_bytes(expected, slots, history),
+                name,
+                "stream",
+                _space.segment_bytes(expected, slots, history),
                 f"{history + 1 if history else slots} slot(s) of {expected} bytes, each rounded "
                 f"up to a page, {'their records, ' if history else ''}and a 4096-byte header",
             ):
                 segment = _native.Segment.create(
-                    name, _native.KIND_STREAM, list(dims), dt.itemsize,
-                    _dtypes.encode(dt), flags, mode, 0, slots, history,
+                    name,
+                    _native.KIND_STREAM,
+                    list(dims),
+                    dt.itemsize,
+                    _dtypes.encode(dt),
+                    flags,
+                    mode,
+                    0,
+                    slots,
+                    history,
                 )
         except FileExistsError:
             raise _checks.duplicate_name_error(name) from None
@@ -205,7 +216,11 @@ class SharedMemory(Reading, Waiting, History, Status):
 
     @classmethod
     def _open(
-        cls, name: str, *, gpu_device: Any = None, readonly: bool = False,
+        cls,
+        name: str,
+        *,
+        gpu_device: Any = None,
+        readonly: bool = False,
         allow_owner: Any = None,
     ) -> SharedMemory:
         _checks.check_name(name)
@@ -318,11 +333,18 @@ class SharedMemory(Reading, Waiting, History, Status):
             "cpu_mirror": self.cpu_mirror,
             "notify": self.notify,
             # Only when not the default, so pyshmem-shaped configs stay as they were.
-            **({"slots": self._seg.slot_count}
-               if self._seg is not None and self._seg.slot_count != _native.DEFAULT_SLOTS
-               and not self._seg.history else {}),
-            **({"history": self._seg.history} if self._seg is not None and self._seg.history
-               else {}),
+            **(
+                {"slots": self._seg.slot_count}
+                if self._seg is not None
+                and self._seg.slot_count != _native.DEFAULT_SLOTS
+                and not self._seg.history
+                else {}
+            ),
+            **(
+                {"history": self._seg.history}
+                if self._seg is not None and self._seg.history
+                else {}
+            ),
         }
 
     # -- locking --
@@ -425,11 +447,11 @@ class SharedMemory(Reading, Waiting, History, Status):
         value, frame_id = self._write_args(value, frame_id)
         count = 0 if count is None else _checks.check_u64("count", count, minimum=1)
         write_time_ns = (
-            0 if write_time_ns is None else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
+            0
+            if write_time_ns is None
+            else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
         )
-        self._wrote = seg.write(
-            value, frame_id, self._holds_lock(), None, count, write_time_ns
-        )
+        self._wrote = seg.write(value, frame_id, self._holds_lock(), None, count, write_time_ns)
 
     def write_locked(self, value: Any, *, frame_id: int | None = None) -> None:
         """:meth:`write` for a caller that already holds the lock."""
@@ -508,8 +530,7 @@ class SharedMemory(Reading, Waiting, History, Status):
         if state.owner is not None and self._held:
             if state.owner != _get_ident():
                 raise LockHeldError(
-                    f"cannot close shared memory {self.name!r} while another "
-                    "thread owns its lock"
+                    f"cannot close shared memory {self.name!r} while another thread owns its lock"
                 )
             if self._writing:
                 self._writing = False
@@ -606,15 +627,26 @@ def create(
     FileExistsError if the name exists (use :func:`open`).
     """
     handle = SharedMemory._create(
-        name, shape=shape, dtype=dtype, size=size, gpu_device=gpu_device,
-        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots, history=history,
+        name,
+        shape=shape,
+        dtype=dtype,
+        size=size,
+        gpu_device=gpu_device,
+        cpu_mirror=cpu_mirror,
+        notify=notify,
+        mode=mode,
+        slots=slots,
+        history=history,
     )
     handle._auto_unlink = bool(auto_unlink)
     return handle
 
 
 def open(
-    name: str, *, gpu_device: str | int | bool | None = None, readonly: bool = False,
+    name: str,
+    *,
+    gpu_device: str | int | bool | None = None,
+    readonly: bool = False,
     allow_owner: int | str | Iterable[int | str] | None = None,
 ) -> SharedMemory:
     """Attach to the existing stream ``name`` (shape, dtype and contents
@@ -624,8 +656,9 @@ def open(
     is in ``allow_owner`` (a uid, a user name, or a collection of them) or
     in ``SHMSTREAM_ALLOW_OWNERS``; one made in another PID namespace is
     refused (PidNamespaceError; docs/ABI.md, "Owner and PID namespace")."""
-    return SharedMemory._open(name, gpu_device=gpu_device, readonly=readonly,
-                              allow_owner=allow_owner)
+    return SharedMemory._open(
+        name, gpu_device=gpu_device, readonly=readonly, allow_owner=allow_owner
+    )
 
 
 def unlink(name: str) -> None:
@@ -677,9 +710,17 @@ def stream(
     """``with shmstream.stream(name, shape=...) as shm:`` a temporary stream,
     unlinked when the block ends (normally or by an exception). The
     arguments are :func:`create`'s."""
-    return _Stream(dict(
-        name=name, shape=shape, dtype=dtype, size=size, gpu_device=gpu_device,
-        cpu_mirror=cpu_mirror, notify=notify, mode=mode, slots=slots, history=history,
-    ))
-
-
+    return _Stream(
+        dict(
+            name=name,
+            shape=shape,
+            dtype=dtype,
+            size=size,
+            gpu_device=gpu_device,
+            cpu_mirror=cpu_mirror,
+            notify=notify,
+            mode=mode,
+            slots=slots,
+            history=history,
+        )
+    )

@@ -45,6 +45,7 @@ existing ones) and the main process warns once. ``pin_memory=True`` works:
 the pin thread builds the batch from the slot and pins it (a copy into
 page-locked memory, after which the slot is free at once).
 """
+
 from __future__ import annotations
 
 import io
@@ -97,6 +98,7 @@ def _eligible(t: torch.Tensor) -> bool:
 
 # =================================================================== worker
 
+
 class _Overflow(Exception):
     pass
 
@@ -143,7 +145,7 @@ def _slot_tensor_collate(batch: list[torch.Tensor], *, collate_fn_map: Any = Non
     if start + nbytes > slot.capacity:
         raise _Overflow
     _alloc.cur = (slot, start + nbytes)
-    out = slot.u8[start:start + nbytes].view(elem.dtype).view(shape)
+    out = slot.u8[start : start + nbytes].view(elem.dtype).view(shape)
     return torch.stack(batch, 0, out=out)
 
 
@@ -219,7 +221,8 @@ class _Packer(pickle.Pickler):
                 "Cowardly refusing to serialize non-leaf tensor which requires_grad, since "
                 "autograd does not support crossing process boundaries.  If you just want to "
                 "transfer the data, call detach() on the tensor before serializing (e.g., "
-                "putting it on the queue).")
+                "putting it on the queue)."
+            )
         param = type(t) is torch.nn.Parameter
         if t.numel() == 0:
             return (-1, t.dtype, tuple(t.shape), tuple(t.stride()), grad, param)
@@ -277,8 +280,9 @@ class _SlotCollate:
         try:
             return self._pack(client, samples)
         except OSError as exc:
-            return _Fallback(self.collate_fn(samples), self.token, "error",
-                             f"{type(exc).__name__}: {exc}")
+            return _Fallback(
+                self.collate_fn(samples), self.token, "error", f"{type(exc).__name__}: {exc}"
+            )
 
     def _attach(self) -> Any:
         if self.token is None or self.instance_id is None:
@@ -317,8 +321,7 @@ class _SlotCollate:
             if need > 0:
                 got = self._take(client, need)
                 if isinstance(got, str):  # no slot: torch's path, as torch would
-                    return _Fallback(self.collate_fn(samples), self.token, got,
-                                     client.create_error)
+                    return _Fallback(self.collate_fn(samples), self.token, got, client.create_error)
                 stacked = self._stack_into(client, got, samples)
                 if stacked is not None:
                     return stacked
@@ -343,8 +346,16 @@ class _SlotCollate:
         finally:
             _alloc.cur = None
 
-    def _place(self, client: Any, samples: Any, batch: Any, slot: _Slot | None, used: int,
-               spans: dict[int, list], moved: bool) -> Any:
+    def _place(
+        self,
+        client: Any,
+        samples: Any,
+        batch: Any,
+        slot: _Slot | None,
+        used: int,
+        spans: dict[int, list],
+        moved: bool,
+    ) -> Any:
         """Copy ``spans`` into ``slot`` (a new one if None and there are
         bytes to carry) after its first ``used`` bytes, and describe the
         batch; the slot is given back if that fails. ``moved``: the batch's
@@ -375,8 +386,9 @@ class _Collated(NamedTuple):
     used: int
 
 
-def _describe(token: str, batch: Any, slot: _Slot | None, used: int,
-              spans: dict[int, list]) -> _Descriptor:
+def _describe(
+    token: str, batch: Any, slot: _Slot | None, used: int, spans: dict[int, list]
+) -> _Descriptor:
     """Copy each span into ``slot`` after its first ``used`` bytes, then
     pickle ``batch`` with its tensors as references into the slot."""
     placed = {}
@@ -384,7 +396,7 @@ def _describe(token: str, batch: Any, slot: _Slot | None, used: int,
         assert slot is not None
         base = _align(used) + lo % _ALIGN  # same alignment as in the source
         src = torch.empty(0, dtype=torch.uint8).set_(storage)[lo:hi]
-        slot.u8[base:base + (hi - lo)].copy_(src)
+        slot.u8[base : base + (hi - lo)].copy_(src)
         placed[ptr] = (base, lo)
         used = base + (hi - lo)
     buf = io.BytesIO()
@@ -432,7 +444,9 @@ class _Fallback:
     """A batch that took torch's default path (pickled by torch's queue),
     and why: 'bound', 'busy' or 'error' (with ``detail``)."""
 
-    def __init__(self, batch: Any, token: str | None, reason: str, detail: str | None = None) -> None:
+    def __init__(
+        self, batch: Any, token: str | None, reason: str, detail: str | None = None
+    ) -> None:
         self.batch = batch
         self.token = token
         self.reason = reason
@@ -447,7 +461,9 @@ class _Fallback:
                 "Free space in /dev/shm (see `df -h /dev/shm`, `shmstream purge`).",
                 # stacklevel: here, _unwrap, _ShmIter._process_data, torch's
                 # _next_data and __next__, the caller's loop
-                ShmTransportWarning, stacklevel=6)
+                ShmTransportWarning,
+                stacklevel=6,
+            )
         return self.batch
 
     def pin_memory(self, device: Any = None) -> Any:
@@ -462,15 +478,35 @@ class _Lease(np.ndarray):
 class _Descriptor:
     """What crosses the worker queue: where the batch is, and its structure."""
 
-    def __init__(self, token: str, k: int, gen: int, seq: int, used: int,
-                 structure: bytes, metas: list, fresh: bool) -> None:
+    def __init__(
+        self,
+        token: str,
+        k: int,
+        gen: int,
+        seq: int,
+        used: int,
+        structure: bytes,
+        metas: list,
+        fresh: bool,
+    ) -> None:
         self.token, self.k, self.gen, self.seq, self.used = token, k, gen, seq, used
         self.structure, self.metas, self.fresh = structure, metas, fresh
         self.armed = False  # True on the receiving side until decoded
 
     def __reduce__(self) -> Any:
-        return (_Descriptor._received, (self.token, self.k, self.gen, self.seq, self.used,
-                                        self.structure, self.metas, self.fresh))
+        return (
+            _Descriptor._received,
+            (
+                self.token,
+                self.k,
+                self.gen,
+                self.seq,
+                self.used,
+                self.structure,
+                self.metas,
+                self.fresh,
+            ),
+        )
 
     @classmethod
     def _received(cls, *args: Any) -> _Descriptor:
@@ -484,11 +520,13 @@ class _Descriptor:
         if self.k >= 0:
             pool = _pools.get(self.token)
             if pool is None:
-                raise BatchLostError("shmstream.torch.DataLoader: a batch arrived after its loader "
-                                   "was garbage-collected")
+                raise BatchLostError(
+                    "shmstream.torch.DataLoader: a batch arrived after its loader "
+                    "was garbage-collected"
+                )
             slot = pool.claim(self.k, self.gen, self.seq, self.fresh)
             if self.used > 0:
-                lease = slot[:self.used].view(_Lease)
+                lease = slot[: self.used].view(_Lease)
                 weakref.finalize(lease, pool.release, self.k, self.seq)
                 storage = torch.frombuffer(lease, dtype=torch.uint8).untyped_storage()
             else:
@@ -506,7 +544,8 @@ class _Descriptor:
                 # fuzz_py_loader finding).
                 raise CorruptStreamError(
                     f"shmstream.torch.DataLoader: a batch descriptor does not describe tensor "
-                    f"{pid!r} ({type(exc).__name__}: {exc}); restart the epoch") from None
+                    f"{pid!r} ({type(exc).__name__}: {exc}); restart the epoch"
+                ) from None
 
         def build(pid: int) -> torch.Tensor:
             pos, dtype, size, stride, grad, param = metas[pid]
@@ -620,8 +659,14 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     torch's default path.
     """
 
-    def __init__(self, dataset: Any, *args: Any, shm_slots: int | None = None,
-                 shm_max_bytes: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        *args: Any,
+        shm_slots: int | None = None,
+        shm_max_bytes: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._shm_pool: _loader_pool.Pool | None = None
         self._shm_life: _PoolLife | None = None
@@ -663,7 +708,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 warnings.warn(
                     f"shmstream.torch.DataLoader: could not create its slot pool ({pool.broken}); "
                     "batches use torch's default path. Free space in /dev/shm (see "
-                    "`df -h /dev/shm`, `shmstream purge`).", ShmTransportWarning, stacklevel=5)
+                    "`df -h /dev/shm`, `shmstream purge`).",
+                    ShmTransportWarning,
+                    stacklevel=5,
+                )
         return pool
 
     def stats(self) -> dict[str, Any]:
@@ -672,7 +720,13 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         a ``reused`` one, ``fallbacks`` (batches that took torch's default
         path) and ``fallback_reasons`` ({'bound', 'busy', 'error': count})."""
         if self._shm_pool is None:
-            return {"slots": 0, "bytes": 0, "max_bytes": self._shm_max_bytes, "fresh": 0,
-                    "reused": 0, "fallbacks": 0,
-                    "fallback_reasons": {"bound": 0, "busy": 0, "error": 0}}
+            return {
+                "slots": 0,
+                "bytes": 0,
+                "max_bytes": self._shm_max_bytes,
+                "fresh": 0,
+                "reused": 0,
+                "fallbacks": 0,
+                "fallback_reasons": {"bound": 0, "busy": 0, "error": 0},
+            }
         return self._shm_pool.stats()

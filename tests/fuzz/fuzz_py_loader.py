@@ -14,6 +14,7 @@ ndim, sizes, strides, flags}*[npids]{pid}*[slot bytes...]. The tensors
 unwrap returns are read whole. Allowed: fuzzlib.ALLOWED and the loader's
 documented RuntimeError ("shmstream.torch.DataLoader: ...").
 """
+
 from __future__ import annotations
 
 import gc
@@ -61,8 +62,9 @@ def _metas(r: fl.Reader) -> list:
 
 def _structure(r: fl.Reader) -> bytes:
     buf = io.BytesIO()
-    _Structure(buf, protocol=pickle.HIGHEST_PROTOCOL).dump([_Ref(r.u8() % 6)
-                                                            for _ in range(r.u8() % 4)])
+    _Structure(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(
+        [_Ref(r.u8() % 6) for _ in range(r.u8() % 4)]
+    )
     return buf.getvalue()
 
 
@@ -87,8 +89,9 @@ def _unwrap(pool: _loader_pool.Pool, data: bytes) -> None:
     structure = _structure(r)
     # each bit of ctl replaces one field of the good descriptor by fuzzed bytes
     fuzzed = (k, gen, seq, used, metas, structure)
-    for bit, (field, value) in enumerate(zip(("k", "gen", "seq", "used", "metas", "structure"),
-                                             fuzzed)):
+    for bit, (field, value) in enumerate(
+        zip(("k", "gen", "seq", "used", "metas", "structure"), fuzzed)
+    ):
         if ctl & (1 << bit):
             setattr(d, field, value)
     d.fresh = bool(ctl & 64)

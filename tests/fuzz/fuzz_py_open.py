@@ -9,6 +9,7 @@ What a read returns is read at every corner (fuzzlib.touch), so an array
 built over memory the header does not own, or a dtype that holds object
 pointers, is a crash here rather than later.
 """
+
 from __future__ import annotations
 
 import os

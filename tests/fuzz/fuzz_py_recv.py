@@ -9,6 +9,7 @@ space.waiters, mode byte, ring bytes).
 Each message is decoded whole (``data``, ``array``, ``np.asarray`` of a
 zero-copy message); the channel's ``stat`` is read too.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,9 +42,10 @@ def _drain(rx: object, cap: int, mode: int) -> None:
 def _one(data: bytes) -> None:
     name = fl.fuzz_name("pyrecv")
     capb, tail, delta, want, waiters, mode = fl.RING_FIXED.unpack_from(
-        data + bytes(max(0, fl.RING_FIXED.size - len(data))))
+        data + bytes(max(0, fl.RING_FIXED.size - len(data)))
+    )
     cap = 4096 << (capb & 3)
-    ring = data[fl.RING_FIXED.size:][:cap]
+    ring = data[fl.RING_FIXED.size :][:cap]
     tx = shmstream.channel(name, cap)
     try:
         fd = os.open(fl.seg_path(name), os.O_RDWR)

@@ -12,6 +12,7 @@ descriptor is pickled as ``SharedArray.__reduce__`` makes it and loaded
 back; the array must lie inside the segment's payload and is read at
 every corner.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,17 @@ def _one(data: bytes) -> None:
         instance = bytes(b[144:160]).hex() if ctl & 1 else os.urandom(16).hex()
         shape = tuple(n for n, _ in dims)
         strides = tuple(s for _, s in dims) if ctl & 2 else None
-        args = (name, _native.segment_name(name), instance, dtype, shape, strides, offset,
-                bool(flags & 1), bool(flags & 2))
+        args = (
+            name,
+            _native.segment_name(name),
+            instance,
+            dtype,
+            shape,
+            strides,
+            offset,
+            bool(flags & 1),
+            bool(flags & 2),
+        )
         arr = pickle.loads(pickle.dumps(_Descriptor(args)))
         assert fl.within(arr, arr._shm.ro), "array outside its segment's payload"
         fl.touch(arr)

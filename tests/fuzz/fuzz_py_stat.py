@@ -9,6 +9,7 @@ input (fuzz_open.c's format).
 The listing must never raise: a corrupt segment is an entry of kind
 "corrupt", so one bad file cannot hide every other from ``shmstream list``.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,11 @@ def _one(data: bytes) -> None:
     fl.write_segment(name, b, size)
     try:
         e = registry.entry(_native.segment_name(name))  # may not raise
-        assert e is None or e.kind in (*registry.KINDS, "corrupt", "unfinished") \
-            or e.kind.startswith("kind "), e
+        assert (
+            e is None
+            or e.kind in (*registry.KINDS, "corrupt", "unfinished")
+            or e.kind.startswith("kind ")
+        ), e
         try:
             info = registry.stat(name)
         except FileNotFoundError:

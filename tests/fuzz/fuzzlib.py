@@ -4,6 +4,7 @@ one fuzz-only segment name per process, and the rule for what a harness may
 raise. Importable without atheris: the test suite replays the corpora by
 calling each harness's ``test_one_input`` on every file.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,9 +54,16 @@ HISTORY_FIXED = struct.Struct("<BQBQQII")
 #: ValueError/TypeError (a caller's mistake, or an input refused with a
 #: message). Anything else, a crash or a hang, is a finding.
 ALLOWED: tuple[type[BaseException], ...] = (
-    errors.CorruptStreamError, errors.StaleStreamError, errors.InconsistentStreamError,
-    errors.FrameOverwrittenError, errors.ChannelClosedError, errors.ChannelBrokenError,
-    errors.ChannelBusyError, TimeoutError, ValueError, TypeError,
+    errors.CorruptStreamError,
+    errors.StaleStreamError,
+    errors.InconsistentStreamError,
+    errors.FrameOverwrittenError,
+    errors.ChannelClosedError,
+    errors.ChannelBrokenError,
+    errors.ChannelBusyError,
+    TimeoutError,
+    ValueError,
+    TypeError,
 )
 
 
@@ -84,11 +92,11 @@ def checksum(header: bytes | bytearray) -> int:
 
 
 def u32(b: bytes | bytearray, off: int) -> int:
-    return int.from_bytes(b[off:off + 4], "little")
+    return int.from_bytes(b[off : off + 4], "little")
 
 
 def u64(b: bytes | bytearray, off: int) -> int:
-    return int.from_bytes(b[off:off + 8], "little")
+    return int.from_bytes(b[off : off + 8], "little")
 
 
 def claimed_bytes(h: bytes | bytearray) -> int:
@@ -151,7 +159,7 @@ class Reader:
         self.data, self.pos = data, 0
 
     def take(self, n: int) -> bytes:
-        b = self.data[self.pos:self.pos + n]
+        b = self.data[self.pos : self.pos + n]
         self.pos += n
         return b + bytes(n - len(b))
 
@@ -162,7 +170,7 @@ class Reader:
         return int.from_bytes(self.take(n), "little", signed=signed)
 
     def rest(self) -> bytes:
-        b = self.data[self.pos:]
+        b = self.data[self.pos :]
         self.pos = len(self.data)
         return b
 

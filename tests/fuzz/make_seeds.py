@@ -9,6 +9,7 @@ in its ring, a GPU stream's header), then a few edge cases (truncated, no
 slots). Regression inputs (regress-*) are not touched. Each file is at most
 a few KiB: the harnesses grow a header to the file it claims (FZ_EXTEND).
 """
+
 from __future__ import annotations
 
 import glob
@@ -49,7 +50,7 @@ def _strip(b: bytes) -> bytes:
 def _segment_seeds(label: str, b: bytes, full: bool = False) -> None:
     """A whole segment for fuzz_header, fuzz_open and the Python open/stat
     harnesses."""
-    head = b[:fl.HEADER_BYTES]
+    head = b[: fl.HEADER_BYTES]
     _write("fuzz_header", label, bytes([0]) + struct.pack("<Q", len(b)) + _strip(head))
     body = _strip(b if full else head)
     for h in ("fuzz_open", "fuzz_py_open", "fuzz_py_stat"):
@@ -76,7 +77,7 @@ def _streams(prefix: str) -> None:
                 _history_seeds(b)
             if label == "stream-2slots":
                 _segment_seeds("edge-truncated", b[:600])
-                _segment_seeds("edge-short-file", b[:fl.HEADER_BYTES])
+                _segment_seeds("edge-short-file", b[: fl.HEADER_BYTES])
                 gpu = _gpu_header(b)
                 _segment_seeds("stream-gpu", gpu)
                 _segment_seeds("stream-gpu-mirror", _gpu_header(b, mirror=True))
@@ -85,14 +86,14 @@ def _streams(prefix: str) -> None:
 def _gpu_header(b: bytes, mirror: bool = False) -> bytes:
     """A GPU stream's header as ss_gpu_create writes it (no CUDA needed to
     parse one): flags GPU (+ CPU mirror), 2 slots, the GPU area."""
-    h = bytearray(b[:fl.HEADER_BYTES])
+    h = bytearray(b[: fl.HEADER_BYTES])
     payload = fl.u64(h, 32)
     stride = -(-payload // 512) * 512 or 512
     h[20:24] = (2 | (4 if mirror else 0)).to_bytes(4, "little")
     h[40:48] = ((-(-payload // 4096) * 4096) if mirror else 0).to_bytes(8, "little")
     h[48:52] = (2).to_bytes(4, "little")
     area = struct.pack("<Ii16sIIQQi", 1, 0, bytes(range(16)), 2, 0, stride, 2 * stride, 1)
-    h[1456:1456 + len(area)] = area
+    h[1456 : 1456 + len(area)] = area
     h[2040:2048] = fl.checksum(h).to_bytes(8, "little")
     out = bytes(h)
     if mirror:
@@ -103,12 +104,25 @@ def _gpu_header(b: bytes, mirror: bool = False) -> bytes:
 def _history_seeds(b: bytes) -> None:
     slots = fl.u32(b, 48)
     stride = fl.u64(b, 40)
-    records = b[fl.HEADER_BYTES + stride * slots:][:64 * slots]
-    pub = fl.HISTORY_FIXED.pack(fl.u32(b, 1968) - 1, 0, 0, fl.u64(b, 2112), fl.u64(b, 2120),
-                                fl.u32(b, 2160), fl.u32(b, 2144))
+    records = b[fl.HEADER_BYTES + stride * slots :][: 64 * slots]
+    pub = fl.HISTORY_FIXED.pack(
+        fl.u32(b, 1968) - 1,
+        0,
+        0,
+        fl.u64(b, 2112),
+        fl.u64(b, 2120),
+        fl.u32(b, 2160),
+        fl.u32(b, 2144),
+    )
     _write("fuzz_history", "written", pub + records)
-    _write("fuzz_history", "after1-max1", fl.HISTORY_FIXED.pack(
-        fl.u32(b, 1968) - 1, 1, 1, fl.u64(b, 2112), fl.u64(b, 2120), fl.u32(b, 2160), 0) + records)
+    _write(
+        "fuzz_history",
+        "after1-max1",
+        fl.HISTORY_FIXED.pack(
+            fl.u32(b, 1968) - 1, 1, 1, fl.u64(b, 2112), fl.u64(b, 2120), fl.u32(b, 2160), 0
+        )
+        + records,
+    )
 
 
 def _array(prefix: str) -> None:
@@ -132,7 +146,7 @@ def shared_array_input(seg: bytes, arr: np.ndarray) -> bytes:
     head = struct.pack("<BBB", 0x7, len(shape), len(text)) + text
     head += b"".join(struct.pack("<qq", n, s) for n, s in zip(shape, strides))
     head += struct.pack("<qB", offset, int(writable) | (2 if rec else 0))
-    return head + bytes([FIX]) + _strip(seg[:fl.HEADER_BYTES])
+    return head + bytes([FIX]) + _strip(seg[: fl.HEADER_BYTES])
 
 
 def _channel(prefix: str) -> None:
@@ -152,7 +166,7 @@ def _channel(prefix: str) -> None:
         shmstream.unlink_channel(name)
     _segment_seeds("channel", b, full=True)
     head, tail = fl.u64(b, 2240), fl.u64(b, 2304)
-    ring = b[fl.HEADER_BYTES:fl.HEADER_BYTES + 4096]
+    ring = b[fl.HEADER_BYTES : fl.HEADER_BYTES + 4096]
     for label, mode in (("commit", 0), ("skip", 0x55)):
         fixed = fl.RING_FIXED.pack(0, tail, head - tail, 0, 0, mode)
         for h in ("fuzz_ring", "fuzz_py_recv"):
@@ -166,8 +180,11 @@ def _loader() -> None:
     meta = struct.pack("<qBB", 0, 0, 1) + bytes([4]) + bytes([1]) + bytes([0])
     _write("fuzz_py_loader", "as-packed", bytes(40))
     _write("fuzz_py_loader", "fresh", bytes([64]) + bytes(39))
-    _write("fuzz_py_loader", "one-tensor", bytes([16 | 32]) + bytes(32) + bytes([1]) + meta
-           + bytes([1, 0]) + bytes(range(16)))
+    _write(
+        "fuzz_py_loader",
+        "one-tensor",
+        bytes([16 | 32]) + bytes(32) + bytes([1]) + meta + bytes([1, 0]) + bytes(range(16)),
+    )
     _write("fuzz_py_loader", "lost-slot", bytes([4]) + struct.pack("<qqqq", 0, 0, 99, 0))
 
 
@@ -192,10 +209,13 @@ def _live() -> None:
         "grow-payload": b"\0" + step(0, at["payload_bytes"], u64(4096)) + every_call,
         "zero-slots": b"\1" + step(4, at["slot_count"], u32(0)) + every_call,
         "huge-stride": b"\0" + step(2, at["slot_stride"], u64(1 << 40)) + every_call,
-        "grow-history": b"\1" + step(4, at["slot_count"], u32(60))
-        + step(4, at["history"], u32(59)) + step(4, 0),
+        "grow-history": b"\1"
+        + step(4, at["slot_count"], u32(60))
+        + step(4, at["history"], u32(59))
+        + step(4, 0),
         "bad-slot": b"\1" + step(0, at["slot"], u32(0xFFFFFFFF)) + every_call,
-        "forged-records": b"\1" + step(4, 4096, b"\2" + b"\xff" * 63)
+        "forged-records": b"\1"
+        + step(4, 4096, b"\2" + b"\xff" * 63)
         + step(4, 4096 + 64, b"\2" + b"\xff" * 63),
         "shrink-to-header": b"\0" + step(7, 1) + every_call + step(0, 0),
         "shrink-to-zero": b"\1" + step(7, 0) + every_call + step(3, 0),
@@ -203,8 +223,21 @@ def _live() -> None:
     for label, data in seeds.items():
         _write("fuzz_live", label, data)
     rng = random.Random(1)  # the same programs on every run
-    offsets = [at[k] for k in ("payload_bytes", "slot_stride", "slot_count", "payload_offset",
-                               "shape", "history", "seq", "slot", "state", "count")]
+    offsets = [
+        at[k]
+        for k in (
+            "payload_bytes",
+            "slot_stride",
+            "slot_count",
+            "payload_offset",
+            "shape",
+            "history",
+            "seq",
+            "slot",
+            "state",
+            "count",
+        )
+    ]
     for i in range(30):
         data = bytes([rng.randrange(2)])
         for _ in range(rng.randrange(1, 12)):
@@ -224,8 +257,10 @@ def main() -> None:
     _live()
     for d in sorted(glob.glob(os.path.join(CORPUS, "*"))):
         files = os.listdir(d)
-        print(f"{os.path.basename(d)}: {len(files)} files, "
-              f"{sum(os.path.getsize(os.path.join(d, f)) for f in files)} bytes")
+        print(
+            f"{os.path.basename(d)}: {len(files)} files, "
+            f"{sum(os.path.getsize(os.path.join(d, f)) for f in files)} bytes"
+        )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ Importing this package does not import zenoh; ``Bridge(...)`` and
 ``remote_exports()`` raise ModuleNotFoundError naming the extra when it is
 missing.
 """
+
 from __future__ import annotations
 
 from ._bridge import Bridge, remote_exports
@@ -42,4 +43,3 @@ __all__ = [
     "status_name",
     "zenoh_available",
 ]
-

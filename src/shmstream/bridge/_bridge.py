@@ -8,6 +8,7 @@ gone or back) and scans the local streams and channels every
 again, report a dead local producer). Each export and each channel import
 has its own thread; stream imports write from the Zenoh callback.
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,8 +54,9 @@ def _patterns(what: str, value: Any) -> tuple[str, ...]:
     try:
         items = tuple(value)
     except TypeError:
-        raise ShmstreamTypeError(f"{what} must be a name, a glob or a list of them, not "
-                        f"{type(value).__name__}") from None
+        raise ShmstreamTypeError(
+            f"{what} must be a name, a glob or a list of them, not {type(value).__name__}"
+        ) from None
     for p in items:
         if not isinstance(p, str) or not p:
             raise ShmstreamTypeError(f"{what} must hold non-empty strings, not {p!r}")
@@ -154,8 +156,11 @@ class Bridge:
                 s.declare_queryable(k.meta_all(), self._on_meta_query),
                 s.declare_subscriber(f"{k.prefix}/@ack/{k.ns}/**", self._on_ack),
                 s.liveliness().declare_subscriber(
-                    f"{k.prefix}/@imp/{k.ns}/**", self._on_importer_token, history=True),
-                s.liveliness().declare_subscriber(k.live_all(), self._on_export_token, history=True),
+                    f"{k.prefix}/@imp/{k.ns}/**", self._on_importer_token, history=True
+                ),
+                s.liveliness().declare_subscriber(
+                    k.live_all(), self._on_export_token, history=True
+                ),
             ]
             self._starting = True
             # What other bridges export now: same-namespace duplicates are
@@ -169,9 +174,14 @@ class Bridge:
         except BaseException:
             self.close()
             raise
-        log.info("bridge %s: namespace %r, key prefix %r, exporting %s, importing %s",
-                 self.id, self.namespace, self.keys.prefix, list(self.export_patterns),
-                 list(self.import_patterns))
+        log.info(
+            "bridge %s: namespace %r, key prefix %r, exporting %s, importing %s",
+            self.id,
+            self.namespace,
+            self.keys.prefix,
+            list(self.export_patterns),
+            list(self.import_patterns),
+        )
         return self
 
     def close(self) -> None:
@@ -229,14 +239,14 @@ class Bridge:
         """Local name -> {namespace, kind, name} of every mirror made."""
         return {
             r.local: {"namespace": _keys.decode(r.ns_chunk), "kind": r.kind, "name": r.name}
-            for r in self._remotes.values() if r.mirror is not None
+            for r in self._remotes.values()
+            if r.mirror is not None
         }
 
     def wait_for_import(self, local_name: str, timeout: float | None = None) -> None:
         """Return once the mirror ``local_name`` is made and its exporter
         reachable; TimeoutError otherwise."""
-        self._wait(lambda: self._import_ready(local_name), timeout,
-                   f"the import of {local_name!r}")
+        self._wait(lambda: self._import_ready(local_name), timeout, f"the import of {local_name!r}")
 
     def wait_for_export(self, name: str, timeout: float | None = None) -> None:
         self._wait(lambda: name in self._exports, timeout, f"the export of {name!r}")
@@ -252,7 +262,8 @@ class Bridge:
             raise ShmstreamValueError(
                 f"this bridge exports no stream {name!r} (it exports {self.exported}); a "
                 "publisher writes a stream the bridge exports: name it in exports= and, if it "
-                "is made after start(), call wait_for_export(name) first")
+                "is made after start(), call wait_for_export(name) first"
+            )
         return ex.publisher()
 
     def _import_ready(self, local: str) -> bool:
@@ -280,7 +291,7 @@ class Bridge:
         key = str(query.key_expr)
         head = f"{self.keys.prefix}/@meta/{self.keys.ns}/"
         try:
-            name = _keys.decode(key[len(head):])
+            name = _keys.decode(key[len(head) :])
         except UnicodeDecodeError:
             return
         ex = self._exports.get(name)
@@ -290,7 +301,7 @@ class Bridge:
     def _on_ack(self, sample: Any) -> None:
         head = f"{self.keys.prefix}/@ack/{self.keys.ns}/"
         try:
-            name = _keys.decode(str(sample.key_expr)[len(head):])
+            name = _keys.decode(str(sample.key_expr)[len(head) :])
             delivered, importer = _wire.unpack_ack(sample.payload.to_bytes())
         except (UnicodeDecodeError, _wire.BadSample) as exc:
             log.warning("ignored a bad channel ack on %s: %s", sample.key_expr, exc)
@@ -357,10 +368,13 @@ class Bridge:
             local = self.local_prefix.replace("{namespace}", ns) + name
             other = self._locals.get(local)
             if other is not None:
-                self._refuse(local, f"cannot import {kind} {name!r} of namespace {ns!r} as "
-                             f"{local!r}: that name already mirrors {other.name!r} of namespace "
-                             f"{_keys.decode(other.ns_chunk)!r}; put '{{namespace}}' in the local "
-                             "prefix")
+                self._refuse(
+                    local,
+                    f"cannot import {kind} {name!r} of namespace {ns!r} as "
+                    f"{local!r}: that name already mirrors {other.name!r} of namespace "
+                    f"{_keys.decode(other.ns_chunk)!r}; put '{{namespace}}' in the local "
+                    "prefix",
+                )
                 return
             r = self._remotes[ident] = self._locals[local] = _Remote(ns_chunk, kind, name, local)
         if alive:
@@ -374,10 +388,15 @@ class Bridge:
             if not r.live:
                 r.up = False
                 if r.mirror is not None:
-                    log.warning("the exporter of %r (namespace %r) is gone; mirror %r keeps "
-                                "%s", name, ns, r.local,
-                                "its last frame" if kind == "stream" else
-                                "what it has received (its consumer reads on)")
+                    log.warning(
+                        "the exporter of %r (namespace %r) is gone; mirror %r keeps %s",
+                        name,
+                        ns,
+                        r.local,
+                        "its last frame"
+                        if kind == "stream"
+                        else "what it has received (its consumer reads on)",
+                    )
                     r.mirror.source_down()
         self._notify()
 
@@ -395,21 +414,29 @@ class Bridge:
         if meta is None:
             return
         if meta.get("kind") != r.kind:
-            self._refuse(r.local, f"export {r.name!r} of namespace {ns!r} answered as a "
-                         f"{meta.get('kind')!r}, not a {r.kind}")
+            self._refuse(
+                r.local,
+                f"export {r.name!r} of namespace {ns!r} answered as a "
+                f"{meta.get('kind')!r}, not a {r.kind}",
+            )
             return
         if r.mirror is not None:
             r.up = r.mirror.source_up(meta)
             if r.up:
-                log.info("the exporter of %r (namespace %r) is there; mirror %r follows it",
-                         r.name, ns, r.local)
+                log.info(
+                    "the exporter of %r (namespace %r) is there; mirror %r follows it",
+                    r.name,
+                    ns,
+                    r.local,
+                )
             return
         try:
             if r.kind == "stream":
                 r.mirror = StreamImport(self._session, self.keys, r.ns_chunk, r.local, meta)
             else:
-                r.mirror = ChannelImport(self._session, self._zenoh, self.keys, r.ns_chunk,
-                                         r.local, meta, self.id)
+                r.mirror = ChannelImport(
+                    self._session, self._zenoh, self.keys, r.ns_chunk, r.local, meta, self.id
+                )
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
             self._refuse(r.local, str(exc))
             return
@@ -516,10 +543,15 @@ def remote_exports(
             if parsed is None:
                 continue
             ns_chunk, bridge_id, kind, name = parsed
-            found.append({
-                "namespace": _keys.decode(ns_chunk), "kind": kind, "name": name,
-                "key": keys.data(name, ns_chunk), "bridge": bridge_id,
-            })
+            found.append(
+                {
+                    "namespace": _keys.decode(ns_chunk),
+                    "kind": kind,
+                    "name": name,
+                    "key": keys.data(name, ns_chunk),
+                    "bridge": bridge_id,
+                }
+            )
         if not found and peer_count(session) == 0:
             where = ", ".join(connect) if connect else "multicast scouting"
             raise NoPeerError(

@@ -24,6 +24,7 @@ consumer gets ``ChannelClosedError``, as it would locally.
 One channel has one consumer: an exporter serves one importing bridge at a
 time; a second one is refused (logged) until the first is gone.
 """
+
 from __future__ import annotations
 
 import collections
@@ -56,8 +57,15 @@ def channel_generation(name: str) -> int:
 class ChannelExport:
     kind = "channel"
 
-    def __init__(self, session: Any, zenoh: Any, keys: Any, bridge_id: str, name: str,
-                 spin_us: float | None = None) -> None:
+    def __init__(
+        self,
+        session: Any,
+        zenoh: Any,
+        keys: Any,
+        bridge_id: str,
+        name: str,
+        spin_us: float | None = None,
+    ) -> None:
         self.name = name
         try:
             self.rx: Any = shmstream.open_channel(name, role="consumer")
@@ -73,8 +81,11 @@ class ChannelExport:
             self._generation = _wire.generation_id(self._instance)
             self._pos = self.rx.stat()["tail"]  # ring position of the next message
             self.meta = {
-                "kind": "channel", "name": name, "capacity": self.rx.capacity,
-                "generation": self._generation, "producer_alive": True,
+                "kind": "channel",
+                "name": name,
+                "capacity": self.rx.capacity,
+                "generation": self._generation,
+                "producer_alive": True,
             }
             self._zenoh, self._session = zenoh, session
             self._key = keys.data(name)
@@ -111,8 +122,13 @@ class ChannelExport:
             elif importer != self._bound:
                 if importer not in self._refused:
                     self._refused.add(importer)
-                    log.error("channel %r: bridge %s also imports it, but a channel has one "
-                              "consumer; bridge %s is served", self.name, importer, self._bound)
+                    log.error(
+                        "channel %r: bridge %s also imports it, but a channel has one "
+                        "consumer; bridge %s is served",
+                        self.name,
+                        importer,
+                        self._bound,
+                    )
                 return
             self._acked = max(self._acked, delivered)
             self._cond.notify()
@@ -207,8 +223,11 @@ class ChannelExport:
 
     def _put_status(self, alive: bool) -> None:
         self.meta["producer_alive"] = alive
-        self._session.put(self._status_key, _wire.dumps({"producer_alive": alive}),
-                          congestion_control=self._zenoh.CongestionControl.BLOCK)
+        self._session.put(
+            self._status_key,
+            _wire.dumps({"producer_alive": alive}),
+            congestion_control=self._zenoh.CongestionControl.BLOCK,
+        )
 
     # -- the bridge's periodic check ---------------------------------------------------
 
@@ -240,8 +259,9 @@ class ChannelImport(MirrorSide):
     label = "mirror channel"
     kind = "channel"
 
-    def __init__(self, session: Any, zenoh: Any, keys: Any, ns: str, local: str, meta: dict,
-                 bridge_id: str) -> None:
+    def __init__(
+        self, session: Any, zenoh: Any, keys: Any, ns: str, local: str, meta: dict, bridge_id: str
+    ) -> None:
         self.local = local
         self.remote = meta["name"]
         self._capacity = int(meta["capacity"])
@@ -278,9 +298,14 @@ class ChannelImport(MirrorSide):
     def source_up(self, meta: dict) -> bool:
         """The exporter is (again) there: tell it where we are at once."""
         if int(meta["capacity"]) > self.tx.capacity:
-            log.error("channel %r now has a ring of %d bytes, larger than its mirror %r (%d); "
-                      "import it under another prefix", self.remote, meta["capacity"],
-                      self.local, self.tx.capacity)
+            log.error(
+                "channel %r now has a ring of %d bytes, larger than its mirror %r (%d); "
+                "import it under another prefix",
+                self.remote,
+                meta["capacity"],
+                self.local,
+                self.tx.capacity,
+            )
             return False
         self.status.set(exporter_alive=1, producer_alive=int(bool(meta.get("producer_alive"))))
         self._ack_now.set()
@@ -340,8 +365,12 @@ class ChannelImport(MirrorSide):
             start = r.end - _wire.record_span(len(r.meta), len(r.data))
             if self._delivered and start > self._delivered:
                 self.status.add("lost_messages")
-                log.error("mirror channel %r: messages between ring positions %d and %d never "
-                          "arrived", self.local, self._delivered, start)
+                log.error(
+                    "mirror channel %r: messages between ring positions %d and %d never arrived",
+                    self.local,
+                    self._delivered,
+                    start,
+                )
             if self.tx.closed:  # reopened after an end of stream: a new producer upstream
                 self.tx = shmstream.open_channel(self.local, role="producer", batch=TX_BATCH)
                 self.status.set(eof=0)
@@ -412,4 +441,3 @@ def _open_mirror_channel(local: str, remote: str, capacity: int) -> Any:
             f"remove it with shmstream.unlink_channel({local!r}) or choose another local prefix"
         )
     return tx
-

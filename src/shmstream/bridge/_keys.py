@@ -19,6 +19,7 @@ chunk separator when no chunk would be empty (``cam/left`` stays
 ``cam/left``), and encoded as ``%2F`` otherwise. The namespace is one chunk,
 encoded the same way. Nothing here imports zenoh.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -108,7 +109,7 @@ class Keys:
         head = f"{self.prefix}/@live/"
         if not key.startswith(head):
             return None
-        parts = key[len(head):].split("/", 3)
+        parts = key[len(head) :].split("/", 3)
         if len(parts) != 4 or parts[2] not in KINDS:
             return None
         try:
@@ -121,7 +122,7 @@ class Keys:
         head = f"{self.prefix}/@imp/{self.ns}/"
         if not key.startswith(head):
             return None
-        parts = key[len(head):].split("/", 1)
+        parts = key[len(head) :].split("/", 1)
         if len(parts) != 2:
             return None
         try:

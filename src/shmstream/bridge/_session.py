@@ -9,6 +9,7 @@ With ``--config FILE`` the file is Zenoh's own configuration, taken as it
 is (TLS, access control, scouting, routers...); ``--listen`` / ``--connect``
 then replace its endpoint lists.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -26,8 +27,10 @@ from ..errors import (
     ShmstreamValueError,
 )
 
-ZENOH_HINT = ('the shmstream bridge needs Eclipse Zenoh: pip install ".[zenoh]" from a '
-              'checkout of shmstream, or pip install "shmstream[zenoh]"')
+ZENOH_HINT = (
+    'the shmstream bridge needs Eclipse Zenoh: pip install ".[zenoh]" from a '
+    'checkout of shmstream, or pip install "shmstream[zenoh]"'
+)
 
 DEFAULTS = {
     "mode": '"peer"',
@@ -62,13 +65,16 @@ def zenoh_available() -> bool:
     return True
 
 
-def make_config(config: str | os.PathLike | None = None, listen: Sequence[str] = (),
-                connect: Sequence[str] = ()) -> Any:
+def make_config(
+    config: str | os.PathLike | None = None, listen: Sequence[str] = (), connect: Sequence[str] = ()
+) -> Any:
     """A zenoh.Config from a file or the defaults above, plus endpoints."""
     zenoh = import_zenoh()
     for what, eps in (("listen", listen), ("connect", connect)):
         if isinstance(eps, str) or not all(isinstance(e, str) and e for e in eps):
-            raise ShmstreamTypeError(f"{what} must be a list of endpoint strings like 'tcp/127.0.0.1:7447'")
+            raise ShmstreamTypeError(
+                f"{what} must be a list of endpoint strings like 'tcp/127.0.0.1:7447'"
+            )
     if config is not None:
         path = os.fspath(config)
         if not os.path.isfile(path):
@@ -76,7 +82,9 @@ def make_config(config: str | os.PathLike | None = None, listen: Sequence[str] =
         try:
             cfg = zenoh.Config.from_file(path)
         except zenoh.ZError as exc:
-            raise ShmstreamValueError(f"Zenoh cannot read its configuration {path!r}: {exc}") from None
+            raise ShmstreamValueError(
+                f"Zenoh cannot read its configuration {path!r}: {exc}"
+            ) from None
     else:
         cfg = zenoh.Config()
         for key, value in DEFAULTS.items():
@@ -87,7 +95,9 @@ def make_config(config: str | os.PathLike | None = None, listen: Sequence[str] =
         if connect:
             cfg.insert_json5("connect/endpoints", json.dumps(list(connect)))
     except zenoh.ZError as exc:
-        raise ShmstreamValueError(f"bad Zenoh endpoint in {list(listen) + list(connect)}: {exc}") from None
+        raise ShmstreamValueError(
+            f"bad Zenoh endpoint in {list(listen) + list(connect)}: {exc}"
+        ) from None
     return cfg
 
 

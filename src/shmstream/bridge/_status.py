@@ -10,6 +10,7 @@ restarted importing bridge needs to continue without duplicates: the source
 generation, the count offset and, for channels, the delivered position.
 Nothing here imports zenoh.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,18 +27,20 @@ from . import _wire
 STATUS_SUFFIX = "@bridge"
 KIND_CODES = {"stream": 1, "channel": 2}
 
-STATUS_DTYPE = np.dtype([
-    ("bad_samples", "<u8"),      # samples refused (size, dtype, header) and dropped
-    ("lost_messages", "<u8"),    # channel: gaps in the source positions seen
-    ("generation", "<u8"),       # source stream's instance id (8 bytes)
-    ("count_offset", "<u8"),     # mirror count = source count + offset
-    ("delivered", "<u8"),        # channel: end position delivered into the mirror
-    ("changed_ns", "<u8"),       # when exporter_alive / producer_alive last changed
-    ("exporter_alive", "u1"),    # the exporting bridge is reachable
-    ("producer_alive", "u1"),    # the source's producer runs (as its bridge last said)
-    ("kind", "u1"),              # 1 stream, 2 channel
-    ("eof", "u1"),               # channel: the source producer closed
-])
+STATUS_DTYPE = np.dtype(
+    [
+        ("bad_samples", "<u8"),  # samples refused (size, dtype, header) and dropped
+        ("lost_messages", "<u8"),  # channel: gaps in the source positions seen
+        ("generation", "<u8"),  # source stream's instance id (8 bytes)
+        ("count_offset", "<u8"),  # mirror count = source count + offset
+        ("delivered", "<u8"),  # channel: end position delivered into the mirror
+        ("changed_ns", "<u8"),  # when exporter_alive / producer_alive last changed
+        ("exporter_alive", "u1"),  # the exporting bridge is reachable
+        ("producer_alive", "u1"),  # the source's producer runs (as its bridge last said)
+        ("kind", "u1"),  # 1 stream, 2 channel
+        ("eof", "u1"),  # channel: the source producer closed
+    ]
+)
 
 
 def status_name(name: str) -> str:
@@ -126,8 +129,10 @@ class StatusWriter:
         """Store the fields and publish the record (one write)."""
         with self._lock:
             rec = self._rec[0]
-            if any(k in fields and int(rec[k]) != int(fields[k])
-                   for k in ("exporter_alive", "producer_alive")):
+            if any(
+                k in fields and int(rec[k]) != int(fields[k])
+                for k in ("exporter_alive", "producer_alive")
+            ):
                 rec["changed_ns"] = time.time_ns()
             for k, v in fields.items():
                 rec[k] = v
@@ -170,4 +175,5 @@ class MirrorSide:
         n = self.status.get("bad_samples")
         if n <= 10 or n % 1000 == 0:  # a flood of bad samples must not flood the log
             logging.getLogger("shmstream.bridge").warning(
-                "%s %r: dropped bad sample #%d: %s", self.label, self.local, n, why)
+                "%s %r: dropped bad sample #%d: %s", self.label, self.local, n, why
+            )

@@ -24,6 +24,7 @@ see the network's losses as ``missed_writes``. Duplicates (the re-sent last
 frame, the fetched latest frame) are dropped by count; bad samples are
 counted in the status stream and dropped.
 """
+
 from __future__ import annotations
 
 import logging
@@ -78,8 +79,15 @@ def _write_time_ns(seconds: float) -> int:
 class StreamExport:
     kind = "stream"
 
-    def __init__(self, session: Any, zenoh: Any, keys: Any, bridge_id: str, name: str,
-                 spin_us: float | None = None) -> None:
+    def __init__(
+        self,
+        session: Any,
+        zenoh: Any,
+        keys: Any,
+        bridge_id: str,
+        name: str,
+        spin_us: float | None = None,
+    ) -> None:
         self.name = name
         self.h = shmstream.open(name, readonly=True)
         try:
@@ -95,7 +103,8 @@ class StreamExport:
             self._zenoh = zenoh
             self._session = session
             self._pub = session.declare_publisher(
-                self._key, congestion_control=zenoh.CongestionControl.DROP,
+                self._key,
+                congestion_control=zenoh.CongestionControl.DROP,
                 express=self.h.size <= EXPRESS_MAX_BYTES,
             )
             self._status_key = keys.status(name)
@@ -138,16 +147,18 @@ class StreamExport:
             return
         if pub.count == 0:
             return
-        head = _wire.pack_frame_head(pub.count, pub.frame_id, _write_time_ns(pub.write_time),
-                                     self._layout, self._generation)
+        head = _wire.pack_frame_head(
+            pub.count, pub.frame_id, _write_time_ns(pub.write_time), self._layout, self._generation
+        )
         query.reply(self._key, np.ascontiguousarray(pub.payload).tobytes(), attachment=head)
 
     # -- the export thread -------------------------------------------------------
 
     def _send(self, data: bytes, count: int, frame_id: int, write_time: float) -> None:
         """Put one frame (export thread or a publisher's writing thread)."""
-        head = _wire.pack_frame_head(count, frame_id, _write_time_ns(write_time),
-                                     self._layout, self._generation)
+        head = _wire.pack_frame_head(
+            count, frame_id, _write_time_ns(write_time), self._layout, self._generation
+        )
         self._pub.put(data, attachment=head)
         with self._lock:
             self.frames_sent += 1
@@ -161,8 +172,12 @@ class StreamExport:
         with self._lock:
             unsettled, self._unsettled = self._unsettled, None
         if unsettled is not None:
-            self._session.put(self._key, unsettled[0], attachment=unsettled[1],
-                              congestion_control=self._zenoh.CongestionControl.BLOCK)
+            self._session.put(
+                self._key,
+                unsettled[0],
+                attachment=unsettled[1],
+                congestion_control=self._zenoh.CongestionControl.BLOCK,
+            )
 
     @staticmethod
     def _copy_latest(h: Any) -> tuple[bytes, Any]:
@@ -257,7 +272,8 @@ class StreamExport:
         if self._closed:
             raise HandleClosedError(
                 f"the export of {self.name!r} is closed (the bridge closed, or the stream was "
-                "made again); get a new publisher from the bridge")
+                "made again); get a new publisher from the bridge"
+            )
 
     def publish_written(self, h: Any) -> None:
         """Put the frame that ``h`` (a publisher's handle) has just written
@@ -280,8 +296,11 @@ class StreamExport:
         if alive != self._producer_alive:
             self._producer_alive = alive
             self.meta["producer_alive"] = alive
-            self._session.put(self._status_key, _wire.dumps({"producer_alive": alive}),
-                              congestion_control=self._zenoh.CongestionControl.BLOCK)
+            self._session.put(
+                self._status_key,
+                _wire.dumps({"producer_alive": alive}),
+                congestion_control=self._zenoh.CongestionControl.BLOCK,
+            )
 
     def close(self) -> None:
         self._closed = True
@@ -352,7 +371,9 @@ class StreamImport(MirrorSide):
         shape, dtype_text = meta["shape"], meta["dtype"]
         self._layout = _wire.layout_id(shape, dtype_text)
         if self._layout != meta.get("layout"):
-            raise ShmstreamValueError(f"the exporter of {self.remote!r} describes its layout inconsistently")
+            raise ShmstreamValueError(
+                f"the exporter of {self.remote!r} describes its layout inconsistently"
+            )
         self.h = _open_mirror(local, meta, self._layout)
         try:
             self.status = StatusWriter(local, "stream")
@@ -383,9 +404,14 @@ class StreamImport(MirrorSide):
         """The exporter is (again) there: check it still matches, mark it
         alive and fetch its latest frame. False if it no longer matches."""
         if _wire.layout_id(meta["shape"], meta["dtype"]) != self._layout:
-            log.error("export %r now has shape %s dtype %s, which its mirror %r cannot hold; "
-                      "its frames are dropped (import it under another prefix)",
-                      self.remote, meta["shape"], meta["dtype"], self.local)
+            log.error(
+                "export %r now has shape %s dtype %s, which its mirror %r cannot hold; "
+                "its frames are dropped (import it under another prefix)",
+                self.remote,
+                meta["shape"],
+                meta["dtype"],
+                self.local,
+            )
             return False
         self.status.set(exporter_alive=1, producer_alive=int(bool(meta.get("producer_alive"))))
         self._session.get(self._key, self._on_reply)
@@ -405,7 +431,8 @@ class StreamImport(MirrorSide):
         att = sample.attachment
         try:
             count, frame_id, write_time_ns, layout, generation = _wire.unpack_frame_head(
-                None if att is None else att.to_bytes())
+                None if att is None else att.to_bytes()
+            )
             if layout != self._layout:
                 raise _wire.BadSample("frame of another shape or dtype than its mirror")
             payload = sample.payload.to_bytes()
@@ -434,8 +461,12 @@ class StreamImport(MirrorSide):
                 self._offset = h.count - count + 1
                 target = h.count + 1
                 self.status.set(count_offset=self._offset)
-            h.write(np.frombuffer(payload, dtype=self._dtype).reshape(self._shape),
-                    frame_id=frame_id, count=target, write_time_ns=write_time_ns or None)
+            h.write(
+                np.frombuffer(payload, dtype=self._dtype).reshape(self._shape),
+                frame_id=frame_id,
+                count=target,
+                write_time_ns=write_time_ns or None,
+            )
             self._last = count
             self.frames_written += 1
 
@@ -455,8 +486,12 @@ class StreamImport(MirrorSide):
 def _open_mirror(local: str, meta: dict, layout: int) -> Any:
     """Create the mirror from the export's description, or open the existing
     stream of that name if it has the same shape and dtype."""
-    config = {"name": local, "shape": meta["shape"], "dtype": meta["dtype"],
-              "notify": bool(meta.get("notify", False))}
+    config = {
+        "name": local,
+        "shape": meta["shape"],
+        "dtype": meta["dtype"],
+        "notify": bool(meta.get("notify", False)),
+    }
     if "slots" in meta:
         config["slots"] = int(meta["slots"])
     try:

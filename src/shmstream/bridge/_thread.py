@@ -1,5 +1,6 @@
 """The bridge's worker threads: daemons whose unexpected errors are logged
 (a thread has no caller to raise to) instead of vanishing silently."""
+
 from __future__ import annotations
 
 import logging

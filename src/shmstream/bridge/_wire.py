@@ -21,6 +21,7 @@ drop what it already delivered.
 Channel ack (importer -> exporter): ``ACK_HEAD`` (magic ``SMA1``, delivered
 end position) + the importing bridge's id in UTF-8.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,8 +64,9 @@ def generation_id(instance_id: str) -> int:
 # ---- streams -----------------------------------------------------------------
 
 
-def pack_frame_head(count: int, frame_id: int, write_time_ns: int, layout: int,
-                    generation: int) -> bytes:
+def pack_frame_head(
+    count: int, frame_id: int, write_time_ns: int, layout: int, generation: int
+) -> bytes:
     return STREAM_HEAD.pack(STREAM_MAGIC, count, frame_id, write_time_ns, layout, generation)
 
 
@@ -150,9 +152,9 @@ def iter_records(payload: bytes, count: int, max_message: int) -> Iterator[Recor
         span = record_span(meta_len, n)
         if end < span or (last and end - last != span):
             raise BadSample("record end positions are not contiguous in the ring")
-        meta = bytes(view[off:off + meta_len])
+        meta = bytes(view[off : off + meta_len])
         off += meta_len
-        yield Record(end, type_id, meta, view[off:off + n])
+        yield Record(end, type_id, meta, view[off : off + n])
         off += n
         last = end
     if off != len(view):
@@ -169,7 +171,7 @@ def unpack_ack(payload: bytes) -> tuple[int, str]:
     magic, delivered = ACK_HEAD.unpack_from(payload)
     if magic != ACK_MAGIC:
         raise BadSample(f"ack magic {magic!r}")
-    return delivered, payload[ACK_HEAD.size:].decode()
+    return delivered, payload[ACK_HEAD.size :].decode()
 
 
 # ---- metadata and status (JSON) ----------------------------------------------

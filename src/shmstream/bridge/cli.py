@@ -2,6 +2,7 @@
 commands, added to the ``shmstream`` parser by shmstream/cli/bridge.py. Importing
 this module does not import zenoh; running a command without it prints how
 to install the extra."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,26 +23,48 @@ PROG = "shmstream"
 def add_session_arguments(p: argparse.ArgumentParser) -> None:
     """The Zenoh options shared by ``bridge`` and ``list --remote``."""
     g = p.add_argument_group("Zenoh session")
-    g.add_argument("--config", metavar="FILE",
-                   help="Zenoh configuration file (JSON5): TLS, access control, scouting, "
-                        "routers...; without it the bridge listens on nothing and does not scout")
-    g.add_argument("--listen", action="append", default=[], metavar="ENDPOINT",
-                   help="accept connections on this Zenoh endpoint, e.g. tcp/0.0.0.0:7447 "
-                        "(repeatable)")
-    g.add_argument("--connect", action="append", default=[], metavar="ENDPOINT",
-                   help="connect to a bridge or router at this endpoint, e.g. "
-                        "tcp/camhost:7447 (repeatable)")
-    g.add_argument("--key-prefix", default=DEFAULT_PREFIX, metavar="PREFIX",
-                   help=f"first chunks of every key (default {DEFAULT_PREFIX})")
+    g.add_argument(
+        "--config",
+        metavar="FILE",
+        help="Zenoh configuration file (JSON5): TLS, access control, scouting, "
+        "routers...; without it the bridge listens on nothing and does not scout",
+    )
+    g.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="ENDPOINT",
+        help="accept connections on this Zenoh endpoint, e.g. tcp/0.0.0.0:7447 (repeatable)",
+    )
+    g.add_argument(
+        "--connect",
+        action="append",
+        default=[],
+        metavar="ENDPOINT",
+        help="connect to a bridge or router at this endpoint, e.g. tcp/camhost:7447 (repeatable)",
+    )
+    g.add_argument(
+        "--key-prefix",
+        default=DEFAULT_PREFIX,
+        metavar="PREFIX",
+        help=f"first chunks of every key (default {DEFAULT_PREFIX})",
+    )
 
 
 def add_remote_arguments(list_parser: argparse.ArgumentParser) -> None:
     """``shmstream list --remote [session options]``."""
     list_parser.add_argument(
-        "--remote", action="store_true",
-        help="list what bridges reachable over Zenoh export (needs shmstream[zenoh])")
-    list_parser.add_argument("--timeout", type=number(), default=2.0, metavar="S",
-                             help="with --remote: how long to wait for answers (default 2)")
+        "--remote",
+        action="store_true",
+        help="list what bridges reachable over Zenoh export (needs shmstream[zenoh])",
+    )
+    list_parser.add_argument(
+        "--timeout",
+        type=number(),
+        default=2.0,
+        metavar="S",
+        help="with --remote: how long to wait for answers (default 2)",
+    )
     add_session_arguments(list_parser)
 
 
@@ -49,35 +72,69 @@ def add_bridge_parser(sub: Any) -> None:
     p = sub.add_parser(
         "bridge",
         help="export and import streams and channels across machines over Eclipse Zenoh "
-             "(needs shmstream[zenoh]; see docs/bridge.md)",
+        "(needs shmstream[zenoh]; see docs/bridge.md)",
         description="Export local streams and channels to Zenoh keys "
-                    "<key-prefix>/<namespace>/<name>, and mirror remote ones here. Runs until "
-                    "Ctrl-C or SIGTERM.",
-        epilog="Example: on the camera host 'shmstream bridge --export \"cam/*\" --listen "
-               "tcp/0.0.0.0:7447'; on the other 'shmstream bridge --import \"cam/*\" "
-               "--local-prefix remote/ --connect tcp/camhost:7447'.",
+        "<key-prefix>/<namespace>/<name>, and mirror remote ones here. Runs until "
+        "Ctrl-C or SIGTERM.",
+        epilog='Example: on the camera host \'shmstream bridge --export "cam/*" --listen '
+        "tcp/0.0.0.0:7447'; on the other 'shmstream bridge --import \"cam/*\" "
+        "--local-prefix remote/ --connect tcp/camhost:7447'.",
     )
-    p.add_argument("--export", action="append", default=[], metavar="NAME|GLOB",
-                   help="export local streams and channels with this name or glob (repeatable)")
-    p.add_argument("--import", dest="imports", action="append", default=[],
-                   metavar="NAME|GLOB",
-                   help="mirror remote exports with this name or glob (repeatable)")
-    p.add_argument("--namespace", metavar="NS",
-                   help="namespace of this bridge's exports (default: the host name)")
-    p.add_argument("--remote-namespace", default="*", metavar="GLOB",
-                   help="import only from namespaces matching this glob (default: any)")
-    p.add_argument("--local-prefix", default="", metavar="PREFIX",
-                   help="mirrors are named PREFIX + remote name; '{namespace}' in PREFIX is "
-                        "the exporter's namespace (default: no prefix)")
-    p.add_argument("--unlink-on-exit", action="store_true",
-                   help="remove the mirrors when the bridge stops (default: keep them)")
-    p.add_argument("--list", action="store_true",
-                   help="print what reachable bridges export, then exit")
-    p.add_argument("--timeout", type=number(), default=2.0, metavar="S",
-                   help="with --list: how long to wait for answers (default 2)")
-    p.add_argument("--spin-us", type=number(above=False), default=5.0, metavar="US",
-                   help="exports spin this long for the next local write before sleeping "
-                        "(default 5)")
+    p.add_argument(
+        "--export",
+        action="append",
+        default=[],
+        metavar="NAME|GLOB",
+        help="export local streams and channels with this name or glob (repeatable)",
+    )
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="NAME|GLOB",
+        help="mirror remote exports with this name or glob (repeatable)",
+    )
+    p.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="namespace of this bridge's exports (default: the host name)",
+    )
+    p.add_argument(
+        "--remote-namespace",
+        default="*",
+        metavar="GLOB",
+        help="import only from namespaces matching this glob (default: any)",
+    )
+    p.add_argument(
+        "--local-prefix",
+        default="",
+        metavar="PREFIX",
+        help="mirrors are named PREFIX + remote name; '{namespace}' in PREFIX is "
+        "the exporter's namespace (default: no prefix)",
+    )
+    p.add_argument(
+        "--unlink-on-exit",
+        action="store_true",
+        help="remove the mirrors when the bridge stops (default: keep them)",
+    )
+    p.add_argument(
+        "--list", action="store_true", help="print what reachable bridges export, then exit"
+    )
+    p.add_argument(
+        "--timeout",
+        type=number(),
+        default=2.0,
+        metavar="S",
+        help="with --list: how long to wait for answers (default 2)",
+    )
+    p.add_argument(
+        "--spin-us",
+        type=number(above=False),
+        default=5.0,
+        metavar="US",
+        help="exports spin this long for the next local write before sleeping (default 5)",
+    )
     p.add_argument("--quiet", action="store_true", help="log errors only")
     add_session_arguments(p)
 
@@ -94,16 +151,20 @@ def print_remote(args: argparse.Namespace) -> int:
     from . import remote_exports
 
     try:
-        found = remote_exports(config=args.config, listen=args.listen, connect=args.connect,
-                               key_prefix=args.key_prefix, timeout=args.timeout)
+        found = remote_exports(
+            config=args.config,
+            listen=args.listen,
+            connect=args.connect,
+            key_prefix=args.key_prefix,
+            timeout=args.timeout,
+        )
     except ImportError as exc:
         return _missing_zenoh(exc)
     except NoPeerError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     if not found:
-        print("no remote exports found: the bridges that answered export nothing",
-              file=sys.stderr)
+        print("no remote exports found: the bridges that answered export nothing", file=sys.stderr)
         return 0
     from ..registry import printable  # names come from other machines: escape them
 
@@ -122,8 +183,9 @@ PEER_WARN_AFTER_S = 3.0
 PEER_WARN_EVERY_S = 30.0
 
 
-def _run_watching_peers(bridge: Any, connect: list[str], stop: threading.Event,
-                        log: logging.Logger) -> None:
+def _run_watching_peers(
+    bridge: Any, connect: list[str], stop: threading.Event, log: logging.Logger
+) -> None:
     """Run until ``stop``; with ``connect`` endpoints, say within seconds,
     and then periodically, that none of them answers (a bridge pointed at a
     wrong address would otherwise run silently for ever), and say when one
@@ -137,9 +199,12 @@ def _run_watching_peers(bridge: Any, connect: list[str], stop: threading.Event,
         peers = bridge.peers
         now = time.monotonic()
         if peers == 0 and now >= next_warning:
-            log.warning("no Zenoh peer answers at %s after %.0f s; still trying (is a bridge "
-                        "or router listening there, and the port open?)", ", ".join(connect),
-                        now - started)
+            log.warning(
+                "no Zenoh peer answers at %s after %.0f s; still trying (is a bridge "
+                "or router listening there, and the port open?)",
+                ", ".join(connect),
+                now - started,
+            )
             next_warning = now + PEER_WARN_EVERY_S
             warned = True
         elif peers and warned:
@@ -152,8 +217,7 @@ def cmd_bridge(args: argparse.Namespace) -> int:
     if args.list:
         return print_remote(args)
     if not args.export and not args.imports:
-        print(f"{PROG}: error: nothing to do: give --export, --import or --list",
-              file=sys.stderr)
+        print(f"{PROG}: error: nothing to do: give --export, --import or --list", file=sys.stderr)
         return 2
     log = logging.getLogger("shmstream.bridge")
     if not log.handlers:
@@ -165,10 +229,17 @@ def cmd_bridge(args: argparse.Namespace) -> int:
 
     try:
         bridge = Bridge(
-            args.export, args.imports, namespace=args.namespace,
-            remote_namespace=args.remote_namespace, local_prefix=args.local_prefix,
-            key_prefix=args.key_prefix, config=args.config, listen=args.listen,
-            connect=args.connect, unlink_on_close=args.unlink_on_exit, spin_us=args.spin_us,
+            args.export,
+            args.imports,
+            namespace=args.namespace,
+            remote_namespace=args.remote_namespace,
+            local_prefix=args.local_prefix,
+            key_prefix=args.key_prefix,
+            config=args.config,
+            listen=args.listen,
+            connect=args.connect,
+            unlink_on_close=args.unlink_on_exit,
+            spin_us=args.spin_us,
         )
     except ImportError as exc:
         return _missing_zenoh(exc)

@@ -7,6 +7,7 @@ function up on the package at call time (``package().purge``), so tests can
 monkeypatch it. Errors print one line to stderr and return 1 (argparse's
 usage errors return 2); nothing here prints a traceback for a user mistake.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., in
         "'shmstream view cam/left', 'shmstream demo --seconds 3', "
         "'shmstream bench stream --quick'.",
     )
-    parser.add_argument("--version", action="version",
-                        version=f"{PROG} {package().__version__}")
+    parser.add_argument("--version", action="version", version=f"{PROG} {package().__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command")
     commands: dict[str, Callable[..., int]] = {}
     for module in _COMMAND_MODULES:

@@ -1,4 +1,5 @@
 """python -m shmstream.cli"""
+
 import sys
 
 from . import main

@@ -1,6 +1,7 @@
 """Helpers every ``shmstream`` subcommand uses: the package looked up at
 call time (so tests can monkeypatch it), one-line errors, readable rates and
 ages."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def number(*, minimum: float = 0.0, above: bool = True, infinite: bool = False,
-           kind: type = float) -> Callable[[str], Any]:
+def number(
+    *, minimum: float = 0.0, above: bool = True, infinite: bool = False, kind: type = float
+) -> Callable[[str], Any]:
     """An argparse ``type=`` for a numeric option: refuses what is not a
     number, NaN, infinities (unless ``infinite``) and values below
     ``minimum`` (or equal to it, with ``above``), so that every option of
@@ -37,7 +39,8 @@ def number(*, minimum: float = 0.0, above: bool = True, infinite: bool = False,
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+                f"{text!r} is not {'a whole number' if kind is int else 'a number'}"
+            ) from None
         if math.isnan(value):
             raise argparse.ArgumentTypeError(f"NaN is not a value; give a number {bound}")
         if math.isinf(value) and not infinite:

@@ -10,6 +10,7 @@ the segment file's allocated blocks (what posix_fallocate has reserved)
 and this process's resident bytes of its mapping (/proc/self/smaps: what
 MAP_POPULATE has faulted in), and prints them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,14 +53,17 @@ class _Watcher:
         self.shown = self.ended = False
         self.size = 0
         self.start = time.monotonic()
-        self.thread = threading.Thread(target=self._run, name="shmstream-create-progress",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name="shmstream-create-progress", daemon=True
+        )
 
     def _line(self, reserved: int, mapped: int) -> str:
         pct = 100.0 / self.size
-        return (f"creating {self.what} {self.name!r}: {fmt_bytes(self.size)} in {SHM_DIR}, "
-                f"reserved {reserved * pct:3.0f}%, mapped {mapped * pct:3.0f}%, "
-                f"{time.monotonic() - self.start:.0f} s")
+        return (
+            f"creating {self.what} {self.name!r}: {fmt_bytes(self.size)} in {SHM_DIR}, "
+            f"reserved {reserved * pct:3.0f}%, mapped {mapped * pct:3.0f}%, "
+            f"{time.monotonic() - self.start:.0f} s"
+        )
 
     def _run(self) -> None:
         while not self.done.wait(self.interval if self.shown else 0.05):
@@ -84,8 +88,11 @@ class _Watcher:
         seconds = time.monotonic() - self.start
         if self.tty:
             sys.stdout.write("\n")
-        print(f"created {self.what} {self.name!r}: {fmt_bytes(self.size)} in "
-              f"{seconds:.1f} s ({seconds / (self.size / (1 << 30)):.1f} s per GiB)", flush=True)
+        print(
+            f"created {self.what} {self.name!r}: {fmt_bytes(self.size)} in "
+            f"{seconds:.1f} s ({seconds / (self.size / (1 << 30)):.1f} s per GiB)",
+            flush=True,
+        )
         self.ended = True
 
     def finish(self) -> None:

@@ -6,6 +6,7 @@ checkout as ``python -m benchmarks [PART] [options]``. This command is a
 shortcut for that: it looks for the checkout in the current directory and
 its parents, and elsewhere says how to run them (exit status 2).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,7 +21,7 @@ NOT_IN_CHECKOUT = (
     f"{PROG} bench: the benchmarks are not installed with shmstream; they live in the\n"
     "benchmarks/ folder of its source tree. From a checkout of shmstream:\n"
     "\n"
-    "    pip install \".[bench]\"                # shmstream and the benchmarks' peers\n"
+    '    pip install ".[bench]"                # shmstream and the benchmarks\' peers\n'
     "    python -m benchmarks [PART] [options]  # or: shmstream bench [PART] [options]\n"
     "\n"
     "'python -m benchmarks --help' lists the parts; BENCHMARKS.md has the results."
@@ -33,8 +34,9 @@ def find_checkout(start: str | os.PathLike | None = None) -> str | None:
     ``benchmarks/__init__.py``; None if there is none."""
     here = os.path.abspath(os.fspath(start) if start is not None else os.getcwd())
     while True:
-        if (os.path.isfile(os.path.join(here, "benchmarks", "__init__.py"))
-                and _is_shmstream_project(os.path.join(here, "pyproject.toml"))):
+        if os.path.isfile(
+            os.path.join(here, "benchmarks", "__init__.py")
+        ) and _is_shmstream_project(os.path.join(here, "pyproject.toml")):
             return here
         parent = os.path.dirname(here)
         if parent == here:
@@ -63,8 +65,10 @@ def main(argv: Sequence[str]) -> int:
     init = benchmarks.__file__  # None: a namespace package, not the checkout's
     found = None if init is None else os.path.dirname(os.path.abspath(init))
     if found != os.path.join(root, "benchmarks"):
-        print(f"{PROG} bench: 'import benchmarks' finds {found}, not the checkout's "
-              f"{os.path.join(root, 'benchmarks')}; run 'python -m benchmarks' in {root}",
-              file=sys.stderr)
+        print(
+            f"{PROG} bench: 'import benchmarks' finds {found}, not the checkout's "
+            f"{os.path.join(root, 'benchmarks')}; run 'python -m benchmarks' in {root}",
+            file=sys.stderr,
+        )
         return 2
     return int(benchmarks.main(list(argv)) or 0)

@@ -1,6 +1,7 @@
 """``shmstream bridge``: export and import streams and channels over
 Eclipse Zenoh. The options and the command live with the bridge
 (``shmstream.bridge.cli``); zenoh is imported only when the command runs."""
+
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,7 @@ children can import them. Children ignore SIGINT; on Ctrl-C, SIGTERM or
 SIGHUP the parent sets the stop event, joins them and unlinks the stream,
 so nothing outlives the demo.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,12 +30,23 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "demo",
         help="start a producer and a consumer process and show frames flowing between them",
     )
-    demo_p.add_argument("--seconds", type=number(), default=5.0, metavar="S",
-                        help="run time (default 5)")
-    demo_p.add_argument("--shape", type=_shape_option, default="480x640x3", metavar="HxW[xC]",
-                        help="frame shape, uint8 (default 480x640x3)")
-    demo_p.add_argument("--rate", type=number(above=False), default=1000.0, metavar="HZ",
-                        help="producer rate in Hz, 0 for as fast as possible (default 1000)")
+    demo_p.add_argument(
+        "--seconds", type=number(), default=5.0, metavar="S", help="run time (default 5)"
+    )
+    demo_p.add_argument(
+        "--shape",
+        type=_shape_option,
+        default="480x640x3",
+        metavar="HxW[xC]",
+        help="frame shape, uint8 (default 480x640x3)",
+    )
+    demo_p.add_argument(
+        "--rate",
+        type=number(above=False),
+        default=1000.0,
+        metavar="HZ",
+        help="producer rate in Hz, 0 for as fast as possible (default 1000)",
+    )
     return {"demo": cmd_demo}
 
 
@@ -42,7 +54,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in text.lower().split("x"))
     except ValueError:
-        raise ShmstreamValueError(f"bad shape {text!r}: use numbers joined by 'x', e.g. 480x640x3") from None
+        raise ShmstreamValueError(
+            f"bad shape {text!r}: use numbers joined by 'x', e.g. 480x640x3"
+        ) from None
     if not shape or any(d <= 0 for d in shape):
         raise ShmstreamValueError(f"bad shape {text!r}: every dimension must be positive")
     return shape
@@ -146,10 +160,12 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
             f"{fmt_rate(rate) if rate > 0 else 'as fast as possible'}, {seconds:g} s"
         )
         procs = [
-            ctx.Process(target=_demo_producer, args=(name, rate, stop, ready, os.getpid()),
-                        daemon=True),
-            ctx.Process(target=_demo_consumer, args=(name, stop, ready, report, os.getpid()),
-                        daemon=True),
+            ctx.Process(
+                target=_demo_producer, args=(name, rate, stop, ready, os.getpid()), daemon=True
+            ),
+            ctx.Process(
+                target=_demo_consumer, args=(name, stop, ready, report, os.getpid()), daemon=True
+            ),
         ]
         for p in procs:
             p.start()

@@ -1,5 +1,6 @@
 """``shmstream list | stat | unlink | purge``: what lives in /dev/shm, built
 on the registry (``shmstream.registry``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,19 +24,27 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "control characters or undecodable bytes escaped, as 'ls -b' does); entries that are "
         "not regular files or cannot be read are skipped, each named on stderr",
     )
-    list_p.add_argument("--kind", choices=KINDS, action="append",
-                        help="only this kind (repeatable)")
-    list_p.add_argument("--names", action="store_true",
-                        help="print bare names, one per line (pyshmem's output; streams only "
-                        "unless --kind is given)")
+    list_p.add_argument(
+        "--kind", choices=KINDS, action="append", help="only this kind (repeatable)"
+    )
+    list_p.add_argument(
+        "--names",
+        action="store_true",
+        help="print bare names, one per line (pyshmem's output; streams only "
+        "unless --kind is given)",
+    )
     list_p.add_argument("--json", action="store_true", help="print a JSON list of objects")
     bridge_cli.add_remote_arguments(list_p)  # --remote: what bridges export (Zenoh)
 
     stat_p = sub.add_parser(
-        "stat", help="print an object's metadata, read from its header without attaching")
+        "stat", help="print an object's metadata, read from its header without attaching"
+    )
     stat_p.add_argument("name", metavar="NAME", help="stream, channel or shared array name")
-    stat_p.add_argument("--json", action="store_true",
-                        help="one JSON object, raw values (mode as an int, UNIX times)")
+    stat_p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object, raw values (mode as an int, UNIX times)",
+    )
 
     unlink_p = sub.add_parser(
         "unlink",
@@ -43,9 +52,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         help="destroy objects by name; exit status 0 whether or not each existed "
         "(a missing name is reported on stderr), 1 for an invalid name",
     )
-    unlink_p.add_argument("names", nargs="+", metavar="NAME",
-                          help="names, as 'shmstream list' shows them (a corrupt segment "
-                          "by its /shmstream-... name)")
+    unlink_p.add_argument(
+        "names",
+        nargs="+",
+        metavar="NAME",
+        help="names, as 'shmstream list' shows them (a corrupt segment by its /shmstream-... name)",
+    )
 
     purge_p = sub.add_parser(
         "purge",
@@ -54,11 +66,18 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "and on stderr what was skipped and why (not a regular file, unreadable)",
     )
     purge_p.add_argument(
-        "--include-cuda-orphans", action="store_true",
+        "--include-cuda-orphans",
+        action="store_true",
         help="also remove PyTorch IPC files /dev/shm/cuda.shm.* whose process is dead",
     )
-    return {"list": cmd_list, "ls": cmd_list, "stat": cmd_stat, "unlink": cmd_unlink,
-            "rm": cmd_unlink, "purge": cmd_purge}
+    return {
+        "list": cmd_list,
+        "ls": cmd_list,
+        "stat": cmd_stat,
+        "unlink": cmd_unlink,
+        "rm": cmd_unlink,
+        "purge": cmd_purge,
+    }
 
 
 def _report_skipped(skipped: list[registry.Skipped]) -> None:
@@ -88,13 +107,22 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([e.__dict__ for e in entries]))
         return 0
     if not entries:
-        print("nothing found" + (f" of kind {', '.join(args.kind)}" if args.kind else ""),
-              file=sys.stderr)
+        print(
+            "nothing found" + (f" of kind {', '.join(args.kind)}" if args.kind else ""),
+            file=sys.stderr,
+        )
         return 0
-    rows = [(e.kind, fmt_bytes(e.bytes),
-             "-" if e.creator_pid is None
-             else f"{e.creator_pid} ({'alive' if e.creator_alive else 'dead'})",
-             e.shown) for e in entries]
+    rows = [
+        (
+            e.kind,
+            fmt_bytes(e.bytes),
+            "-"
+            if e.creator_pid is None
+            else f"{e.creator_pid} ({'alive' if e.creator_alive else 'dead'})",
+            e.shown,
+        )
+        for e in entries
+    ]
     widths = [max(len(r[i]) for r in [*rows, ("KIND", "SIZE", "CREATOR", "")]) for i in range(3)]
     print(f"{'KIND':<{widths[0]}}  {'SIZE':>{widths[1]}}  {'CREATOR':<{widths[2]}}  NAME")
     for kind, size, creator, name in rows:
@@ -117,8 +145,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
         return 0
     shown = readable(info)
     if shown.get("lock_owner") is not None:
-        shown["lock_owner"] = (f"{shown['lock_owner']} "
-                               f"({'alive' if shown.get('lock_owner_alive') else 'dead'})")
+        shown["lock_owner"] = (
+            f"{shown['lock_owner']} ({'alive' if shown.get('lock_owner_alive') else 'dead'})"
+        )
     shown.pop("lock_owner_alive", None)
     width = max((len(k) for k in shown), default=0) + 2
     for key, value in shown.items():
@@ -142,6 +171,5 @@ def cmd_purge(args: argparse.Namespace) -> int:
     for name in removed:
         print(f"purged '{name}'")
     _report_skipped(report.skipped)
-    print(f"removed {len(removed)} object(s)" if removed else "nothing to purge",
-          file=sys.stderr)
+    print(f"removed {len(removed)} object(s)" if removed else "nothing to purge", file=sys.stderr)
     return 0

@@ -1,5 +1,6 @@
 """``shmstream view [NAME | DIR]``: the live web view (``shmstream.viewer``,
 docs/view.md)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,20 +16,39 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "view",
         help="serve a local web page that lists every segment live and shows a stream's "
         "picture (or plays back a recording directory); prints the URL (needs the 'view' "
-        "extra: pip install \"shmstream[view]\")",
+        'extra: pip install "shmstream[view]")',
     )
-    view_p.add_argument("target", nargs="?", metavar="NAME|DIR",
-                        help="a stream to show at once, or a recording directory to play back")
-    view_p.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this machine only; "
-                        "reach it from elsewhere with 'ssh -L PORT:127.0.0.1:PORT host')")
-    view_p.add_argument("--port", type=number(above=False, kind=int), default=0,
-                        help="port to listen on (default 0: a free one)")
-    view_p.add_argument("--fps", type=number(), default=30.0,
-                        help="pictures a second sent to each page, at most (default 30)")
-    view_p.add_argument("--max-side", type=number(minimum=16, above=False, kind=int),
-                        default=1024, metavar="PX",
-                        help="image sides longer than this are strided down (default 1024)")
+    view_p.add_argument(
+        "target",
+        nargs="?",
+        metavar="NAME|DIR",
+        help="a stream to show at once, or a recording directory to play back",
+    )
+    view_p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; "
+        "reach it from elsewhere with 'ssh -L PORT:127.0.0.1:PORT host')",
+    )
+    view_p.add_argument(
+        "--port",
+        type=number(above=False, kind=int),
+        default=0,
+        help="port to listen on (default 0: a free one)",
+    )
+    view_p.add_argument(
+        "--fps",
+        type=number(),
+        default=30.0,
+        help="pictures a second sent to each page, at most (default 30)",
+    )
+    view_p.add_argument(
+        "--max-side",
+        type=number(minimum=16, above=False, kind=int),
+        default=1024,
+        metavar="PX",
+        help="image sides longer than this are strided down (default 1024)",
+    )
     view_p.add_argument("--open", action="store_true", help="open the page in a browser")
     return {"view": cmd_view}
 
@@ -38,6 +58,13 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     target = args.target
     is_dir = target is not None and os.path.isdir(target)
-    view(None if is_dir else target, recording=target if is_dir else None, host=args.host,
-         port=args.port, fps=args.fps, max_side=args.max_side, open_browser=args.open)
+    view(
+        None if is_dir else target,
+        recording=target if is_dir else None,
+        host=args.host,
+        port=args.port,
+        fps=args.fps,
+        max_side=args.max_side,
+        open_browser=args.open,
+    )
     return 0

@@ -1,5 +1,6 @@
 """``shmstream watch NAME``: follow a stream live (count, write rate, missed
 writes, age, producer liveness)."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,13 +19,25 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "liveness (Ctrl-C to stop)",
     )
     watch_p.add_argument("name", metavar="NAME", help="stream name")
-    watch_p.add_argument("--interval", type=number(), default=0.5, metavar="S",
-                         help="seconds between refreshes (default 0.5)")
-    watch_p.add_argument("--count", type=number(above=False, kind=int), default=0, metavar="N",
-                         help="stop after N refreshes (default: run until Ctrl-C)")
-    watch_p.add_argument("--no-read", action="store_true",
-                         help="only sample the counters; do not consume frames (missed is "
-                         "then not measured)")
+    watch_p.add_argument(
+        "--interval",
+        type=number(),
+        default=0.5,
+        metavar="S",
+        help="seconds between refreshes (default 0.5)",
+    )
+    watch_p.add_argument(
+        "--count",
+        type=number(above=False, kind=int),
+        default=0,
+        metavar="N",
+        help="stop after N refreshes (default: run until Ctrl-C)",
+    )
+    watch_p.add_argument(
+        "--no-read",
+        action="store_true",
+        help="only sample the counters; do not consume frames (missed is then not measured)",
+    )
     return {"watch": cmd_watch}
 
 

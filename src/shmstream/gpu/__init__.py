@@ -8,6 +8,7 @@ subclass), ``factory`` makes handles. This package imports the stream layer
 and registers its create and open with it; the stream layer never imports
 this package. docs/gpu.md has the protocol and the checklist.
 """
+
 from __future__ import annotations
 
 from ..errors import GpuStreamGoneError

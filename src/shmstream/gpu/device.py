@@ -31,6 +31,7 @@ STATUS: written and tested on a machine without a GPU. The CPU-side rules
 messages) are tested; everything that touches a device is not yet verified
 (docs/gpu.md lists what to run).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,20 @@ from ..errors import CudaUnavailableError, ShmstreamTypeError, ShmstreamValueErr
 GPU_SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
     np.dtype(t)
     for t in (
-        np.bool_, np.int8, np.int16, np.int32, np.int64,
-        np.uint8, np.uint16, np.uint32, np.uint64,
-        np.float16, np.float32, np.float64, np.complex64, np.complex128,
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+        np.complex64,
+        np.complex128,
     )
 )
 
@@ -196,8 +208,14 @@ class CudaArray:
 
     __slots__ = ("_buf", "shape", "dtype", "_ptr", "_keep", "__weakref__")
 
-    def __init__(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype,
-                 ptr: int | None = None, keep: Any = None) -> None:
+    def __init__(
+        self,
+        buf: Any,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        ptr: int | None = None,
+        keep: Any = None,
+    ) -> None:
         self._buf = buf
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
@@ -219,13 +237,23 @@ class CudaArray:
     def __dlpack_device__(self) -> tuple[int, int]:
         return (_cuda.kDLCUDA, int(self._buf.ordinal))
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
-                   dl_device: Any = None, copy: Any = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: Any = None,
+    ) -> Any:
         # The copy that filled this array has completed on the host's
         # watch, so no stream needs to wait for anything.
         return _cuda.to_dlpack(
-            self, self._ptr, list(self.shape), DL_CODE[self.dtype.kind],
-            self.dtype.itemsize * 8, int(self._buf.ordinal),
+            self,
+            self._ptr,
+            list(self.shape),
+            DL_CODE[self.dtype.kind],
+            self.dtype.itemsize * 8,
+            int(self._buf.ordinal),
         )
 
     @property

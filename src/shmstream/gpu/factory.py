@@ -1,6 +1,7 @@
 """Making GPU stream handles: ``shmstream.create(..., gpu_device=...)`` and
 ``shmstream.open`` of a GPU stream end here (the stream layer calls them
 through the hook this package registers)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -24,8 +25,13 @@ __all__ = ["create", "open"]
 
 
 def create(
-    name: str, dims: tuple[int, ...], dt: np.dtype, gpu_device: Any,
-    cpu_mirror: bool | None, notify: bool, mode: int,
+    name: str,
+    dims: tuple[int, ...],
+    dt: np.dtype,
+    gpu_device: Any,
+    cpu_mirror: bool | None,
+    notify: bool,
+    mode: int,
 ) -> Any:
     """``shmstream.create(..., gpu_device=...)`` (arguments already checked
     by the stream module, except the GPU ones)."""
@@ -60,8 +66,9 @@ def create(
     return handle
 
 
-def open(segment: Any, name: str, gpu_device: Any, readonly: bool,
-         allow_owners: Sequence[int] = ()) -> Any:
+def open(
+    segment: Any, name: str, gpu_device: Any, readonly: bool, allow_owners: Sequence[int] = ()
+) -> Any:
     """``shmstream.open(name, gpu_device=...)`` of a GPU stream
     (``allow_owners``: the uids ``allow_owner`` resolved to)."""
     mirror = bool(int(segment.flags) & _native.FLAG_CPU_MIRROR)

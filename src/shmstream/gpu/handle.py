@@ -4,6 +4,7 @@ through the CUDA half of the core.
 
 STATUS: written without a GPU; the device paths are unverified.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -80,8 +81,9 @@ class GpuSharedMemory(SharedMemory):
         if out is not None:
             return self._check_device_out(out, torch)
         if torch is not None:
-            t = torch.empty(self.shape, dtype=torch_dtype(torch, self.dtype),
-                            device=self.gpu_device)
+            t = torch.empty(
+                self.shape, dtype=torch_dtype(torch, self.dtype), device=self.gpu_device
+            )
             return t, int(t.data_ptr()), int(torch.cuda.current_stream(self._ordinal).cuda_stream)
         buf = _cuda.DeviceBuffer.alloc(self.size, self._ordinal)
         return CudaArray(buf, self.shape, self.dtype), int(buf.ptr), 0
@@ -93,19 +95,27 @@ class GpuSharedMemory(SharedMemory):
                 "tensor or a CudaArray); NumPy out= works for CPU reads only"
             )
         if torch is not None and isinstance(out, torch.Tensor):
-            if (not out.is_cuda or out.device.index != self._ordinal
-                    or tuple(out.shape) != self.shape
-                    or out.dtype != torch_dtype(torch, self.dtype)
-                    or not out.is_contiguous()):
+            if (
+                not out.is_cuda
+                or out.device.index != self._ordinal
+                or tuple(out.shape) != self.shape
+                or out.dtype != torch_dtype(torch, self.dtype)
+                or not out.is_contiguous()
+            ):
                 raise ShmstreamValueError(
                     f"out must be a contiguous {self.dtype} CUDA tensor of shape "
                     f"{self.shape} on {self.gpu_device}"
                 )
-            return out, int(out.data_ptr()), int(
-                torch.cuda.current_stream(self._ordinal).cuda_stream)
+            return (
+                out,
+                int(out.data_ptr()),
+                int(torch.cuda.current_stream(self._ordinal).cuda_stream),
+            )
         if isinstance(out, CudaArray):
             if out.shape != self.shape or out.dtype != self.dtype:
-                raise ShmstreamValueError(f"out must have shape {self.shape} and dtype {self.dtype}")
+                raise ShmstreamValueError(
+                    f"out must have shape {self.shape} and dtype {self.dtype}"
+                )
             return out, out.data_ptr, 0
         raise ShmstreamTypeError(
             f"out must be a torch CUDA tensor or a CudaArray, not {type(out).__name__}"
@@ -120,8 +130,9 @@ class GpuSharedMemory(SharedMemory):
                 raise ShmstreamValueError(f"expected shape {self.shape}, got {tuple(t.shape)}")
             want = torch_dtype(torch, self.dtype)
             if t.dtype != want:  # the CPU handle's casting rule, the same check
-                _checks.check_cast(numpy_dtype(t.dtype), self.dtype, self.name, self.casting,
-                                   what=str(t.dtype))
+                _checks.check_cast(
+                    numpy_dtype(t.dtype), self.dtype, self.name, self.casting, what=str(t.dtype)
+                )
             if t.is_cuda:
                 t = t.to(dtype=want).contiguous()
                 stream = torch.cuda.current_stream(t.device).cuda_stream
@@ -182,7 +193,10 @@ class GpuSharedMemory(SharedMemory):
                 )
             else:
                 self._wrote = gs.write_host(
-                    src, kind == _cuda.SRC_PINNED, frame_id, count=count,
+                    src,
+                    kind == _cuda.SRC_PINNED,
+                    frame_id,
+                    count=count,
                     write_time_ns=write_time_ns,
                 )
         finally:
@@ -208,7 +222,8 @@ class GpuSharedMemory(SharedMemory):
         fid = None if frame_id is None else _checks.check_u64("frame_id", frame_id)
         number = 0 if count is None else _checks.check_u64("count", count, minimum=1)
         wt = (
-            0 if write_time_ns is None
+            0
+            if write_time_ns is None
             else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
         )
         self.acquire()
@@ -317,8 +332,14 @@ class GpuSharedMemory(SharedMemory):
         count, frame_id, wt = gs.read(ptr, stream, timeout, self._holds_lock())
         return dst, count, frame_id, wt
 
-    def read(self, *, safe: bool = True, poll_interval: float = 1e-6, out: Any = None,
-             timeout: float | None = None) -> Any:
+    def read(
+        self,
+        *,
+        safe: bool = True,
+        poll_interval: float = 1e-6,
+        out: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
         """A consistent snapshot of the payload: a torch CUDA tensor (or a
         :class:`CudaArray` without torch) on a GPU-attached handle; a NumPy
         array from the CPU mirror on a handle without ``gpu_device``."""
@@ -333,8 +354,14 @@ class GpuSharedMemory(SharedMemory):
         self._record(count)
         return dst
 
-    def read_publication(self, *, safe: bool = True, poll_interval: float = 1e-6,
-                         out: Any = None, timeout: float | None = None) -> Publication:
+    def read_publication(
+        self,
+        *,
+        safe: bool = True,
+        poll_interval: float = 1e-6,
+        out: Any = None,
+        timeout: float | None = None,
+    ) -> Publication:
         self._check_open("read a publication from")
         if self._cpu_reads() or not safe:
             if self._gs is None and not self.cpu_mirror:
@@ -372,8 +399,9 @@ class GpuSharedMemory(SharedMemory):
                 "successful write recovers the stream"
             )
 
-    def _wait_read(self, after: int, timeout: float | None, out: Any,
-                   spin_us: float | None, operation: str) -> tuple[Any, int, int, int]:
+    def _wait_read(
+        self, after: int, timeout: float | None, out: Any, spin_us: float | None, operation: str
+    ) -> tuple[Any, int, int, int]:
         if self._cpu_reads():
             return super()._wait_read(after, timeout, out, spin_us, operation)
         seg = self._seg
@@ -392,19 +420,32 @@ class GpuSharedMemory(SharedMemory):
                 return dst, count, frame_id, wt
             spin = 0
 
-    def read_new(self, *, timeout: float | None = None, safe: bool = True,
-                 poll_interval: float = 1e-5, out: Any = None,
-                 spin_us: float | None = None) -> Any:
+    def read_new(
+        self,
+        *,
+        timeout: float | None = None,
+        safe: bool = True,
+        poll_interval: float = 1e-5,
+        out: Any = None,
+        spin_us: float | None = None,
+    ) -> Any:
         if self._cpu_reads():
             return super().read_new(timeout=timeout, safe=safe, out=out, spin_us=spin_us)
         return self._read_new_slow(timeout, safe, out, spin_us)
 
-    async def read_new_async(self, *, timeout: float | None = None, safe: bool = True,
-                             poll_interval: float = 1e-5, out: Any = None,
-                             spin_us: float | None = None) -> Any:
+    async def read_new_async(
+        self,
+        *,
+        timeout: float | None = None,
+        safe: bool = True,
+        poll_interval: float = 1e-5,
+        out: Any = None,
+        spin_us: float | None = None,
+    ) -> Any:
         if self._cpu_reads() or not safe:
             return await super().read_new_async(
-                timeout=timeout, safe=safe, out=out, spin_us=spin_us)
+                timeout=timeout, safe=safe, out=out, spin_us=spin_us
+            )
         seg = self._seg
         if seg is None:
             raise self._closed_error("read from")
@@ -416,7 +457,8 @@ class GpuSharedMemory(SharedMemory):
             await self._wait_async(seg, self._seen, remaining(deadline), None, spin_us)
             loop = asyncio.get_running_loop()
             dst, count, _, _ = await loop.run_in_executor(
-                None, self._gpu_read, out, remaining(deadline))
+                None, self._gpu_read, out, remaining(deadline)
+            )
             if count > self._seen:
                 self._record(count)
                 return dst

@@ -7,6 +7,7 @@ stream's picture (docs/view.md). ``shmstream.view()`` and the
 Needs the ``view`` extra (``pip install "shmstream[view]"``: Starlette,
 uvicorn, websockets); ``import shmstream`` never imports them.
 """
+
 from __future__ import annotations
 
 import errno
@@ -36,29 +37,42 @@ def _bind(host: str, port: int) -> socket.socket:
             raise ShmstreamOSError(
                 errno.EADDRINUSE,
                 f"port {port} on {host} is in use; give another with --port (port=), "
-                "or --port 0 for a free one") from None
+                "or --port 0 for a free one",
+            ) from None
         if isinstance(exc, socket.gaierror):
-            raise ShmstreamOSError(errno.EADDRNOTAVAIL,
-                                   f"cannot listen on host {host!r}: {exc.strerror}") from None
-        raise ShmstreamOSError(exc.errno or 0, f"cannot listen on {host}:{port}: "
-                               f"{exc.strerror or exc}") from None
+            raise ShmstreamOSError(
+                errno.EADDRNOTAVAIL, f"cannot listen on host {host!r}: {exc.strerror}"
+            ) from None
+        raise ShmstreamOSError(
+            exc.errno or 0, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
 
 
 class Viewer:
     """A running view server. ``url`` is the page (with the stream or
     recording given at start already selected); ``close()`` stops it."""
 
-    def __init__(self, name: str | None = None, *, recording: str | os.PathLike[str] | None = None,
-                 host: str = "127.0.0.1", port: int = 0, fps: float = DEFAULT_FPS,
-                 max_side: int = DEFAULT_MAX_SIDE) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        recording: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        fps: float = DEFAULT_FPS,
+        max_side: int = DEFAULT_MAX_SIDE,
+    ) -> None:
         try:
             import uvicorn
 
             from ._app import ViewApp
         except ImportError as exc:
             raise MissingExtraError(f"{VIEW_HINT} ({exc})", name="starlette") from None
-        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (
-                math.isfinite(fps) and 0 < fps <= 1000):
+        if (
+            isinstance(fps, bool)
+            or not isinstance(fps, (int, float))
+            or not (math.isfinite(fps) and 0 < fps <= 1000)
+        ):
             raise ShmstreamValueError(f"fps must be a number in (0, 1000], not {fps!r}")
         if isinstance(max_side, bool) or not isinstance(max_side, int) or max_side < 16:
             raise ShmstreamValueError(f"max_side must be an int >= 16, not {max_side!r}")
@@ -78,12 +92,18 @@ class Viewer:
         self.host = host
         self.port = int(self._sock.getsockname()[1])
         shown = f"[{host}]" if ":" in host else host
-        query = ("?" + urllib.parse.urlencode({"stream": name}) if name is not None
-                 else "?recording=0" if recordings else "")
+        query = (
+            "?" + urllib.parse.urlencode({"stream": name})
+            if name is not None
+            else "?recording=0"
+            if recordings
+            else ""
+        )
         self.url = f"http://{shown}:{self.port}/{query}"
         self.app = ViewApp(stream=name, recordings=recordings, fps=float(fps), max_side=max_side)
-        config = uvicorn.Config(self.app.app, log_level="warning", lifespan="off",
-                                timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            self.app.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+        )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
@@ -96,8 +116,9 @@ class Viewer:
 
     def start(self) -> Viewer:
         """Serve from a background thread; returns once it accepts connections."""
-        self._thread = threading.Thread(target=self.serve_forever, name="shmstream-view",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, name="shmstream-view", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -114,10 +135,17 @@ class Viewer:
         self.close()
 
 
-def view(name: str | None = None, *, recording: str | os.PathLike[str] | None = None,
-         host: str = "127.0.0.1", port: int = 0, fps: float = DEFAULT_FPS,
-         max_side: int = DEFAULT_MAX_SIDE, block: bool = True,
-         open_browser: bool = False) -> Viewer:
+def view(
+    name: str | None = None,
+    *,
+    recording: str | os.PathLike[str] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    fps: float = DEFAULT_FPS,
+    max_side: int = DEFAULT_MAX_SIDE,
+    block: bool = True,
+    open_browser: bool = False,
+) -> Viewer:
     """Serve the live view on ``host``:``port`` (0: a free port) and print
     its URL. ``name`` selects a stream and ``recording`` a recording
     directory to play back; the page lists every segment either way. At

@@ -7,6 +7,7 @@ setting did), and at most ``WINDOW`` messages the page has not yet drawn
 (it acknowledges each), so a slow browser or link slows the view, never
 the stream. Reads and rendering run in a worker thread, off the event loop.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,36 +36,50 @@ log = logging.getLogger("shmstream.view")
 
 def _json(obj: Any, status: int = 200) -> Response:
     # ensure_ascii: a name with undecodable bytes (lone surrogates) stays valid JSON
-    return Response(json.dumps(obj, default=str, allow_nan=False), status_code=status,
-                    media_type="application/json")
+    return Response(
+        json.dumps(obj, default=str, allow_nan=False),
+        status_code=status,
+        media_type="application/json",
+    )
 
 
 class ViewApp:
     """The routes and what they share: the recordings given at start, the
     caps, the table's rate memory."""
 
-    def __init__(self, *, stream: str | None, recordings: list[str], fps: float,
-                 max_side: int) -> None:
+    def __init__(
+        self, *, stream: str | None, recordings: list[str], fps: float, max_side: int
+    ) -> None:
         self.stream = stream
         self.recordings = recordings
         self.fps = fps
         self.max_side = max_side
         self.table = Table()
-        self.app = Starlette(routes=[
-            Route("/", self.page),
-            Route("/api/info", self.info),
-            Route("/api/segments", self.segments),
-            Route("/api/stat", self.stat),
-            WebSocketRoute("/ws", self.picture),
-        ])
+        self.app = Starlette(
+            routes=[
+                Route("/", self.page),
+                Route("/api/info", self.info),
+                Route("/api/segments", self.segments),
+                Route("/api/stat", self.stat),
+                WebSocketRoute("/ws", self.picture),
+            ]
+        )
 
     async def page(self, request: Request) -> Response:
-        return Response(PAGE.read_bytes(), media_type="text/html; charset=utf-8",
-                        headers={"Cache-Control": "no-store"})
+        return Response(
+            PAGE.read_bytes(),
+            media_type="text/html; charset=utf-8",
+            headers={"Cache-Control": "no-store"},
+        )
 
     async def info(self, request: Request) -> Response:
-        return _json({"stream": self.stream, "fps": self.fps,
-                      "recordings": [{"id": i, "path": p} for i, p in enumerate(self.recordings)]})
+        return _json(
+            {
+                "stream": self.stream,
+                "fps": self.fps,
+                "recordings": [{"id": i, "path": p} for i, p in enumerate(self.recordings)],
+            }
+        )
 
     async def segments(self, request: Request) -> Response:
         return _json(await asyncio.to_thread(self.table.rows))
@@ -100,8 +115,9 @@ class ViewApp:
 class _Session:
     """One page's picture socket: what it asked for, and the pacing."""
 
-    def __init__(self, ws: WebSocket, source: LiveStream | RecordingSource,
-                 settings: Settings, fps: float) -> None:
+    def __init__(
+        self, ws: WebSocket, source: LiveStream | RecordingSource, settings: Settings, fps: float
+    ) -> None:
         self.ws = ws
         self.source = source
         self.settings = settings
@@ -180,8 +196,10 @@ class _Session:
                 msg = await asyncio.to_thread(self._picture, force)
             except Exception as exc:  # logged: a bug must not end the page's view
                 log.exception("shmstream view: a picture failed")
-                msg = message(f"this picture failed ({type(exc).__name__}: {exc}); "
-                              "the view goes on", state="error")
+                msg = message(
+                    f"this picture failed ({type(exc).__name__}: {exc}); the view goes on",
+                    state="error",
+                )
             if msg is not None:
                 header, payload = msg
                 await self.ws.send_bytes(pack(header, payload))
@@ -192,4 +210,3 @@ class _Session:
             index, self.index = self.index, None  # a jump, taken once; playing goes on from it
             return self.source.picture(self.settings, index, self.playing, force)
         return self.source.picture(self.settings, self.seek, force)
-

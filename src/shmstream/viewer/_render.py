@@ -10,6 +10,7 @@ is at most ``max_points`` long, and statistics come from at most
 JavaScript applied to the 8-bit values), so the bytes sent are one per
 pixel whatever the map.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,11 +57,15 @@ class Settings:
 def why_not_drawn(shape: tuple[int, ...], dtype: np.dtype) -> str | None:
     """Why frames of this shape and dtype have no picture (None: they have one)."""
     if dtype.kind not in DRAWN_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        return (f"dtype {dtype} is not drawn (only bool, integer, float and complex "
-                "values are); the table and 'shmstream stat' show its counters")
+        return (
+            f"dtype {dtype} is not drawn (only bool, integer, float and complex "
+            "values are); the table and 'shmstream stat' show its counters"
+        )
     if len(shape) > 3:
-        return (f"{len(shape)}-D frames are not drawn (1-D as a line, 2-D as an image, "
-                "3-D one plane at a time)")
+        return (
+            f"{len(shape)}-D frames are not drawn (1-D as a line, 2-D as an image, "
+            "3-D one plane at a time)"
+        )
     if math.prod(shape) == 0:
         return "the frame is empty (a zero in its shape)"
     return None
@@ -117,8 +122,9 @@ def render(part: np.ndarray, settings: Settings) -> tuple[dict[str, Any], bytes]
     header: dict[str, Any] = {}
     if sample.size:
         dmin, dmax = float(sample.min()), float(sample.max())
-        counts, _ = np.histogram(sample, bins=HIST_BINS,
-                                 range=(dmin, dmax if dmax > dmin else dmin + 1))
+        counts, _ = np.histogram(
+            sample, bins=HIST_BINS, range=(dmin, dmax if dmax > dmin else dmin + 1)
+        )
         header.update(min=dmin, max=dmax, hist=counts.tolist())
     else:  # nothing finite
         dmin = dmax = 0.0
@@ -143,8 +149,9 @@ def render(part: np.ndarray, settings: Settings) -> tuple[dict[str, Any], bytes]
         if values.dtype.kind == "f":
             scaled[np.isnan(scaled)] = 0.0
     pixels = scaled.astype(np.uint8)
-    header.update(kind="image", height=int(pixels.shape[0]), width=int(pixels.shape[1]),
-                  lo=lo, hi=hi)
+    header.update(
+        kind="image", height=int(pixels.shape[0]), width=int(pixels.shape[1]), lo=lo, hi=hi
+    )
     return header, pixels.tobytes()
 
 

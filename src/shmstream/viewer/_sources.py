@@ -6,6 +6,7 @@ user pointed it at (a missing, removed, corrupt or undrawable stream is a
 ``kind: "message"`` the page shows) and it is called from one worker
 thread at a time.
 """
+
 from __future__ import annotations
 
 import collections
@@ -92,8 +93,11 @@ class LiveStream:
                 same = False
             if not same:
                 self.close()
-                self._why = message(f"stream {self.name!r} was removed or replaced; waiting "
-                                    "for it to be created again", state="removed")
+                self._why = message(
+                    f"stream {self.name!r} was removed or replaced; waiting "
+                    "for it to be created again",
+                    state="removed",
+                )
             return
         self._why = self._open()
 
@@ -101,16 +105,24 @@ class LiveStream:
         try:
             info = registry.stat(self.name)
             if info["kind"] not in ("stream", "gpu-stream"):
-                return message(f"{self.name!r} is a {info['kind']}: only streams have a "
-                               "picture; the table shows its counters", state="no-picture")
+                return message(
+                    f"{self.name!r} is a {info['kind']}: only streams have a "
+                    "picture; the table shows its counters",
+                    state="no-picture",
+                )
             if not info.get("cpu_mirror", True):
-                return message(f"{self.name!r} is a GPU stream without a CPU mirror: its "
-                               "frames live on the GPU only (create it with cpu_mirror=True "
-                               "to see them here)", state="no-picture")
+                return message(
+                    f"{self.name!r} is a GPU stream without a CPU mirror: its "
+                    "frames live on the GPU only (create it with cpu_mirror=True "
+                    "to see them here)",
+                    state="no-picture",
+                )
             self._handle = open_stream(self.name, readonly=True)
         except FileNotFoundError:
-            return message(f"no stream named {self.name!r}; waiting for it to be created "
-                           "(shmstream.create)", state="missing")
+            return message(
+                f"no stream named {self.name!r}; waiting for it to be created (shmstream.create)",
+                state="missing",
+            )
         except CorruptStreamError as exc:
             return message(f"{self.name!r} is corrupt: {exc}", state="corrupt")
         except (ShmstreamError, OSError) as exc:
@@ -120,8 +132,12 @@ class LiveStream:
 
     def _about(self) -> dict[str, Any]:
         h = self._handle
-        return {"name": self.name, "shape": list(h.shape), "dtype": str(h.dtype),
-                "history": int(getattr(h, "history", 0))}
+        return {
+            "name": self.name,
+            "shape": list(h.shape),
+            "dtype": str(h.dtype),
+            "history": int(getattr(h, "history", 0)),
+        }
 
     def picture(self, settings: Settings, seek: int | None, force: bool) -> Message | None:
         """The next message for the page: a picture of the newest frame (or
@@ -161,8 +177,11 @@ class LiveStream:
             try:
                 with self._handle.read_view() as pub:
                     part, info = select(pub.payload, settings)
-                return part, info, {"count": pub.count, "frame_id": pub.frame_id,
-                                    "write_time": pub.write_time}
+                return (
+                    part,
+                    info,
+                    {"count": pub.count, "frame_id": pub.frame_id, "write_time": pub.write_time},
+                )
             except FrameOverwrittenError:
                 continue  # a writer lapped this view: take the newer one
         return None, {}, {}
@@ -173,8 +192,16 @@ class LiveStream:
         if not len(batch):
             return None, {}, {}
         part, info = select(batch.frames[0], settings)
-        return part, info, {"count": int(batch.counts[0]), "frame_id": int(batch.frame_ids[0]),
-                            "write_time": int(batch.write_times_ns[0]) / 1e9, "seek": seek}
+        return (
+            part,
+            info,
+            {
+                "count": int(batch.counts[0]),
+                "frame_id": int(batch.frame_ids[0]),
+                "write_time": int(batch.write_times_ns[0]) / 1e9,
+                "seek": seek,
+            },
+        )
 
 
 class RecordingSource:
@@ -213,21 +240,40 @@ class RecordingSource:
             self._played_from = None
         return self._index
 
-    def picture(self, settings: Settings, index: int | None, playing: bool,
-                force: bool) -> Message | None:
+    def picture(
+        self, settings: Settings, index: int | None, playing: bool, force: bool
+    ) -> Message | None:
         rec = self.recording
-        about = {"name": rec.name, "recording": self.path, "shape": list(rec.shape),
-                 "dtype": str(rec.dtype), "frames": len(rec)}
+        about = {
+            "name": rec.name,
+            "recording": self.path,
+            "shape": list(rec.shape),
+            "dtype": str(rec.dtype),
+            "frames": len(rec),
+        }
         if self._why is not None or not len(rec):
-            return message(self._why or f"recording {self.path!r} holds no frame",
-                           state="no-picture", **about) if force else None
+            return (
+                message(
+                    self._why or f"recording {self.path!r} holds no frame",
+                    state="no-picture",
+                    **about,
+                )
+                if force
+                else None
+            )
         i = self._position(index, playing)
         if not force and self._sent == i:
             return None
         part, info = select(rec.frames[i], settings)
         header, payload = render(part, settings)
         self._sent = i
-        header.update(about, **info, index=i, count=int(rec.counts[i]),
-                      frame_id=int(rec.frame_ids[i]),
-                      write_time=int(rec.write_times_ns[i]) / 1e9, playing=playing)
+        header.update(
+            about,
+            **info,
+            index=i,
+            count=int(rec.counts[i]),
+            frame_id=int(rec.frame_ids[i]),
+            write_time=int(rec.write_times_ns[i]) / 1e9,
+            playing=playing,
+        )
         return header, payload

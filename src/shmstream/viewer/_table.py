@@ -4,6 +4,7 @@
 refreshes (what ``shmstream watch`` prints). Header reads only: nothing is
 mapped or locked.
 """
+
 from __future__ import annotations
 
 import time
@@ -12,9 +13,25 @@ from typing import Any
 from .. import registry
 
 #: stat's keys shown in a row (the details panel shows all of them).
-ROW_KEYS = ("shape", "dtype", "size", "count", "frame_id", "state", "history", "aborted_writes",
-            "creator_pid", "creator_alive", "lock_owner", "lock_owner_alive", "capacity",
-            "queued_bytes", "slot_files", "slot_bytes", "cpu_mirror")
+ROW_KEYS = (
+    "shape",
+    "dtype",
+    "size",
+    "count",
+    "frame_id",
+    "state",
+    "history",
+    "aborted_writes",
+    "creator_pid",
+    "creator_alive",
+    "lock_owner",
+    "lock_owner_alive",
+    "capacity",
+    "queued_bytes",
+    "slot_files",
+    "slot_bytes",
+    "cpu_mirror",
+)
 
 
 class Table:
@@ -29,9 +46,15 @@ class Table:
         rows = []
         seen = set()
         for e in entries:
-            row: dict[str, Any] = {"kind": e.kind, "name": e.name, "shown": e.shown,
-                                   "segment": e.segname, "bytes": e.bytes,
-                                   "creator_pid": e.creator_pid, "creator_alive": e.creator_alive}
+            row: dict[str, Any] = {
+                "kind": e.kind,
+                "name": e.name,
+                "shown": e.shown,
+                "segment": e.segname,
+                "bytes": e.bytes,
+                "creator_pid": e.creator_pid,
+                "creator_alive": e.creator_alive,
+            }
             if e.name is not None and e.kind not in ("corrupt", "unfinished"):
                 try:
                     info = registry.stat(e.name)
@@ -41,9 +64,10 @@ class Table:
                     continue
                 row.update({k: info[k] for k in ROW_KEYS if k in info})
                 if "producer" in info:  # a channel's ends
-                    row["ends"] = {end: {"pid": info[end].get("pid"),
-                                         "alive": info[end].get("alive")}
-                                   for end in ("producer", "consumer")}
+                    row["ends"] = {
+                        end: {"pid": info[end].get("pid"), "alive": info[end].get("alive")}
+                        for end in ("producer", "consumer")
+                    }
                 if "count" in info:
                     key = (e.segname, info.get("instance_id", ""))
                     seen.add(key)
@@ -52,8 +76,10 @@ class Table:
                     row["age"] = now - write_time if write_time else None
             rows.append(row)
         self._last = {k: v for k, v in self._last.items() if k in seen}
-        return {"rows": rows, "skipped": [{"segment": s.segname, "reason": s.reason}
-                                          for s in skipped]}
+        return {
+            "rows": rows,
+            "skipped": [{"segment": s.segname, "reason": s.reason} for s in skipped],
+        }
 
     def _rate(self, key: tuple[str, str], now: float, count: int) -> float | None:
         last = self._last.get(key)
