@@ -22,7 +22,8 @@ static void die(const char *what, int rc) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s NAME COUNT SIZE|--frames N [--create CAPACITY] [--batch K]\n", argv[0]);
+    fprintf(stderr, "usage: %s NAME COUNT SIZE|--frames N [--create CAPACITY] [--batch K]\n",
+            argv[0]);
     return 2;
   }
   const char *name = argv[1];

@@ -147,8 +147,8 @@ SS_API uint64_t ss_channel_max_message(const ss_channel *ch, uint32_t meta_len);
  * every 100 ms that the consumer is alive. Returns SS_OK, SS_ETIMEDOUT,
  * SS_ETOOBIG, SS_EPEERDEAD, SS_EPEERCLOSED, SS_ECANCELLED, SS_EROLE or
  * SS_ECORRUPT (the shared head word is not on a record boundary). */
-SS_API int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len,
-                                 int64_t timeout_ns, void **payload, void **meta);
+SS_API int ss_channel_acquire_tx(ss_channel *ch, size_t size, uint32_t meta_len, int64_t timeout_ns,
+                                 void **payload, void **meta);
 /* Finish the loan with the payload bytes actually written (<= the loan). The
  * message is published now if `batch` messages are pending, else on a later
  * commit, on flush, or before the producer waits. */

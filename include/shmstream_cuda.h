@@ -21,8 +21,9 @@ extern "C" {
 #endif
 
 #define SS_GPU_AREA_VERSION 1u
-#define SS_GPU_SLOTS 2u          /* device double buffer; slot i is guarded by the header's slot_seq[i], the published one is pub.slot */
-#define SS_GPU_SLOT_ALIGN 512u   /* device slots start on 512-byte boundaries */
+#define SS_GPU_SLOTS \
+  2u /* device double buffer; slot i is guarded by the header's slot_seq[i], the published one is pub.slot */
+#define SS_GPU_SLOT_ALIGN 512u /* device slots start on 512-byte boundaries */
 
 /* Status codes of the CUDA half (SS_ECUDA ... SS_ENOTGPU) are in enum
  * ss_status (shmstream.h). */
@@ -30,20 +31,20 @@ extern "C" {
 /* The GPU area: written by the creator before the checksum and the magic,
  * immutable afterwards (it is part of the checksummed identity block). */
 typedef struct ss_gpu_area {
-  uint32_t version;        /* 0   SS_GPU_AREA_VERSION; 0 means "no GPU area" */
-  int32_t device_ordinal;  /* 4   the creator's ordinal (informational: ordinals
+  uint32_t version; /* 0   SS_GPU_AREA_VERSION; 0 means "no GPU area" */
+  int32_t device_ordinal; /* 4   the creator's ordinal (informational: ordinals
                                   differ between processes; the uuid decides) */
   uint8_t device_uuid[16]; /* 8   cuDeviceGetUuid of the device holding the buffer */
-  uint32_t slot_count;     /* 24  SS_GPU_SLOTS */
-  uint32_t reserved0;      /* 28  zero */
-  uint64_t slot_stride;    /* 32  bytes between device slots (payload rounded up to 512) */
-  uint64_t alloc_bytes;    /* 40  slot_stride * slot_count (at least 512) */
-  int32_t exporter_pid;    /* 48  the process whose allocation the handles name (creator) */
-  uint32_t reserved1;      /* 52  zero */
-  uint64_t reserved2;      /* 56  zero */
-  uint8_t mem_handle[64];  /* 64  CUipcMemHandle of the device buffer */
-  uint8_t event_handle[64];/* 128 CUipcEventHandle of the "written" event */
-  uint8_t reserved[320];   /* 192 zero */
+  uint32_t slot_count; /* 24  SS_GPU_SLOTS */
+  uint32_t reserved0; /* 28  zero */
+  uint64_t slot_stride; /* 32  bytes between device slots (payload rounded up to 512) */
+  uint64_t alloc_bytes; /* 40  slot_stride * slot_count (at least 512) */
+  int32_t exporter_pid; /* 48  the process whose allocation the handles name (creator) */
+  uint32_t reserved1; /* 52  zero */
+  uint64_t reserved2; /* 56  zero */
+  uint8_t mem_handle[64]; /* 64  CUipcMemHandle of the device buffer */
+  uint8_t event_handle[64]; /* 128 CUipcEventHandle of the "written" event */
+  uint8_t reserved[320]; /* 192 zero */
 } ss_gpu_area;
 
 #ifdef __cplusplus
@@ -64,14 +65,15 @@ SS_GPU_PIN(mem_handle, 64);
 SS_GPU_PIN(event_handle, 128);
 SS_GPU_PIN(reserved, 192);
 SS_GPU_STATIC_ASSERT(sizeof(ss_gpu_area) == 512, "GPU area is 512 bytes");
-SS_GPU_STATIC_ASSERT(sizeof(((ss_identity *)0)->gpu) == sizeof(ss_gpu_area), "GPU area fits id.gpu");
+SS_GPU_STATIC_ASSERT(sizeof(((ss_identity *)0)->gpu) == sizeof(ss_gpu_area),
+                     "GPU area fits id.gpu");
 #undef SS_GPU_PIN
 
 /* Where a write's source lives. */
 enum ss_gpu_src {
-  SS_GPU_SRC_HOST = 0,   /* pageable host memory (NumPy): staged by the driver */
+  SS_GPU_SRC_HOST = 0, /* pageable host memory (NumPy): staged by the driver */
   SS_GPU_SRC_PINNED = 1, /* page-locked host memory: the copy is waited for */
-  SS_GPU_SRC_DEVICE = 2  /* device memory (any context-visible pointer, UVA) */
+  SS_GPU_SRC_DEVICE = 2 /* device memory (any context-visible pointer, UVA) */
 };
 
 /* A process's attachment to one GPU stream (opaque). Attachments are cached
@@ -110,7 +112,7 @@ SS_API void ss_gpu_detach(ss_gpu *g);
 SS_API void ss_gpu_release_owned(const uint8_t instance_id[16]);
 
 SS_API int ss_gpu_ordinal(const ss_gpu *g);
-SS_API uint64_t ss_gpu_stream(const ss_gpu *g);   /* the attachment's private CUstream */
+SS_API uint64_t ss_gpu_stream(const ss_gpu *g); /* the attachment's private CUstream */
 SS_API uint64_t ss_gpu_slot_ptr(const ss_gpu *g, uint32_t slot);
 SS_API int ss_gpu_is_owner(const ss_gpu *g);
 
@@ -122,8 +124,7 @@ SS_API int ss_gpu_is_owner(const ss_gpu *g);
  * the copy before reusing the source; with no user stream, device and
  * pinned sources are waited for on the host before return. */
 SS_API int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
-                               uint64_t user_stream, const uint64_t *frame_id,
-                               int64_t timeout_ns);
+                               uint64_t user_stream, const uint64_t *frame_id, int64_t timeout_ns);
 SS_API int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns);
 
 /* A consistent snapshot of the published payload copied to device memory
@@ -137,8 +138,8 @@ SS_API int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_s
  * next publication's slot gets a copy of the current payload and its
  * device pointer is returned, ready on user_stream (or on the host when
  * user_stream is 0). Commit publishes the work queued on user_stream. */
-SS_API int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
-                             int64_t timeout_ns, uint64_t *slot_ptr);
+SS_API int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream, int64_t timeout_ns,
+                             uint64_t *slot_ptr);
 SS_API int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
                               const uint64_t *frame_id);
 SS_API void ss_gpu_view_abort(ss_gpu *g, ss_segment *seg);

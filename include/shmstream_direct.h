@@ -59,8 +59,8 @@ typedef struct ss_direct_stats {
  * kept (least recently used dropped first) and served from memory when read
  * again; 0 turns it off. Its memory is taken as it fills and freed by close.
  * The block cache assumes the file does not change while the reader is open. */
-SS_API int ss_direct_open(ss_direct **out, const char *path, uint64_t offset,
-                          uint64_t nbytes, int use_page_cache, uint64_t cache_bytes);
+SS_API int ss_direct_open(ss_direct **out, const char *path, uint64_t offset, uint64_t nbytes,
+                          int use_page_cache, uint64_t cache_bytes);
 SS_API void ss_direct_info_get(const ss_direct *d, ss_direct_info *info);
 SS_API void ss_direct_stats_get(ss_direct *d, ss_direct_stats *stats);
 /* Idempotent; waits for reads in flight on other threads, then frees. The
@@ -72,11 +72,11 @@ SS_API void ss_direct_free(ss_direct *d);
  * unit k is the unit_bytes bytes at offset + k * unit_bytes. dst_bytes must
  * equal n * unit_bytes. Consecutive units are coalesced, blocks shared by
  * neighbouring units are read once, gaps between them are not read. */
-SS_API int ss_direct_read_units(ss_direct *d, uint64_t unit_bytes, const int64_t *units,
-                                size_t n, void *dst, size_t dst_bytes);
+SS_API int ss_direct_read_units(ss_direct *d, uint64_t unit_bytes, const int64_t *units, size_t n,
+                                void *dst, size_t dst_bytes);
 /* The same for units first, first + step, ... (n of them; step may be < 0). */
-SS_API int ss_direct_read_strided(ss_direct *d, uint64_t unit_bytes, int64_t first,
-                                  int64_t step, size_t n, void *dst, size_t dst_bytes);
+SS_API int ss_direct_read_strided(ss_direct *d, uint64_t unit_bytes, int64_t first, int64_t step,
+                                  size_t n, void *dst, size_t dst_bytes);
 
 /* "io_uring" or "pread": how this process submits parallel cold reads. */
 SS_API const char *ss_direct_io_backend(void);

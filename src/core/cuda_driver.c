@@ -44,12 +44,12 @@ int ss_cu_fail(const char *what, CUresult r) {
   if (cu.GetErrorName) cu.GetErrorName(r, &name);
   if (cu.GetErrorString) cu.GetErrorString(r, &desc);
   ss_cuda_set_err("%s failed: %s (%d): %s", what, name ? name : "CUDA error", r,
-          desc ? desc : "no description");
+                  desc ? desc : "no description");
   return SS_ECUDA;
 }
-#define CU_TRY(call, what)                  \
-  do {                                      \
-    CUresult r_ = (call);                   \
+#define CU_TRY(call, what)                               \
+  do {                                                   \
+    CUresult r_ = (call);                                \
     if (r_ != CUDA_SUCCESS) return ss_cu_fail(what, r_); \
   } while (0)
 
@@ -70,18 +70,19 @@ static void load_once(void) {
     const char *why = dlerror();
     snprintf(g_init_msg, sizeof g_init_msg,
              "%s not found: the CUDA driver is not installed or not on the library path "
-             "(%s); GPU streams need an NVIDIA driver", path, why ? why : "dlopen failed");
+             "(%s); GPU streams need an NVIDIA driver",
+             path, why ? why : "dlopen failed");
     return;
   }
-#define LOAD(field, ...)                                                   \
-  do {                                                                     \
-    static const char *const names_[] = {__VA_ARGS__, NULL};              \
-    *(void **)&cu.field = sym(lib, names_);                                \
-    if (!cu.field) {                                                       \
-      snprintf(g_init_msg, sizeof g_init_msg,                              \
+#define LOAD(field, ...)                                                                      \
+  do {                                                                                        \
+    static const char *const names_[] = {__VA_ARGS__, NULL};                                  \
+    *(void **)&cu.field = sym(lib, names_);                                                   \
+    if (!cu.field) {                                                                          \
+      snprintf(g_init_msg, sizeof g_init_msg,                                                 \
                "%s lacks the CUDA driver entry point %s (driver too old?)", path, names_[0]); \
-      return;                                                              \
-    }                                                                      \
+      return;                                                                                 \
+    }                                                                                         \
   } while (0)
   LOAD(Init, "cuInit");
   LOAD(DeviceGetCount, "cuDeviceGetCount");
@@ -134,8 +135,9 @@ int ss_cuda_init(void) {
     return g_init_rc;
   }
   if (getpid() != g_init_pid) {
-    ss_cuda_set_err("CUDA was initialised in the parent of this forked process; CUDA cannot be "
-            "used after fork(): start worker processes with the 'spawn' method");
+    ss_cuda_set_err(
+        "CUDA was initialised in the parent of this forked process; CUDA cannot be "
+        "used after fork(): start worker processes with the 'spawn' method");
     return SS_EFORK;
   }
   return SS_OK;

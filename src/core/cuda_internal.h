@@ -15,9 +15,15 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
-typedef struct { char reserved[64]; } CUipcMemHandle;
-typedef struct { char reserved[64]; } CUipcEventHandle;
-typedef struct { char bytes[16]; } CUuuid;
+typedef struct {
+  char reserved[64];
+} CUipcMemHandle;
+typedef struct {
+  char reserved[64];
+} CUipcEventHandle;
+typedef struct {
+  char bytes[16];
+} CUuuid;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_READY 600
@@ -67,10 +73,10 @@ extern ss_cu_api cu;
 void ss_cuda_set_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Record a failing driver call; returns SS_ECUDA. */
 int ss_cu_fail(const char *what, CUresult r);
-#define CU_TRY(call, what)                                  \
-  do {                                                      \
-    CUresult r_ = (call);                                   \
-    if (r_ != CUDA_SUCCESS) return ss_cu_fail(what, r_);    \
+#define CU_TRY(call, what)                               \
+  do {                                                   \
+    CUresult r_ = (call);                                \
+    if (r_ != CUDA_SUCCESS) return ss_cu_fail(what, r_); \
   } while (0)
 
 /* Make the device's primary context current around a call. */

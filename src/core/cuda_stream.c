@@ -80,8 +80,10 @@ static void destroy(ss_gpu *g) {
   if (g->ev_done) cu.EventDestroy(g->ev_done);
   if (g->ipc_event) cu.EventDestroy(g->ipc_event);
   if (g->base) {
-    if (g->owner) cu.MemFree(g->base);
-    else cu.IpcCloseMemHandle(g->base);
+    if (g->owner)
+      cu.MemFree(g->base);
+    else
+      cu.IpcCloseMemHandle(g->base);
   }
   if (pushed) ss_cuda_pop();
   pthread_mutex_destroy(&g->mu);
@@ -159,15 +161,27 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
   CUipcMemHandle mh;
   CUipcEventHandle eh;
   if ((rc = ss_cuda_device_uuid(ordinal, area.device_uuid))) goto fail;
-  if ((r = cu.MemAlloc(&g->base, area.alloc_bytes))) { rc = ss_cu_fail("cuMemAlloc of the stream's device buffer", r); goto fail; }
+  if ((r = cu.MemAlloc(&g->base, area.alloc_bytes))) {
+    rc = ss_cu_fail("cuMemAlloc of the stream's device buffer", r);
+    goto fail;
+  }
   /* Both slots start zeroed, like a CPU stream's payload (synchronous). */
-  if ((r = cu.MemsetD8(g->base, 0, area.alloc_bytes))) { rc = ss_cu_fail("cuMemsetD8", r); goto fail; }
-  if ((r = cu.IpcGetMemHandle(&mh, g->base))) { rc = ss_cu_fail("cuIpcGetMemHandle", r); goto fail; }
+  if ((r = cu.MemsetD8(g->base, 0, area.alloc_bytes))) {
+    rc = ss_cu_fail("cuMemsetD8", r);
+    goto fail;
+  }
+  if ((r = cu.IpcGetMemHandle(&mh, g->base))) {
+    rc = ss_cu_fail("cuIpcGetMemHandle", r);
+    goto fail;
+  }
   if ((r = cu.EventCreate(&g->ipc_event, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING))) {
     rc = ss_cu_fail("cuEventCreate(CU_EVENT_INTERPROCESS)", r);
     goto fail;
   }
-  if ((r = cu.IpcGetEventHandle(&eh, g->ipc_event))) { rc = ss_cu_fail("cuIpcGetEventHandle", r); goto fail; }
+  if ((r = cu.IpcGetEventHandle(&eh, g->ipc_event))) {
+    rc = ss_cu_fail("cuIpcGetEventHandle", r);
+    goto fail;
+  }
   if ((rc = make_locals(g))) goto fail;
   memcpy(area.mem_handle, &mh, sizeof mh);
   memcpy(area.event_handle, &eh, sizeof eh);
@@ -198,13 +212,15 @@ int ss_gpu_area_validate(const ss_segment *seg) {
       a->slot_stride < payload || a->slot_stride % SS_GPU_SLOT_ALIGN ||
       a->slot_stride > UINT64_MAX / SS_GPU_SLOTS ||
       a->alloc_bytes != a->slot_stride * SS_GPU_SLOTS) {
-    ss_cuda_set_err("the GPU area of this stream is of an unknown version or inconsistent "
-            "(version %u, %u slots)", a->version, a->slot_count);
+    ss_cuda_set_err(
+        "the GPU area of this stream is of an unknown version or inconsistent "
+        "(version %u, %u slots)",
+        a->version, a->slot_count);
     return SS_ENOTGPU;
   }
   if (seg->id.slot_count != SS_GPU_SLOTS) {
     ss_cuda_set_err("this GPU stream has %u slot seqlocks, not %u (unknown layout)",
-            seg->id.slot_count, SS_GPU_SLOTS);
+                    seg->id.slot_count, SS_GPU_SLOTS);
     return SS_ENOTGPU;
   }
   return SS_OK;
@@ -242,16 +258,19 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   if (memcmp(uuid, a->device_uuid, 16) != 0) {
     int right = ss_cuda_device_by_uuid(a->device_uuid);
     if (right < 0)
-      ss_cuda_set_err("the stream's device buffer is on a GPU this process cannot see "
-              "(check CUDA_VISIBLE_DEVICES)");
+      ss_cuda_set_err(
+          "the stream's device buffer is on a GPU this process cannot see "
+          "(check CUDA_VISIBLE_DEVICES)");
     else
-      ss_cuda_set_err("the stream's device buffer is on cuda:%d of this process, not cuda:%d", right,
-              ordinal);
+      ss_cuda_set_err("the stream's device buffer is on cuda:%d of this process, not cuda:%d",
+                      right, ordinal);
     return SS_ENOTGPU;
   }
   if (creator_gone(seg)) {
-    ss_cuda_set_err("the process that created this GPU stream (pid %d) has exited; its device "
-            "buffer was freed with it", (int)seg->id.creator_pid);
+    ss_cuda_set_err(
+        "the process that created this GPU stream (pid %d) has exited; its device "
+        "buffer was freed with it",
+        (int)seg->id.creator_pid);
     return SS_EGPUGONE;
   }
   if ((rc = ss_cuda_push(ordinal))) return rc;
@@ -342,9 +361,10 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *
       /* A dead writer's record never happens: give it 1 s of grace. */
       if (writer_of && !ss_writer_alive(writer_of) && now - start > 1000 * 1000000LL) {
         g->poisoned = 1;
-        ss_cuda_set_err("the writer (pid %d) died before its device copy completed; this process's "
-                "GPU mapping of the stream is stuck: close it and recreate the stream",
-                (int)atomic_load_explicit(&writer_of->hdr->pub.writer_pid, memory_order_relaxed));
+        ss_cuda_set_err(
+            "the writer (pid %d) died before its device copy completed; this process's "
+            "GPU mapping of the stream is stuck: close it and recreate the stream",
+            (int)atomic_load_explicit(&writer_of->hdr->pub.writer_pid, memory_order_relaxed));
         return SS_EPOISONED;
       }
     }
@@ -361,22 +381,25 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *
  * and g->mu is held. */
 static int enter(ss_gpu *g, const ss_segment *seg) {
   if (g->pid != ss_self_pid()) {
-    ss_cuda_set_err("this GPU stream handle was inherited through fork(); CUDA cannot be used in "
-            "a forked child: open the stream again in a process started with 'spawn'");
+    ss_cuda_set_err(
+        "this GPU stream handle was inherited through fork(); CUDA cannot be used in "
+        "a forked child: open the stream again in a process started with 'spawn'");
     return SS_EFORK;
   }
   if (g->poisoned) {
-    ss_cuda_set_err("this process's GPU mapping of the stream is stuck behind device work of a "
-            "writer that died; close the handle and recreate the stream");
+    ss_cuda_set_err(
+        "this process's GPU mapping of the stream is stuck behind device work of a "
+        "writer that died; close the handle and recreate the stream");
     return SS_EPOISONED;
   }
   if (!g->owner && creator_gone(seg)) {
     /* CUDA IPC memory belongs to the exporting process: once it exits the
      * allocation is freed and using a mapping of it is undefined. */
-    ss_cuda_set_err("the process that created this GPU stream (pid %d) has exited; its device "
-            "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
-            "stay readable); recreate the stream",
-            (int)seg->id.creator_pid);
+    ss_cuda_set_err(
+        "the process that created this GPU stream (pid %d) has exited; its device "
+        "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
+        "stay readable); recreate the stream",
+        (int)seg->id.creator_pid);
     return SS_EGPUGONE;
   }
   int rc = ss_cuda_push(g->ordinal);
@@ -393,7 +416,8 @@ static void leave(ss_gpu *g) {
 /* Make our private stream wait for work queued on the caller's stream. */
 static int after_user(ss_gpu *g, uint64_t user_stream) {
   if (!user_stream) return SS_OK;
-  CU_TRY(cu.EventRecord(g->ev_user, (CUstream)(uintptr_t)user_stream), "cuEventRecord(user stream)");
+  CU_TRY(cu.EventRecord(g->ev_user, (CUstream)(uintptr_t)user_stream),
+         "cuEventRecord(user stream)");
   CU_TRY(cu.StreamWaitEvent(g->stream, g->ev_user, 0), "cuStreamWaitEvent(user stream)");
   return SS_OK;
 }
@@ -455,8 +479,7 @@ int ss_gpu_write_locked(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
 }
 
 int ss_gpu_write_locked_ex(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
-                           uint64_t user_stream, const ss_publish_meta *meta,
-                           int64_t timeout_ns) {
+                           uint64_t user_stream, const ss_publish_meta *meta, int64_t timeout_ns) {
   int rc = enter(g, seg);
   if (rc) return rc;
   int64_t deadline = ss_deadline_ns(timeout_ns);
@@ -487,8 +510,10 @@ int ss_gpu_write_locked_ex(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kin
         (r = cu.StreamWaitEvent((CUstream)(uintptr_t)user_stream, g->ev_done, 0)))
       rc = ss_cu_fail("ordering the caller's stream after the copy", r);
   } else if (src_kind != SS_GPU_SRC_HOST) {
-    if ((r = cu.EventRecord(g->ev_done, g->stream))) rc = ss_cu_fail("cuEventRecord", r);
-    else rc = poll_event(g, g->ev_done, INT64_MAX, NULL);
+    if ((r = cu.EventRecord(g->ev_done, g->stream)))
+      rc = ss_cu_fail("cuEventRecord", r);
+    else
+      rc = poll_event(g, g->ev_done, INT64_MAX, NULL);
   }
 out:
   leave(g);
@@ -530,9 +555,8 @@ static int copy_slot(ss_gpu *g, const ss_segment *seg, uint32_t slot, uint64_t d
    * which is at least the one of the publication whose count we read. */
   if ((r = cu.StreamWaitEvent(g->stream, g->ipc_event, 0)))
     return ss_cu_fail("cuStreamWaitEvent(IPC event)", r);
-  if (g->payload_bytes &&
-      (r = cu.MemcpyDtoDAsync((CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot), g->payload_bytes,
-                              g->stream)))
+  if (g->payload_bytes && (r = cu.MemcpyDtoDAsync((CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot),
+                                                  g->payload_bytes, g->stream)))
     return ss_cu_fail("copying the payload from the stream's device buffer", r);
   if ((r = cu.EventRecord(g->ev_done, g->stream))) return ss_cu_fail("cuEventRecord", r);
   return poll_event(g, g->ev_done, deadline, seg);
@@ -554,8 +578,8 @@ static int copy_to_device(void *ctx, ss_segment *seg, uint32_t slot) {
   return copy_slot(d->g, seg, slot, d->dst, d->deadline);
 }
 
-int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream,
-                int64_t timeout_ns, int holds_lock, ss_pubinfo *info) {
+int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream, int64_t timeout_ns,
+                int holds_lock, ss_pubinfo *info) {
   int rc = enter(g, seg);
   if (rc) return rc;
   if ((rc = after_user(g, user_stream)) == SS_OK) {
@@ -603,8 +627,7 @@ out:
   return rc;
 }
 
-int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream,
-                       const uint64_t *frame_id) {
+int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream, const uint64_t *frame_id) {
   ss_publish_meta meta = {frame_id, 0, 0};
   int rc = enter(g, seg);
   if (rc) {
@@ -625,4 +648,3 @@ void ss_gpu_view_abort(ss_gpu *g, ss_segment *seg) {
   (void)g;
   ss_write_abort(seg);
 }
-

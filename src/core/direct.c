@@ -103,12 +103,25 @@ int ss_direct_open(ss_direct **out, const char *path, uint64_t offset, uint64_t 
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   struct stat st;
-  if (fstat(fd, &st) != 0) { int e = errno; close(fd); return e; }
-  if (!S_ISREG(st.st_mode)) { close(fd); return SS_DIRECT_ENOTREG; }
-  if ((uint64_t)st.st_size < offset + nbytes) { close(fd); return SS_DIRECT_ESHORT; }
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return e;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return SS_DIRECT_ENOTREG;
+  }
+  if ((uint64_t)st.st_size < offset + nbytes) {
+    close(fd);
+    return SS_DIRECT_ESHORT;
+  }
 
   ss_direct *d = calloc(1, sizeof *d);
-  if (!d) { close(fd); return ENOMEM; }
+  if (!d) {
+    close(fd);
+    return ENOMEM;
+  }
   d->fd = fd;
   d->offset = offset;
   d->nbytes = nbytes;
@@ -262,7 +275,8 @@ static int flush(batch *b) {
       rc = pread_full(d->fd, op->buf + from, need - from, op->off + from);
       if (rc == SS_DIRECT_ETRUNCATED || rc == EINVAL) {
         /* O_DIRECT wants whole blocks: ask for them, accept EOF inside. */
-        ssize_t r = pread(d->fd, op->buf + from, align_up(need - from, d->block), (off_t)(op->off + from));
+        ssize_t r = pread(d->fd, op->buf + from, align_up(need - from, d->block),
+                          (off_t)(op->off + from));
         rc = r < 0 ? errno : ((uint64_t)r < need - from ? SS_DIRECT_ETRUNCATED : 0);
       }
     }
@@ -397,12 +411,17 @@ static int exec_direct(ss_direct *d, const extent *ext, size_t n, char *dst) {
   while (i < n) {
     size_t lo = i;
     uint64_t s = align_down(ext[i].off, B), e = align_up(ext[i].off + ext[i].len, B);
-    for (i++; i < n && align_down(ext[i].off, B) <= e; i++) e = umax(e, align_up(ext[i].off + ext[i].len, B));
+    for (i++; i < n && align_down(ext[i].off, B) <= e; i++)
+      e = umax(e, align_up(ext[i].off + ext[i].len, B));
     for (uint64_t a = s; a < e; a += span) {
       /* Skip the extents that end before this piece (starts are sorted). */
       while (lo < i && ext[lo].off + ext[lo].len <= a) lo++;
       int rc = do_span(&b, a, umin(e, a + span), lo, i);
-      if (rc) { flush(&b); count(&b); return rc; }
+      if (rc) {
+        flush(&b);
+        count(&b);
+        return rc;
+      }
     }
   }
   int rc = flush(&b);
@@ -425,7 +444,11 @@ static void sort_extents(extent *e, size_t n) {
   }
   if (up) return;
   if (down) {
-    for (size_t i = 0, j = n - 1; i < j; i++, j--) { extent t = e[i]; e[i] = e[j]; e[j] = t; }
+    for (size_t i = 0, j = n - 1; i < j; i++, j--) {
+      extent t = e[i];
+      e[i] = e[j];
+      e[j] = t;
+    }
     return;
   }
   qsort(e, n, sizeof *e, cmp_off);
@@ -484,8 +507,8 @@ int ss_direct_read_units(ss_direct *d, uint64_t unit_bytes, const int64_t *units
   return read_any(d, unit_bytes, units, 0, 0, n, dst, dst_bytes);
 }
 
-int ss_direct_read_strided(ss_direct *d, uint64_t unit_bytes, int64_t first, int64_t step,
-                           size_t n, void *dst, size_t dst_bytes) {
+int ss_direct_read_strided(ss_direct *d, uint64_t unit_bytes, int64_t first, int64_t step, size_t n,
+                           void *dst, size_t dst_bytes) {
   return read_any(d, unit_bytes, NULL, first, step, n, dst, dst_bytes);
 }
 
@@ -504,11 +527,18 @@ int ss_file_resident(const char *path, uint64_t *resident_pages, uint64_t *total
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   struct stat st;
-  if (fstat(fd, &st) != 0) { int e = errno; close(fd); return e; }
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return e;
+  }
   const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
   uint64_t pages = ((uint64_t)st.st_size + page - 1) / page;
   *total_pages = pages;
-  if (pages == 0) { close(fd); return 0; }
+  if (pages == 0) {
+    close(fd);
+    return 0;
+  }
   /* Mapping does not fault pages in; mincore only looks. */
   void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
   int rc = m == MAP_FAILED ? errno : 0;
@@ -519,7 +549,10 @@ int ss_file_resident(const char *path, uint64_t *resident_pages, uint64_t *total
   if (!vec) rc = ENOMEM;
   for (uint64_t p = 0; p < pages && rc == 0; p += STEP) {
     uint64_t k = umin(STEP, pages - p);
-    if (mincore((char *)m + p * page, k * page, vec) != 0) { rc = errno; break; }
+    if (mincore((char *)m + p * page, k * page, vec) != 0) {
+      rc = errno;
+      break;
+    }
     for (uint64_t i = 0; i < k; i++) *resident_pages += vec[i] & 1;
   }
   free(vec);

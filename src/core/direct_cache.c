@@ -113,14 +113,23 @@ static uint32_t find(const shard *s, uint64_t key, uint64_t h) {
 }
 
 static void lru_unlink(shard *s, uint32_t i) {
-  if (s->prev[i] != NIL) s->next[s->prev[i]] = s->next[i]; else s->head = s->next[i];
-  if (s->next[i] != NIL) s->prev[s->next[i]] = s->prev[i]; else s->tail = s->prev[i];
+  if (s->prev[i] != NIL)
+    s->next[s->prev[i]] = s->next[i];
+  else
+    s->head = s->next[i];
+  if (s->next[i] != NIL)
+    s->prev[s->next[i]] = s->prev[i];
+  else
+    s->tail = s->prev[i];
 }
 
 static void lru_push_front(shard *s, uint32_t i) {
   s->prev[i] = NIL;
   s->next[i] = s->head;
-  if (s->head != NIL) s->prev[s->head] = i; else s->tail = i;
+  if (s->head != NIL)
+    s->prev[s->head] = i;
+  else
+    s->tail = i;
   s->head = i;
 }
 

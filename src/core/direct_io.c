@@ -77,18 +77,27 @@ static int ring_setup(ss_dio_ctx *c) {
   if (single && c->cq_map_len > c->sq_map_len) c->sq_map_len = c->cq_map_len;
   c->sq_map = mmap(NULL, c->sq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
                    IORING_OFF_SQ_RING);
-  if (c->sq_map == MAP_FAILED) { c->sq_map = NULL; goto fail; }
+  if (c->sq_map == MAP_FAILED) {
+    c->sq_map = NULL;
+    goto fail;
+  }
   if (single) {
     c->cq_map = c->sq_map;
   } else {
     c->cq_map = mmap(NULL, c->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
                      IORING_OFF_CQ_RING);
-    if (c->cq_map == MAP_FAILED) { c->cq_map = NULL; goto fail; }
+    if (c->cq_map == MAP_FAILED) {
+      c->cq_map = NULL;
+      goto fail;
+    }
   }
   c->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
   c->sqes = mmap(NULL, c->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
                  IORING_OFF_SQES);
-  if (c->sqes == MAP_FAILED) { c->sqes = NULL; goto fail; }
+  if (c->sqes == MAP_FAILED) {
+    c->sqes = NULL;
+    goto fail;
+  }
   char *sq = c->sq_map, *cq = c->cq_map;
   c->sq_tail = (unsigned *)(sq + p.sq_off.tail);
   c->sq_mask = (unsigned *)(sq + p.sq_off.ring_mask);

@@ -22,12 +22,11 @@
 /* The one list of crash points; docs/ABI.md's table names the same ones
  * (a test compares them). */
 static const char *const k_points[] = {
-    "stream.a",      "stream.copy",  "stream.u",      "stream.b1",   "stream.record",
-    "stream.slot_even", "stream.meta", "stream.count", "stream.b2",  "stream.c",
-    "lock.acquired", "lock.takeover", "repair.r1",    "repair.history", "repair.r3",
-    "repair.r4",     "lock.unlock",
-    "ring.record",   "ring.head",   "ring.read",     "ring.tail",    "ring.release",
-    "ring.detach",   "sleep.claim", "sleep.release",
+    "stream.a",         "stream.copy",   "stream.u",     "stream.b1",      "stream.record",
+    "stream.slot_even", "stream.meta",   "stream.count", "stream.b2",      "stream.c",
+    "lock.acquired",    "lock.takeover", "repair.r1",    "repair.history", "repair.r3",
+    "repair.r4",        "lock.unlock",   "ring.record",  "ring.head",      "ring.read",
+    "ring.tail",        "ring.release",  "ring.detach",  "sleep.claim",    "sleep.release",
 };
 #define N_POINTS (sizeof k_points / sizeof k_points[0])
 

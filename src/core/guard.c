@@ -110,8 +110,8 @@ static struct ss_guard *claim_entry(void) {
       }
       last = b;
     }
-    guard_block *nb = mmap(NULL, sizeof *nb, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    guard_block *nb = mmap(NULL, sizeof *nb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                           -1, 0);
     if (nb == MAP_FAILED) return NULL;
     guard_block *none = NULL;
     _Atomic(guard_block *) *tail = last ? &last->next : &g_blocks;

@@ -53,7 +53,10 @@ static int published(ss_segment *seg, int64_t deadline, uint64_t *count, uint32_
       odd_since = now;
     }
     if (now >= deadline) return SS_ETIMEDOUT;
-    if (i < 64) ss_cpu_relax(); else ss_backoff(odd_first, now);
+    if (i < 64)
+      ss_cpu_relax();
+    else
+      ss_backoff(odd_first, now);
   }
 }
 
@@ -155,8 +158,8 @@ int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int6
 }
 
 int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
-                    int64_t spin_ns, ss_history_frame *frames, ss_history_dst_fn dst_for,
-                    void *ctx, uint32_t *n, uint64_t *last) {
+                    int64_t spin_ns, ss_history_frame *frames, ss_history_dst_fn dst_for, void *ctx,
+                    uint32_t *n, uint64_t *last) {
   uint64_t from = after;
   for (int attempt = 0;; attempt++) {
     /* Only the first locate waits: a retry goes on from what is left now. */

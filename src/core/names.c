@@ -13,16 +13,15 @@ uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h) {
 }
 
 static int readable(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
 }
 
 /* "/shmstream-" + up to 32 readable characters + "-" + 16 hex digits. The
  * readable part helps `ls /dev/shm`; the hash of the whole name makes the
  * mapping injective in practice and keeps '/' and '..' out. */
 int ss_segment_name(const char *name, size_t len, char out[SS_SEGMENT_NAME_MAX]) {
-  if (len == 0 || len > SS_MAX_NAME_BYTES || memchr(name, '\0', len) != NULL)
-    return SS_ENAME;
+  if (len == 0 || len > SS_MAX_NAME_BYTES || memchr(name, '\0', len) != NULL) return SS_ENAME;
   static const char hex[] = "0123456789abcdef";
   size_t o = 0;
   for (const char *p = SS_SEGMENT_PREFIX; *p; p++) out[o++] = *p;

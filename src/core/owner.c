@@ -41,9 +41,7 @@ int ss_pidns_match(const ss_identity *id) {
 
 void ss_pidns_record(ss_identity *id) { ss_pidns_self(&id->pidns_dev, &id->pidns_ino); }
 
-int ss_pidns_check(const ss_identity *id) {
-  return ss_pidns_match(id) == 0 ? SS_EPIDNS : SS_OK;
-}
+int ss_pidns_check(const ss_identity *id) { return ss_pidns_match(id) == 0 ? SS_EPIDNS : SS_OK; }
 
 /* Is uid named in SHMSTREAM_ALLOW_OWNERS (uids or user names, separated by
  * commas or blanks)? Tokens that are neither are ignored. */

@@ -71,9 +71,10 @@ int ss_writer_alive(const ss_segment *seg) {
 
 int ss_write_in_flight(const ss_segment *seg) {
   const ss_header *h = seg->hdr;
-  return (int)((atomic_load_explicit(&h->pub.seq, memory_order_acquire) |
-                atomic_load_explicit(ss_slot_seq(seg, ss_writing_slot(seg)),
-                                     memory_order_acquire)) & 1);
+  return (
+      int)((atomic_load_explicit(&h->pub.seq, memory_order_acquire) |
+            atomic_load_explicit(ss_slot_seq(seg, ss_writing_slot(seg)), memory_order_acquire)) &
+           1);
 }
 
 /* SYNC POINT (c): pairs with the waiter's fence in ss_wait_count: wake_seq
@@ -128,10 +129,11 @@ static void publish(ss_segment *seg, uint32_t state, const ss_publish_meta *m) {
    * so that the window holds stores only. */
   uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
   uint64_t count = m->count > c ? m->count : c + 1;
-  uint64_t frame_id =
-      m->frame_id ? *m->frame_id : atomic_load_explicit(&p->frame_id, memory_order_relaxed);
+  uint64_t frame_id = m->frame_id ? *m->frame_id
+                                  : atomic_load_explicit(&p->frame_id, memory_order_relaxed);
   uint64_t write_time_ns = 0;
-  if (state == SS_STATE_VALID) write_time_ns = m->write_time_ns ? m->write_time_ns : ss_realtime_ns();
+  if (state == SS_STATE_VALID)
+    write_time_ns = m->write_time_ns ? m->write_time_ns : ss_realtime_ns();
   save_undo(seg);
   SS_CRASH_POINT("stream.u");
   make_odd(&p->seq);
@@ -219,7 +221,8 @@ int ss_stream_repair(ss_segment *seg) {
     SS_CRASH_POINT("repair.history");
   }
   for (uint32_t i = 0; i < n; i++)
-    if (atomic_load_explicit(slot_seq(seg, i), memory_order_relaxed) & 1) make_even(slot_seq(seg, i));
+    if (atomic_load_explicit(slot_seq(seg, i), memory_order_relaxed) & 1)
+      make_even(slot_seq(seg, i));
   SS_CRASH_POINT("repair.r3");
   atomic_store_explicit(&p->state, SS_STATE_ABANDONED, r);
   atomic_store_explicit(&p->aborted, atomic_load_explicit(&u->aborted, r) + 1, r);

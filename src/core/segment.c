@@ -58,10 +58,9 @@ static int identity_validate(const ss_identity *id, size_t file_bytes) {
   if (id->history ? !history_valid(id)
                   : id->layout_version != SS_LAYOUT_VERSION || id->slot_count > SS_MAX_SLOTS)
     return SS_ECORRUPT;
-  if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 ||
-      id->name_len == 0 || id->name_len > SS_MAX_NAME_BYTES ||
-      id->name[id->name_len] != '\0' || id->dtype_len > SS_MAX_DTYPE_BYTES ||
-      id->dtype[id->dtype_len] != '\0')
+  if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 || id->name_len == 0 ||
+      id->name_len > SS_MAX_NAME_BYTES || id->name[id->name_len] != '\0' ||
+      id->dtype_len > SS_MAX_DTYPE_BYTES || id->dtype[id->dtype_len] != '\0')
     return SS_ECORRUPT;
   /* A GPU stream without CPU mirror has no CPU slot: stride 0. */
   int slotless = (id->flags & SS_FLAG_GPU) && !(id->flags & SS_FLAG_CPU_MIRROR) &&
@@ -184,8 +183,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (bytes == 0 || bytes > SIZE_MAX) return ENOMEM;
   size_t total = (size_t)bytes;
 
-  int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
-                    a->mode ? a->mode : 0600);
+  int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, a->mode ? a->mode : 0600);
   if (fd < 0) return errno;
   /* shm_open applies the umask; the caller's mode is what they asked for. */
   fchmod(fd, a->mode ? a->mode : 0600);
@@ -340,7 +338,6 @@ int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t e
   seg->readonly = !writable ? SS_ACCESS_FOREIGN : readonly ? SS_ACCESS_READONLY : SS_ACCESS_WRITE;
   return SS_OK;
 }
-
 
 int ss_segment_peek(ss_segment *seg, const char *segname) {
   memset(seg, 0, sizeof *seg);

@@ -94,7 +94,10 @@ static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args 
       if (rc == SS_EINCONSISTENT && a->last_complete) break; /* to the locked copy */
       return rc;
     }
-    if (t == TRY_TORN) { torn++; continue; }
+    if (t == TRY_TORN) {
+      torn++;
+      continue;
+    }
     int64_t now = ss_monotonic_ns();
     if (!odd_until) odd_until = deadline - now < SS_ODD_SPIN_NS ? deadline : now + SS_ODD_SPIN_NS;
     if (now >= odd_until) break;
@@ -163,8 +166,8 @@ int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_
   return cpu_read(seg, dst, n, timeout_ns, holds_lock, 0, info);
 }
 
-int ss_read_last_complete(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns,
-                          int holds_lock, ss_pubinfo *info) {
+int ss_read_last_complete(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_lock,
+                          ss_pubinfo *info) {
   return cpu_read(seg, dst, n, timeout_ns, holds_lock, 1, info);
 }
 

@@ -57,8 +57,7 @@ int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
   int rc = lock_and_repair(seg, timeout_ns);
   /* Saturating: a writer may have reset the word meanwhile (see ss_lock). */
   uint32_t v = atomic_load_explicit(readers, memory_order_relaxed);
-  while (v > 0 && !atomic_compare_exchange_weak_explicit(readers, &v, v - 1,
-                                                         memory_order_relaxed,
+  while (v > 0 && !atomic_compare_exchange_weak_explicit(readers, &v, v - 1, memory_order_relaxed,
                                                          memory_order_relaxed)) {
   }
   return rc;

@@ -50,7 +50,10 @@ bool dl_dtype(const char *s, size_t n, nb::dlpack::dtype *out) {
     case 'i': code = C::Int; break;
     case 'u': code = C::UInt; break;
     case 'c': code = C::Complex; break;
-    case 'b': code = C::Bool; if (bytes != 1) return false; break;
+    case 'b':
+      code = C::Bool;
+      if (bytes != 1) return false;
+      break;
     default: return false;
   }
   if (bytes <= 0 || bytes > 32) return false;
@@ -118,17 +121,19 @@ int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t siz
 }
 
 [[noreturn]] void raise_layout(int why, size_t size) {
-  if (why == 1)
-    raise(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
-  raise(g_corrupt, "a received array message is corrupt: its shape and dtype describe "
-                   "another size than its " + std::to_string(size) + " payload bytes; "
-                   "the producer wrote a bad record");
+  if (why == 1) raise(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
+  raise(g_corrupt,
+        "a received array message is corrupt: its shape and dtype describe "
+        "another size than its " +
+            std::to_string(size) +
+            " payload bytes; "
+            "the producer wrote a bad record");
 }
 
 // A DLPack capsule of a message's bytes, pinned by `pin`.
 nb::object dl_message(const void *data, const DLLayout &l, nb::handle pin, bool versioned) {
-  return versioned ? dl_capsule<DLManagedTensorVersioned>((void *)data, l.ndim, l.shape,
-                                                          l.dt.code, l.dt.bits, pin, true)
+  return versioned ? dl_capsule<DLManagedTensorVersioned>((void *)data, l.ndim, l.shape, l.dt.code,
+                                                          l.dt.bits, pin, true)
                    : dl_capsule<DLManagedTensor>((void *)data, l.ndim, l.shape, l.dt.code,
                                                  l.dt.bits, pin, true);
 }
@@ -154,7 +159,8 @@ struct RxMessage {
 
   void check() const {
     if (!pin.is_valid() || pin.is_none())
-      raise(g_handle_closed, "this zero-copy message was released at the end of its 'with' "
+      raise(g_handle_closed,
+            "this zero-copy message was released at the end of its 'with' "
             "block; keep what you need (np.array(msg) copies) inside the block");
   }
   nb::object bytes_view() const {
@@ -170,8 +176,8 @@ struct RxMessage {
     int why = dl_layout(flags, (const uint8_t *)meta.c_str(), (uint32_t)meta.size(), size, &l);
     if (why == 1) return nb::none();
     if (why) raise_layout(why, size);
-    return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, (size_t)l.ndim, l.shape, pin,
-                                                       nullptr, l.dt, nb::device::cpu::value));
+    return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, (size_t)l.ndim, l.shape, pin, nullptr,
+                                                       l.dt, nb::device::cpu::value));
   }
   // The payload as a read-only ndarray view (uint8 for a bytes message);
   // a dtype without a DLPack code (structured, strings, ...) is viewed by
@@ -217,7 +223,8 @@ class Channel {
   void check_open(const char *what) const {
     if (!attached())
       raise(g_handle_closed, std::string(what) + " on channel '" + name_ +
-            "', which is closed; attach again with shmstream.open_channel('" + name_ + "')");
+                                 "', which is closed; attach again with shmstream.open_channel('" +
+                                 name_ + "')");
   }
   bool producer() const { return ch.role == SS_ROLE_PRODUCER; }
 
@@ -263,13 +270,15 @@ class Channel {
   void check_size(size_t size, size_t meta_len) {
     if (meta_len > SS_MSG_MAX_META)
       raise(g_value, "array description of " + std::to_string(meta_len) +
-            " bytes is too long for a message header");
+                         " bytes is too long for a message header");
     uint64_t max = ss_channel_max_message(&ch, (uint32_t)meta_len);
     if (size > max)
-      raise(g_value, "message of " + std::to_string(size) + " bytes is larger than the "
-            "ring of '" + name_ + "' can hold (at most " + std::to_string(max) +
-            " bytes per message with capacity " + std::to_string(ch.capacity) +
-            "); create the channel with a larger capacity");
+      raise(g_value, "message of " + std::to_string(size) +
+                         " bytes is larger than the "
+                         "ring of '" +
+                         name_ + "' can hold (at most " + std::to_string(max) +
+                         " bytes per message with capacity " + std::to_string(ch.capacity) +
+                         "); create the channel with a larger capacity");
   }
 
   void send_one(const void *src, size_t n, const char *meta, size_t meta_len, uint32_t type_id,
@@ -310,8 +319,9 @@ class Channel {
   size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send_many");
     if (!producer()) raise(g_role, "send_many on the consumer end of '" + name_ + "'");
-    nb::object seq = nb::steal(PySequence_Fast(items.ptr(), "send_many takes a sequence of "
-                                                            "bytes-like objects"));
+    nb::object seq = nb::steal(PySequence_Fast(items.ptr(),
+                                               "send_many takes a sequence of "
+                                               "bytes-like objects"));
     if (!seq.is_valid()) throw nb::python_error();
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
     PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
@@ -363,8 +373,8 @@ class Channel {
     if (ml) std::memcpy(mpp, mp, ml);
     size_t shape[1] = {nbytes};
     nb::handle owner = nb::find(this);
-    return nb::cast(nb::ndarray<uint8_t, nb::memview>(payload, 1, shape, owner, nullptr,
-                                                      nb::dtype<uint8_t>(), nb::device::cpu::value));
+    return nb::cast(nb::ndarray<uint8_t, nb::memview>(
+        payload, 1, shape, owner, nullptr, nb::dtype<uint8_t>(), nb::device::cpu::value));
   }
 
   // ---- consumer ----
@@ -385,8 +395,10 @@ class Channel {
   // After copying a message out: release it now unless views pin earlier ones.
   void done_copied() {
     ss_channel_skip_rx(&ch);
-    if (pins.empty()) ss_channel_release_rx(&ch, ch.rd);
-    else pins.emplace_back(ch.rd, true);
+    if (pins.empty())
+      ss_channel_release_rx(&ch, ch.rd);
+    else
+      pins.emplace_back(ch.rd, true);
   }
 
   static nb::object copy_out(const ss_msg &m, nb::object *meta) {
@@ -441,8 +453,10 @@ class Channel {
       ss_channel_skip_rx(&ch);
       if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
     }
-    if (pins.empty()) ss_channel_release_rx(&ch, ch.rd);
-    else pins.emplace_back(ch.rd, true);
+    if (pins.empty())
+      ss_channel_release_rx(&ch, ch.rd);
+    else
+      pins.emplace_back(ch.rd, true);
     return out;
   }
 
@@ -496,7 +510,8 @@ class Channel {
       }
       ss_channel_skip_rx(&ch);
       pins.emplace_back(m.end, false);
-      nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end}, nb::rv_policy::take_ownership);
+      nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end},
+                                nb::rv_policy::take_ownership);
       out.append(dl_message(m.data, l, pin, false));
       if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
     }
@@ -506,7 +521,10 @@ class Channel {
   // A pin died: release the longest prefix of records nobody refers to.
   void unpin(uint64_t end) {
     for (auto &p : pins)
-      if (p.first == end && !p.second) { p.second = true; break; }
+      if (p.first == end && !p.second) {
+        p.second = true;
+        break;
+      }
     while (!pins.empty() && pins.front().second) {
       unreleased = pins.front().first;
       pins.pop_front();

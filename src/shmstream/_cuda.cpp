@@ -38,7 +38,10 @@ using namespace ssb;
 std::string hex(const uint8_t *b, size_t n) {
   static const char digits[] = "0123456789abcdef";
   std::string out;
-  for (size_t i = 0; i < n; i++) { out += digits[b[i] >> 4]; out += digits[b[i] & 15]; }
+  for (size_t i = 0; i < n; i++) {
+    out += digits[b[i] >> 4];
+    out += digits[b[i] & 15];
+  }
   return out;
 }
 
@@ -75,7 +78,7 @@ class GpuStream {
     uint64_t now = count();
     if (c && c <= now)
       raise(g_value, "count " + std::to_string(c) + " does not exceed the count of '" + name +
-            "' (" + std::to_string(now) + "): a mirror's counts only grow");
+                         "' (" + std::to_string(now) + "): a mirror's counts only grow");
   }
 };
 
@@ -154,7 +157,8 @@ NB_MODULE(_cuda, m) {
       rc = ss_cuda_device_count(&n);
     }
     if (rc) return std::make_tuple(false, std::string(ss_cuda_error()));
-    if (n <= 0) return std::make_tuple(false, std::string("no CUDA device is visible to this process"));
+    if (n <= 0)
+      return std::make_tuple(false, std::string("no CUDA device is visible to this process"));
     return std::make_tuple(true, std::string());
   });
   m.def("device_count", []() {
@@ -175,177 +179,206 @@ NB_MODULE(_cuda, m) {
   });
 
   nb::class_<GpuStream>(m, "GpuStream")
-      .def_static("create", [](const std::string &name, std::vector<uint64_t> shape,
-                               uint64_t itemsize, const std::string &dtype, int flags, int mode,
-                               int ordinal) {
-        if (shape.size() > SS_MAX_NDIM) raise(g_value, "too many dimensions");
-        auto *s = new GpuStream();
-        s->name = name;
-        ss_create_args a{};
-        a.name = name.c_str();
-        a.kind = SS_KIND_STREAM;
-        a.flags = (uint32_t)flags | SS_FLAG_GPU;
-        a.ndim = (uint32_t)shape.size();
-        a.shape = shape.data();
-        a.itemsize = itemsize;
-        a.dtype = dtype.c_str();
-        a.mode = (uint32_t)mode;
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_gpu_create(&s->seg, &a, ordinal, &s->gpu);
-        }
-        if (rc) {
-          delete s;
-          raise_rc(rc, name, nullptr, "create");
-        }
-        return s;
-      }, nb::rv_policy::take_ownership)
-      .def_static("attach", [](const std::string &name, int ordinal, bool readonly,
-                               const std::vector<uint32_t> &allow_owners) {
-        auto *s = new GpuStream();
-        s->name = name;
-        ss_open_opts opts = ssb::open_opts(allow_owners);
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), SS_KIND_STREAM, readonly, &opts);
-          if (rc == SS_OK) rc = ss_gpu_attach(&s->seg, ordinal, &s->gpu);
-        }
-        if (rc == SS_EOWNER || rc == SS_EPIDNS) {
-          std::string detail = ssb::open_detail(rc, s->seg);
-          delete s;
-          ssb::raise_status(rc, {"GPU stream", name, "attach", "", detail});
-        }
-        if (rc) {
-          delete s;
-          raise_rc(rc, name, nullptr, "attach");
-        }
-        return s;
-      }, "name"_a, "ordinal"_a, "readonly"_a, "allow_owners"_a = std::vector<uint32_t>(),
-         nb::rv_policy::take_ownership)
+      .def_static(
+          "create",
+          [](const std::string &name, std::vector<uint64_t> shape, uint64_t itemsize,
+             const std::string &dtype, int flags, int mode, int ordinal) {
+            if (shape.size() > SS_MAX_NDIM) raise(g_value, "too many dimensions");
+            auto *s = new GpuStream();
+            s->name = name;
+            ss_create_args a{};
+            a.name = name.c_str();
+            a.kind = SS_KIND_STREAM;
+            a.flags = (uint32_t)flags | SS_FLAG_GPU;
+            a.ndim = (uint32_t)shape.size();
+            a.shape = shape.data();
+            a.itemsize = itemsize;
+            a.dtype = dtype.c_str();
+            a.mode = (uint32_t)mode;
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_gpu_create(&s->seg, &a, ordinal, &s->gpu);
+            }
+            if (rc) {
+              delete s;
+              raise_rc(rc, name, nullptr, "create");
+            }
+            return s;
+          },
+          nb::rv_policy::take_ownership)
+      .def_static(
+          "attach",
+          [](const std::string &name, int ordinal, bool readonly,
+             const std::vector<uint32_t> &allow_owners) {
+            auto *s = new GpuStream();
+            s->name = name;
+            ss_open_opts opts = ssb::open_opts(allow_owners);
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), SS_KIND_STREAM, readonly,
+                                      &opts);
+              if (rc == SS_OK) rc = ss_gpu_attach(&s->seg, ordinal, &s->gpu);
+            }
+            if (rc == SS_EOWNER || rc == SS_EPIDNS) {
+              std::string detail = ssb::open_detail(rc, s->seg);
+              delete s;
+              ssb::raise_status(rc, {"GPU stream", name, "attach", "", detail});
+            }
+            if (rc) {
+              delete s;
+              raise_rc(rc, name, nullptr, "attach");
+            }
+            return s;
+          },
+          "name"_a, "ordinal"_a, "readonly"_a, "allow_owners"_a = std::vector<uint32_t>(),
+          nb::rv_policy::take_ownership)
       .def("close", &GpuStream::close)
-      .def("release_owned", [](GpuStream &s) {
+      .def("release_owned",
+           [](GpuStream &s) {
         // The creator gives its device buffer up (unlink).
-        if (s.seg.hdr) ss_gpu_release_owned(s.seg.id.instance_id);
-      })
+             if (s.seg.hdr) ss_gpu_release_owned(s.seg.id.instance_id);
+           })
       .def_prop_ro("closed", [](GpuStream &s) { return s.gpu == nullptr; })
       .def_prop_ro("ordinal", [](GpuStream &s) { return ss_gpu_ordinal(s.g("use")); })
       .def_prop_ro("stream", [](GpuStream &s) { return ss_gpu_stream(s.g("use")); })
       .def_prop_ro("owner", [](GpuStream &s) { return (bool)ss_gpu_is_owner(s.g("use")); })
       .def_prop_ro("instance_id", [](GpuStream &s) { return hex(s.seg.id.instance_id, 16); })
       .def_prop_ro("payload_bytes", [](GpuStream &s) { return s.seg.id.payload_bytes; })
-      .def("slot_ptr", [](GpuStream &s, uint32_t slot) { return ss_gpu_slot_ptr(s.g("use"), slot); })
-      .def("published_ptr", [](GpuStream &s) {
-        return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(&s.seg));
-      })
-      .def("write", [](GpuStream &s, uint64_t src, int kind, uint64_t user_stream,
-                       std::optional<uint64_t> frame_id, nb::handle timeout, uint64_t count,
-                       uint64_t write_time_ns) {
-        ss_gpu *g = s.g("write to");
-        s.check_count(count);
-        ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
-        int64_t t = to_ns(timeout);
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_gpu_write_locked_ex(g, &s.seg, src, kind, user_stream, &meta, t);
-        }
-        if (rc) s.fail(rc, "write");
-        return s.count();
-      }, "src"_a, "kind"_a, "user_stream"_a = 0, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
-         "count"_a = 0, "write_time_ns"_a = 0,
-         "Publish payload_bytes at address src (the caller holds the stream lock); count and "
-         "write_time_ns 0: count + 1 and now.")
-      .def("write_host", [](GpuStream &s, nb::handle buffer, bool pinned,
-                            std::optional<uint64_t> frame_id, nb::handle timeout, uint64_t count,
-                            uint64_t write_time_ns) {
-        ss_gpu *g = s.g("write to");
-        s.check_count(count);
-        Py_buffer view{};
-        if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
-        if ((uint64_t)view.len != s.seg.id.payload_bytes) {
-          PyBuffer_Release(&view);
-          raise(g_value, "source buffer of " + std::to_string(view.len) +
-                " bytes does not match the payload of '" + s.name + "'");
-        }
-        ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
-        int64_t t = to_ns(timeout);
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_gpu_write_locked_ex(g, &s.seg, (uint64_t)(uintptr_t)view.buf,
-                                      pinned ? SS_GPU_SRC_PINNED : SS_GPU_SRC_HOST, 0, &meta, t);
-        }
-        PyBuffer_Release(&view);
-        if (rc) s.fail(rc, "write");
-        return s.count();
-      }, "buffer"_a, "pinned"_a = false, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
-         "count"_a = 0, "write_time_ns"_a = 0)
-      .def("clear", [](GpuStream &s, nb::handle timeout) {
-        ss_gpu *g = s.g("clear");
-        int64_t t = to_ns(timeout);
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_gpu_clear_locked(g, &s.seg, t);
-        }
-        if (rc) s.fail(rc, "clear");
-        return s.count();
-      }, "timeout"_a = nb::none())
-      .def("read", [](GpuStream &s, uint64_t dst, uint64_t user_stream, nb::handle timeout,
-                      bool holds_lock) {
-        ss_gpu *g = s.g("read from");
-        ss_pubinfo info{};
+      .def("slot_ptr",
+           [](GpuStream &s, uint32_t slot) { return ss_gpu_slot_ptr(s.g("use"), slot); })
+      .def("published_ptr",
+           [](GpuStream &s) { return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(&s.seg)); })
+      .def(
+          "write",
+          [](GpuStream &s, uint64_t src, int kind, uint64_t user_stream,
+             std::optional<uint64_t> frame_id, nb::handle timeout, uint64_t count,
+             uint64_t write_time_ns) {
+            ss_gpu *g = s.g("write to");
+            s.check_count(count);
+            ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
+            int64_t t = to_ns(timeout);
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_gpu_write_locked_ex(g, &s.seg, src, kind, user_stream, &meta, t);
+            }
+            if (rc) s.fail(rc, "write");
+            return s.count();
+          },
+          "src"_a, "kind"_a, "user_stream"_a = 0, "frame_id"_a = nb::none(),
+          "timeout"_a = nb::none(), "count"_a = 0, "write_time_ns"_a = 0,
+          "Publish payload_bytes at address src (the caller holds the stream lock); count and "
+          "write_time_ns 0: count + 1 and now.")
+      .def(
+          "write_host",
+          [](GpuStream &s, nb::handle buffer, bool pinned, std::optional<uint64_t> frame_id,
+             nb::handle timeout, uint64_t count, uint64_t write_time_ns) {
+            ss_gpu *g = s.g("write to");
+            s.check_count(count);
+            Py_buffer view{};
+            if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0)
+              throw nb::python_error();
+            if ((uint64_t)view.len != s.seg.id.payload_bytes) {
+              PyBuffer_Release(&view);
+              raise(g_value, "source buffer of " + std::to_string(view.len) +
+                                 " bytes does not match the payload of '" + s.name + "'");
+            }
+            ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
+            int64_t t = to_ns(timeout);
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_gpu_write_locked_ex(g, &s.seg, (uint64_t)(uintptr_t)view.buf,
+                                          pinned ? SS_GPU_SRC_PINNED : SS_GPU_SRC_HOST, 0, &meta,
+                                          t);
+            }
+            PyBuffer_Release(&view);
+            if (rc) s.fail(rc, "write");
+            return s.count();
+          },
+          "buffer"_a, "pinned"_a = false, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
+          "count"_a = 0, "write_time_ns"_a = 0)
+      .def(
+          "clear",
+          [](GpuStream &s, nb::handle timeout) {
+            ss_gpu *g = s.g("clear");
+            int64_t t = to_ns(timeout);
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_gpu_clear_locked(g, &s.seg, t);
+            }
+            if (rc) s.fail(rc, "clear");
+            return s.count();
+          },
+          "timeout"_a = nb::none())
+      .def(
+          "read",
+          [](GpuStream &s, uint64_t dst, uint64_t user_stream, nb::handle timeout,
+             bool holds_lock) {
+            ss_gpu *g = s.g("read from");
+            ss_pubinfo info{};
         // A read waits in chunks (Ctrl-C); each chunk is a whole snapshot
         // attempt, so a timed-out chunk leaves nothing half done.
-        int rc = chunked(to_ns(timeout), [&](int64_t chunk) {
-          return ss_gpu_read(g, &s.seg, dst, user_stream, chunk, holds_lock, &info);
-        });
-        if (rc) s.fail(rc, "read");
-        return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
-      }, "dst"_a, "user_stream"_a = 0, "timeout"_a = nb::none(), "holds_lock"_a = false)
-      .def("view_begin", [](GpuStream &s, uint64_t user_stream, nb::handle timeout) {
-        ss_gpu *g = s.g("write to");
-        int64_t t = to_ns(timeout);
-        uint64_t ptr = 0;
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_gpu_view_begin(g, &s.seg, user_stream, t, &ptr);
-        }
-        if (rc) s.fail(rc, "write_view");
-        return ptr;
-      }, "user_stream"_a = 0, "timeout"_a = nb::none())
-      .def("view_commit", [](GpuStream &s, uint64_t user_stream, std::optional<uint64_t> frame_id) {
-        ss_gpu *g = s.g("write to");
-        const uint64_t *fid = frame_id ? &*frame_id : nullptr;
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_gpu_view_commit(g, &s.seg, user_stream, fid);
-        }
-        if (rc) s.fail(rc, "write_view");
-        return s.count();
-      }, "user_stream"_a = 0, "frame_id"_a = nb::none())
+            int rc = chunked(to_ns(timeout), [&](int64_t chunk) {
+              return ss_gpu_read(g, &s.seg, dst, user_stream, chunk, holds_lock, &info);
+            });
+            if (rc) s.fail(rc, "read");
+            return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
+          },
+          "dst"_a, "user_stream"_a = 0, "timeout"_a = nb::none(), "holds_lock"_a = false)
+      .def(
+          "view_begin",
+          [](GpuStream &s, uint64_t user_stream, nb::handle timeout) {
+            ss_gpu *g = s.g("write to");
+            int64_t t = to_ns(timeout);
+            uint64_t ptr = 0;
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_gpu_view_begin(g, &s.seg, user_stream, t, &ptr);
+            }
+            if (rc) s.fail(rc, "write_view");
+            return ptr;
+          },
+          "user_stream"_a = 0, "timeout"_a = nb::none())
+      .def(
+          "view_commit",
+          [](GpuStream &s, uint64_t user_stream, std::optional<uint64_t> frame_id) {
+            ss_gpu *g = s.g("write to");
+            const uint64_t *fid = frame_id ? &*frame_id : nullptr;
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_gpu_view_commit(g, &s.seg, user_stream, fid);
+            }
+            if (rc) s.fail(rc, "write_view");
+            return s.count();
+          },
+          "user_stream"_a = 0, "frame_id"_a = nb::none())
       .def("view_abort", [](GpuStream &s) { ss_gpu_view_abort(s.g("write to"), &s.seg); });
 
   nb::class_<DeviceBuffer>(m, "DeviceBuffer")
-      .def_static("alloc", [](size_t nbytes, int ordinal) {
-        auto *b = new DeviceBuffer();
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_cuda_alloc(ordinal, nbytes, &b->ptr);
-        }
-        if (rc) {
-          delete b;
-          raise_rc(rc, "", nullptr, "allocating device memory");
-        }
-        b->nbytes = nbytes;
-        b->ordinal = ordinal;
-        return b;
-      }, nb::rv_policy::take_ownership)
+      .def_static(
+          "alloc",
+          [](size_t nbytes, int ordinal) {
+            auto *b = new DeviceBuffer();
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_cuda_alloc(ordinal, nbytes, &b->ptr);
+            }
+            if (rc) {
+              delete b;
+              raise_rc(rc, "", nullptr, "allocating device memory");
+            }
+            b->nbytes = nbytes;
+            b->ordinal = ordinal;
+            return b;
+          },
+          nb::rv_policy::take_ownership)
       .def_ro("ptr", &DeviceBuffer::ptr)
       .def_ro("nbytes", &DeviceBuffer::nbytes)
       .def_ro("ordinal", &DeviceBuffer::ordinal);
@@ -403,32 +436,40 @@ NB_MODULE(_cuda, m) {
   });
 
   nb::class_<DLImport>(m, "DLImport")
-      .def_static("take", [](nb::handle capsule) {
-        if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
-          raise(g_type, "expected an unconsumed DLPack capsule ('dltensor')");
-        auto *t = static_cast<DLManagedTensor *>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-        if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw nb::python_error();
-        auto *imp = new DLImport();
-        imp->t = t;
-        return imp;
-      }, nb::rv_policy::take_ownership)
-      .def_prop_ro("ptr", [](DLImport &d) {
-        return (uint64_t)(uintptr_t)d.dl().data + d.dl().byte_offset;
-      })
-      .def_prop_ro("device", [](DLImport &d) {
-        return std::make_tuple(d.dl().device.device_type, d.dl().device.device_id);
-      })
-      .def_prop_ro("shape", [](DLImport &d) {
-        std::vector<int64_t> v(d.dl().shape, d.dl().shape + d.dl().ndim);
-        return v;
-      })
-      .def_prop_ro("strides", [](DLImport &d) -> std::optional<std::vector<int64_t>> {
-        if (!d.dl().strides) return std::nullopt;
-        return std::vector<int64_t>(d.dl().strides, d.dl().strides + d.dl().ndim);
-      })
-      .def_prop_ro("dtype", [](DLImport &d) {
-        return std::make_tuple((int)d.dl().dtype.code, (int)d.dl().dtype.bits, (int)d.dl().dtype.lanes);
-      })
+      .def_static(
+          "take",
+          [](nb::handle capsule) {
+            if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
+              raise(g_type, "expected an unconsumed DLPack capsule ('dltensor')");
+            auto *t = static_cast<DLManagedTensor *>(
+                PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+            if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw nb::python_error();
+            auto *imp = new DLImport();
+            imp->t = t;
+            return imp;
+          },
+          nb::rv_policy::take_ownership)
+      .def_prop_ro(
+          "ptr", [](DLImport &d) { return (uint64_t)(uintptr_t)d.dl().data + d.dl().byte_offset; })
+      .def_prop_ro("device",
+                   [](DLImport &d) {
+                     return std::make_tuple(d.dl().device.device_type, d.dl().device.device_id);
+                   })
+      .def_prop_ro("shape",
+                   [](DLImport &d) {
+                     std::vector<int64_t> v(d.dl().shape, d.dl().shape + d.dl().ndim);
+                     return v;
+                   })
+      .def_prop_ro("strides",
+                   [](DLImport &d) -> std::optional<std::vector<int64_t>> {
+                     if (!d.dl().strides) return std::nullopt;
+                     return std::vector<int64_t>(d.dl().strides, d.dl().strides + d.dl().ndim);
+                   })
+      .def_prop_ro("dtype",
+                   [](DLImport &d) {
+                     return std::make_tuple((int)d.dl().dtype.code, (int)d.dl().dtype.bits,
+                                            (int)d.dl().dtype.lanes);
+                   })
       .def("release", &DLImport::release);
 
   m.attr("kDLCPU") = kDLCPU;

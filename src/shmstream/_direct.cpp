@@ -26,10 +26,10 @@ using namespace ssb;
 [[noreturn]] void raise_status(int rc, const std::string &path, uint64_t need = 0) {
   std::string detail;
   if (rc == SS_DIRECT_ESHORT) {
-    struct stat st {};
+    struct stat st{};
     ::stat(path.c_str(), &st);
-    detail = std::to_string(st.st_size) + " bytes, fewer than offset + array bytes = " +
-             std::to_string(need);
+    detail = std::to_string(st.st_size) +
+             " bytes, fewer than offset + array bytes = " + std::to_string(need);
   }
   ssb::raise_status(rc, {"DirectArray", path, "read", "", detail});
 }
@@ -42,8 +42,7 @@ class Reader {
     int rc;
     {
       nb::gil_scoped_release nogil;
-      rc = ss_direct_open(&d_, path_.c_str(), offset, nbytes, use_page_cache ? 1 : 0,
-                          cache_bytes);
+      rc = ss_direct_open(&d_, path_.c_str(), offset, nbytes, use_page_cache ? 1 : 0, cache_bytes);
     }
     if (rc) raise_status(rc, path_, offset + nbytes);
     ss_direct_info_get(d_, &info_);
@@ -125,22 +124,28 @@ NB_MODULE(_direct, m) {
            "out"_a);
   m.attr("DEFAULT_CACHE_BYTES") = (uint64_t)SS_DIRECT_DEFAULT_CACHE_BYTES;
   m.def("io_backend", [] { return std::string(ss_direct_io_backend()); });
-  m.def("evict", [](std::string path) {
-    int rc;
-    {
-      nb::gil_scoped_release nogil;
-      rc = ss_file_evict(path.c_str());
-    }
-    if (rc) raise_os_path(rc, path);
-  }, "path"_a);
-  m.def("resident", [](std::string path) {
-    uint64_t res = 0, total = 0;
-    int rc;
-    {
-      nb::gil_scoped_release nogil;
-      rc = ss_file_resident(path.c_str(), &res, &total);
-    }
-    if (rc) raise_os_path(rc, path);
-    return std::make_tuple(res, total);
-  }, "path"_a, "Cached pages and total pages of the file: (resident, total).");
+  m.def(
+      "evict",
+      [](std::string path) {
+        int rc;
+        {
+          nb::gil_scoped_release nogil;
+          rc = ss_file_evict(path.c_str());
+        }
+        if (rc) raise_os_path(rc, path);
+      },
+      "path"_a);
+  m.def(
+      "resident",
+      [](std::string path) {
+        uint64_t res = 0, total = 0;
+        int rc;
+        {
+          nb::gil_scoped_release nogil;
+          rc = ss_file_resident(path.c_str(), &res, &total);
+        }
+        if (rc) raise_os_path(rc, path);
+        return std::make_tuple(res, total);
+      },
+      "path"_a, "Cached pages and total pages of the file: (resident, total).");
 }

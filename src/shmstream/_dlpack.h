@@ -122,10 +122,12 @@ nb::object dl_capsule(void *data, int32_t ndim, const size_t *shape, uint8_t cod
 inline bool dl_check_kwargs(nb::handle max_version, nb::handle dl_device, nb::handle copy) {
   if (copy.ptr() == Py_True) {
     // ShmstreamBufferError: a BufferError, as the array API asks of __dlpack__.
-    raise(g_buffer, "__dlpack__(): copy=True is not supported (a message is a view of ring bytes).");
+    raise(g_buffer,
+          "__dlpack__(): copy=True is not supported (a message is a view of ring bytes).");
   }
   if (!dl_device.is_none() && !dl_device.equal(nb::make_tuple(1, 0))) {
-    raise(g_buffer, "__dlpack__(): unsupported dl_device (a channel message lives on the CPU, (1, 0)).");
+    raise(g_buffer,
+          "__dlpack__(): unsupported dl_device (a channel message lives on the CPU, (1, 0)).");
   }
   if (max_version.is_none()) return false;
   if (!PyTuple_Check(max_version.ptr()) || PyTuple_GET_SIZE(max_version.ptr()) != 2) {

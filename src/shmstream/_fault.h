@@ -12,11 +12,14 @@ namespace ssb {
 // arming covers streams, channels and GPU streams alike: only this module
 // exposes it (_native includes this header). Tests only.
 inline void def_fault_injection(nb::module_ &m) {
-  m.def("fault_arm", [](const std::string &point, uint32_t nth, bool exit) {
-    if (ss_fault_arm(point.c_str(), nth, exit ? SS_FAULT_EXIT : SS_FAULT_SIGKILL) != SS_OK)
-      raise(g_value, "unknown crash point '" + point + "'; see fault_points()");
-  }, nb::arg("point"), nb::arg("nth") = 1, nb::arg("exit") = false,
-     "Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.");
+  m.def(
+      "fault_arm",
+      [](const std::string &point, uint32_t nth, bool exit) {
+        if (ss_fault_arm(point.c_str(), nth, exit ? SS_FAULT_EXIT : SS_FAULT_SIGKILL) != SS_OK)
+          raise(g_value, "unknown crash point '" + point + "'; see fault_points()");
+      },
+      nb::arg("point"), nb::arg("nth") = 1, nb::arg("exit") = false,
+      "Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.");
   m.def("fault_disarm", &ss_fault_disarm);
   m.def("fault_points", []() {
     size_t n = 0;

@@ -21,8 +21,7 @@ namespace nb = nanobind;
 
 // NumPy's PyArrayObject_fields, up to flags (numpy/ndarraytypes.h).
 struct NpArrayHead {
-  PyObject_HEAD
-  char *data;
+  PyObject_HEAD char *data;
   int nd;
   Py_ssize_t *dimensions;
   Py_ssize_t *strides;

@@ -79,8 +79,8 @@ class Segment {
     if (rc == SS_OK) return false;
     if (rc == SS_EOWNERDEAD) return true;
     if (rc == SS_ECORRUPT && !*corrupt_when(&seg, nullptr))
-      ssb::raise_status(rc, {kind_name(), name(), "lock", "bad lock",
-                             std::to_string(ss_lock_word_tid(&seg))});
+      ssb::raise_status(
+          rc, {kind_name(), name(), "lock", "bad lock", std::to_string(ss_lock_word_tid(&seg))});
     raise_status(rc, "lock", std::to_string(hdr()->lock.owner_pid.load()));
   }
 
@@ -98,8 +98,8 @@ class Segment {
   void check_len(const Buffer &b, const char *what) {
     if ((size_t)b.view.len != payload_bytes())
       raise(g_value, std::string(what) + " buffer of " + std::to_string(b.view.len) +
-            " bytes does not match the payload of '" + name() + "' (" +
-            std::to_string(payload_bytes()) + " bytes)");
+                         " bytes does not match the payload of '" + name() + "' (" +
+                         std::to_string(payload_bytes()) + " bytes)");
   }
 
   // count (0: count + 1) and write_time_ns (0: now) are a mirror's or a
@@ -119,8 +119,8 @@ class Segment {
     uint64_t now = hdr()->pub.count.load(std::memory_order_relaxed);
     if (count && count <= now) {
       if (!locked) unlock();
-      raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" +
-            name() + "' (" + std::to_string(now) + "): a mirror's counts only grow");
+      raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name() +
+                         "' (" + std::to_string(now) + "): a mirror's counts only grow");
     }
     ss_publish_meta meta{frame_id, write_time_ns, count};
     if (payload_bytes() >= kGilFreeCopyBytes) {
@@ -178,7 +178,8 @@ class Segment {
     return c;
   }
 
-  std::tuple<uint64_t, uint64_t, uint64_t> read(nb::handle dst, int64_t timeout_ns, bool holds_lock) {
+  std::tuple<uint64_t, uint64_t, uint64_t> read(nb::handle dst, int64_t timeout_ns,
+                                                bool holds_lock) {
     Buffer b(dst, true);
     check_len(b, "destination");
     ss_pubinfo info = read_bytes(b.view.buf, timeout_ns, holds_lock);
@@ -208,8 +209,8 @@ class Segment {
   // The last complete publication whatever the state: (count, frame_id,
   // write_time_ns, state).
   std::tuple<uint64_t, uint64_t, uint64_t, uint32_t> read_last_complete(nb::handle dst,
-                                                                         int64_t timeout_ns,
-                                                                         bool holds_lock) {
+                                                                        int64_t timeout_ns,
+                                                                        bool holds_lock) {
     Buffer b(dst, true);
     check_len(b, "destination");
     ss_pubinfo info{};
@@ -261,17 +262,20 @@ class Segment {
 
   // Zero-copy: locates the published frame (the first one newer than after
   // when wait_new) without copying; the caller views the slot.
-  std::tuple<uint32_t, uint64_t, uint64_t, uint64_t, uint64_t> view(
-      uint64_t after, bool wait_new, int64_t timeout_ns, int64_t spin_ns, bool holds_lock) {
+  std::tuple<uint32_t, uint64_t, uint64_t, uint64_t, uint64_t> view(uint64_t after, bool wait_new,
+                                                                    int64_t timeout_ns,
+                                                                    int64_t spin_ns,
+                                                                    bool holds_lock) {
     ss_pubinfo info{};
     ss_frame frame{};
-    int rc = wait_new
-                 ? chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
-                     return ss_read_new_view(&seg, after, chunk, spin, &info, &frame);
-                   })
-                 : chunked(timeout_ns, [&](int64_t chunk) {
-                     return ss_view_begin(&seg, chunk, holds_lock, &info, &frame);
-                   });
+    int rc = wait_new ? chunked_spinning(timeout_ns, spin_ns,
+                                         [&](int64_t chunk, int64_t spin) {
+                                           return ss_read_new_view(&seg, after, chunk, spin, &info,
+                                                                   &frame);
+                                         })
+                      : chunked(timeout_ns, [&](int64_t chunk) {
+                          return ss_view_begin(&seg, chunk, holds_lock, &info, &frame);
+                        });
     if (rc) raise_status(rc, wait_new ? "read_new" : "read");
     return {frame.slot, frame.slot_seq, info.count, info.frame_id, info.write_time_ns};
   }
@@ -287,7 +291,7 @@ class Segment {
   void check_room(const Buffer &b, size_t n) {
     if ((size_t)b.view.len < n * payload_bytes())
       raise(g_value, "out holds " + std::to_string(b.view.len) + " bytes, not the " +
-            std::to_string(n) + " frame(s) of '" + name() + "' it must take");
+                         std::to_string(n) + " frame(s) of '" + name() + "' it must take");
   }
 
   // (count, frame_id, write_time_ns) of each kept frame, as a (n, 3) uint64 array.
@@ -431,7 +435,7 @@ Segment *peek_segment(const std::string &segname) {
     if ((unsigned char)c < 0x20 || (unsigned char)c > 0x7e) c = '?';
   Segment *s = make_segment();
   int rc = segname.find('\0') == std::string::npos ? ss_segment_peek(&s->seg, segname.c_str())
-                                                    : (int)SS_ENAME;
+                                                   : (int)SS_ENAME;
   check_open_rc(s, rc, shown, 0, "peek");
   return s;
 }

@@ -112,13 +112,12 @@ static inline uint8_t fz_touch(const void *p, size_t n) {
 
 /* An invariant the library must keep on any input: a violation is a
  * finding, reported like a sanitizer error. */
-#define FZ_CHECK(cond)                                                        \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: fuzz invariant failed: %s\n", __FILE__, __LINE__, \
-              #cond);                                                         \
-      abort();                                                                \
-    }                                                                         \
+#define FZ_CHECK(cond)                                                                  \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
+      fprintf(stderr, "%s:%d: fuzz invariant failed: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                          \
+    }                                                                                   \
   } while (0)
 
 #endif

@@ -40,7 +40,8 @@ static void write_once(ss_segment *seg, uint8_t fill) {
 static void shrink(const ss_segment *seg, size_t pages) {
   int fd = shm_open(seg->segname, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return;
-  if (ftruncate(fd, (off_t)(pages * 4096)) != 0) { /* nothing to undo */ }
+  if (ftruncate(fd, (off_t)(pages * 4096)) != 0) { /* nothing to undo */
+  }
   close(fd);
 }
 

@@ -40,7 +40,8 @@ static void read_stream(const char *name, int readonly) {
   ss_pubinfo info;
   ss_frame f;
   uint64_t count;
-  if (!ss_slotless(&seg)) FZ_CHECK(ss_slot(&seg, id->slot_count - 1) + n <= seg.base + seg.map_bytes);
+  if (!ss_slotless(&seg))
+    FZ_CHECK(ss_slot(&seg, id->slot_count - 1) + n <= seg.base + seg.map_bytes);
   ss_read(&seg, buf, n, 0, 0, &info);
   if (ss_view_begin(&seg, 0, 0, &info, &f) == SS_OK) {
     FZ_CHECK(f.slot < id->slot_count);
@@ -52,8 +53,8 @@ static void read_stream(const char *name, int readonly) {
   ss_history_frame *frames = calloc((size_t)depth + 1, sizeof *frames);
   uint32_t got = 0;
   uint64_t last;
-  if (!ss_slotless(&seg) &&
-      ss_history_locate(&seg, 0, 0, 0, 0, frames, &got, &last) == SS_OK && got) {
+  if (!ss_slotless(&seg) && ss_history_locate(&seg, 0, 0, 0, 0, frames, &got, &last) == SS_OK &&
+      got) {
     FZ_CHECK(got <= depth + 1);
     for (uint32_t i = 0; i < got; i++) FZ_CHECK(frames[i].at.slot < id->slot_count);
     uint8_t *dst = malloc((size_t)got * n + 1);
@@ -80,7 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t file_bytes = n;
   if (ctl & FZ_EXTEND) {
     unsigned __int128 claimed = fz_claimed_bytes(&h->id);
-    if (h->id.kind == SS_KIND_CHANNEL) claimed = (unsigned __int128)SS_HEADER_BYTES + h->id.payload_bytes;
+    if (h->id.kind == SS_KIND_CHANNEL)
+      claimed = (unsigned __int128)SS_HEADER_BYTES + h->id.payload_bytes;
     if (claimed > file_bytes && claimed <= FZ_MAX_FILE) file_bytes = (size_t)claimed;
   }
   uint32_t kind = h->id.kind;
