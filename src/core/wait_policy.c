@@ -167,7 +167,12 @@ static int bucket_of(int64_t ns) {
 
 #define R memory_order_relaxed
 
-static void bump(SS_ATOMIC(uint64_t) *c) { atomic_fetch_add_explicit(c, 1, R); }
+/* Counters are per handle and mostly touched by one thread: a load and a
+ * store (no locked read-modify-write on the hot path); two threads waiting
+ * on one handle at once may lose a count, which only blurs the statistics. */
+static void bump(SS_ATOMIC(uint64_t) *c) {
+  atomic_store_explicit(c, atomic_load_explicit(c, R) + 1, R);
+}
 
 /* The budget B minimising k E[min(T, B)] + P(T > B) W, k = 1/price, over
  * B = 0 and each bucket's upper edge up to cap; each bucket's waits are
@@ -244,8 +249,9 @@ void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int6
     bump(&ws->slept);
   }
   int j = bucket_of(t);
-  atomic_fetch_add_explicit(&ws->hist[j], SS_WAIT_UNIT, R);
-  uint32_t total = atomic_fetch_add_explicit(&ws->total, SS_WAIT_UNIT, R) + SS_WAIT_UNIT;
+  atomic_store_explicit(&ws->hist[j], atomic_load_explicit(&ws->hist[j], R) + SS_WAIT_UNIT, R);
+  uint32_t total = atomic_load_explicit(&ws->total, R) + SS_WAIT_UNIT;
+  atomic_store_explicit(&ws->total, total, R);
   if (total > SS_WAIT_WINDOW) {
     uint32_t sum = 0;
     for (int i = 0; i < SS_WAIT_BUCKETS; i++) {
