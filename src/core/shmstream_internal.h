@@ -40,13 +40,13 @@ typedef struct ss_wait_stats {
   SS_ATOMIC(uint64_t) slept;         /* waits that went to sleep */
   SS_ATOMIC(uint64_t) slept_at_once; /* waits whose budget was 0 */
   SS_ATOMIC(uint64_t) preempted;     /* spins cut short: the core was taken from them */
-  SS_ATOMIC(uint64_t) contended;     /* waits that did not spin because of contention */
+  SS_ATOMIC(uint64_t) contended;     /* waits that began while the process saw contention */
 } ss_wait_stats;
 
 /* What Segment.spin_policy shows. */
 typedef struct ss_wait_policy_info {
   int64_t wake_ns;    /* the process's measured (or injected) wake-up cost, W */
-  int64_t cap_ns;     /* the longest spin the policy allows: 10 W */
+  int64_t cap_ns;     /* the longest spin the policy allows now: 10 W, or W contended */
   int contended;      /* the process's current view: 1 contended, 0 not */
   int64_t budget_ns;  /* the budget chosen for this handle's last wait */
   uint32_t hist[SS_WAIT_BUCKETS];

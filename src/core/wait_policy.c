@@ -12,10 +12,12 @@
 
 #include "internal.h"
 
-/* The price of a nanosecond of spinning on a spare core, relative to one of
- * the waiter's latency: 1/SS_SPIN_IDLE_PRICE. It is a choice of what to pay
- * for latency, not a property of a machine; it also makes 10 W the cap (no
- * longer budget can ever pay). */
+/* The price of a nanosecond of spinning relative to one of the waiter's
+ * latency is 1/SS_SPIN_IDLE_PRICE while a core is spare (the spin takes a
+ * core nobody wants) and 1 when none is (it takes a core from a runnable
+ * task: the classic ski-rental). It is a choice of what to pay for latency,
+ * not a property of a machine; it also sets the cap: no budget longer than
+ * W * price can ever pay (10 W with a spare core, W without). */
 #define SS_SPIN_IDLE_PRICE 10
 /* Histogram units: each wait adds SS_WAIT_UNIT; past SS_WAIT_WINDOW all
  * buckets are halved (the histogram describes the last ~64 waits). */
@@ -177,10 +179,10 @@ static void bump(SS_ATOMIC(uint64_t) *c) {
 /* The budget B minimising k E[min(T, B)] + P(T > B) W, k = 1/price, over
  * B = 0 and each bucket's upper edge up to cap; each bucket's waits are
  * taken to last its upper edge. Scaled by price * total to stay integer. */
-static int64_t choose(const ss_wait_stats *ws, int64_t w, int64_t cap) {
+static int64_t choose(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price) {
   uint32_t total = atomic_load_explicit(&ws->total, R);
   if (total == 0) return w < cap ? w : cap; /* no history: the 2-competitive budget */
-  int64_t best_b = 0, best = (int64_t)total * SS_SPIN_IDLE_PRICE * w; /* B = 0 */
+  int64_t best_b = 0, best = (int64_t)total * price * w; /* B = 0 */
   int64_t caught_cpu = 0, left = total;
   for (int j = 0; j < SS_WAIT_BUCKETS - 1; j++) {
     int64_t edge = bucket_edge(j), b = edge <= cap ? edge : cap;
@@ -190,7 +192,7 @@ static int64_t choose(const ss_wait_stats *ws, int64_t w, int64_t cap) {
       left -= c;
     }
     if (left < 0) left = 0; /* counters blurred by a racing thread */
-    int64_t cost = caught_cpu + left * (b + SS_SPIN_IDLE_PRICE * w);
+    int64_t cost = caught_cpu + left * (b + price * w);
     if (cost < best) best = cost, best_b = b;
     if (edge >= cap) break;
   }
@@ -209,13 +211,14 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
   if (cap_ns != 0) {
     int64_t w = wake_ns();
     s->wake_ns = w;
-    int64_t cap = SS_SPIN_IDLE_PRICE * w;
+    int busy = contended(now);
+    int64_t price = busy ? 1 : SS_SPIN_IDLE_PRICE;
+    int64_t cap = price * w;
     if (cap_ns > 0 && cap_ns < cap) cap = cap_ns;
     if (timeout_ns > 0 && timeout_ns < cap) cap = timeout_ns;
-    if (cap > 0 && contended(now)) {
-      bump(&ws->contended);
-    } else if (cap > 0) {
-      b = choose(ws, w, cap);
+    if (busy) bump(&ws->contended);
+    if (cap > 0) {
+      b = choose(ws, w, cap, price);
       s->end = now + b;
       s->cap_end = now + cap;
     }
@@ -267,9 +270,9 @@ void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out) {
   const ss_wait_stats *ws = &seg->wait;
   int64_t w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
   out->wake_ns = w;
-  out->cap_ns = w < 0 ? -1 : SS_SPIN_IDLE_PRICE * w;
   int o = atomic_load_explicit(&g_load_override, R);
   out->contended = o >= 0 ? o : atomic_load_explicit(&g_contended, R);
+  out->cap_ns = w < 0 ? -1 : (out->contended ? 1 : SS_SPIN_IDLE_PRICE) * w;
   out->budget_ns = atomic_load_explicit(&ws->budget_ns, R);
   for (int i = 0; i < SS_WAIT_BUCKETS; i++) out->hist[i] = atomic_load_explicit(&ws->hist[i], R);
   out->waits = atomic_load_explicit(&ws->waits, R);
