@@ -26,8 +26,14 @@
 /* /proc/loadavg is read at most this often: ~10 us a read, so at most
  * 0.1% of a core. A bound on cost, not a fit to a machine. */
 #define SS_LOAD_SAMPLE_NS 10000000LL
-/* Wake-up samples taken once per process; W is their lower quartile. */
-#define SS_WAKE_SAMPLES 9
+/* Wake-up samples taken once per process; W is their median. */
+#define SS_WAKE_SAMPLES 7
+/* How long the helper sleeps before each wake: a wait worth deciding about
+ * sleeps this long or longer, and a core idle that long has left the
+ * shallow idle states (and a VM's halt-polling window, ~200 us), whose
+ * wake-ups are cheap; measuring after a shorter nap gave 5-25 us where
+ * readers after a 100-300 us sleep paid 50-100 us. */
+#define SS_WAKE_NAP_NS 500000
 /* A measurement whose helper does not answer in this long (a machine so
  * loaded that it ran nothing else) keeps the delay it saw. */
 #define SS_WAKE_GIVE_UP_NS 50000000LL
@@ -70,9 +76,9 @@ static int allowed_cpus(void) {
   return CPU_COUNT(&set);
 }
 
-/* W: wake a sleeping helper thread SS_WAKE_SAMPLES times, each time
- * spinning until it answers (so it runs on another core, as a woken reader
- * does); the lower quartile of the delays. 0 on one CPU (a spinner there
+/* W: wake a sleeping helper thread SS_WAKE_SAMPLES times, each after it
+ * slept SS_WAKE_NAP_NS, each time spinning until it answers (so it runs on
+ * another core, as a woken reader does); the median of the delays. 0 on one CPU (a spinner there
  * sees nothing until it is preempted) or if no thread can be started. */
 static int64_t measure_wake_ns(void) {
   if (allowed_cpus() < 2) return 0;
@@ -83,8 +89,9 @@ static int64_t measure_wake_ns(void) {
   if (pthread_create(&t, NULL, wake_helper, &p) != 0) return 0;
   int64_t samples[SS_WAKE_SAMPLES];
   for (uint32_t i = 1; i <= SS_WAKE_SAMPLES; i++) {
-    /* Let the helper reach FUTEX_WAIT (it is a few instructions away). */
-    struct timespec nap = {0, 20000};
+    /* The helper reaches FUTEX_WAIT (a few instructions away) and its core
+     * goes idle. */
+    struct timespec nap = {0, SS_WAKE_NAP_NS};
     nanosleep(&nap, NULL);
     int64_t t0 = ss_monotonic_ns(), now = t0;
     atomic_store_explicit(&p.word, i, memory_order_release);
@@ -100,7 +107,7 @@ static int64_t measure_wake_ns(void) {
   }
   pthread_join(t, NULL);
   qsort(samples, SS_WAKE_SAMPLES, sizeof samples[0], cmp_i64);
-  return samples[SS_WAKE_SAMPLES / 4];
+  return samples[SS_WAKE_SAMPLES / 2];
 }
 
 static int64_t wake_ns(void) {
