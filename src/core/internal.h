@@ -243,8 +243,11 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
  * its core (more than W since its last read); the process is then taken to
  * be contended. */
 int ss_spin_preempted(ss_wait_stats *ws, ss_spin *s, int64_t now);
-/* The wait is over: record how long it took. */
-void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int64_t now);
+/* The wait is over: record how long it took. woke_ns: for a wait that
+ * slept, how long after its publication it woke (the publication's time is
+ * known: a stream), -1 if unknown. */
+void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int64_t now,
+                 int64_t woke_ns);
 
 /* n rounded up to a multiple of a (a > 0). */
 static inline uint64_t ss_round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }

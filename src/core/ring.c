@@ -219,7 +219,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     ss_cpu_relax();
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v >= target) {
-      ss_spin_end(ws, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns());
+      ss_spin_end(ws, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns(), -1);
       *out = v;
       return SS_OK;
     }
@@ -244,7 +244,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     }
     if (cancelled(ch)) return SS_ECANCELLED;
     if (now >= deadline) {
-      ss_spin_end(ws, &sp, SS_WAIT_TIMED_OUT, now);
+      ss_spin_end(ws, &sp, SS_WAIT_TIMED_OUT, now, -1);
       return SS_ETIMEDOUT;
     }
     /* SYNC POINT (k2): read wake_seq, announce ourselves, fence, re-check the
@@ -257,7 +257,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v >= target) {
       atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
-      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns());
+      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
       *out = v;
       return SS_OK;
     }
@@ -267,7 +267,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v >= target) {
-      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns());
+      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
       *out = v;
       return SS_OK;
     }

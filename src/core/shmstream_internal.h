@@ -34,6 +34,7 @@ typedef struct ss_wait_stats {
   SS_ATOMIC(uint32_t) hist[SS_WAIT_BUCKETS]; /* decayed counts, 16 per wait */
   SS_ATOMIC(uint32_t) total;                 /* their sum */
   SS_ATOMIC(int64_t) budget_ns;              /* the budget chosen for the last wait */
+  SS_ATOMIC(int64_t) wake_ns;  /* wake-ups this handle's sleeps were seen to cost, 0: none */
   SS_ATOMIC(uint64_t) waits;         /* waits that did not find their condition at once */
   SS_ATOMIC(uint64_t) spun;          /* of those, waits that spun (budget > 0) */
   SS_ATOMIC(uint64_t) caught;        /* waits that ended in the spin */
@@ -45,7 +46,8 @@ typedef struct ss_wait_stats {
 
 /* What Segment.spin_policy shows. */
 typedef struct ss_wait_policy_info {
-  int64_t wake_ns;    /* the process's measured (or injected) wake-up cost, W */
+  int64_t wake_ns;    /* the process's measured (or injected) wake-up cost */
+  int64_t seen_wake_ns; /* this handle's observed wake-up cost (0: none yet); W is it if known */
   int64_t cap_ns;     /* the longest spin the policy allows now: 10 W, or W contended */
   int contended;      /* the process's current view: 1 contended, 0 not */
   int64_t budget_ns;  /* the budget chosen for this handle's last wait */

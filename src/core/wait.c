@@ -92,7 +92,7 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     ss_cpu_relax();
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) {
-      ss_spin_end(&seg->wait, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns());
+      ss_spin_end(&seg->wait, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns(), -1);
       *count_out = c;
       return SS_OK;
     }
@@ -108,11 +108,23 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
    * writer can check for liveness, or, if all 64 are taken, the waiters
    * count around each futex wait. */
   int slot = seg->readonly == SS_ACCESS_FOREIGN ? SS_POLL_SLOT : ss_sleeper_claim(seg);
+  uint64_t asleep_at = ss_realtime_ns();
   int rc = sleep_until(seg, after, deadline, slot, ignore_failed, count_out);
   ss_sleeper_release(seg, slot);
-  if (rc == SS_OK || rc == SS_ETIMEDOUT)
+  if (rc == SS_OK || rc == SS_ETIMEDOUT) {
+    /* How long after the publication this wait woke: the publication's
+     * CLOCK_REALTIME stamp (a racing newer write only makes it shorter);
+     * only for one published while the wait was going to sleep or asleep,
+     * which is a wake-up (one that came before found its count at once). */
+    int64_t woke = -1;
+    if (rc == SS_OK) {
+      uint64_t at = atomic_load_explicit(&p->write_time_ns, memory_order_relaxed);
+      uint64_t rt = ss_realtime_ns();
+      woke = at > asleep_at && rt > at ? (int64_t)(rt - at) : -1;
+    }
     ss_spin_end(&seg->wait, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT,
-                ss_monotonic_ns());
+                ss_monotonic_ns(), woke);
+  }
   return rc;
 }
 

@@ -42,6 +42,7 @@
 
 static SS_ATOMIC(int64_t) g_wake_ns = -1; /* W; -1: not measured yet */
 static SS_ATOMIC(int) g_load_override = -1;
+static SS_ATOMIC(int) g_wake_injected; /* a test fixed W: handles' own observations wait */
 static SS_ATOMIC(int) g_contended;   /* the latest view */
 static SS_ATOMIC(int) g_over_before; /* the previous sample saw more runnable tasks than CPUs */
 static SS_ATOMIC(int64_t) g_next_load_ns;
@@ -158,6 +159,7 @@ static int contended(int64_t now) {
 
 void ss_wait_policy_override(int64_t w, int load) {
   atomic_store_explicit(&g_wake_ns, w < 0 ? -1 : w, memory_order_release);
+  atomic_store_explicit(&g_wake_injected, w >= 0, memory_order_relaxed);
   atomic_store_explicit(&g_load_override, load < 0 ? -1 : !!load, memory_order_relaxed);
   atomic_store_explicit(&g_contended, 0, memory_order_relaxed);
   atomic_store_explicit(&g_over_before, 0, memory_order_relaxed);
@@ -216,7 +218,9 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
   bump(&ws->waits);
   int64_t b = 0;
   if (cap_ns != 0) {
-    int64_t w = wake_ns();
+    int64_t w = wake_ns(), seen = atomic_load_explicit(&ws->wake_ns, R);
+    /* this handle's own wake-ups, once seen (unless a test fixed W) */
+    if (w > 0 && seen > 0 && !atomic_load_explicit(&g_wake_injected, R)) w = seen;
     s->wake_ns = w;
     int busy = contended(now);
     int64_t price = busy ? 1 : SS_SPIN_IDLE_PRICE;
@@ -243,7 +247,8 @@ int ss_spin_preempted(ss_wait_stats *ws, ss_spin *s, int64_t now) {
   return 1;
 }
 
-void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int64_t now) {
+void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int64_t now,
+                 int64_t woke_ns) {
   if (!s->counts) return;
   int64_t t = now - s->start, spun = s->last - s->start;
   if (how == SS_WAIT_CAUGHT) {
@@ -251,8 +256,22 @@ void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int6
   } else if (how == SS_WAIT_WOKEN) {
     bump(&ws->slept);
     /* It saw its publication a wake-up after it came, and not during the
-     * spin. */
+     * spin. A stream says when it published: that wake-up is measured, and
+     * the handle's W follows it (1/8 weight per sleep). A time outside the
+     * wait (a replayed or mirrored publication keeps its own) is not one. */
     int64_t w = s->wake_ns > 0 ? s->wake_ns : atomic_load_explicit(&g_wake_ns, R);
+    if (woke_ns > 0 && woke_ns <= t) {
+      /* A running median (steps of 1/16 of the estimate towards each
+       * sample): a wake-up delayed by a busy machine moves it a little,
+       * not by its size. */
+      int64_t old = atomic_load_explicit(&ws->wake_ns, R), step = old / 16 + 1;
+      int64_t est = old <= 0                ? woke_ns
+                    : woke_ns > old + step ? old + step
+                    : woke_ns < old - step ? old - step
+                                           : woke_ns;
+      atomic_store_explicit(&ws->wake_ns, est, R);
+      w = woke_ns;
+    }
     t = t - (w > 0 ? w : 0);
     if (t <= spun) t = spun + 1;
   } else {
@@ -277,8 +296,11 @@ void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out) {
   const ss_wait_stats *ws = &seg->wait;
   int64_t w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
   out->wake_ns = w;
+  out->seen_wake_ns = atomic_load_explicit(&ws->wake_ns, R);
   int o = atomic_load_explicit(&g_load_override, R);
   out->contended = o >= 0 ? o : atomic_load_explicit(&g_contended, R);
+  if (w > 0 && out->seen_wake_ns > 0 && !atomic_load_explicit(&g_wake_injected, R))
+    w = out->seen_wake_ns;
   out->cap_ns = w < 0 ? -1 : (out->contended ? 1 : SS_SPIN_IDLE_PRICE) * w;
   out->budget_ns = atomic_load_explicit(&ws->budget_ns, R);
   for (int i = 0; i < SS_WAIT_BUCKETS; i++) out->hist[i] = atomic_load_explicit(&ws->hist[i], R);

@@ -44,6 +44,7 @@ inline nb::dict wait_policy_dict(const ss_segment &seg) {
   ss_wait_policy_info_get(&seg, &w);
   nb::dict d;
   d["wake_ns"] = w.wake_ns;
+  d["seen_wake_ns"] = w.seen_wake_ns;
   d["cap_ns"] = w.cap_ns;
   d["contended"] = (bool)w.contended;
   d["budget_ns"] = w.budget_ns;

@@ -35,7 +35,8 @@ class Status(_Handle):
     @property
     def spin_policy(self) -> dict:
         """This handle's wait policy (docs/waiting.md): the process's measured
-        wake-up cost ``wake_ns`` and spin cap ``cap_ns``, whether it is
+        wake-up cost ``wake_ns``, this handle's observed one ``seen_wake_ns``
+        (0: none yet), the spin cap ``cap_ns``, whether it is
         ``contended``, the ``budget_ns`` chosen for the last wait, the
         ``histogram`` of wait lengths and the counters ``waits``, ``spun``,
         ``caught`` (ended in the spin), ``slept``, ``slept_at_once``,
