@@ -257,7 +257,7 @@ void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int6
     bump(&ws->slept);
     /* It saw its publication a wake-up after it came, and not during the
      * spin. A stream says when it published: that wake-up is measured, and
-     * the handle's W follows it (1/8 weight per sleep). A time outside the
+     * the handle's W follows it (a running median). A time outside the
      * wait (a replayed or mirrored publication keeps its own) is not one. */
     int64_t w = s->wake_ns > 0 ? s->wake_ns : atomic_load_explicit(&g_wake_ns, R);
     if (woke_ns > 0 && woke_ns <= t) {
