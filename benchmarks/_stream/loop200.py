@@ -52,7 +52,7 @@ def _stage(module: str, src: str, dst: str | None, ready: Any, out: Any) -> None
         if buf[0, 1] == STOP:
             break
     cpu = (time.process_time() - cpu0) / (time.perf_counter() - t0)
-    policy = r.spin_policy
+    policy = getattr(r, "spin_policy", None)  # None: a build before the wait policy
     r.close()
     if w is not None:
         w.close()
