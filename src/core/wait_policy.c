@@ -111,9 +111,17 @@ static int64_t measure_wake_ns(void) {
   return samples[SS_WAKE_SAMPLES / 2];
 }
 
+/* A child forked by another thread while this one measured would inherit
+ * the lock held by nobody: it starts with a fresh one (and measures W
+ * itself if the parent had not finished). */
+static void reset_measure_lock(void) { pthread_mutex_init(&g_measure_lock, NULL); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_measure_lock); }
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
 static int64_t wake_ns(void) {
   int64_t w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
   if (w >= 0) return w;
+  pthread_once(&g_atfork_once, register_atfork);
   pthread_mutex_lock(&g_measure_lock);
   w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
   if (w < 0) {
