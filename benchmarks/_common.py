@@ -114,6 +114,16 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
+def fmt_spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    """The median of repeated measurements with their range: "1.2 k/s
+    [1.1 k/s-1.3 k/s]" (one value: just it; none: "-")."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(median(values))} [{fmt(min(values))}-{fmt(max(values))}]"
+
+
 def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     """The ``qs`` percentiles of ``values`` (linear interpolation, NumPy's
     default), one float each; NaN for no values."""
@@ -249,6 +259,7 @@ def environment(part: str, argv: Sequence[str]) -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        "cpu": machine_description(),
         "loadavg_start": _loadavg(),
         "versions": {
             d: peer_version(d)
@@ -287,6 +298,22 @@ class Results:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1, default=str)
             f.write("\n")
+
+
+def machine_description() -> str:
+    """CPU model, online CPUs and kernel, as BENCHMARKS.md names a table's
+    machine: "AMD EPYC (2 CPUs), Linux 6.8.0 x86_64"."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    u = platform.uname()
+    return f"{model} ({os.cpu_count()} CPUs), {u.system} {u.release} {u.machine}"
 
 
 def _loadavg() -> list[float] | None:

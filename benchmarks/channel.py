@@ -548,7 +548,8 @@ def _scenarios(quick: bool):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks channel", description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved rounds (median [min-max] reported)")
     ap.add_argument("--quick", action="store_true", help="10x fewer messages (smoke run)")
     ap.add_argument("--only", default="", help="comma-separated scenario names to run")
     ap.add_argument("--json", help="write raw results here")
@@ -574,8 +575,8 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: {kind:7s} {peer:36s} {_fields(got)}", flush=True)
     print()
     env = res.meta
-    print(f"# python -m benchmarks channel ({args.rounds} interleaved rounds, medians) on "
-          f"{env['machine']}, {env['cpu_count']} CPUs, Python {env['python']}")
+    print(f"# python -m benchmarks channel ({args.rounds} interleaved rounds, median "
+          f"[min-max]) on {env['cpu']}, Python {env['python']}")
     summary = {}
     for (kind, peer), runs in raw.items():
         good = [x for x in runs if "error" not in x and "skipped" not in x]
@@ -584,7 +585,12 @@ def main(argv=None) -> int:
             continue
         summary[(kind, peer)] = {k: median([x[k] for x in good]) for k in good[0]}
     for (kind, peer), med in summary.items():
+        good = [x for x in raw[(kind, peer)] if "error" not in x and "skipped" not in x]
         print(f"{kind:7s} {peer:36s} {_fields(med)}")
+        if len(good) > 1:
+            print(f"{'':7s} {'':36s} " + "  ".join(
+                f"{k} [{min(x[k] for x in good):,.2f}-{max(x[k] for x in good):,.2f}]"
+                for k in good[0]))
     _targets(summary)
     if args.json:
         res.dump(args.json, raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},

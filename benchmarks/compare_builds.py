@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("section", "scenario", "shape", "payload", "variant", "peer")
 RATES = ("hz", "rt_per_s", "written_per_s", "msgs_per_s", "frames_per_s")
 LATENCIES = ("p50_ns", "p50_us", "p99_us")
-PART_ARGS = {"stream": ["--peers", "shmstream"], "channel": ["--rounds", "1"]}
+PART_ARGS = {"stream": ["--peers", "shmstream", "--sections", "abc"], "channel": ["--rounds", "1"]}
 
 
 def _rows(path: Path) -> dict[tuple, dict[str, list[float]]]:

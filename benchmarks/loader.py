@@ -32,7 +32,16 @@ import time
 import warnings
 from typing import Any
 
-from ._common import BenchError, Results, emit, fmt_ratio, median, progress, render_table
+from ._common import (
+    BenchError,
+    Results,
+    emit,
+    fmt_ratio,
+    fmt_spread,
+    median,
+    progress,
+    render_table,
+)
 
 DEFAULT_SIZES = "500x1K/32,200x50K/64,100x500K/64,100x1M/32,2000x50K/64,400x500K/64"
 FIRST_USE = "64x50K,64x500K"
@@ -57,7 +66,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--epochs", type=int, default=None,
                     help="epochs per fresh loader (default 3; --quick: 2)")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="fresh loaders of each kind per row (default 3; --quick: 1)")
+                    help="fresh loaders of each kind per row (default 5; --quick: 1)")
     ap.add_argument("--sizes", default=None, help=f"default {DEFAULT_SIZES} (--quick: {QUICK_SIZES})")
     ap.add_argument("--regimes", default="default,persistent",
                     help="default (persistent_workers=False), persistent, or both")
@@ -69,7 +78,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--start-method", default=None, help="default: torch's default")
     ap.add_argument("--json", metavar="PATH")
     opts = ap.parse_args(argv)
-    for name, full, quick in (("epochs", 3, 2), ("rounds", 3, 1), ("sizes", DEFAULT_SIZES, QUICK_SIZES),
+    for name, full, quick in (("epochs", 3, 2), ("rounds", 5, 1), ("sizes", DEFAULT_SIZES, QUICK_SIZES),
                               ("first_use", FIRST_USE, QUICK_FIRST_USE)):
         if getattr(opts, name) is None:
             setattr(opts, name, quick if opts.quick else full)
@@ -85,6 +94,7 @@ def main(argv: list[str]) -> int:
     from shmstream import torch as shm_torch
 
     results = Results("loader", argv)
+    print(f"# python -m benchmarks loader on {results.meta['cpu']}")
     results.meta["versions"]["torch"] = torch.__version__
     results.meta.update(workers=opts.workers, start_method=opts.start_method, touch=opts.touch,
                         epochs=opts.epochs, rounds=opts.rounds)
@@ -121,12 +131,14 @@ def main(argv: list[str]) -> int:
                 gc.collect()
             if stats:
                 results.add(regime=regime, size=label, loader="shmstream", pool_stats=stats)
-            rows.append(_row(n, dim, bs, times, firsts, stats))
+            rows.append(_row(n, dim, bs, times, firsts, stats, opts.epochs))
         title = (f"regime {regime} (persistent_workers={REGIMES[regime]}), float32 samples, "
                  f"num_workers={opts.workers}, start method {opts.start_method or 'torch default'}, "
                  f"consumer {'sums each batch' if opts.touch else 'receives batches'}; "
-                 f"whole epochs (iter() to exhaustion, worker start-up included), median of "
-                 f"{opts.rounds} fresh loaders x {opts.epochs} epochs")
+                 f"whole epochs (iter() to exhaustion, worker start-up included), median "
+                 f"[min-max] of {opts.rounds} fresh loaders x {opts.epochs} epochs; ratio = "
+                 f"torch's median epoch / shmstream's, over all epochs and [min-max] over the "
+                 f"rounds (each round's own medians); the target holds in every round")
         table = render_table(
             ["dataset", "batch MB", "batches/epoch", "torch ms/epoch", "shmstream ms/epoch",
              "ratio", "1st epoch ratio", "target", "verdict", "batches fresh/reused/torch",
@@ -234,18 +246,28 @@ def _first_use(torch: Any, results: Results, spec: str, rounds: int) -> str:
 
 
 def _row(n: int, dim: int, bs: int, times: dict[str, list[float]],
-         firsts: dict[str, list[float]], stats: dict[str, Any]) -> list[str]:
+         firsts: dict[str, list[float]], stats: dict[str, Any], epochs: int) -> list[str]:
     batch_bytes = bs * dim * 4
     t, s = median(times["torch"]), median(times["shmstream"])
     t1, s1 = median(firsts["torch"]), median(firsts["shmstream"])
-    target = 1.3 if batch_bytes >= 12e6 else 0.9
-    ratio = t / s
+    target = 1.3 if batch_bytes >= 1e6 else 0.9
+    rounds = [(times["torch"][i:i + epochs], times["shmstream"][i:i + epochs])
+              for i in range(0, len(times["torch"]), epochs)]
+    per_round = [median(a) / median(b) for a, b in rounds if a and b]
+
+    def ms(v: float) -> str:
+        return f"{v * 1e3:.0f}"
+
+    def x(v: float) -> str:
+        return f"x{v:.2f}"
     pool = (f"{stats.get('fresh', 0)}/{stats.get('reused', 0)}/{stats.get('fallbacks', 0)}"
             if stats else "-")
     return [
         f"{n}x{_h(dim)} bs {bs}", f"{batch_bytes / 1e6:.2f}", str(-(-n // bs)),
-        f"{t * 1e3:.0f}", f"{s * 1e3:.0f}", fmt_ratio(t, s), fmt_ratio(t1, s1),
-        f">= x{target}", "met" if ratio >= target else "NOT met", pool,
+        fmt_spread(times["torch"], ms), fmt_spread(times["shmstream"], ms),
+        f"{fmt_ratio(t, s)} [{x(min(per_round))}-{x(max(per_round))}]" if per_round else "-",
+        fmt_ratio(t1, s1), f">= x{target}",
+        "met" if per_round and min(per_round) >= target else "NOT met", pool,
         f"{stats.get('bytes', 0) / 1e6:.0f}" if stats else "-",
     ]
 

@@ -23,14 +23,20 @@ Sections
       against shmstream's own counter), torn frames (every 8-byte word of a
       frame carries its sequence number). shmstream with its default two
       payload slots and with ``slots=1``.
+  (d) pyRTC-style loop: three shmstream processes hand a 64 KiB frame along
+      at 200 Hz, without and with one CPU-bound hog per core (interleaved):
+      latency p50/p99 and the busiest process's CPU use.
+
+``--hogs`` runs (a)-(c) with one CPU-bound process per online CPU beside
+them (benchmarks/_hogs.py): the loaded regime of docs/waiting.md.
 
 Method: every implementation does the same work: the producer's NumPy array
 is copied into shared memory, the consumer ends up with its own NumPy array
 (a preallocated ``out=`` buffer where the API has one); (b)'s zero-copy rows
 are the one exception, labelled as such, and compared zero-copy with
 zero-copy. Rows are measured
-round-robin (impl A, B, C, D, A, B, ...) ``--repeats`` times and the median is
-reported, so drift on a noisy machine hits every column alike. Processes are
+round-robin (impl A, B, C, D, A, B, ...) ``--repeats`` times and the median
+with the range [min-max] is reported, so drift on a noisy machine hits every column alike. Processes are
 spawned once per run and reused (start-up is not measured); each measurement
 warms up before it is timed. Payloads carry sequence numbers that are checked:
 a mismatch is an error, not a statistic.
@@ -45,10 +51,12 @@ busy-polled, relying on x86-64 store ordering, no resource tracker).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from ._common import Results, call_quietly, progress
-from ._stream import fanout, pingpong, roundtrip
+from ._hogs import hogs
+from ._stream import fanout, loop200, pingpong, roundtrip
 from ._stream.peer import Names
 from ._stream.peers import IMPLS, OURS, Peers
 from ._workers import Worker, import_modules
@@ -71,8 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="write raw results and tables as JSON")
     p.add_argument("--huge", action="store_true",
                    help="add a 10000x10000 float32 (400 MB) round-trip column")
-    p.add_argument("--sections", default="abc", metavar="abc",
-                   help="which sections to run: any of a, b, c (default abc)")
+    p.add_argument("--sections", default="abcd", metavar="abcd",
+                   help="which sections to run: any of a, b, c, d (default abcd)")
+    p.add_argument("--hogs", action="store_true",
+                   help="run (a)-(c) beside one CPU-bound process per CPU (the loaded regime)")
     p.add_argument("--peers", default=",".join(IMPLS), metavar="LIST",
                    help=f"implementations to run (default {','.join(IMPLS)})")
     p.add_argument("--self-module", default="shmstream", help=argparse.SUPPRESS)
@@ -96,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
               "including shmstream", file=sys.stderr)
         return 2
     sections = set(cfg.sections)
-    if not sections <= set("abc") or not sections:
-        print("python -m benchmarks stream: error: --sections takes letters from 'abc'",
+    if not sections <= set("abcd") or not sections:
+        print("python -m benchmarks stream: error: --sections takes letters from 'abcd'",
               file=sys.stderr)
         return 2
 
@@ -106,29 +116,22 @@ def main(argv: list[str] | None = None) -> int:
     res.meta["peers_missing"] = peers.missing
     res.meta["repeats"] = cfg.repeats
     res.meta["seconds_per_measurement"] = cfg.seconds
+    res.meta["hogs"] = cfg.hogs
+    cfg.regime = ", beside one CPU-bound hog per core" if cfg.hogs else ""
     for impl, why in peers.missing.items():
         progress(f"{impl} not available: {why}")
     print(f"# python -m benchmarks stream  ({res.meta['date_utc']}, python {res.meta['python']}, "
-          f"{res.meta['cpu_count']} CPUs, repeats {cfg.repeats}, {cfg.seconds:g} s each)")
+          f"{res.meta['cpu']}, repeats {cfg.repeats}, {cfg.seconds:g} s each"
+          f"{', --hogs' if cfg.hogs else ''})")
     print()
     names = Names()
     workers: list[Worker] = []
     try:
-        if "a" in sections:
-            roundtrip.run(cfg, peers, names, res)
-        if sections & set("bc"):
-            workers = [Worker() for _ in range(2 if "c" in sections else 1)]
-            # the workers import numpy, the peers and the scenarios once,
-            # here, before timing
-            modules = [p.module for p in peers.available] + [pingpong.__name__, fanout.__name__]
-            for w in workers:
-                w.start(import_modules, modules=modules)
-            for w in workers:
-                w.expect("done", timeout=120)
-        if "b" in sections:
-            pingpong.run(cfg, peers, names, res, workers)
-        if "c" in sections:
-            fanout.run(cfg, peers, names, res, workers)
+        if "d" in sections:  # first: its own hogs come and go, (a)-(c)'s stay
+            loop200.run(cfg, names, res)
+        loaded = hogs() if cfg.hogs else contextlib.nullcontext()
+        with loaded:
+            _abc(cfg, sections, peers, names, res, workers)
     finally:
         for w in workers:
             call_quietly(w.close)
@@ -142,6 +145,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _abc(cfg: argparse.Namespace, sections: set[str], peers: Peers, names: Names,
+         res: Results, workers: list[Worker]) -> None:
+    """Sections (a)-(c); the workers it starts are appended to ``workers``
+    (the caller closes them)."""
+    if "a" in sections:
+        roundtrip.run(cfg, peers, names, res)
+    if sections & set("bc"):
+        workers.extend(Worker() for _ in range(2 if "c" in sections else 1))
+        # the workers import numpy, the peers and the scenarios once,
+        # here, before timing
+        modules = [p.module for p in peers.available] + [pingpong.__name__, fanout.__name__]
+        for w in workers:
+            w.start(import_modules, modules=modules)
+        for w in workers:
+            w.expect("done", timeout=120)
+    if "b" in sections:
+        pingpong.run(cfg, peers, names, res, workers)
+    if "c" in sections:
+        fanout.run(cfg, peers, names, res, workers)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -548,6 +548,9 @@ SS_API int ss_read_new_view(ss_segment *seg, uint64_t after, int64_t timeout_ns,
  * lock over and marks the frame abandoned); SS_OK otherwise. */
 SS_API int ss_check_writer(ss_segment *seg);
 SS_API void ss_cancel(ss_segment *seg);
+/* The spin cap (ns) of waits passed spin_ns < 0: SHMSTREAM_SPIN_US if set
+ * (read once), else -1, the wait policy's own cap (docs/waiting.md). A
+ * wait's spin_ns is a cap: the policy spins at most that long, 0 never. */
 SS_API int64_t ss_default_spin_ns(void);
 
 /* ---- processes (src/core/proc.c) -------------------------------------- */

@@ -3,15 +3,10 @@ dtype and shape goes through one native call; every other argument takes the
 checked path, with the same results and the same errors."""
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 import pytest
 
 import shmstream
-
-import support
 
 REC = [("a", "<f4"), ("b", "<i2")]
 
@@ -119,58 +114,3 @@ def test_closed_and_read_only_handles_still_refuse(name):
             ro.read(out=a)
         with pytest.raises(RuntimeError, match="closed"):
             ro.read_new(out=a, timeout=0)
-
-
-def _asleep_after(name: str, started: list[float]) -> float:
-    """Seconds from the waiting thread's call (``started[0]``) until the
-    stream counts a reader asleep (its own waiters count, polled)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if started and shmstream.stat(name)["waiters"]:
-            return time.monotonic() - started[0]
-        time.sleep(0.001)
-    raise AssertionError("no reader fell asleep within 10 s")
-
-
-def test_a_handle_whose_spins_end_asleep_learns_to_sleep_at_once(name):
-    with shmstream.create(name, shape=(1,), dtype=np.int64) as w, shmstream.open(name) as r:
-        out = np.empty(1, np.int64)
-
-        def wait_in_thread(started: list[float]) -> threading.Thread:
-            def wait() -> None:
-                started.append(time.monotonic())
-                r.read_new(out=out, spin_us=10**7)
-            t = threading.Thread(target=wait)
-            t.start()
-            return t
-
-        # A fresh handle spins its budget (10 s here, cut to the binding's
-        # first 100 ms wait chunk) before it sleeps.
-        started: list[float] = []
-        t = wait_in_thread(started)
-        assert _asleep_after(name, started) >= 0.09
-        w.write(np.ones(1, np.int64))
-        t.join(5)
-        assert not t.is_alive() and r.last_read_count == 1
-        # Two spins that end asleep (1 ms budget, no writer): the producer is
-        # slower than the budget, so the next wait sleeps at once.
-        for _ in range(2):
-            with pytest.raises(TimeoutError):
-                r.read_new(out=out, spin_us=1000, timeout=0.05)
-        # (the second may already have slept at once, if the first wait's
-        # spin counted as a miss: skipped is then 1)
-        misses, skipped, _ = r._seg.spin_policy
-        assert misses >= 2 and skipped < 2
-        # A 10 s budget, yet the wait goes to sleep without spinning: the
-        # handle counts the skipped spin, and the thread burns no CPU in it.
-        cpu = time.thread_time()
-        with pytest.raises(TimeoutError):
-            r.read_new(out=out, spin_us=10**7, timeout=0.05)
-        assert time.thread_time() - cpu < 0.025
-        assert r._seg.spin_policy[:2] == (misses, skipped + 1)
-        # ... and it still wakes for the next write.
-        t = wait_in_thread([])
-        support.wait_until(lambda: shmstream.stat(name)["waiters"], what="the reader asleep")
-        w.write(np.full(1, 2, np.int64))
-        t.join(5)
-        assert not t.is_alive() and out[0] == 2

@@ -20,6 +20,7 @@ from .._common import (
     fmt_bytes,
     fmt_hz,
     fmt_ratio,
+    fmt_spread,
     median,
     progress,
     render_table,
@@ -213,6 +214,9 @@ def _table(cfg: argparse.Namespace, peers: Peers, rows: list[tuple[Peer, str]],
             return float("nan")
         return median([min(a, b) for a, b in zip(d["r0_per_s"], d["r1_per_s"])])
 
+    def rate(v: float) -> str:
+        return fmt_hz(v, "/s")
+
     headers = ["implementation", "written/s", "reader 1 frames/s", "reader 2 frames/s",
                "missed % (r1/r2)", "missed = library counter", "torn (all runs)",
                "shmstream vs this (mean reader)", "shmstream vs this (slower reader)"]
@@ -242,15 +246,16 @@ def _table(cfg: argparse.Namespace, peers: Peers, rows: list[tuple[Peer, str]],
         mine = (peer.name, variant) == ours_key
         key = (peer.name, variant)
         table.append([
-            label, fmt_hz(median(d["written_per_s"]), "/s"),
-            fmt_hz(median(d["r0_per_s"]), "/s"), fmt_hz(median(d["r1_per_s"]), "/s"),
+            label, fmt_spread(d["written_per_s"], rate),
+            fmt_spread(d["r0_per_s"], rate), fmt_spread(d["r1_per_s"], rate),
             f"{pct(0):.1f} / {pct(1):.1f}", agree_s,
             str(sum(d["r0_torn"]) + sum(d["r1_torn"])),
             "" if mine else fmt_ratio(per_reader(ours_key), per_reader(key)),
             "" if mine else fmt_ratio(slower_reader(ours_key), slower_reader(key)),
         ])
     title = (f"(c) fan-out: one writer, two reader processes, {fmt_bytes(PAYLOAD)} "
-             f"frames, writer as fast as it can; median of {cfg.repeats}; ratios = frames/s "
+             f"frames, writer as fast as it can; median [min-max] of {cfg.repeats} interleaved "
+             f"runs{cfg.regime}; ratios = frames/s "
              f"delivered per reader by shmstream {ours_variant} vs this row (mean of the two "
              f"readers; the slower reader of each run)")
     return render_table(headers, table, title)

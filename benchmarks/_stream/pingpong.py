@@ -21,6 +21,7 @@ from .._common import (
     fmt_bytes,
     fmt_hz,
     fmt_ratio,
+    fmt_spread,
     fmt_us,
     median,
     percentiles,
@@ -156,11 +157,14 @@ def _table(cfg: argparse.Namespace, peers: Peers,
                     bvb = fmt_ratio(best(ours, payload), best(peer, payload))
             table.append([
                 *head,
-                fmt_hz(r_s, "/s"), fmt_us(p50), fmt_us(median(got["p95_ns"])), fmt_us(p99),
+                fmt_spread(got["rt_per_s"], lambda v: fmt_hz(v, "/s")),
+                fmt_spread(got["p50_ns"], fmt_us), fmt_us(median(got["p95_ns"])),
+                fmt_spread(got["p99_ns"], fmt_us),
                 f"{p99 / p50:.1f}" if p50 > 0 else "-", like, bvb,
             ])
     title = (f"(b) cross-process ping-pong: request of PAYLOAD on stream A, 64 B ack on "
-             f"stream B; median of {cfg.repeats}; latency = one round trip; the requester "
+             f"stream B; median [min-max] of {cfg.repeats} interleaved runs{cfg.regime}; "
+             f"latency = one round trip; the requester "
              f"always copies its request in (write) and its ack out. "
              f"\"like-for-like\" = shmstream's round trips/s with the same kind of read "
              f"(copy vs copy, zero-copy vs zero-copy; on the os.pipe row: shmstream "

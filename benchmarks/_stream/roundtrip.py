@@ -14,6 +14,7 @@ from .._common import (
     fmt_bytes,
     fmt_hz,
     fmt_ratio,
+    fmt_spread,
     median,
     progress,
     render_table,
@@ -90,7 +91,7 @@ def _table(cfg: argparse.Namespace, peers: Peers, shapes: list[tuple[int, ...]],
                 cells.append("error")
                 continue
             m = median(vals)
-            cells.append(f"{fmt_hz(m)}, {m * _nbytes(shape) / 1e9:.2f} GB/s")
+            cells.append(f"{fmt_spread(vals, fmt_hz)}, {m * _nbytes(shape) / 1e9:.2f} GB/s")
         table_rows.append(cells)
 
     def best(impl: str, shape: tuple[int, ...]) -> float:
@@ -106,6 +107,7 @@ def _table(cfg: argparse.Namespace, peers: Peers, shapes: list[tuple[int, ...]],
                 cells.append(fmt_ratio(best(OURS, shape), best(peer.name, shape))
                              if peers.ok(peer) else peers.na(peer))
             table_rows.append(cells)
-    title = (f"(a) write + read round trip in one process, float32, "
-             f"median of {cfg.repeats}; rate in round trips/s, GB/s = payload bytes x rate")
+    title = (f"(a) write + read round trip in one process, float32{cfg.regime}, "
+             f"median [min-max] of {cfg.repeats} interleaved runs; rate in round trips/s, "
+             f"GB/s = payload bytes x median rate; ratios of medians")
     return render_table(headers, table_rows, title)

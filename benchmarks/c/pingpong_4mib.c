@@ -159,8 +159,9 @@ static void shm_mode(const char *mode, int rounds, size_t bytes, int fresh) {
     if (k > 10) lat[k - 11] = now_ns() - t;
   }
   waitpid(pid, NULL, 0);
-  printf("%-10s requester's ack handle: spin misses in a row %u\n", mode,
-         atomic_load(&b.spin_misses));
+  printf("%-10s requester's ack handle: waits %llu, ended in the spin %llu\n", mode,
+         (unsigned long long)atomic_load(&b.wait.waits),
+         (unsigned long long)atomic_load(&b.wait.caught));
   report(mode, lat, rounds, minor_faults() - f0);
   free(lat);
   ss_segment_close(&a);

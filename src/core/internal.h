@@ -220,6 +220,35 @@ int ss_read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
  * writers step aside for it. */
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns);
 
+/* ---- the wait policy (src/core/wait_policy.c, docs/waiting.md) ---------- */
+
+/* One wait's spin, as the policy chose it. */
+typedef struct ss_spin {
+  int64_t start;   /* monotonic ns the wait began */
+  int64_t end;     /* the budget's end (start: no spin) */
+  int64_t cap_end; /* how far a write in flight may extend the spin */
+  int64_t last;    /* the spin's last clock read */
+  int64_t wake_ns; /* W when the wait began */
+  int counts;      /* 0 for a poll (timeout 0): not recorded */
+} ss_spin;
+
+/* How a wait ended, for its record in the handle's histogram. */
+enum ss_wait_end { SS_WAIT_CAUGHT, SS_WAIT_WOKEN, SS_WAIT_TIMED_OUT };
+
+/* Choose this wait's budget: cap_ns is the caller's cap (< 0: the policy's,
+ * 0: no spin), timeout_ns the wait's (0: a poll, no spin). */
+void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now,
+                   ss_spin *s);
+/* At each clock read of a spin: 1 if the spin must stop because it lost
+ * its core (more than W since its last read); the process is then taken to
+ * be contended. */
+int ss_spin_preempted(ss_wait_stats *ws, ss_spin *s, int64_t now);
+/* The wait is over: record how long it took. woke_ns: for a wait that
+ * slept, how long after its publication it woke (the publication's time is
+ * known: a stream), -1 if unknown. */
+void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int64_t now,
+                 int64_t woke_ns);
+
 /* n rounded up to a multiple of a (a > 0). */
 static inline uint64_t ss_round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 

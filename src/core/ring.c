@@ -209,18 +209,24 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
                       SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
                       int64_t timeout_ns, uint64_t *out) {
   uint64_t v;
-  int64_t now = ss_monotonic_ns();
+  /* ch->spin_ns is the cap: the policy (docs/waiting.md) picks the budget. */
+  ss_spin sp;
+  ss_wait_stats *ws = &ch->seg.wait;
+  ss_spin_begin(ws, ch->spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
+  int64_t now;
   int64_t deadline = ss_deadline_ns(timeout_ns);
-  if (timeout_ns != 0 && ch->spin_ns > 0) {
-    int64_t spin_end = now + (timeout_ns < 0 || ch->spin_ns < timeout_ns ? ch->spin_ns : timeout_ns);
-    for (unsigned i = 1;; i++) {
-      ss_cpu_relax();
-      v = atomic_load_explicit(word, memory_order_acquire);
-      if (v >= target) { *out = v; return SS_OK; }
-      if ((i & 63) == 0) {
-        if (cancelled(ch)) return SS_ECANCELLED;
-        if (ss_monotonic_ns() >= spin_end) break;
-      }
+  for (unsigned i = 1; sp.end > sp.start; i++) {
+    ss_cpu_relax();
+    v = atomic_load_explicit(word, memory_order_acquire);
+    if (v >= target) {
+      ss_spin_end(ws, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns(), -1);
+      *out = v;
+      return SS_OK;
+    }
+    if ((i & 15) == 0) {
+      if (cancelled(ch)) return SS_ECANCELLED;
+      now = ss_monotonic_ns();
+      if (now >= sp.end || ss_spin_preempted(ws, &sp, now)) break;
     }
   }
   for (;;) {
@@ -237,7 +243,10 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
       }
     }
     if (cancelled(ch)) return SS_ECANCELLED;
-    if (now >= deadline) return SS_ETIMEDOUT;
+    if (now >= deadline) {
+      ss_spin_end(ws, &sp, SS_WAIT_TIMED_OUT, now, -1);
+      return SS_ETIMEDOUT;
+    }
     /* SYNC POINT (k2): read wake_seq, announce ourselves, fence, re-check the
      * index: either the waker (store index; fence; read waiters) sees us
      * and bumps wake_seq, or we see its index, or wake_seq has moved and
@@ -248,6 +257,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v >= target) {
       atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
       *out = v;
       return SS_OK;
     }
@@ -256,7 +266,11 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     ss_futex_wait(wake_seq, w, left < 0 ? 0 : left);
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
     v = atomic_load_explicit(word, memory_order_acquire);
-    if (v >= target) { *out = v; return SS_OK; }
+    if (v >= target) {
+      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
+      *out = v;
+      return SS_OK;
+    }
   }
 }
 

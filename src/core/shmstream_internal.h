@@ -22,6 +22,44 @@ enum ss_access {
                            * (or a peek): no lock, so no lock fallback */
 };
 
+/* ---- the wait policy (src/core/wait_policy.c, docs/waiting.md) ---------- */
+
+/* Histogram buckets of wait lengths: 0: < 1024 ns; j in 1..15:
+ * [2^(9+j), 2^(10+j)) ns; 16: longer. */
+#define SS_WAIT_BUCKETS 17
+
+/* One handle's waits. Relaxed atomics: two threads waiting on one handle at
+ * once only blur the statistics. */
+typedef struct ss_wait_stats {
+  SS_ATOMIC(uint32_t) hist[SS_WAIT_BUCKETS]; /* decayed counts, 16 per wait */
+  SS_ATOMIC(uint32_t) total;                 /* their sum */
+  SS_ATOMIC(int64_t) budget_ns;              /* the budget chosen for the last wait */
+  SS_ATOMIC(int64_t) wake_ns;  /* wake-ups this handle's sleeps were seen to cost, 0: none */
+  SS_ATOMIC(uint64_t) waits;         /* waits that did not find their condition at once */
+  SS_ATOMIC(uint64_t) spun;          /* of those, waits that spun (budget > 0) */
+  SS_ATOMIC(uint64_t) caught;        /* waits that ended in the spin */
+  SS_ATOMIC(uint64_t) slept;         /* waits that went to sleep */
+  SS_ATOMIC(uint64_t) slept_at_once; /* waits whose budget was 0 */
+  SS_ATOMIC(uint64_t) preempted;     /* spins cut short: the core was taken from them */
+  SS_ATOMIC(uint64_t) contended;     /* waits that began while the process saw contention */
+} ss_wait_stats;
+
+/* What Segment.spin_policy shows. */
+typedef struct ss_wait_policy_info {
+  int64_t wake_ns;    /* the process's measured (or injected) wake-up cost */
+  int64_t seen_wake_ns; /* this handle's observed wake-up cost (0: none yet); W is it if known */
+  int64_t cap_ns;     /* the longest spin the policy allows now: 10 W, or W contended */
+  int contended;      /* the process's current view: 1 contended, 0 not */
+  int64_t budget_ns;  /* the budget chosen for this handle's last wait */
+  uint32_t hist[SS_WAIT_BUCKETS];
+  uint64_t waits, spun, caught, slept, slept_at_once, preempted, contended_waits;
+} ss_wait_policy_info;
+
+SS_API void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out);
+/* Test hook: wake_ns >= 0 replaces the measured W (0: never spin), -1
+ * measures it (again); load 1: contended, 0: not, -1: measure. */
+SS_API void ss_wait_policy_override(int64_t wake_ns, int load);
+
 /* A mapped segment. Local to one process; never placed in shared memory. */
 struct ss_segment {
   ss_header *hdr;
@@ -37,11 +75,9 @@ struct ss_segment {
   size_t slot_seq_off;
   uint32_t slot_seq_step;
   uint32_t history;         /* id.history, 0: no slot records */
-  /* The waits' learned spin policy (src/core/wait.c): consecutive spins that
-   * ended in a sleep, and waits since the last probe. Per handle. */
-  SS_ATOMIC(uint32_t) spin_misses;
-  SS_ATOMIC(uint32_t) spin_skipped;
-  SS_ATOMIC(int64_t) spin_learned_ns; /* a longer budget that would have paid, 0: none */
+  /* This handle's waits, for the spin policy (src/core/wait_policy.c,
+   * docs/waiting.md). Process-local; relaxed counters. */
+  ss_wait_stats wait;
   /* The identity as validated at open (or written at create): everything
    * that sizes or locates memory is read from here, never again from the
    * shared header, which any process that can write the segment may change

@@ -5,41 +5,14 @@
 
 #include "internal.h"
 
-/* On a 2-core machine a blocking wake costs ~120 us while a spinning reader
- * sees a write in < 1 us; 50 us of spinning covers a producer that answers
- * promptly without burning a core for a slow one. See BENCHMARKS.md. */
-#define SS_DEFAULT_SPIN_NS 50000
-/* Longest a waiter keeps spinning past its budget while a write is in
- * flight (a write_view held open must not burn a core for long). */
-#define SS_IN_FLIGHT_SPIN_NS 10000000
-/* The learned part of the policy: after this many spins in a row that ended
- * asleep, a handle's waits sleep at once (its producer is slower than the
- * budget, or shares its core, where a spinner only delays it), except for
- * probes that spin the whole budget to find out whether spinning pays
- * again: the first after SS_SPIN_PROBE_MIN skipped waits, each failed probe
- * doubling the gap up to SS_SPIN_PROBE_MAX (so a failing probe costs one
- * budget per ~1000 waits). A spin that sees its publication resets it all. */
-/* And the other way: a wait that slept but saw its publication a little
- * after the budget ran out, yet long after it began (a responder that
- * copies 4 MiB for ~330 us before it answers), paid a wake-up (~70-200 us
- * on an idle VM core) that a longer spin saves. So when such a wait took
- * at least SS_SPIN_LEARN_MIN budgets and 1.5x it is at most
- * SS_SPIN_LEARN_MAX budgets, the handle's next budget is that 1.5x. Short
- * waits (a producer on our core, a 64 B exchange) never extend the budget;
- * a learned budget that fails is re-learned from that wait without
- * counting as a miss. */
-#define SS_SPIN_LEARN_MIN 4
-#define SS_SPIN_LEARN_MAX 20
-#define SS_SPIN_MISSES_TO_SKIP 2
-#define SS_SPIN_PROBE_MIN 16
-#define SS_SPIN_PROBE_MAX 1024
-
+/* The spin cap of waits that name none: SHMSTREAM_SPIN_US if set, else -1
+ * (the policy's own cap, docs/waiting.md). */
 int64_t ss_default_spin_ns(void) {
-  static int64_t cached = -1;
-  if (cached < 0) {
+  static int64_t cached = -2;
+  if (cached == -2) {
     const char *env = getenv("SHMSTREAM_SPIN_US");
-    cached = env && *env ? (int64_t)(strtod(env, NULL) * 1000.0) : SS_DEFAULT_SPIN_NS;
-    if (cached < 0) cached = 0;
+    int64_t v = env && *env ? (int64_t)(strtod(env, NULL) * 1000.0) : -1;
+    cached = env && *env && v < 0 ? 0 : v;
   }
   return cached;
 }
@@ -96,73 +69,30 @@ int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   return ss_wait_newer(seg, after, timeout_ns, spin_ns, 0, count_out);
 }
 
-/* Whether this wait spins (the learned policy above). spin_misses counts
- * the spins in a row that ended asleep; past SS_SPIN_MISSES_TO_SKIP it also
- * sets the probe gap, 16 << (misses - 2). Relaxed counters: two threads
- * waiting on one handle at once only blur the heuristic. */
-static int spin_pays(ss_segment *seg) {
-  const memory_order r = memory_order_relaxed;
-  uint32_t misses = atomic_load_explicit(&seg->spin_misses, r);
-  if (misses < SS_SPIN_MISSES_TO_SKIP) return 1;
-  uint32_t shift = misses - SS_SPIN_MISSES_TO_SKIP;
-  uint32_t gap = shift >= 6 ? SS_SPIN_PROBE_MAX : SS_SPIN_PROBE_MIN << shift;
-  uint32_t skipped = atomic_load_explicit(&seg->spin_skipped, r) + 1;
-  atomic_store_explicit(&seg->spin_skipped, skipped >= gap ? 0 : skipped, r);
-  return skipped >= gap; /* the probe */
-}
-
-/* extended: the spin ran a learned budget longer than the caller's. */
-static void spin_ended(ss_segment *seg, int seen, int extended) {
-  const memory_order r = memory_order_relaxed;
-  if (!seen && extended) {
-    atomic_store_explicit(&seg->spin_learned_ns, 0, r);
-    return;
-  }
-  uint32_t m = atomic_load_explicit(&seg->spin_misses, r);
-  atomic_store_explicit(&seg->spin_misses, seen ? 0 : (m < 64 ? m + 1 : m), r);
-}
-
-/* A wait that spun (the caller's budget spin_ns) slept and saw its
- * publication `waited` ns after it began: the learned budget. */
-static void spin_learn(ss_segment *seg, int64_t spin_ns, int64_t waited) {
-  int64_t want = waited + waited / 2;
-  int ok = waited >= SS_SPIN_LEARN_MIN * spin_ns && want <= SS_SPIN_LEARN_MAX * spin_ns;
-  atomic_store_explicit(&seg->spin_learned_ns, ok ? want : 0, memory_order_relaxed);
-}
-
 int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   int ignore_failed, uint64_t *count_out) {
   ss_publish_line *p = &seg->hdr->pub;
   if (ss_mapping_lost(seg)) return SS_ECORRUPT;
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
   if (c > after) { *count_out = c; return SS_OK; }
-  if (spin_ns > 0 && timeout_ns != 0 && !spin_pays(seg)) spin_ns = 0;
-  int64_t budget = spin_ns; /* the caller's, before any learned extension */
-  if (spin_ns > 0) {
-    int64_t learned = atomic_load_explicit(&seg->spin_learned_ns, memory_order_relaxed);
-    if (learned > spin_ns) spin_ns = learned;
-  }
-  int64_t now = ss_monotonic_ns(), start = now;
+  /* spin_ns is the cap: the policy (docs/waiting.md) picks the budget. */
+  ss_spin sp;
+  ss_spin_begin(&seg->wait, spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
+  int64_t now = sp.start;
   int64_t deadline = ss_deadline_ns(timeout_ns);
-  int64_t spin_end = now + (spin_ns < timeout_ns || timeout_ns < 0 ? spin_ns : timeout_ns);
-  /* A write in flight means a publication is imminent: a big copy (4 MiB
-   * takes ~350 us here) outlasts the spin budget, and sleeping then costs a
-   * wake-up (~100 us on an idle VM core). So spinning goes on while the
-   * writer is copying, up to SS_IN_FLIGHT_SPIN_NS. */
-  int64_t flight_end = spin_ns > 0 ? now + SS_IN_FLIGHT_SPIN_NS : now;
-  if (flight_end > deadline) flight_end = deadline;
-  /* Only `pause` between checks: sched_yield let a producer on our core
-   * run in theory, but under CFS each call could hand a whole time slice to
-   * any other task, and a reader on the core of a full-speed writer read
-   * ~260 frames/s instead of ~77 000 (docs/API.md, "Spinning"). A producer
-   * on our core is the learned policy's case instead. */
-  int spun = spin_ns > 0;
-  for (unsigned i = 1;; i++) {
-    if (now >= spin_end && (now >= flight_end || !ss_write_in_flight(seg))) break;
+  /* Past the budget, a write in flight means the publication is a copy
+   * away: the spin goes on, up to the cap. Only `pause` between checks:
+   * sched_yield would let a producer on our core run in theory, but under
+   * CFS each call could hand a whole time slice to any other task (a reader
+   * on the core of a full-speed writer read ~260 frames/s instead of
+   * ~77 000, docs/API.md, "Spinning"); a producer on our core is the
+   * contention case of the policy instead. */
+  for (unsigned i = 1; sp.end > sp.start; i++) {
+    if (now >= sp.end && (now >= sp.cap_end || !ss_write_in_flight(seg))) break;
     ss_cpu_relax();
     c = atomic_load_explicit(&p->count, memory_order_acquire);
     if (c > after) {
-      if (spun) spin_ended(seg, 1, spin_ns > budget);
+      ss_spin_end(&seg->wait, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns(), -1);
       *count_out = c;
       return SS_OK;
     }
@@ -171,16 +101,30 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
       if (ss_mapping_lost(seg)) return SS_ECORRUPT;
       if (!ignore_failed && inconsistent(p)) return SS_EINCONSISTENT;
       now = ss_monotonic_ns();
+      if (ss_spin_preempted(&seg->wait, &sp, now)) break;
     }
   }
-  if (spun && now < deadline) spin_ended(seg, 0, spin_ns > budget);
   /* Announce ourselves for the whole sleep: a sleeper slot (z1, z2) that a
    * writer can check for liveness, or, if all 64 are taken, the waiters
    * count around each futex wait. */
   int slot = seg->readonly == SS_ACCESS_FOREIGN ? SS_POLL_SLOT : ss_sleeper_claim(seg);
+  uint64_t asleep_at = ss_realtime_ns();
   int rc = sleep_until(seg, after, deadline, slot, ignore_failed, count_out);
   ss_sleeper_release(seg, slot);
-  if (spun && rc == SS_OK) spin_learn(seg, budget, ss_monotonic_ns() - start);
+  if (rc == SS_OK || rc == SS_ETIMEDOUT) {
+    /* How long after the publication this wait woke: the publication's
+     * CLOCK_REALTIME stamp (a racing newer write only makes it shorter);
+     * only for one published while the wait was going to sleep or asleep,
+     * which is a wake-up (one that came before found its count at once). */
+    int64_t woke = -1;
+    if (rc == SS_OK) {
+      uint64_t at = atomic_load_explicit(&p->write_time_ns, memory_order_relaxed);
+      uint64_t rt = ss_realtime_ns();
+      woke = at > asleep_at && rt > at ? (int64_t)(rt - at) : -1;
+    }
+    ss_spin_end(&seg->wait, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT,
+                ss_monotonic_ns(), woke);
+  }
   return rc;
 }
 

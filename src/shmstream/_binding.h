@@ -37,6 +37,30 @@ constexpr int64_t kSignalCheckNs = 100'000'000;
 
 // The rule every name follows (docs/ABI.md, "Names"); the Python checks
 // read it from _native.NAME_RULE.
+// A handle's wait policy state (docs/waiting.md) as a dict, for
+// Segment.spin_policy and Channel.spin_policy.
+inline nb::dict wait_policy_dict(const ss_segment &seg) {
+  ss_wait_policy_info w;
+  ss_wait_policy_info_get(&seg, &w);
+  nb::dict d;
+  d["wake_ns"] = w.wake_ns;
+  d["seen_wake_ns"] = w.seen_wake_ns;
+  d["cap_ns"] = w.cap_ns;
+  d["contended"] = (bool)w.contended;
+  d["budget_ns"] = w.budget_ns;
+  nb::list hist;
+  for (uint32_t h : w.hist) hist.append(h);
+  d["histogram"] = hist;
+  d["waits"] = w.waits;
+  d["spun"] = w.spun;
+  d["caught"] = w.caught;
+  d["slept"] = w.slept;
+  d["slept_at_once"] = w.slept_at_once;
+  d["preempted"] = w.preempted;
+  d["contended_waits"] = w.contended_waits;
+  return d;
+}
+
 inline std::string name_rule() {
   return "1 to " + std::to_string(SS_MAX_NAME_BYTES) + " UTF-8 bytes without NUL";
 }

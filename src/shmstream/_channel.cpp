@@ -191,6 +191,8 @@ NB_MODULE(_channel, m) {
                    [](Channel &c, uint32_t b) { ss_channel_set_batch(&c.ch, b); })
       .def_prop_rw("spin_ns", [](Channel &c) { return c.ch.spin_ns; },
                    [](Channel &c, int64_t s) { c.ch.spin_ns = s < 0 ? ss_default_spin_ns() : s; })
+      .def_prop_ro("spin_policy", [](Channel &c) { return wait_policy_dict(c.ch.seg); },
+                   "This end's wait policy (docs/waiting.md), as Segment.spin_policy.")
       .def_prop_ro("head", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->head.pos.load() : 0; })
       .def_prop_ro("tail", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->tail.pos.load() : 0; })
       .def_prop_ro("pending", [](Channel &c) { return c.ch.pending; })

@@ -138,6 +138,10 @@ class Channel:
     def spin_ns(self, arg: int, /) -> None: ...
 
     @property
+    def spin_policy(self) -> dict:
+        """This end's wait policy (docs/waiting.md), as Segment.spin_policy."""
+
+    @property
     def head(self) -> int: ...
 
     @property

@@ -82,6 +82,9 @@ NB_MODULE(_native, m) {
   m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
         "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
+  m.def("wait_policy_override", &ss_wait_policy_override, "wake_ns"_a = -1, "load"_a = -1,
+        "Test hook (docs/waiting.md): wake_ns >= 0 replaces the measured wake-up cost, -1 "
+        "measures it again; load 1 or 0 fixes the contention state, -1 measures it.");
   m.def("segment_bytes", [](uint64_t payload, uint32_t slots, uint32_t history) {
     uint64_t n = ss_segment_bytes(payload, slots, history);
     if (n == 0) raise(g_value, "a segment of that size cannot be addressed");
@@ -341,13 +344,11 @@ NB_MODULE(_native, m) {
         size_t shape[1] = {s.payload_bytes()};
         return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape, owner);
       }, "slot"_a = 0, nb::rv_policy::reference_internal)
-      .def_prop_ro("spin_policy", [](Segment &s) {
-        // This handle's learned wait policy (src/core/wait.c): spins in a
-        // row that ended asleep, waits since the last probe, learned budget.
-        const auto r = std::memory_order_relaxed;
-        return std::make_tuple(s.seg.spin_misses.load(r), s.seg.spin_skipped.load(r),
-                               s.seg.spin_learned_ns.load(r));
-      }, "(spin misses in a row, waits since the last probe, learned spin ns) of this handle.")
+      .def_prop_ro("spin_policy", [](Segment &s) { return wait_policy_dict(s.seg); },
+                   "This handle's wait policy (docs/waiting.md): the process's wake-up cost "
+                   "wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the "
+                   "histogram of wait lengths and the counters waits, spun, caught, slept, "
+                   "slept_at_once, preempted, contended_waits.")
       .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(&s.seg); })
       .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(&s.seg); })
       .def_prop_ro("slot_count", [](Segment &s) { return s.seg.id.slot_count; })

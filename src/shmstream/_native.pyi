@@ -68,6 +68,11 @@ def proc_start_ticks(pid: int) -> int:
 
 def default_spin_ns() -> int: ...
 
+def wait_policy_override(wake_ns: int = -1, load: int = -1) -> None:
+    """
+    Test hook (docs/waiting.md): wake_ns >= 0 replaces the measured wake-up cost, -1 measures it again; load 1 or 0 fixes the contention state, -1 measures it.
+    """
+
 def segment_bytes(payload: int, slots: int, history: int = 0) -> int:
     """
     Bytes of a segment with slots payload slots (history: history + 1 slots and records).
@@ -274,9 +279,9 @@ class Segment:
     def payload(self, slot: int = 0) -> Annotated[NDArray[numpy.uint8], dict(shape=(None,))]: ...
 
     @property
-    def spin_policy(self) -> tuple[int, int, int]:
+    def spin_policy(self) -> dict:
         """
-        (spin misses in a row, waits since the last probe, learned spin ns) of this handle.
+        This handle's wait policy (docs/waiting.md): the process's wake-up cost wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the histogram of wait lengths and the counters waits, spun, caught, slept, slept_at_once, preempted, contended_waits.
         """
 
     @property

@@ -33,6 +33,17 @@ class Status(_Handle):
         return seg.count
 
     @property
+    def spin_policy(self) -> dict:
+        """This handle's wait policy (docs/waiting.md): the process's measured
+        wake-up cost ``wake_ns``, this handle's observed one ``seen_wake_ns``
+        (0: none yet), the spin cap ``cap_ns``, whether it is
+        ``contended``, the ``budget_ns`` chosen for the last wait, the
+        ``histogram`` of wait lengths and the counters ``waits``, ``spun``,
+        ``caught`` (ended in the spin), ``slept``, ``slept_at_once``,
+        ``preempted`` and ``contended_waits``."""
+        return self._check_open("read spin_policy from").spin_policy
+
+    @property
     def last_read_count(self) -> int:
         """The count of the publication this handle read last (or the count
         when it was opened)."""

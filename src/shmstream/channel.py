@@ -177,12 +177,19 @@ class _End:
 
     @property
     def spin_ns(self) -> int:
-        """How long a wait spins before it sleeps on the futex."""
+        """The most a wait spins before it sleeps on the futex (-1: the wait
+        policy's own cap; 0: never spin). docs/waiting.md."""
         return self._ch.spin_ns
 
     @spin_ns.setter
     def spin_ns(self, value: int) -> None:
         self._ch.spin_ns = value
+
+    @property
+    def spin_policy(self) -> dict:
+        """This end's wait policy, as ``SharedMemory.spin_policy``
+        (docs/waiting.md)."""
+        return self._ch.spin_policy
 
     def stat(self) -> dict:
         """Both ends' owners and the ring indices (the fields of

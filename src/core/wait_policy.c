@@ -1,0 +1,322 @@
+/* How long a wait spins before it sleeps: the one copy of the rule, for
+ * streams (wait.c) and channels (ring.c). The model and its costs are in
+ * docs/waiting.md; this file follows its sections. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* The price of a nanosecond of spinning relative to one of the waiter's
+ * latency is 1/SS_SPIN_IDLE_PRICE while a core is spare (the spin takes a
+ * core nobody wants) and 1 when none is (it takes a core from a runnable
+ * task: the classic ski-rental). It is a choice of what to pay for latency,
+ * not a property of a machine; it also sets the cap: no budget longer than
+ * W * price can ever pay (10 W with a spare core, W without). */
+#define SS_SPIN_IDLE_PRICE 10
+/* Histogram units: each wait adds SS_WAIT_UNIT; past SS_WAIT_WINDOW all
+ * buckets are halved (the histogram describes the last ~64 waits). */
+#define SS_WAIT_UNIT 16
+#define SS_WAIT_WINDOW 1024
+/* /proc/loadavg is read at most this often: ~10 us a read, so at most
+ * 0.1% of a core. A bound on cost, not a fit to a machine. */
+#define SS_LOAD_SAMPLE_NS 10000000LL
+/* Wake-up samples taken once per process; W is their median. */
+#define SS_WAKE_SAMPLES 7
+/* How long the helper sleeps before each wake: a wait worth deciding about
+ * sleeps this long or longer, and a core idle that long has left the
+ * shallow idle states (and a VM's halt-polling window, ~200 us), whose
+ * wake-ups are cheap; measuring after a shorter nap gave 5-25 us where
+ * readers after a 100-300 us sleep paid 50-100 us. */
+#define SS_WAKE_NAP_NS 500000
+/* A measurement whose helper does not answer in this long (a machine so
+ * loaded that it ran nothing else) keeps the delay it saw. */
+#define SS_WAKE_GIVE_UP_NS 50000000LL
+
+/* ---- the process's measurements ------------------------------------------ */
+
+static SS_ATOMIC(int64_t) g_wake_ns = -1; /* W; -1: not measured yet */
+static SS_ATOMIC(int) g_load_override = -1;
+static SS_ATOMIC(int) g_wake_injected; /* a test fixed W: handles' own observations wait */
+static SS_ATOMIC(int) g_contended;   /* the latest view */
+static SS_ATOMIC(int) g_over_before; /* the previous sample saw more runnable tasks than CPUs */
+static SS_ATOMIC(int64_t) g_next_load_ns;
+static pthread_mutex_t g_measure_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The futex ping: the helper sleeps until `word` reaches i, then stores
+ * ack = i. */
+typedef struct wake_ping {
+  SS_ATOMIC(uint32_t) word;
+  SS_ATOMIC(uint32_t) ack;
+} wake_ping;
+
+static void *wake_helper(void *arg) {
+  wake_ping *p = arg;
+  for (uint32_t i = 1; i <= SS_WAKE_SAMPLES; i++) {
+    uint32_t w;
+    while ((w = atomic_load_explicit(&p->word, memory_order_acquire)) < i)
+      ss_futex_wait(&p->word, w, -1);
+    atomic_store_explicit(&p->ack, i, memory_order_release);
+  }
+  return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int allowed_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 2; /* unknown: assume a spare */
+  return CPU_COUNT(&set);
+}
+
+/* W: wake a sleeping helper thread SS_WAKE_SAMPLES times, each after it
+ * slept SS_WAKE_NAP_NS, each time spinning until it answers (so it runs on
+ * another core, as a woken reader does); the median of the delays. 0 on one CPU (a spinner there
+ * sees nothing until it is preempted) or if no thread can be started. */
+static int64_t measure_wake_ns(void) {
+  if (allowed_cpus() < 2) return 0;
+  wake_ping p;
+  atomic_init(&p.word, 0);
+  atomic_init(&p.ack, 0);
+  pthread_t t;
+  if (pthread_create(&t, NULL, wake_helper, &p) != 0) return 0;
+  int64_t samples[SS_WAKE_SAMPLES];
+  for (uint32_t i = 1; i <= SS_WAKE_SAMPLES; i++) {
+    /* The helper reaches FUTEX_WAIT (a few instructions away) and its core
+     * goes idle. */
+    struct timespec nap = {0, SS_WAKE_NAP_NS};
+    nanosleep(&nap, NULL);
+    int64_t t0 = ss_monotonic_ns(), now = t0;
+    atomic_store_explicit(&p.word, i, memory_order_release);
+    ss_futex_wake(&p.word);
+    for (unsigned k = 1; atomic_load_explicit(&p.ack, memory_order_acquire) < i; k++) {
+      ss_cpu_relax();
+      if ((k & 15) == 0) {
+        now = ss_monotonic_ns();
+        if (now - t0 > SS_WAKE_GIVE_UP_NS) sched_yield();
+      }
+    }
+    samples[i - 1] = ss_monotonic_ns() - t0;
+  }
+  pthread_join(t, NULL);
+  qsort(samples, SS_WAKE_SAMPLES, sizeof samples[0], cmp_i64);
+  return samples[SS_WAKE_SAMPLES / 2];
+}
+
+/* A child forked by another thread while this one measured would inherit
+ * the lock held by nobody: it starts with a fresh one (and measures W
+ * itself if the parent had not finished). */
+static void reset_measure_lock(void) { pthread_mutex_init(&g_measure_lock, NULL); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_measure_lock); }
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static int64_t wake_ns(void) {
+  int64_t w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
+  if (w >= 0) return w;
+  pthread_once(&g_atfork_once, register_atfork);
+  pthread_mutex_lock(&g_measure_lock);
+  w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
+  if (w < 0) {
+    w = measure_wake_ns();
+    atomic_store_explicit(&g_wake_ns, w, memory_order_release);
+  }
+  pthread_mutex_unlock(&g_measure_lock);
+  return w;
+}
+
+/* The number of runnable tasks now (/proc/loadavg's 4th field, "r/t"),
+ * -1 if unknown. */
+static int runnable_tasks(void) {
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  double a, b, c;
+  int r, t;
+  return sscanf(buf, "%lf %lf %lf %d/%d", &a, &b, &c, &r, &t) == 5 ? r : -1;
+}
+
+/* Contended: more runnable tasks (the waiter among them) than online CPUs
+ * in two samples in a row (one sample catches a passing kernel thread), or
+ * a spin lost its core since the last sample. */
+static int contended(int64_t now) {
+  int o = atomic_load_explicit(&g_load_override, memory_order_relaxed);
+  if (o >= 0) return o;
+  if (now >= atomic_load_explicit(&g_next_load_ns, memory_order_relaxed)) {
+    atomic_store_explicit(&g_next_load_ns, now + SS_LOAD_SAMPLE_NS, memory_order_relaxed);
+    static int cpus;
+    if (!cpus) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int r = runnable_tasks();
+    int over = r > 0 && cpus > 0 && r > cpus;
+    int before = atomic_exchange_explicit(&g_over_before, over, memory_order_relaxed);
+    atomic_store_explicit(&g_contended, over && before, memory_order_relaxed);
+  }
+  return atomic_load_explicit(&g_contended, memory_order_relaxed);
+}
+
+void ss_wait_policy_override(int64_t w, int load) {
+  atomic_store_explicit(&g_wake_ns, w < 0 ? -1 : w, memory_order_release);
+  atomic_store_explicit(&g_wake_injected, w >= 0, memory_order_relaxed);
+  atomic_store_explicit(&g_load_override, load < 0 ? -1 : !!load, memory_order_relaxed);
+  atomic_store_explicit(&g_contended, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_over_before, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_next_load_ns, 0, memory_order_relaxed);
+}
+
+/* ---- the choice ------------------------------------------------------------ */
+
+static int64_t bucket_edge(int j) { return 1024LL << j; } /* upper edge of bucket j < 16 */
+
+static int bucket_of(int64_t ns) {
+  if (ns < 1024) return 0;
+  int j = 63 - __builtin_clzll((uint64_t)ns) - 9;
+  return j < SS_WAIT_BUCKETS - 1 ? j : SS_WAIT_BUCKETS - 1;
+}
+
+#define R memory_order_relaxed
+
+/* Counters are per handle and mostly touched by one thread: a load and a
+ * store (no locked read-modify-write on the hot path); two threads waiting
+ * on one handle at once may lose a count, which only blurs the statistics. */
+static void bump(SS_ATOMIC(uint64_t) *c) {
+  atomic_store_explicit(c, atomic_load_explicit(c, R) + 1, R);
+}
+
+/* The budget B minimising k E[min(T, B)] + P(T > B) W, k = 1/price, over
+ * B = 0 and each bucket's upper edge up to cap; each bucket's waits are
+ * taken to last its upper edge. Scaled by price * total to stay integer. */
+static int64_t choose(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price) {
+  uint32_t total = atomic_load_explicit(&ws->total, R);
+  if (total == 0) return w < cap ? w : cap; /* no history: the 2-competitive budget */
+  int64_t best_b = 0, best = (int64_t)total * price * w; /* B = 0 */
+  int64_t caught_cpu = 0, left = total;
+  for (int j = 0; j < SS_WAIT_BUCKETS - 1; j++) {
+    int64_t edge = bucket_edge(j), b = edge <= cap ? edge : cap;
+    uint32_t c = atomic_load_explicit(&ws->hist[j], R);
+    if (edge <= cap) {
+      caught_cpu += (int64_t)c * edge;
+      left -= c;
+    }
+    if (left < 0) left = 0; /* counters blurred by a racing thread */
+    int64_t cost = caught_cpu + left * (b + price * w);
+    if (cost < best) best = cost, best_b = b;
+    if (edge >= cap) break;
+  }
+  return best_b;
+}
+
+void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now,
+                   ss_spin *s) {
+  s->start = s->last = now;
+  s->end = s->cap_end = now;
+  s->wake_ns = 0;
+  s->counts = timeout_ns != 0;
+  if (!s->counts) return; /* a poll */
+  bump(&ws->waits);
+  int64_t b = 0;
+  if (cap_ns != 0) {
+    int64_t w = wake_ns(), seen = atomic_load_explicit(&ws->wake_ns, R);
+    /* this handle's own wake-ups, once seen (unless a test fixed W) */
+    if (w > 0 && seen > 0 && !atomic_load_explicit(&g_wake_injected, R)) w = seen;
+    s->wake_ns = w;
+    int busy = contended(now);
+    int64_t price = busy ? 1 : SS_SPIN_IDLE_PRICE;
+    int64_t cap = price * w;
+    if (cap_ns > 0 && cap_ns < cap) cap = cap_ns;
+    if (timeout_ns > 0 && timeout_ns < cap) cap = timeout_ns;
+    if (busy) bump(&ws->contended);
+    if (cap > 0) {
+      b = choose(ws, w, cap, price);
+      s->end = now + b;
+      s->cap_end = now + cap;
+    }
+  }
+  atomic_store_explicit(&ws->budget_ns, b, R);
+  bump(b > 0 ? &ws->spun : &ws->slept_at_once);
+}
+
+int ss_spin_preempted(ss_wait_stats *ws, ss_spin *s, int64_t now) {
+  int64_t gap = now - s->last;
+  s->last = now;
+  if (gap <= s->wake_ns || atomic_load_explicit(&g_load_override, R) >= 0) return 0;
+  bump(&ws->preempted);
+  atomic_store_explicit(&g_contended, 1, R);
+  return 1;
+}
+
+void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int64_t now,
+                 int64_t woke_ns) {
+  if (!s->counts) return;
+  int64_t t = now - s->start, spun = s->last - s->start;
+  if (how == SS_WAIT_CAUGHT) {
+    bump(&ws->caught);
+  } else if (how == SS_WAIT_WOKEN) {
+    bump(&ws->slept);
+    /* It saw its publication a wake-up after it came, and not during the
+     * spin. A stream says when it published: that wake-up is measured, and
+     * the handle's W follows it (a running median). A time outside the
+     * wait (a replayed or mirrored publication keeps its own) is not one. */
+    int64_t w = s->wake_ns > 0 ? s->wake_ns : atomic_load_explicit(&g_wake_ns, R);
+    if (woke_ns > 0 && woke_ns <= t) {
+      /* A running median (steps of 1/16 of the estimate towards each
+       * sample): a wake-up delayed by a busy machine moves it a little,
+       * not by its size. */
+      int64_t old = atomic_load_explicit(&ws->wake_ns, R), step = old / 16 + 1;
+      int64_t est = old <= 0                ? woke_ns
+                    : woke_ns > old + step ? old + step
+                    : woke_ns < old - step ? old - step
+                                           : woke_ns;
+      atomic_store_explicit(&ws->wake_ns, est, R);
+      w = woke_ns;
+    }
+    t = t - (w > 0 ? w : 0);
+    if (t <= spun) t = spun + 1;
+  } else {
+    bump(&ws->slept);
+  }
+  int j = bucket_of(t);
+  atomic_store_explicit(&ws->hist[j], atomic_load_explicit(&ws->hist[j], R) + SS_WAIT_UNIT, R);
+  uint32_t total = atomic_load_explicit(&ws->total, R) + SS_WAIT_UNIT;
+  atomic_store_explicit(&ws->total, total, R);
+  if (total > SS_WAIT_WINDOW) {
+    uint32_t sum = 0;
+    for (int i = 0; i < SS_WAIT_BUCKETS; i++) {
+      uint32_t h = atomic_load_explicit(&ws->hist[i], R) / 2;
+      atomic_store_explicit(&ws->hist[i], h, R);
+      sum += h;
+    }
+    atomic_store_explicit(&ws->total, sum, R);
+  }
+}
+
+void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out) {
+  const ss_wait_stats *ws = &seg->wait;
+  int64_t w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
+  out->wake_ns = w;
+  out->seen_wake_ns = atomic_load_explicit(&ws->wake_ns, R);
+  int o = atomic_load_explicit(&g_load_override, R);
+  out->contended = o >= 0 ? o : atomic_load_explicit(&g_contended, R);
+  if (w > 0 && out->seen_wake_ns > 0 && !atomic_load_explicit(&g_wake_injected, R))
+    w = out->seen_wake_ns;
+  out->cap_ns = w < 0 ? -1 : (out->contended ? 1 : SS_SPIN_IDLE_PRICE) * w;
+  out->budget_ns = atomic_load_explicit(&ws->budget_ns, R);
+  for (int i = 0; i < SS_WAIT_BUCKETS; i++) out->hist[i] = atomic_load_explicit(&ws->hist[i], R);
+  out->waits = atomic_load_explicit(&ws->waits, R);
+  out->spun = atomic_load_explicit(&ws->spun, R);
+  out->caught = atomic_load_explicit(&ws->caught, R);
+  out->slept = atomic_load_explicit(&ws->slept, R);
+  out->slept_at_once = atomic_load_explicit(&ws->slept_at_once, R);
+  out->preempted = atomic_load_explicit(&ws->preempted, R);
+  out->contended_waits = atomic_load_explicit(&ws->contended, R);
+}
