@@ -1,11 +1,14 @@
-"""The Python sources pass ruff with the project's configuration
-([tool.ruff] in pyproject.toml): src, benchmarks, tests and tools, no
-finding left. ruff comes with the test extra (pip install '.[test]')."""
+"""The sources pass the project's linters and formatters: ruff check and
+ruff format ([tool.ruff] in pyproject.toml) over src, benchmarks, tests and
+tools, and clang-format (.clang-format) over every C and C++ file, with no
+finding left. ruff and clang-format come with the test extra
+(pip install '.[test]')."""
 
 import os
 import re
 import shutil
 import subprocess
+import sysconfig
 
 import pytest
 
@@ -43,3 +46,72 @@ def test_ruff_check_reports_nothing():
         check=False,
     )
     assert proc.returncode == 0, f"ruff check found problems:\n{proc.stdout}{proc.stderr}"
+
+
+def test_python_sources_are_in_ruff_format_layout():
+    """`ruff format` ([tool.ruff.format]) would change no file: the layout is
+    the formatter's, so a diff shows only what a change means."""
+    ruff = _ruff()
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install '.[test]')")
+    proc = subprocess.run(
+        [ruff, "format", "--no-cache", "--check", "--diff", *PATHS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, (
+        f"ruff format would change these files (run `ruff format {' '.join(PATHS)}`):\n"
+        f"{proc.stdout[-4000:]}{proc.stderr}"
+    )
+
+
+# clang-format's output differs between major versions; the test extra pins
+# the PyPI wheel of this one (clang-format==19.1.*), as Debian's clang-format-19.
+CLANG_FORMAT_MAJOR = 19
+C_DIRS = ["src/core", "src/shmstream", "include", "examples", "tests", "benchmarks/c"]
+
+
+def _clang_format() -> str | None:
+    here = os.path.join(sysconfig.get_path("scripts"), "clang-format")
+    for candidate in (here, shutil.which("clang-format"), shutil.which("clang-format-19")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _c_sources() -> list[str]:
+    found = []
+    for d in C_DIRS:
+        for dirpath, _dirs, files in os.walk(os.path.join(ROOT, d)):
+            found += [
+                os.path.relpath(os.path.join(dirpath, f), ROOT)
+                for f in files
+                if f.endswith((".c", ".h", ".cpp"))
+            ]
+    return sorted(found)
+
+
+def test_c_sources_are_in_clang_format_layout():
+    """clang-format (.clang-format) would change no C or C++ file."""
+    tool = _clang_format()
+    if tool is None:
+        pytest.skip("clang-format is not installed (pip install '.[test]')")
+    version = subprocess.run([tool, "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"version (\d+)\.", version)
+    if found is None or int(found[1]) != CLANG_FORMAT_MAJOR:
+        pytest.skip(f"{version.strip()} is not the pinned clang-format {CLANG_FORMAT_MAJOR}")
+    sources = _c_sources()
+    assert len(sources) > 40, sources  # the walk found the tree
+    proc = subprocess.run(
+        [tool, "--dry-run", "-Werror", "--style=file", *sources],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, (
+        "clang-format would change these files (run `clang-format -i` on them, "
+        f"see CONTRIBUTING.md):\n{proc.stderr[-4000:]}"
+    )
