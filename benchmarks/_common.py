@@ -6,6 +6,7 @@ tables) written with ``--json``.
 The timed loops themselves belong to each part (a call per iteration would
 be measured too); what is here runs around them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -87,8 +88,9 @@ def loop_rate(loop: Callable[[int], Any], seconds: float) -> float:
     return n / time_loop(loop, n)
 
 
-def ping_latencies(send: Callable[[Any], Any], msg: Any, recv: Callable[[], Any],
-                   n: int, warm: int = 1000) -> array:
+def ping_latencies(
+    send: Callable[[Any], Any], msg: Any, recv: Callable[[], Any], n: int, warm: int = 1000
+) -> array:
     """Nanoseconds of each of ``n`` round trips ``send(msg)`` then ``recv()``
     (polled again while it returns None), after ``warm`` untimed ones."""
     clock = time.perf_counter_ns
@@ -134,8 +136,9 @@ def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     return [float(v) for v in np.percentile(np.asarray(values, dtype=np.float64), list(qs))]
 
 
-def latency_summary(ns: Sequence[float], qs: Sequence[int] = (50, 99),
-                    unit: str = "us") -> dict[str, float]:
+def latency_summary(
+    ns: Sequence[float], qs: Sequence[int] = (50, 99), unit: str = "us"
+) -> dict[str, float]:
     """``{"p50_us": ..., "p99_us": ...}`` from latencies in ns (``unit`` "ns"
     or "us" names the unit of the values and of the keys)."""
     scale = {"ns": 1.0, "us": 1e3}[unit]
@@ -157,8 +160,7 @@ def fmt_hz(hz: float, unit: str = "Hz") -> str:
     return f"{hz:.1f}{sep}{unit}"
 
 
-def fmt_ratio(ours: float | None, theirs: float | None, digits: int = 2,
-              after: str = "") -> str:
+def fmt_ratio(ours: float | None, theirs: float | None, digits: int = 2, after: str = "") -> str:
     """How many times ``theirs`` ``ours`` is: "x2.57" (or "2.57×" with
     ``after="×"``); "-" when either is missing."""
     if ours is None or theirs is None or math.isnan(ours) or math.isnan(theirs) or theirs <= 0:
@@ -201,8 +203,9 @@ def fmt_fields(values: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- tables
 
 
-def render_table(headers: list[str], rows: list[list[str]], title: str = "",
-                 left: int = 1, compact: bool = False) -> str:
+def render_table(
+    headers: list[str], rows: list[list[str]], title: str = "", left: int = 1, compact: bool = False
+) -> str:
     """A Markdown pipe table. By default columns are padded so it also reads
     as plain text, the first ``left`` columns left-aligned and the rest
     right-aligned; ``compact`` writes the cells as they are."""
@@ -227,9 +230,13 @@ def render_table(headers: list[str], rows: list[list[str]], title: str = "",
         return "| " + " | ".join(out) + " |"
 
     parts.append(line(headers))
-    parts.append("|" + "|".join(
-        ("-" * (w + 2)) if i < left else ("-" * (w + 1) + ":") for i, w in enumerate(widths)
-    ) + "|")
+    parts.append(
+        "|"
+        + "|".join(
+            ("-" * (w + 2)) if i < left else ("-" * (w + 1) + ":") for i, w in enumerate(widths)
+        )
+        + "|"
+    )
     parts.extend(line(r) for r in rows)
     return "\n".join(parts)
 
@@ -261,10 +268,7 @@ def environment(part: str, argv: Sequence[str]) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu": machine_description(),
         "loadavg_start": _loadavg(),
-        "versions": {
-            d: peer_version(d)
-            for d in ("shmstream", "pyshmem", "iceoryx2", "numpy")
-        },
+        "versions": {d: peer_version(d) for d in ("shmstream", "pyshmem", "iceoryx2", "numpy")},
     }
 
 

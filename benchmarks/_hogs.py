@@ -1,6 +1,7 @@
 """The loaded regime: one CPU-bound process per online CPU ("hogs") beside
 a benchmark, so that it measures how the library behaves when no core is
 spare (docs/waiting.md: its waits must not spin a core away from a peer)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,9 @@ def hogs(n: int | None = None) -> Iterator[int]:
     yields how many run. Each has started spinning before the block begins."""
     if n is None:
         n = os.cpu_count() or 1
-    procs = [subprocess.Popen([sys.executable, "-c", _HOG], stdout=subprocess.PIPE)
-             for _ in range(n)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _HOG], stdout=subprocess.PIPE) for _ in range(n)
+    ]
     try:
         for p in procs:
             if p.stdout is None or p.stdout.readline() != b"go\n":

@@ -20,6 +20,7 @@ Scenarios (each in fresh processes, producer and consumer apart):
 
 Usage: python -m benchmarks channel [--rounds N] [--quick] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -243,9 +244,23 @@ def c_producer_path() -> str | None:
     if root and cc:
         path = os.path.join(tempfile.mkdtemp(prefix="shmstream-bench-"), "c_producer")
         core = sorted(glob.glob(os.path.join(root, "src", "core", "*.c")))
-        r = subprocess.run([cc, "-std=c11", "-O2", "-I", os.path.join(root, "include"),
-                            os.path.join(root, "examples", "c_producer.c"), *core, "-o", path,
-                            "-lpthread"], capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            [
+                cc,
+                "-std=c11",
+                "-O2",
+                "-I",
+                os.path.join(root, "include"),
+                os.path.join(root, "examples", "c_producer.c"),
+                *core,
+                "-o",
+                path,
+                "-lpthread",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if r.returncode != 0:
             print(r.stderr, file=sys.stderr)
             path = None
@@ -261,8 +276,9 @@ def c_frames(n, batched=True):
         return None
     name = _name("cframes")
     rx = shmstream.channel(name, 1 << 22, role="consumer")
-    proc = subprocess.Popen([exe, name, str(n), "--frames", str(FRAME_N), "--batch", "64"],
-                            stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, name, str(n), "--frames", str(FRAME_N), "--batch", "64"], stdout=subprocess.DEVNULL
+    )
     try:
         return _frames_consume(rx, n, batched)
     finally:
@@ -354,7 +370,7 @@ def zmq_thr(n, frames=False):
         p.kill()
         s.close(linger=0)
         ctx.term()
-        os.unlink(addr[len("ipc://"):]) if os.path.exists(addr[len("ipc://"):]) else None
+        os.unlink(addr[len("ipc://") :]) if os.path.exists(addr[len("ipc://") :]) else None
 
 
 def _zmq_pong(addr, ready):
@@ -391,7 +407,7 @@ def zmq_ping(n):
         p.kill()
         s.close(linger=0)
         ctx.term()
-        os.unlink(addr[len("ipc://"):]) if os.path.exists(addr[len("ipc://"):]) else None
+        os.unlink(addr[len("ipc://") :]) if os.path.exists(addr[len("ipc://") :]) else None
 
 
 # ---- iceoryx2 -----------------------------------------------------------------------------
@@ -410,9 +426,14 @@ def _iox_service(name, payload, depth):
 
     iox2.set_log_level_from_env_or(iox2.LogLevel.Error)
     node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
-    svc = (node.service_builder(iox2.ServiceName.new(name)).publish_subscribe(payload)
-           .subscriber_max_buffer_size(depth).history_size(0).enable_safe_overflow(False)
-           .open_or_create())
+    svc = (
+        node.service_builder(iox2.ServiceName.new(name))
+        .publish_subscribe(payload)
+        .subscriber_max_buffer_size(depth)
+        .history_size(0)
+        .enable_safe_overflow(False)
+        .open_or_create()
+    )
     return iox2, node, svc
 
 
@@ -513,9 +534,11 @@ def iox_ping(n):
 
 def _tachyon_row(run):
     """A Tachyon scenario, or its skip reason when tachyon does not import."""
+
     def row():
         why = _tachyon.unavailable()
         return {"skipped": why} if why else run()
+
     return row
 
 
@@ -536,20 +559,29 @@ def _scenarios(quick: bool):
         ("frames", "shmstream py->py (drain_zero_copy)", lambda: shm_frames(1_000_000 // k, True)),
         ("frames", "shmstream py->py (recv_zero_copy)", lambda: shm_frames(300_000 // k, False)),
         ("frames", "shmstream C->py (drain_zero_copy)", lambda: c_frames(1_000_000 // k)),
-        ("frames", "shmstream py->py (drain_dlpack)",
-         lambda: shm_frames(1_000_000 // k, "capsules")),
+        (
+            "frames",
+            "shmstream py->py (drain_dlpack)",
+            lambda: shm_frames(1_000_000 // k, "capsules"),
+        ),
         ("frames", "shmstream C->py (drain_dlpack)", lambda: c_frames(1_000_000 // k, "capsules")),
         ("frames", "iceoryx2", lambda: iox_thr(200_000 // k, frames=True)),
         ("frames", "pyzmq ipc", lambda: zmq_thr(200_000 // k, frames=True)),
-        ("frames", "tachyon", _tachyon_row(
-            lambda: _frames_result(_tachyon.frames(300_000 // k, FRAME_N * 4)))),
+        (
+            "frames",
+            "tachyon",
+            _tachyon_row(lambda: _frames_result(_tachyon.frames(300_000 // k, FRAME_N * 4))),
+        ),
     ]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks channel", description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=5,
-                    help="interleaved rounds (median [min-max] reported)")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks channel", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds (median [min-max] reported)"
+    )
     ap.add_argument("--quick", action="store_true", help="10x fewer messages (smoke run)")
     ap.add_argument("--only", default="", help="comma-separated scenario names to run")
     ap.add_argument("--json", help="write raw results here")
@@ -575,8 +607,10 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: {kind:7s} {peer:36s} {_fields(got)}", flush=True)
     print()
     env = res.meta
-    print(f"# python -m benchmarks channel ({args.rounds} interleaved rounds, median "
-          f"[min-max]) on {env['cpu']}, Python {env['python']}")
+    print(
+        f"# python -m benchmarks channel ({args.rounds} interleaved rounds, median "
+        f"[min-max]) on {env['cpu']}, Python {env['python']}"
+    )
     summary = {}
     for (kind, peer), runs in raw.items():
         good = [x for x in runs if "error" not in x and "skipped" not in x]
@@ -588,13 +622,20 @@ def main(argv=None) -> int:
         good = [x for x in raw[(kind, peer)] if "error" not in x and "skipped" not in x]
         print(f"{kind:7s} {peer:36s} {_fields(med)}")
         if len(good) > 1:
-            print(f"{'':7s} {'':36s} " + "  ".join(
-                f"{k} [{min(x[k] for x in good):,.2f}-{max(x[k] for x in good):,.2f}]"
-                for k in good[0]))
+            print(
+                f"{'':7s} {'':36s} "
+                + "  ".join(
+                    f"{k} [{min(x[k] for x in good):,.2f}-{max(x[k] for x in good):,.2f}]"
+                    for k in good[0]
+                )
+            )
     _targets(summary)
     if args.json:
-        res.dump(args.json, raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},
-                 median={f"{k[0]}|{k[1]}": v for k, v in summary.items()})
+        res.dump(
+            args.json,
+            raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},
+            median={f"{k[0]}|{k[1]}": v for k, v in summary.items()},
+        )
     return 0
 
 
@@ -610,7 +651,9 @@ def _targets(s: dict) -> None:
     print("\ntargets:")
     thr = get("thr32", "shmstream (send_many/drain)", "msgs_per_s")
     if thr:
-        print(f"  32 B Python->Python >= 1 M msgs/s: {thr / 1e6:.2f} M ({'met' if thr >= 1e6 else 'NOT met'})")
+        print(
+            f"  32 B Python->Python >= 1 M msgs/s: {thr / 1e6:.2f} M ({'met' if thr >= 1e6 else 'NOT met'})"
+        )
     for peer in ("iceoryx2", "pyzmq ipc"):
         o = get("thr32", peer, "msgs_per_s")
         if thr and o:
@@ -618,22 +661,32 @@ def _targets(s: dict) -> None:
     p = get("ping", "shmstream", "p50_us")
     i = get("ping", "iceoryx2", "p50_us")
     if p and i:
-        print(f"  ping-pong p50 <= iceoryx2's: {p:.1f} us vs {i:.1f} us ({'met' if p <= i else 'NOT met'})")
+        print(
+            f"  ping-pong p50 <= iceoryx2's: {p:.1f} us vs {i:.1f} us ({'met' if p <= i else 'NOT met'})"
+        )
     f = get("frames", "shmstream py->py (drain_zero_copy)", "frames_per_s")
     if f:
-        print(f"  frames Python->Python >= 500 K/s: {f / 1e3:.0f} K ({'met' if f >= 5e5 else 'NOT met'})")
+        print(
+            f"  frames Python->Python >= 500 K/s: {f / 1e3:.0f} K ({'met' if f >= 5e5 else 'NOT met'})"
+        )
     ceil = get("frames", "torch.from_dlpack alone (ceiling)", "frames_per_s")
     if f and ceil:
         print(f"  frames py->py / torch.from_dlpack ceiling: {f / ceil:.2f}")
     c = get("frames", "shmstream C->py (drain_zero_copy)", "frames_per_s")
     if c:
-        print(f"  frames C->Python >= 370 K/s: {c / 1e3:.0f} K ({'met' if c >= 3.7e5 else 'NOT met'})")
+        print(
+            f"  frames C->Python >= 370 K/s: {c / 1e3:.0f} K ({'met' if c >= 3.7e5 else 'NOT met'})"
+        )
     for kind, label, key, better in (
-            ("thr32", "32 B throughput", "msgs_per_s", "higher"),
-            ("ping", "ping-pong p50", "p50_us", "lower"),
-            ("frames", "1 KiB frames into torch", "frames_per_s", "higher")):
-        ours_peer = {"thr32": "shmstream (send_many/drain)", "ping": "shmstream",
-                     "frames": "shmstream py->py (drain_zero_copy)"}[kind]
+        ("thr32", "32 B throughput", "msgs_per_s", "higher"),
+        ("ping", "ping-pong p50", "p50_us", "lower"),
+        ("frames", "1 KiB frames into torch", "frames_per_s", "higher"),
+    ):
+        ours_peer = {
+            "thr32": "shmstream (send_many/drain)",
+            "ping": "shmstream",
+            "frames": "shmstream py->py (drain_zero_copy)",
+        }[kind]
         ours, theirs = get(kind, ours_peer, key), get(kind, "tachyon", key)
         if ours and theirs:
             met = ours >= theirs if better == "higher" else ours <= theirs
@@ -646,8 +699,10 @@ def _targets(s: dict) -> None:
         for api in ("drain_zero_copy", "drain_dlpack"):
             rate = get("frames", f"shmstream {side} ({api})", "frames_per_s")
             if rate and cap:
-                print(f"  frames {label} ({api}) >= 0.8x bare torch.from_dlpack on a prepared "
-                      f"capsule: {rate / cap:.2f}x ({'met' if rate >= 0.8 * cap else 'NOT met'})")
+                print(
+                    f"  frames {label} ({api}) >= 0.8x bare torch.from_dlpack on a prepared "
+                    f"capsule: {rate / cap:.2f}x ({'met' if rate >= 0.8 * cap else 'NOT met'})"
+                )
 
 
 if __name__ == "__main__":

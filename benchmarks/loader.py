@@ -24,6 +24,7 @@ reused slots and through torch's path, and the pool's size. ``--touch``
 makes the consumer sum every batch; by default it only receives them. Every
 batch's first and last element and its labels are checked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,25 +62,44 @@ def parse_sizes(text: str) -> list[tuple[int, int, int, str]]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks loader", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks loader", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--epochs", type=int, default=None,
-                    help="epochs per fresh loader (default 3; --quick: 2)")
-    ap.add_argument("--rounds", type=int, default=None,
-                    help="fresh loaders of each kind per row (default 5; --quick: 1)")
-    ap.add_argument("--sizes", default=None, help=f"default {DEFAULT_SIZES} (--quick: {QUICK_SIZES})")
-    ap.add_argument("--regimes", default="default,persistent",
-                    help="default (persistent_workers=False), persistent, or both")
-    ap.add_argument("--first-use", default=None,
-                    help=f"batches (BxD) of the first-use table, 'none' to skip (default {FIRST_USE}; "
-                    f"--quick: {QUICK_FIRST_USE})")
+    ap.add_argument(
+        "--epochs", type=int, default=None, help="epochs per fresh loader (default 3; --quick: 2)"
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="fresh loaders of each kind per row (default 5; --quick: 1)",
+    )
+    ap.add_argument(
+        "--sizes", default=None, help=f"default {DEFAULT_SIZES} (--quick: {QUICK_SIZES})"
+    )
+    ap.add_argument(
+        "--regimes",
+        default="default,persistent",
+        help="default (persistent_workers=False), persistent, or both",
+    )
+    ap.add_argument(
+        "--first-use",
+        default=None,
+        help=f"batches (BxD) of the first-use table, 'none' to skip (default {FIRST_USE}; "
+        f"--quick: {QUICK_FIRST_USE})",
+    )
     ap.add_argument("--quick", action="store_true", help="a smoke run: one small dataset")
     ap.add_argument("--touch", action="store_true", help="sum every batch in the consumer")
     ap.add_argument("--start-method", default=None, help="default: torch's default")
     ap.add_argument("--json", metavar="PATH")
     opts = ap.parse_args(argv)
-    for name, full, quick in (("epochs", 3, 2), ("rounds", 5, 1), ("sizes", DEFAULT_SIZES, QUICK_SIZES),
-                              ("first_use", FIRST_USE, QUICK_FIRST_USE)):
+    for name, full, quick in (
+        ("epochs", 3, 2),
+        ("rounds", 5, 1),
+        ("sizes", DEFAULT_SIZES, QUICK_SIZES),
+        ("first_use", FIRST_USE, QUICK_FIRST_USE),
+    ):
         if getattr(opts, name) is None:
             setattr(opts, name, quick if opts.quick else full)
     regimes = [r.strip() for r in opts.regimes.split(",") if r.strip()]
@@ -96,17 +116,26 @@ def main(argv: list[str]) -> int:
     results = Results("loader", argv)
     print(f"# python -m benchmarks loader on {results.meta['cpu']}")
     results.meta["versions"]["torch"] = torch.__version__
-    results.meta.update(workers=opts.workers, start_method=opts.start_method, touch=opts.touch,
-                        epochs=opts.epochs, rounds=opts.rounds)
+    results.meta.update(
+        workers=opts.workers,
+        start_method=opts.start_method,
+        touch=opts.touch,
+        epochs=opts.epochs,
+        rounds=opts.rounds,
+    )
     torch.set_num_threads(1)
-    kinds: dict[str, Any] = {"torch": torch.utils.data.DataLoader, "shmstream": shm_torch.DataLoader}
+    kinds: dict[str, Any] = {
+        "torch": torch.utils.data.DataLoader,
+        "shmstream": shm_torch.DataLoader,
+    }
 
     for regime in regimes:
         rows = []
         for n, dim, bs, label in parse_sizes(opts.sizes):
             ds = FullDataset(n, dim)
-            kwargs: dict[str, Any] = dict(batch_size=bs, num_workers=opts.workers,
-                                          persistent_workers=REGIMES[regime])
+            kwargs: dict[str, Any] = dict(
+                batch_size=bs, num_workers=opts.workers, persistent_workers=REGIMES[regime]
+            )
             if opts.start_method:
                 kwargs["multiprocessing_context"] = opts.start_method
             times: dict[str, list[float]] = {k: [] for k in kinds}
@@ -123,8 +152,15 @@ def main(argv: list[str]) -> int:
                         times[name].append(secs)
                         if ep == 0:
                             firsts[name].append(secs)
-                        results.add(regime=regime, size=label, loader=name, round=rnd, epoch=ep,
-                                    seconds=secs, batch_bytes=bs * dim * 4)
+                        results.add(
+                            regime=regime,
+                            size=label,
+                            loader=name,
+                            round=rnd,
+                            epoch=ep,
+                            seconds=secs,
+                            batch_bytes=bs * dim * 4,
+                        )
                         progress(f"{regime} {label}: {name} epoch {ep + 1} {secs * 1e3:.0f} ms")
                 stats = loaders["shmstream"].stats()
                 loaders.clear()
@@ -132,18 +168,32 @@ def main(argv: list[str]) -> int:
             if stats:
                 results.add(regime=regime, size=label, loader="shmstream", pool_stats=stats)
             rows.append(_row(n, dim, bs, times, firsts, stats, opts.epochs))
-        title = (f"regime {regime} (persistent_workers={REGIMES[regime]}), float32 samples, "
-                 f"num_workers={opts.workers}, start method {opts.start_method or 'torch default'}, "
-                 f"consumer {'sums each batch' if opts.touch else 'receives batches'}; "
-                 f"whole epochs (iter() to exhaustion, worker start-up included), median "
-                 f"[min-max] of {opts.rounds} fresh loaders x {opts.epochs} epochs; ratio = "
-                 f"torch's median epoch / shmstream's, over all epochs and [min-max] over the "
-                 f"rounds (each round's own medians); the target holds in every round")
+        title = (
+            f"regime {regime} (persistent_workers={REGIMES[regime]}), float32 samples, "
+            f"num_workers={opts.workers}, start method {opts.start_method or 'torch default'}, "
+            f"consumer {'sums each batch' if opts.touch else 'receives batches'}; "
+            f"whole epochs (iter() to exhaustion, worker start-up included), median "
+            f"[min-max] of {opts.rounds} fresh loaders x {opts.epochs} epochs; ratio = "
+            f"torch's median epoch / shmstream's, over all epochs and [min-max] over the "
+            f"rounds (each round's own medians); the target holds in every round"
+        )
         table = render_table(
-            ["dataset", "batch MB", "batches/epoch", "torch ms/epoch", "shmstream ms/epoch",
-             "ratio", "1st epoch ratio", "target", "verdict", "batches fresh/reused/torch",
-             "pool MB"],
-            rows, title)
+            [
+                "dataset",
+                "batch MB",
+                "batches/epoch",
+                "torch ms/epoch",
+                "shmstream ms/epoch",
+                "ratio",
+                "1st epoch ratio",
+                "target",
+                "verdict",
+                "batches fresh/reused/torch",
+                "pool MB",
+            ],
+            rows,
+            title,
+        )
         emit(results, table)
     if opts.first_use != "none":
         emit(results, _first_use(torch, results, opts.first_use, opts.rounds))
@@ -228,31 +278,65 @@ def _first_use(torch: Any, results: Results, spec: str, rounds: int) -> str:
         fns = {"torch": torch_fresh, "fresh": slot_fresh, "reused": slot_reused}
         slot_reused()
         for rep in range(reps):
-            for name in (list(fns) if rep % 2 == 0 else list(reversed(list(fns)))):
+            for name in list(fns) if rep % 2 == 0 else list(reversed(list(fns))):
                 times[name].append(fns[name]())
         for name, secs in times.items():
             results.add(first_use=name, batch_bytes=nbytes, seconds=secs)
         t, f, r = (median(times[k]) for k in ("torch", "fresh", "reused"))
-        rows.append([f"{bs}x{_h(dim)}", f"{nbytes / 1e6:.1f}", f"{t * 1e3:.1f}", f"{f * 1e3:.1f}",
-                     f"x{t / f:.2f}", ">= x0.95", "met" if t / f >= 0.95 else "NOT met",
-                     f"{r * 1e3:.1f}", f"x{t / r:.2f}"])
+        rows.append(
+            [
+                f"{bs}x{_h(dim)}",
+                f"{nbytes / 1e6:.1f}",
+                f"{t * 1e3:.1f}",
+                f"{f * 1e3:.1f}",
+                f"x{t / f:.2f}",
+                ">= x0.95",
+                "met" if t / f >= 0.95 else "NOT met",
+                f"{r * 1e3:.1f}",
+                f"x{t / r:.2f}",
+            ]
+        )
         del kept_u8
         kept.close()
-    title = (f"first use of a slot, worker side: a batch stacked into torch's fresh shared memory "
-             f"(its default collate in a worker) or into a fresh slot (reserved, mapped "
-             f"unpopulated), or a reused one; one process, CPU ms, median of {reps}")
-    return render_table(["batch", "MB", "torch fresh ms", "fresh slot ms", "ratio", "target",
-                         "verdict", "reused slot ms", "ratio"], rows, title)
+    title = (
+        f"first use of a slot, worker side: a batch stacked into torch's fresh shared memory "
+        f"(its default collate in a worker) or into a fresh slot (reserved, mapped "
+        f"unpopulated), or a reused one; one process, CPU ms, median of {reps}"
+    )
+    return render_table(
+        [
+            "batch",
+            "MB",
+            "torch fresh ms",
+            "fresh slot ms",
+            "ratio",
+            "target",
+            "verdict",
+            "reused slot ms",
+            "ratio",
+        ],
+        rows,
+        title,
+    )
 
 
-def _row(n: int, dim: int, bs: int, times: dict[str, list[float]],
-         firsts: dict[str, list[float]], stats: dict[str, Any], epochs: int) -> list[str]:
+def _row(
+    n: int,
+    dim: int,
+    bs: int,
+    times: dict[str, list[float]],
+    firsts: dict[str, list[float]],
+    stats: dict[str, Any],
+    epochs: int,
+) -> list[str]:
     batch_bytes = bs * dim * 4
     t, s = median(times["torch"]), median(times["shmstream"])
     t1, s1 = median(firsts["torch"]), median(firsts["shmstream"])
     target = 1.3 if batch_bytes >= 1e6 else 0.9
-    rounds = [(times["torch"][i:i + epochs], times["shmstream"][i:i + epochs])
-              for i in range(0, len(times["torch"]), epochs)]
+    rounds = [
+        (times["torch"][i : i + epochs], times["shmstream"][i : i + epochs])
+        for i in range(0, len(times["torch"]), epochs)
+    ]
     per_round = [median(a) / median(b) for a, b in rounds if a and b]
 
     def ms(v: float) -> str:
@@ -260,14 +344,23 @@ def _row(n: int, dim: int, bs: int, times: dict[str, list[float]],
 
     def x(v: float) -> str:
         return f"x{v:.2f}"
-    pool = (f"{stats.get('fresh', 0)}/{stats.get('reused', 0)}/{stats.get('fallbacks', 0)}"
-            if stats else "-")
+
+    pool = (
+        f"{stats.get('fresh', 0)}/{stats.get('reused', 0)}/{stats.get('fallbacks', 0)}"
+        if stats
+        else "-"
+    )
     return [
-        f"{n}x{_h(dim)} bs {bs}", f"{batch_bytes / 1e6:.2f}", str(-(-n // bs)),
-        fmt_spread(times["torch"], ms), fmt_spread(times["shmstream"], ms),
+        f"{n}x{_h(dim)} bs {bs}",
+        f"{batch_bytes / 1e6:.2f}",
+        str(-(-n // bs)),
+        fmt_spread(times["torch"], ms),
+        fmt_spread(times["shmstream"], ms),
         f"{fmt_ratio(t, s)} [{x(min(per_round))}-{x(max(per_round))}]" if per_round else "-",
-        fmt_ratio(t1, s1), f">= x{target}",
-        "met" if per_round and min(per_round) >= target else "NOT met", pool,
+        fmt_ratio(t1, s1),
+        f">= x{target}",
+        "met" if per_round and min(per_round) >= target else "NOT met",
+        pool,
         f"{stats.get('bytes', 0) / 1e6:.0f}" if stats else "-",
     ]
 
@@ -306,8 +399,12 @@ def _epoch(loader: Any, n: int, touch: bool) -> float:
             if touch:
                 float(x.sum())
             b = len(idx)
-            if not (int(idx[0]) == seen and int(idx[-1]) == seen + b - 1
-                    and float(x[0, 0]) == seen and float(x[-1, -1]) == seen + b - 1):
+            if not (
+                int(idx[0]) == seen
+                and int(idx[-1]) == seen + b - 1
+                and float(x[0, 0]) == seen
+                and float(x[-1, -1]) == seen + b - 1
+            ):
                 raise BenchError(f"the batch at sample {seen} does not match the dataset")
             seen += b
             del x, idx

@@ -48,6 +48,7 @@ iceoryx2 (publish-subscribe over a u8 slice, loaned samples, busy-polling
 baseline (one seqlock/counter word + payload in a ``SharedMemory`` segment,
 busy-polled, relying on x86-64 store ordering, no resource tracker).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,21 +71,46 @@ def _parser() -> argparse.ArgumentParser:
             "multiprocessing.shared_memory, interleaved, median of repeats."
         ),
     )
-    p.add_argument("--quick", action="store_true",
-                   help="short runs (one repeat, ~0.03 s per measurement); checks, not numbers")
-    p.add_argument("--repeats", type=int, default=None, metavar="N",
-                   help="measurements per row, median reported (default 5; 1 with --quick)")
-    p.add_argument("--seconds", type=float, default=None, metavar="S",
-                   help="time per measurement (default 0.4; 0.03 with --quick)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="short runs (one repeat, ~0.03 s per measurement); checks, not numbers",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="measurements per row, median reported (default 5; 1 with --quick)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="time per measurement (default 0.4; 0.03 with --quick)",
+    )
     p.add_argument("--json", metavar="PATH", help="write raw results and tables as JSON")
-    p.add_argument("--huge", action="store_true",
-                   help="add a 10000x10000 float32 (400 MB) round-trip column")
-    p.add_argument("--sections", default="abcd", metavar="abcd",
-                   help="which sections to run: any of a, b, c, d (default abcd)")
-    p.add_argument("--hogs", action="store_true",
-                   help="run (a)-(c) beside one CPU-bound process per CPU (the loaded regime)")
-    p.add_argument("--peers", default=",".join(IMPLS), metavar="LIST",
-                   help=f"implementations to run (default {','.join(IMPLS)})")
+    p.add_argument(
+        "--huge", action="store_true", help="add a 10000x10000 float32 (400 MB) round-trip column"
+    )
+    p.add_argument(
+        "--sections",
+        default="abcd",
+        metavar="abcd",
+        help="which sections to run: any of a, b, c, d (default abcd)",
+    )
+    p.add_argument(
+        "--hogs",
+        action="store_true",
+        help="run (a)-(c) beside one CPU-bound process per CPU (the loaded regime)",
+    )
+    p.add_argument(
+        "--peers",
+        default=",".join(IMPLS),
+        metavar="LIST",
+        help=f"implementations to run (default {','.join(IMPLS)})",
+    )
     p.add_argument("--self-module", default="shmstream", help=argparse.SUPPRESS)
     return p
 
@@ -96,19 +122,26 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.seconds is None:
         cfg.seconds = 0.03 if cfg.quick else 0.4
     if cfg.repeats < 1 or cfg.seconds <= 0:
-        print("python -m benchmarks stream: error: --repeats and --seconds must be positive",
-              file=sys.stderr)
+        print(
+            "python -m benchmarks stream: error: --repeats and --seconds must be positive",
+            file=sys.stderr,
+        )
         return 2
     wanted = [p.strip() for p in cfg.peers.split(",") if p.strip()]
     bad = [p for p in wanted if p not in IMPLS]
     if bad or OURS not in wanted:
-        print(f"python -m benchmarks stream: error: --peers takes a list of {', '.join(IMPLS)} "
-              "including shmstream", file=sys.stderr)
+        print(
+            f"python -m benchmarks stream: error: --peers takes a list of {', '.join(IMPLS)} "
+            "including shmstream",
+            file=sys.stderr,
+        )
         return 2
     sections = set(cfg.sections)
     if not sections <= set("abcd") or not sections:
-        print("python -m benchmarks stream: error: --sections takes letters from 'abcd'",
-              file=sys.stderr)
+        print(
+            "python -m benchmarks stream: error: --sections takes letters from 'abcd'",
+            file=sys.stderr,
+        )
         return 2
 
     res = Results("stream", argv or [])
@@ -120,9 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg.regime = ", beside one CPU-bound hog per core" if cfg.hogs else ""
     for impl, why in peers.missing.items():
         progress(f"{impl} not available: {why}")
-    print(f"# python -m benchmarks stream  ({res.meta['date_utc']}, python {res.meta['python']}, "
-          f"{res.meta['cpu']}, repeats {cfg.repeats}, {cfg.seconds:g} s each"
-          f"{', --hogs' if cfg.hogs else ''})")
+    print(
+        f"# python -m benchmarks stream  ({res.meta['date_utc']}, python {res.meta['python']}, "
+        f"{res.meta['cpu']}, repeats {cfg.repeats}, {cfg.seconds:g} s each"
+        f"{', --hogs' if cfg.hogs else ''})"
+    )
     print()
     names = Names()
     workers: list[Worker] = []
@@ -147,8 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _abc(cfg: argparse.Namespace, sections: set[str], peers: Peers, names: Names,
-         res: Results, workers: list[Worker]) -> None:
+def _abc(
+    cfg: argparse.Namespace,
+    sections: set[str],
+    peers: Peers,
+    names: Names,
+    res: Results,
+    workers: list[Worker],
+) -> None:
     """Sections (a)-(c); the workers it starts are appended to ``workers``
     (the caller closes them)."""
     if "a" in sections:

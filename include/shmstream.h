@@ -103,75 +103,77 @@ enum ss_status {
   SS_DIRECT_ETRUNCATED = -26, /* the file shrank under a read */
   SS_DIRECT_ENOTREG = -27,    /* path is not a regular file */
   /* who may open a segment (src/core/owner.c; docs/ABI.md, "Owner and PID namespace") */
-  SS_EOWNER = -28, /* the file belongs to another uid, not allowed (ss_open_opts, SHMSTREAM_ALLOW_OWNERS) */
-  SS_EPIDNS = -29  /* the creator is in another PID namespace: pids cannot be judged */
+  SS_EOWNER =
+      -28, /* the file belongs to another uid, not allowed (ss_open_opts, SHMSTREAM_ALLOW_OWNERS) */
+  SS_EPIDNS = -29 /* the creator is in another PID namespace: pids cannot be judged */
 };
 
 /* ---- the on-memory header (4096 bytes at offset 0 of every segment) ---- */
 
 typedef struct ss_identity {
-  SS_ATOMIC(uint64_t) magic;     /* 0    stored last at create (release) */
-  uint32_t layout_version;       /* 8 */
-  uint32_t kind;                 /* 12   enum ss_kind */
-  uint32_t header_bytes;         /* 16   SS_HEADER_BYTES */
-  uint32_t flags;                /* 20   enum ss_flags */
-  uint64_t payload_offset;       /* 24   first slot, from segment start */
-  uint64_t payload_bytes;        /* 32   bytes of one slot's payload */
-  uint64_t slot_stride;          /* 40   distance between slots */
-  uint32_t slot_count;           /* 48   payload slots, 1..SS_MAX_SLOTS */
-  uint32_t ndim;                 /* 52 */
-  uint64_t shape[SS_MAX_NDIM];   /* 56 */
-  uint64_t itemsize;             /* 120 */
-  int32_t creator_pid;           /* 128 */
-  uint32_t mode;                 /* 132  permission bits it was made with */
-  uint64_t creator_start_ticks;  /* 136  /proc/<pid>/stat starttime, or 0 */
-  uint8_t instance_id[16];       /* 144  random per create: the generation */
-  uint64_t created_ns;           /* 160  CLOCK_REALTIME at create */
-  uint32_t name_len;             /* 168 */
-  uint32_t dtype_len;            /* 172 */
-  char name[SS_MAX_NAME_BYTES + 1];   /* 176  user name, NUL-terminated */
+  SS_ATOMIC(uint64_t) magic; /* 0    stored last at create (release) */
+  uint32_t layout_version; /* 8 */
+  uint32_t kind; /* 12   enum ss_kind */
+  uint32_t header_bytes; /* 16   SS_HEADER_BYTES */
+  uint32_t flags; /* 20   enum ss_flags */
+  uint64_t payload_offset; /* 24   first slot, from segment start */
+  uint64_t payload_bytes; /* 32   bytes of one slot's payload */
+  uint64_t slot_stride; /* 40   distance between slots */
+  uint32_t slot_count; /* 48   payload slots, 1..SS_MAX_SLOTS */
+  uint32_t ndim; /* 52 */
+  uint64_t shape[SS_MAX_NDIM]; /* 56 */
+  uint64_t itemsize; /* 120 */
+  int32_t creator_pid; /* 128 */
+  uint32_t mode; /* 132  permission bits it was made with */
+  uint64_t creator_start_ticks; /* 136  /proc/<pid>/stat starttime, or 0 */
+  uint8_t instance_id[16]; /* 144  random per create: the generation */
+  uint64_t created_ns; /* 160  CLOCK_REALTIME at create */
+  uint32_t name_len; /* 168 */
+  uint32_t dtype_len; /* 172 */
+  char name[SS_MAX_NAME_BYTES + 1]; /* 176  user name, NUL-terminated */
   char dtype[SS_MAX_DTYPE_BYTES + 1]; /* 432  dtype text, NUL-terminated */
-  uint8_t gpu[512];              /* 1456 GPU area (IPC handles), zero on CPU */
-  uint32_t history;              /* 1968 publications kept (slot_count - 1); 0 = none */
-  uint32_t pidns_dev;            /* 1972 creator's PID namespace: st_dev of /proc/self/ns/pid (0: unknown or > 32 bits) */
-  uint64_t pidns_ino;            /* 1976 and its st_ino; 0: unknown (made by an older build) */
-  uint8_t reserved[56];          /* 1984 */
-  uint64_t checksum;             /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
+  uint8_t gpu[512]; /* 1456 GPU area (IPC handles), zero on CPU */
+  uint32_t history; /* 1968 publications kept (slot_count - 1); 0 = none */
+  uint32_t
+      pidns_dev; /* 1972 creator's PID namespace: st_dev of /proc/self/ns/pid (0: unknown or > 32 bits) */
+  uint64_t pidns_ino; /* 1976 and its st_ino; 0: unknown (made by an older build) */
+  uint8_t reserved[56]; /* 1984 */
+  uint64_t checksum; /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
 } ss_identity;
 
-typedef struct ss_lock_line {      /* 2048: touched by lock holders */
-  union {                          /* 2048 robust, process-shared, error-checking */
-    pthread_mutex_t mutex;         /* 40 bytes on x86-64 glibc, 48 on arm64 */
+typedef struct ss_lock_line { /* 2048: touched by lock holders */
+  union { /* 2048 robust, process-shared, error-checking */
+    pthread_mutex_t mutex; /* 40 bytes on x86-64 glibc, 48 on arm64 */
     uint8_t raw[48];
   } m;
-  SS_ATOMIC(int32_t) owner_pid;    /* 2096 0 when free; informational */
-  SS_ATOMIC(int32_t) owner_tid;    /* 2100 */
-  SS_ATOMIC(uint64_t) acquisitions;/* 2104 lock takeovers count too */
+  SS_ATOMIC(int32_t) owner_pid; /* 2096 0 when free; informational */
+  SS_ATOMIC(int32_t) owner_tid; /* 2100 */
+  SS_ATOMIC(uint64_t) acquisitions; /* 2104 lock takeovers count too */
 } ss_lock_line;
 
-typedef struct ss_publish_line {   /* 2112: written by the writer only */
-  SS_ATOMIC(uint64_t) seq;         /* 2112 odd while a write is in progress */
-  SS_ATOMIC(uint64_t) count;       /* 2120 completed writes */
-  SS_ATOMIC(uint64_t) frame_id;    /* 2128 of the published frame */
+typedef struct ss_publish_line { /* 2112: written by the writer only */
+  SS_ATOMIC(uint64_t) seq; /* 2112 odd while a write is in progress */
+  SS_ATOMIC(uint64_t) count; /* 2120 completed writes */
+  SS_ATOMIC(uint64_t) frame_id; /* 2128 of the published frame */
   SS_ATOMIC(uint64_t) write_time_ns; /* 2136 CLOCK_REALTIME of the publish */
-  SS_ATOMIC(uint32_t) state;       /* 2144 enum ss_state */
-  SS_ATOMIC(int32_t) writer_pid;   /* 2148 pid of the last/current writer */
-  SS_ATOMIC(uint64_t) aborted;     /* 2152 writes aborted or abandoned */
-  SS_ATOMIC(uint32_t) slot;        /* 2160 slot of the published frame */
+  SS_ATOMIC(uint32_t) state; /* 2144 enum ss_state */
+  SS_ATOMIC(int32_t) writer_pid; /* 2148 pid of the last/current writer */
+  SS_ATOMIC(uint64_t) aborted; /* 2152 writes aborted or abandoned */
+  SS_ATOMIC(uint32_t) slot; /* 2160 slot of the published frame */
   uint32_t pad_;
   SS_ATOMIC(uint64_t) writer_start_ticks; /* 2168 with writer_pid: who wrote */
 } ss_publish_line;
 
-typedef struct ss_notify_line {    /* 2176: the futex readers sleep on */
-  SS_ATOMIC(uint32_t) wake_seq;    /* 2176 bumped after every publish */
-  SS_ATOMIC(uint32_t) waiters;     /* 2180 sleepers without a slot (streams) */
-  SS_ATOMIC(uint32_t) lock_readers;/* 2184 readers falling back to the lock */
+typedef struct ss_notify_line { /* 2176: the futex readers sleep on */
+  SS_ATOMIC(uint32_t) wake_seq; /* 2176 bumped after every publish */
+  SS_ATOMIC(uint32_t) waiters; /* 2180 sleepers without a slot (streams) */
+  SS_ATOMIC(uint32_t) lock_readers; /* 2184 readers falling back to the lock */
   uint32_t pad0_;
-  SS_ATOMIC(uint64_t) sleepers;    /* 2192 bit i: sleeper slot i is taken */
+  SS_ATOMIC(uint64_t) sleepers; /* 2192 bit i: sleeper slot i is taken */
   uint8_t pad_[40];
 } ss_notify_line;
 
-typedef struct ss_slot_line {      /* 2240: per-slot seqlocks, writer only */
+typedef struct ss_slot_line { /* 2240: per-slot seqlocks, writer only */
   SS_ATOMIC(uint64_t) seq[SS_MAX_SLOTS]; /* odd while that slot is written */
 } ss_slot_line;
 
@@ -179,37 +181,36 @@ typedef struct ss_slot_line {      /* 2240: per-slot seqlocks, writer only */
  * odd. Lock holders only; lets the takeover after a writer's death roll the
  * metadata back exactly (docs/ABI.md, "Repair after a death"). */
 typedef struct ss_undo_line {
-  SS_ATOMIC(uint64_t) count;         /* 2304 */
-  SS_ATOMIC(uint64_t) frame_id;      /* 2312 */
+  SS_ATOMIC(uint64_t) count; /* 2304 */
+  SS_ATOMIC(uint64_t) frame_id; /* 2312 */
   SS_ATOMIC(uint64_t) write_time_ns; /* 2320 */
-  SS_ATOMIC(uint64_t) aborted;       /* 2328 */
-  SS_ATOMIC(uint32_t) slot;          /* 2336 */
-  SS_ATOMIC(uint32_t) state;         /* 2340 */
+  SS_ATOMIC(uint64_t) aborted; /* 2328 */
+  SS_ATOMIC(uint32_t) slot; /* 2336 */
+  SS_ATOMIC(uint32_t) state; /* 2340 */
   uint8_t pad_[24];
 } ss_undo_line;
 
 #define SS_SLEEPER_SLOTS 64u
 
-typedef struct ss_stream_area {    /* 2240: the stream kind's control lines */
-  ss_slot_line slots;              /* 2240 */
-  ss_undo_line undo;               /* 2304 */
-  uint8_t reserved_[64];           /* 2368 */
+typedef struct ss_stream_area { /* 2240: the stream kind's control lines */
+  ss_slot_line slots; /* 2240 */
+  ss_undo_line undo; /* 2304 */
+  uint8_t reserved_[64]; /* 2368 */
   /* 2432: who sleeps on the stream: pid | start-time low 32 bits << 32,
    * 0 = free (docs/ABI.md, "Sleeper table"). */
   SS_ATOMIC(uint64_t) sleeper[SS_SLEEPER_SLOTS];
 } ss_stream_area;
 
 typedef struct ss_header {
-  ss_identity id;                  /* 0 */
-  ss_lock_line lock;               /* 2048 */
-  ss_publish_line pub;             /* 2112 */
-  ss_notify_line notify;           /* 2176 */
-  union {                          /* 2240: kind-specific control words */
-    ss_stream_area stream;         /* streams: slot seqlocks, undo line */
+  ss_identity id; /* 0 */
+  ss_lock_line lock; /* 2048 */
+  ss_publish_line pub; /* 2112 */
+  ss_notify_line notify; /* 2176 */
+  union { /* 2240: kind-specific control words */
+    ss_stream_area stream; /* streams: slot seqlocks, undo line */
     uint8_t kind_area[SS_HEADER_BYTES - 2240]; /* channels: ss_ring_control */
   };
 } ss_header;
-
 
 /* ---- the documented offsets (docs/ABI.md), pinned --------------------- */
 #ifdef __cplusplus
@@ -217,7 +218,8 @@ typedef struct ss_header {
 #else
 #define SS_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
-#define SS_PIN(field, off) SS_STATIC_ASSERT(offsetof(ss_header, field) == (off), "ABI offset of " #field)
+#define SS_PIN(field, off) \
+  SS_STATIC_ASSERT(offsetof(ss_header, field) == (off), "ABI offset of " #field)
 SS_PIN(id.magic, 0);
 SS_PIN(id.layout_version, 8);
 SS_PIN(id.kind, 12);
@@ -283,11 +285,11 @@ SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes"
  * slot_count): the slot's seqlock and the publication it holds. The record
  * fields are written inside the slot's seqlock window. */
 typedef struct ss_slot_record {
-  SS_ATOMIC(uint64_t) seq;           /* +0  the slot's seqlock */
-  SS_ATOMIC(uint64_t) count;         /* +8  0: holds no publication */
-  SS_ATOMIC(uint64_t) frame_id;      /* +16 */
+  SS_ATOMIC(uint64_t) seq; /* +0  the slot's seqlock */
+  SS_ATOMIC(uint64_t) count; /* +8  0: holds no publication */
+  SS_ATOMIC(uint64_t) frame_id; /* +16 */
   SS_ATOMIC(uint64_t) write_time_ns; /* +24 */
-  uint8_t reserved_[32];             /* +32 */
+  uint8_t reserved_[32]; /* +32 */
 } ss_slot_record;
 SS_STATIC_ASSERT(sizeof(ss_slot_record) == SS_SLOT_RECORD_BYTES, "a slot record is one line");
 SS_STATIC_ASSERT(offsetof(ss_slot_record, count) == 8, "ABI offset of record count");
@@ -304,16 +306,16 @@ SS_STATIC_ASSERT(offsetof(ss_slot_record, write_time_ns) == 24, "ABI offset of r
 typedef struct ss_segment ss_segment;
 
 typedef struct ss_create_args {
-  const char *name;       /* user name, UTF-8 */
+  const char *name; /* user name, UTF-8 */
   uint32_t kind;
   uint32_t flags;
   uint32_t ndim;
   const uint64_t *shape;
   uint64_t itemsize;
-  const char *dtype;      /* NumPy dtype text, e.g. "<f4" */
+  const char *dtype; /* NumPy dtype text, e.g. "<f4" */
   uint64_t payload_bytes; /* 0: product(shape) * itemsize */
-  uint32_t mode;          /* 0: 0600 */
-  uint32_t slots;         /* 0: SS_DEFAULT_SLOTS; a writer fills one slot while
+  uint32_t mode; /* 0: 0600 */
+  uint32_t slots; /* 0: SS_DEFAULT_SLOTS; a writer fills one slot while
                              readers copy the last published one */
   /* GPU streams (include/shmstream_cuda.h): 512 bytes copied into id.gpu
    * before the checksum, or NULL for a zero GPU area. A stream created
@@ -345,8 +347,8 @@ SS_API int ss_segment_name(const char *name, size_t len, char out[SS_SEGMENT_NAM
 /* Returns 0 or a positive errno (EEXIST, ENOSPC, ...) or a negative ss_status. */
 SS_API int ss_segment_create(ss_segment *seg, const ss_create_args *args);
 /* expected_kind 0 accepts any kind. */
-SS_API int ss_segment_open(ss_segment *seg, const char *name, size_t len,
-                           uint32_t expected_kind, int readonly);
+SS_API int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
+                           int readonly);
 /* ss_segment_open with options. ss_segment_open(...) is
  * ss_segment_open_ex(..., NULL). */
 typedef struct ss_open_opts {
@@ -360,8 +362,8 @@ typedef struct ss_open_opts {
  * uid nor allowed (seg->owner_uid says who owns it), and with SS_EPIDNS a
  * segment whose creator recorded another PID namespace than the caller's
  * (docs/ABI.md, "Owner and PID namespace"). opts may be NULL. */
-SS_API int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len,
-                              uint32_t expected_kind, int readonly, const ss_open_opts *opts);
+SS_API int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
+                              int readonly, const ss_open_opts *opts);
 /* Map the header only (for stat/list): payload bytes are not mapped. Does
  * not wait for an unfinished creator: SS_EBUSY at once. Never blocks and
  * never follows a link: ELOOP for a symlink, ENODEV for anything else that
@@ -408,15 +410,14 @@ SS_API int32_t ss_lock_word_tid(const ss_segment *seg);
  * On a segment without a CPU payload slot (a GPU stream without CPU mirror)
  * ss_write_locked and ss_clear_locked do nothing and ss_read returns
  * SS_EKIND: its payload is reached through include/shmstream_cuda.h. */
-SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n,
-                            const uint64_t *frame_id);
+SS_API void ss_write_locked(ss_segment *seg, const void *src, size_t n, const uint64_t *frame_id);
 SS_API void ss_clear_locked(ss_segment *seg);
 
 /* Consistent snapshot copy of the payload into dst (n bytes). Retries a
  * torn copy a bounded number of times, then takes the lock (unless the
  * caller already holds it: pass holds_lock=1). */
-SS_API int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns,
-                   int holds_lock, ss_pubinfo *info);
+SS_API int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int holds_lock,
+                   ss_pubinfo *info);
 
 /* Zero-copy read: locate the published frame (same freshness rule and
  * fallback as ss_read) without copying it. The caller reads
@@ -512,9 +513,9 @@ SS_API uint32_t ss_history_copy(const ss_segment *seg, ss_history_frame *frames,
  * newer: *n 0), SS_ETIMEDOUT (nothing newer within timeout_ns), or an
  * error of ss_history_locate, SS_ECORRUPT, ENOMEM. */
 typedef void *(*ss_history_dst_fn)(void *ctx, uint32_t n);
-SS_API int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames,
-                           int64_t timeout_ns, int64_t spin_ns, ss_history_frame *frames,
-                           ss_history_dst_fn dst_for, void *ctx, uint32_t *n, uint64_t *last);
+SS_API int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
+                           int64_t spin_ns, ss_history_frame *frames, ss_history_dst_fn dst_for,
+                           void *ctx, uint32_t *n, uint64_t *last);
 /* read_new for a stream without history, as a recorder needs it: waits
  * past aborted and abandoned writes (they are not publications) and copies
  * the newest complete publication newer than `after`. */
@@ -527,8 +528,8 @@ SS_API int ss_read_new_complete(ss_segment *seg, void *dst, size_t n, uint64_t a
  * Returns SS_OK (and *count_out), SS_ETIMEDOUT, SS_ECANCELLED, or
  * SS_EINCONSISTENT when the last write was aborted or abandoned. The
  * caller bounds timeout_ns (e.g. 100 ms) to check for signals. */
-SS_API int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns,
-                         int64_t spin_ns, uint64_t *count_out);
+SS_API int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                         uint64_t *count_out);
 SS_API void ss_wake_all(ss_segment *seg);
 
 /* read_new: wait until a publication newer than `after` (a count) exists,
@@ -541,8 +542,8 @@ SS_API void ss_wake_all(ss_segment *seg);
 SS_API int ss_read_new(ss_segment *seg, void *dst, size_t n, uint64_t after, int64_t timeout_ns,
                        int64_t spin_ns, ss_pubinfo *info);
 /* The zero-copy form: locates the new publication (see ss_view_begin). */
-SS_API int ss_read_new_view(ss_segment *seg, uint64_t after, int64_t timeout_ns,
-                            int64_t spin_ns, ss_pubinfo *info, ss_frame *frame);
+SS_API int ss_read_new_view(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
+                            ss_pubinfo *info, ss_frame *frame);
 /* Between waits: SS_EINCONSISTENT if the last write was aborted, or its
  * writer died mid-write (detected by a trylock that takes the dead owner's
  * lock over and marks the frame abandoned); SS_OK otherwise. */

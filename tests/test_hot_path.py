@@ -1,6 +1,7 @@
 """The hot path of write/read/read_new: an ndarray of exactly the stream's
 dtype and shape goes through one native call; every other argument takes the
 checked path, with the same results and the same errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,13 @@ REC = [("a", "<f4"), ("b", "<i2")]
 def test_fast_and_checked_writes_publish_the_same_bytes(name):
     with shmstream.create(name, shape=(4, 6), dtype=np.float32) as w, shmstream.open(name) as r:
         src = np.arange(24, dtype=np.float32).reshape(4, 6)
-        for value in (src, src.tolist(), np.asfortranarray(src), src.astype(np.float64),
-                      src[:, :].view(np.ndarray)):
+        for value in (
+            src,
+            src.tolist(),
+            np.asfortranarray(src),
+            src.astype(np.float64),
+            src[:, :].view(np.ndarray),
+        ):
             w.write(value + 0 if isinstance(value, np.ndarray) else value)
             assert np.array_equal(r.read(), src)
         big = np.zeros((8, 12), np.float32)

@@ -4,6 +4,7 @@ lengths T, W being the process's wake-up cost, k 1/10 with a spare core and
 1 without (then no spin outlasts a wake-up). Checked from the policy's counters and CPU time,
 never from wall-clock margins; W and the contention state are injected
 through the test hook where a test needs them fixed."""
+
 from __future__ import annotations
 
 import os
@@ -78,8 +79,12 @@ def test_an_injected_wake_cost_leads_to_the_predicted_budget(name):
                 r.read_new(out=out, timeout=0.003, spin_us=0)
         # 1 ms wake-ups with a spare core: a 4.2 ms spin (k = 1/10) pays;
         # without one (k = 1, cap W) it does not; nor with cheap wake-ups
-        for wake_ns, load, spins in ((1_000_000, 0, True), (1_000_000, 1, False),
-                                     (100_000, 0, False), (1, 0, False)):
+        for wake_ns, load, spins in (
+            (1_000_000, 0, True),
+            (1_000_000, 1, False),
+            (100_000, 0, False),
+            (1, 0, False),
+        ):
             _native.wait_policy_override(wake_ns, load)
             hist = r.spin_policy["histogram"]
             price = 1 if load else PRICE
@@ -125,7 +130,12 @@ def test_a_channel_waits_under_the_same_policy(channel_pair):
         rx.recv(timeout=0.02)
     p = rx.spin_policy
     assert (p["wake_ns"], p["budget_ns"], p["waits"], p["spun"], p["slept"]) == (
-        300_000, 300_000, 1, 1, 1)
+        300_000,
+        300_000,
+        1,
+        1,
+        1,
+    )
     assert sum(p["histogram"]) == 16
     tx.send(b"x")
     assert bytes(rx.recv(timeout=1).data) == b"x"
@@ -144,8 +154,10 @@ def test_with_a_hog_on_every_core_a_waiting_reader_does_not_spin(name):
     # wait below, far more CPU than the test allows; without one (cap W)
     # they sleep at once.
     _native.wait_policy_override(5_000_000, -1)
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE)
-            for _ in range(os.cpu_count() or 1)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE)
+        for _ in range(os.cpu_count() or 1)
+    ]
     try:
         for h in hogs:
             assert h.stdout is not None and h.stdout.readline() == b"go\n"

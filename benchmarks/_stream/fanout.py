@@ -3,6 +3,7 @@ can, two reader processes take what they can: frames/s delivered per
 reader, missed frames (from sequence numbers, checked against the
 library's own counter where it has one), torn frames (every 8-byte word of
 a frame carries its sequence number)."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,9 @@ PAYLOAD = 64 << 10
 # ------------------------------------------------------------ readers
 
 
-def reader_task(ready: Callable[[], None], peer: str, self_module: str, ctl: str,
-                payload: int, **kwargs: Any) -> dict[str, Any]:
+def reader_task(
+    ready: Callable[[], None], peer: str, self_module: str, ctl: str, payload: int, **kwargs: Any
+) -> dict[str, Any]:
     """Worker task: one reader of a fan-out row. ``ctl`` is the segment of
     the control word (see ``_read_frames``)."""
     seg = raw_shm(ctl)
@@ -59,8 +61,9 @@ def reader_task(ready: Callable[[], None], peer: str, self_module: str, ctl: str
         seg.close()
 
 
-def _read_frames(get: Callable[[], bool], b64: np.ndarray, tmp: np.ndarray,
-                 fin: memoryview) -> dict[str, Any]:
+def _read_frames(
+    get: Callable[[], bool], b64: np.ndarray, tmp: np.ndarray, fin: memoryview
+) -> dict[str, Any]:
     """``get()`` fills b64 with a frame newer than the last one and returns
     True, or returns False after ~50 ms without one. ``fin[0]`` is STOP
     while the writer runs, then the last seq written (or ABORT)."""
@@ -103,8 +106,9 @@ def _read_frames(get: Callable[[], bool], b64: np.ndarray, tmp: np.ndarray,
 # ------------------------------------------------------------- writer
 
 
-def _once(peer: Peer, variant: str, cfg: argparse.Namespace, names: Names,
-          workers: list[Worker]) -> dict[str, Any]:
+def _once(
+    peer: Peer, variant: str, cfg: argparse.Namespace, names: Names, workers: list[Worker]
+) -> dict[str, Any]:
     ctl = names.raw_name("fin")
     cseg = raw_shm(ctl, 64, create=True)
     fin = cseg.buf[:8].cast("Q")
@@ -117,8 +121,14 @@ def _once(peer: Peer, variant: str, cfg: argparse.Namespace, names: Names,
         writer = peer.fan_writer(variant, PAYLOAD, names)
         publish = writer.publish
         for w in workers[:2]:
-            w.start(reader_task, peer=peer.name, self_module=peer.module, ctl=ctl,
-                    payload=PAYLOAD, **writer.kwargs)
+            w.start(
+                reader_task,
+                peer=peer.name,
+                self_module=peer.module,
+                ctl=ctl,
+                payload=PAYLOAD,
+                **writer.kwargs,
+            )
             started += 1
         for w in workers[:2]:
             w.expect("ready")
@@ -165,8 +175,9 @@ def _once(peer: Peer, variant: str, cfg: argparse.Namespace, names: Names,
 # ------------------------------------------------------------ section
 
 
-def run(cfg: argparse.Namespace, peers: Peers, names: Names, res: Results,
-        workers: list[Worker]) -> None:
+def run(
+    cfg: argparse.Namespace, peers: Peers, names: Names, res: Results, workers: list[Worker]
+) -> None:
     stats: dict[tuple[str, str], dict[str, list[Any]]] = {}
     rows = [(p, v) for p in peers.wanted for v in p.fanout_variants]
     for rep in range(cfg.repeats):
@@ -180,28 +191,35 @@ def run(cfg: argparse.Namespace, peers: Peers, names: Names, res: Results,
             except BenchError as exc:
                 res.error(f"(c) {what}: {exc}")
                 continue
-            res.add(section="c", payload=PAYLOAD, impl=impl, variant=variant,
-                    repeat=rep, **r)
+            res.add(section="c", payload=PAYLOAD, impl=impl, variant=variant, repeat=rep, **r)
             if impl == OURS:  # the subject's own counters must be right
                 for i in (0, 1):
                     if r[f"r{i}_missed"] != r[f"r{i}_lib_missed"]:
-                        res.error(f"(c) {what} reader {i}: missed from sequence numbers "
-                                  f"{r[f'r{i}_missed']} != total_missed_writes "
-                                  f"{r[f'r{i}_lib_missed']}")
+                        res.error(
+                            f"(c) {what} reader {i}: missed from sequence numbers "
+                            f"{r[f'r{i}_missed']} != total_missed_writes "
+                            f"{r[f'r{i}_lib_missed']}"
+                        )
                     if r[f"r{i}_torn"]:
                         res.error(f"(c) {what} reader {i}: {r[f'r{i}_torn']} torn frames")
             d = stats.setdefault((impl, variant), {})
             for k, v in r.items():
                 d.setdefault(k, []).append(v)
-            progress(f"(c) fan-out {what} rep {rep + 1}/{cfg.repeats}: written "
-                     f"{fmt_hz(r['written_per_s'], '/s')}, readers {fmt_hz(r['r0_per_s'], '/s')} "
-                     f"{fmt_hz(r['r1_per_s'], '/s')}, missed {r['r0_missed']}/{r['r1_missed']}, "
-                     f"torn {r['r0_torn'] + r['r1_torn']}")
+            progress(
+                f"(c) fan-out {what} rep {rep + 1}/{cfg.repeats}: written "
+                f"{fmt_hz(r['written_per_s'], '/s')}, readers {fmt_hz(r['r0_per_s'], '/s')} "
+                f"{fmt_hz(r['r1_per_s'], '/s')}, missed {r['r0_missed']}/{r['r1_missed']}, "
+                f"torn {r['r0_torn'] + r['r1_torn']}"
+            )
     emit(res, _table(cfg, peers, rows, stats))
 
 
-def _table(cfg: argparse.Namespace, peers: Peers, rows: list[tuple[Peer, str]],
-           stats: dict[tuple[str, str], dict[str, list[Any]]]) -> str:
+def _table(
+    cfg: argparse.Namespace,
+    peers: Peers,
+    rows: list[tuple[Peer, str]],
+    stats: dict[tuple[str, str], dict[str, list[Any]]],
+) -> str:
     def per_reader(key: tuple[str, str]) -> float:
         d = stats.get(key)
         if not d:
@@ -217,9 +235,17 @@ def _table(cfg: argparse.Namespace, peers: Peers, rows: list[tuple[Peer, str]],
     def rate(v: float) -> str:
         return fmt_hz(v, "/s")
 
-    headers = ["implementation", "written/s", "reader 1 frames/s", "reader 2 frames/s",
-               "missed % (r1/r2)", "missed = library counter", "torn (all runs)",
-               "shmstream vs this (mean reader)", "shmstream vs this (slower reader)"]
+    headers = [
+        "implementation",
+        "written/s",
+        "reader 1 frames/s",
+        "reader 2 frames/s",
+        "missed % (r1/r2)",
+        "missed = library counter",
+        "torn (all runs)",
+        "shmstream vs this (mean reader)",
+        "shmstream vs this (slower reader)",
+    ]
     table = []
     ours_variant = peers.ours.fanout_variants[0]
     ours_key = (OURS, ours_variant)
@@ -234,28 +260,42 @@ def _table(cfg: argparse.Namespace, peers: Peers, rows: list[tuple[Peer, str]],
             continue
 
         def pct(i: int, d: dict[str, list[Any]] = d) -> float:
-            return median([m / (m + f) * 100 if m + f else 0.0
-                           for m, f in zip(d[f"r{i}_missed"], d[f"r{i}_frames"])])
+            return median(
+                [
+                    m / (m + f) * 100 if m + f else 0.0
+                    for m, f in zip(d[f"r{i}_missed"], d[f"r{i}_frames"])
+                ]
+            )
 
         if peer.counts_missed:
-            agree = all(d[f"r{i}_missed"][k] == d[f"r{i}_lib_missed"][k]
-                        for i in (0, 1) for k in range(len(d["r0_missed"])))
+            agree = all(
+                d[f"r{i}_missed"][k] == d[f"r{i}_lib_missed"][k]
+                for i in (0, 1)
+                for k in range(len(d["r0_missed"]))
+            )
             agree_s = "yes" if agree else "NO"
         else:
             agree_s = "n/a"
         mine = (peer.name, variant) == ours_key
         key = (peer.name, variant)
-        table.append([
-            label, fmt_spread(d["written_per_s"], rate),
-            fmt_spread(d["r0_per_s"], rate), fmt_spread(d["r1_per_s"], rate),
-            f"{pct(0):.1f} / {pct(1):.1f}", agree_s,
-            str(sum(d["r0_torn"]) + sum(d["r1_torn"])),
-            "" if mine else fmt_ratio(per_reader(ours_key), per_reader(key)),
-            "" if mine else fmt_ratio(slower_reader(ours_key), slower_reader(key)),
-        ])
-    title = (f"(c) fan-out: one writer, two reader processes, {fmt_bytes(PAYLOAD)} "
-             f"frames, writer as fast as it can; median [min-max] of {cfg.repeats} interleaved "
-             f"runs{cfg.regime}; ratios = frames/s "
-             f"delivered per reader by shmstream {ours_variant} vs this row (mean of the two "
-             f"readers; the slower reader of each run)")
+        table.append(
+            [
+                label,
+                fmt_spread(d["written_per_s"], rate),
+                fmt_spread(d["r0_per_s"], rate),
+                fmt_spread(d["r1_per_s"], rate),
+                f"{pct(0):.1f} / {pct(1):.1f}",
+                agree_s,
+                str(sum(d["r0_torn"]) + sum(d["r1_torn"])),
+                "" if mine else fmt_ratio(per_reader(ours_key), per_reader(key)),
+                "" if mine else fmt_ratio(slower_reader(ours_key), slower_reader(key)),
+            ]
+        )
+    title = (
+        f"(c) fan-out: one writer, two reader processes, {fmt_bytes(PAYLOAD)} "
+        f"frames, writer as fast as it can; median [min-max] of {cfg.repeats} interleaved "
+        f"runs{cfg.regime}; ratios = frames/s "
+        f"delivered per reader by shmstream {ours_variant} vs this row (mean of the two "
+        f"readers; the slower reader of each run)"
+    )
     return render_table(headers, table, title)

@@ -6,6 +6,7 @@ and with one CPU-bound hog per core (benchmarks/_hogs.py), the two regimes
 interleaved run by run: latency p50/p99 and each process's CPU use (% of
 one core over the run, waits included). shmstream only: the targets are
 about its wait policy (docs/waiting.md)."""
+
 from __future__ import annotations
 
 import argparse
@@ -65,11 +66,15 @@ def _once(module: str, names: Names, seconds: float) -> dict[str, Any]:
     ss = importlib.import_module(module)
     n1, n2 = names.stream(ss, "loop1"), names.stream(ss, "loop2")
     ctx = mp.get_context("spawn")
-    with ss.create(n1, shape=FRAME, dtype=np.float64) as w1, \
-            ss.create(n2, shape=FRAME, dtype=np.float64):
+    with (
+        ss.create(n1, shape=FRAME, dtype=np.float64) as w1,
+        ss.create(n2, shape=FRAME, dtype=np.float64),
+    ):
         ready, out = ctx.Queue(), ctx.Queue()
-        procs = [ctx.Process(target=_stage, args=(module, n1, n2, ready, out)),
-                 ctx.Process(target=_stage, args=(module, n2, None, ready, out))]
+        procs = [
+            ctx.Process(target=_stage, args=(module, n1, n2, ready, out)),
+            ctx.Process(target=_stage, args=(module, n2, None, ready, out)),
+        ]
         for p in procs:
             p.start()
         for _ in procs:
@@ -92,9 +97,14 @@ def _once(module: str, names: Names, seconds: float) -> dict[str, Any]:
     sink = next(g for g in got if g["lat"])
     p50, p99 = percentiles(sink["lat"], (50, 99))
     cpus = [cpu_src] + [g["cpu"] for g in got]
-    return {"p50_us": p50 / 1e3, "p99_us": p99 / 1e3, "max_cpu_pct": 100 * max(cpus),
-            "cpu_pct": [100 * c for c in cpus], "frames": len(sink["lat"]),
-            "sink_policy": sink["policy"]}
+    return {
+        "p50_us": p50 / 1e3,
+        "p99_us": p99 / 1e3,
+        "max_cpu_pct": 100 * max(cpus),
+        "cpu_pct": [100 * c for c in cpus],
+        "frames": len(sink["lat"]),
+        "sink_policy": sink["policy"],
+    }
 
 
 def run(cfg: argparse.Namespace, names: Names, res: Results) -> None:
@@ -112,9 +122,11 @@ def run(cfg: argparse.Namespace, names: Names, res: Results) -> None:
             for k in ("p50_us", "p99_us", "max_cpu_pct"):
                 d.setdefault(k, []).append(r[k])
             res.add(section="d", regime=regime, repeat=rep, **r)
-            progress(f"(d) 200 Hz loop {regime} rep {rep + 1}/{cfg.repeats}: p50 "
-                     f"{r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, CPU max "
-                     f"{r['max_cpu_pct']:.1f}% of a core")
+            progress(
+                f"(d) 200 Hz loop {regime} rep {rep + 1}/{cfg.repeats}: p50 "
+                f"{r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, CPU max "
+                f"{r['max_cpu_pct']:.1f}% of a core"
+            )
     emit(res, _table(cfg, stats))
 
 
@@ -131,14 +143,22 @@ def _table(cfg: argparse.Namespace, stats: dict[str, dict[str, list[float]]]) ->
         if not d:
             rows.append([label, "error", "", "", ""])
             continue
-        rows.append([label, fmt_spread(d["p50_us"], us), fmt_spread(d["p99_us"], us),
-                     fmt_spread(d["max_cpu_pct"], pct),
-                     "yes" if median(d["p99_us"]) <= 1000 and max(d["max_cpu_pct"]) <= 10
-                     else "no"])
-    title = (f"(d) pyRTC-style loop: 3 shmstream processes hand a {FRAME[0]}x{FRAME[1]} "
-             f"float64 frame (64 KiB) along at {HZ} Hz; latency source -> sink; CPU = the "
-             f"busiest of the three processes, % of one core over the run; median "
-             f"[min-max] of {cfg.repeats} runs, regimes interleaved; target: p99 <= 1 ms "
-             f"and CPU <= 10% under the hogs")
-    return render_table(["regime", "p50 us", "p99 us", "busiest process CPU %",
-                         "target met"], rows, title)
+        rows.append(
+            [
+                label,
+                fmt_spread(d["p50_us"], us),
+                fmt_spread(d["p99_us"], us),
+                fmt_spread(d["max_cpu_pct"], pct),
+                "yes" if median(d["p99_us"]) <= 1000 and max(d["max_cpu_pct"]) <= 10 else "no",
+            ]
+        )
+    title = (
+        f"(d) pyRTC-style loop: 3 shmstream processes hand a {FRAME[0]}x{FRAME[1]} "
+        f"float64 frame (64 KiB) along at {HZ} Hz; latency source -> sink; CPU = the "
+        f"busiest of the three processes, % of one core over the run; median "
+        f"[min-max] of {cfg.repeats} runs, regimes interleaved; target: p99 <= 1 ms "
+        f"and CPU <= 10% under the hogs"
+    )
+    return render_table(
+        ["regime", "p50 us", "p99 us", "busiest process CPU %", "target met"], rows, title
+    )

@@ -4,6 +4,7 @@ out on stream A, a worker process (the responder) reads it and writes a
 the responder reads the request); at 64 B the wake-up rows follow
 (shmstream with ``spin_us=0`` on both ends against an os.pipe ping-pong).
 Round trips/s and p50/p95/p99 latency, median of the repeats."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,14 @@ PAYLOADS = (64, 64 << 10, 4 << 20)
 WAKEUP_PAYLOAD = PAYLOADS[0]
 
 
-def respond_task(ready: Callable[[], None], peer: str, self_module: str, variant: str,
-                 payload: int, **kwargs: Any) -> int:
+def respond_task(
+    ready: Callable[[], None],
+    peer: str,
+    self_module: str,
+    variant: str,
+    payload: int,
+    **kwargs: Any,
+) -> int:
     """Worker task: the responder of one ping-pong row."""
     return make_peer(peer, self_module).respond(ready, variant, payload, **kwargs)
 
@@ -54,8 +61,9 @@ def _variant_text(peer: Peer, variant: str, wakeup: bool) -> str:
     return (peer.wakeup_variants if wakeup else peer.pingpong_variants)[variant]
 
 
-def run(cfg: argparse.Namespace, peers: Peers, names: Names, res: Results,
-        workers: list[Worker]) -> None:
+def run(
+    cfg: argparse.Namespace, peers: Peers, names: Names, res: Results, workers: list[Worker]
+) -> None:
     stats: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     for payload in PAYLOADS:
         rows = [r for r in _rows(peers, payload) if peers.ok(r[0])]
@@ -71,20 +79,30 @@ def run(cfg: argparse.Namespace, peers: Peers, names: Names, res: Results,
                 for k, v in r.items():
                     d.setdefault(k, []).append(v)
                 res.add(section="b", payload=payload, impl=impl, variant=variant, repeat=rep, **r)
-                progress(f"(b) ping-pong {fmt_bytes(payload)} {impl} {variant} "
-                         f"rep {rep + 1}/{cfg.repeats}: "
-                         f"{fmt_hz(r['rt_per_s'], '/s')} p50 {fmt_us(r['p50_ns'])} us")
+                progress(
+                    f"(b) ping-pong {fmt_bytes(payload)} {impl} {variant} "
+                    f"rep {rep + 1}/{cfg.repeats}: "
+                    f"{fmt_hz(r['rt_per_s'], '/s')} p50 {fmt_us(r['p50_ns'])} us"
+                )
     emit(res, _table(cfg, peers, stats))
 
 
-def _once(peer: Peer, variant: str, payload: int, cfg: argparse.Namespace,
-          names: Names, worker: Worker) -> dict[str, float]:
+def _once(
+    peer: Peer, variant: str, payload: int, cfg: argparse.Namespace, names: Names, worker: Worker
+) -> dict[str, float]:
     req = peer.requester(variant, payload, names)
     started = False
     try:
         try:
-            worker.start(respond_task, fds=req.fds, peer=peer.name, self_module=peer.module,
-                         variant=variant, payload=payload, **req.kwargs)
+            worker.start(
+                respond_task,
+                fds=req.fds,
+                peer=peer.name,
+                self_module=peer.module,
+                variant=variant,
+                payload=payload,
+                **req.kwargs,
+            )
             started = True
         finally:
             for fd in req.fds:  # the responder has its own copies now
@@ -108,8 +126,14 @@ def _once(peer: Peer, variant: str, payload: int, cfg: argparse.Namespace,
         if handled != seq:
             raise BenchError(f"responder handled {handled} requests, requester sent {seq}")
         p50, p95, p99 = percentiles(lat, (50, 95, 99))
-        return {"rt_per_s": n / dt, "p50_ns": p50, "p95_ns": p95,
-                "p99_ns": p99, "round_trips": n, "seconds": dt}
+        return {
+            "rt_per_s": n / dt,
+            "p50_ns": p50,
+            "p95_ns": p95,
+            "p99_ns": p99,
+            "round_trips": n,
+            "seconds": dt,
+        }
     finally:
         # the requester's ends go first: a responder still waiting for a
         # request sees EOF (a pipe) or gives up within WAIT_S, then reports
@@ -122,8 +146,9 @@ def _once(peer: Peer, variant: str, payload: int, cfg: argparse.Namespace,
                 pass
 
 
-def _table(cfg: argparse.Namespace, peers: Peers,
-           stats: dict[tuple[str, str, int], dict[str, list[float]]]) -> str:
+def _table(
+    cfg: argparse.Namespace, peers: Peers, stats: dict[tuple[str, str, int], dict[str, list[float]]]
+) -> str:
     def rate(impl: str, variant: str, payload: int) -> float:
         return median(stats.get((impl, variant, payload), {}).get("rt_per_s", []))
 
@@ -134,9 +159,18 @@ def _table(cfg: argparse.Namespace, peers: Peers,
 
     ours = peers.ours
     ours_wakeup = next(iter(ours.wakeup_variants))
-    headers = ["payload", "implementation", "responder reads the request", "round trips/s",
-               "p50 us", "p95 us", "p99 us", "p99/p50", "shmstream like-for-like",
-               "shmstream best vs best"]
+    headers = [
+        "payload",
+        "implementation",
+        "responder reads the request",
+        "round trips/s",
+        "p50 us",
+        "p95 us",
+        "p99 us",
+        "p99/p50",
+        "shmstream like-for-like",
+        "shmstream best vs best",
+    ]
     table = []
     for payload in PAYLOADS:
         for peer, variant, wakeup in _rows(peers, payload):
@@ -155,19 +189,26 @@ def _table(cfg: argparse.Namespace, peers: Peers,
                 like = fmt_ratio(rate(OURS, ours_wakeup if wakeup else variant, payload), r_s)
                 if peer.pingpong_variants:
                     bvb = fmt_ratio(best(ours, payload), best(peer, payload))
-            table.append([
-                *head,
-                fmt_spread(got["rt_per_s"], lambda v: fmt_hz(v, "/s")),
-                fmt_spread(got["p50_ns"], fmt_us), fmt_us(median(got["p95_ns"])),
-                fmt_spread(got["p99_ns"], fmt_us),
-                f"{p99 / p50:.1f}" if p50 > 0 else "-", like, bvb,
-            ])
-    title = (f"(b) cross-process ping-pong: request of PAYLOAD on stream A, 64 B ack on "
-             f"stream B; median [min-max] of {cfg.repeats} interleaved runs{cfg.regime}; "
-             f"latency = one round trip; the requester "
-             f"always copies its request in (write) and its ack out. "
-             f"\"like-for-like\" = shmstream's round trips/s with the same kind of read "
-             f"(copy vs copy, zero-copy vs zero-copy; on the os.pipe row: shmstream "
-             f"spin_us=0 vs the pipe); \"best vs best\" = the faster of shmstream's "
-             f"copy/zero-copy rows vs the faster of this peer's")
+            table.append(
+                [
+                    *head,
+                    fmt_spread(got["rt_per_s"], lambda v: fmt_hz(v, "/s")),
+                    fmt_spread(got["p50_ns"], fmt_us),
+                    fmt_us(median(got["p95_ns"])),
+                    fmt_spread(got["p99_ns"], fmt_us),
+                    f"{p99 / p50:.1f}" if p50 > 0 else "-",
+                    like,
+                    bvb,
+                ]
+            )
+    title = (
+        f"(b) cross-process ping-pong: request of PAYLOAD on stream A, 64 B ack on "
+        f"stream B; median [min-max] of {cfg.repeats} interleaved runs{cfg.regime}; "
+        f"latency = one round trip; the requester "
+        f"always copies its request in (write) and its ack out. "
+        f'"like-for-like" = shmstream\'s round trips/s with the same kind of read '
+        f"(copy vs copy, zero-copy vs zero-copy; on the os.pipe row: shmstream "
+        f'spin_us=0 vs the pipe); "best vs best" = the faster of shmstream\'s '
+        f"copy/zero-copy rows vs the faster of this peer's"
+    )
     return render_table(headers, table, title, left=3)

@@ -1,5 +1,6 @@
 """Scenario (a): write an array and read it back in one process, every peer's
 round-trip rows for each shape, round-robin, median of the repeats."""
+
 from __future__ import annotations
 
 import argparse
@@ -62,20 +63,34 @@ def run(cfg: argparse.Namespace, peers: Peers, names: Names, res: Results) -> No
                         continue
                     rate = n / dt
                     hz.setdefault((impl, variant, shape), []).append(rate)
-                    res.add(section="a", shape=list(shape), impl=impl, variant=variant,
-                            repeat=rep, iterations=n, seconds=dt, hz=rate,
-                            gbps=rate * _nbytes(shape) / 1e9)
-                    progress(f"(a) {'x'.join(map(str, shape))} {impl} {variant} "
-                             f"rep {rep + 1}/{cfg.repeats}: {fmt_hz(rate)}")
+                    res.add(
+                        section="a",
+                        shape=list(shape),
+                        impl=impl,
+                        variant=variant,
+                        repeat=rep,
+                        iterations=n,
+                        seconds=dt,
+                        hz=rate,
+                        gbps=rate * _nbytes(shape) / 1e9,
+                    )
+                    progress(
+                        f"(a) {'x'.join(map(str, shape))} {impl} {variant} "
+                        f"rep {rep + 1}/{cfg.repeats}: {fmt_hz(rate)}"
+                    )
         finally:
             for row in setups.values():
                 call_quietly(row.close)
     emit(res, _table(cfg, peers, shapes, rows, hz))
 
 
-def _table(cfg: argparse.Namespace, peers: Peers, shapes: list[tuple[int, ...]],
-           rows: list[tuple[Peer, str]],
-           hz: dict[tuple[str, str, tuple[int, ...]], list[float]]) -> str:
+def _table(
+    cfg: argparse.Namespace,
+    peers: Peers,
+    shapes: list[tuple[int, ...]],
+    rows: list[tuple[Peer, str]],
+    hz: dict[tuple[str, str, tuple[int, ...]], list[float]],
+) -> str:
     headers = ["implementation"] + [
         f"{'x'.join(map(str, s))} ({fmt_bytes(_nbytes(s))})" for s in shapes
     ]
@@ -104,10 +119,15 @@ def _table(cfg: argparse.Namespace, peers: Peers, shapes: list[tuple[int, ...]],
                 continue
             cells = [f"shmstream best vs {peer.label()} best"]
             for shape in shapes:
-                cells.append(fmt_ratio(best(OURS, shape), best(peer.name, shape))
-                             if peers.ok(peer) else peers.na(peer))
+                cells.append(
+                    fmt_ratio(best(OURS, shape), best(peer.name, shape))
+                    if peers.ok(peer)
+                    else peers.na(peer)
+                )
             table_rows.append(cells)
-    title = (f"(a) write + read round trip in one process, float32{cfg.regime}, "
-             f"median [min-max] of {cfg.repeats} interleaved runs; rate in round trips/s, "
-             f"GB/s = payload bytes x median rate; ratios of medians")
+    title = (
+        f"(a) write + read round trip in one process, float32{cfg.regime}, "
+        f"median [min-max] of {cfg.repeats} interleaved runs; rate in round trips/s, "
+        f"GB/s = payload bytes x median rate; ratios of medians"
+    )
     return render_table(headers, table_rows, title)

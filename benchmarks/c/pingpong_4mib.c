@@ -44,8 +44,10 @@ static int cmp(const void *a, const void *b) {
 
 static void report(const char *mode, int64_t *lat, int n, long faults) {
   qsort(lat, (size_t)n, sizeof *lat, cmp);
-  printf("%-10s p50 %7.1f us  p99 %7.1f us  (%d round trips, responder+requester minor faults/round trip %.1f)\n",
-         mode, lat[n / 2] / 1e3, lat[n * 99 / 100] / 1e3, n, (double)faults / n);
+  printf(
+      "%-10s p50 %7.1f us  p99 %7.1f us  (%d round trips, responder+requester minor faults/round "
+      "trip %.1f)\n",
+      mode, lat[n / 2] / 1e3, lat[n * 99 / 100] / 1e3, n, (double)faults / n);
 }
 
 static long minor_faults(void) {
@@ -112,10 +114,16 @@ static void open_pair(const char *tag, size_t bytes, ss_segment *a, ss_segment *
   x.dtype = "|u1";
   x.name = na;
   x.shape = sa;
-  if (ss_segment_create(a, &x)) { perror("create a"); exit(1); }
+  if (ss_segment_create(a, &x)) {
+    perror("create a");
+    exit(1);
+  }
   x.name = nb;
   x.shape = sb;
-  if (ss_segment_create(b, &x)) { perror("create b"); exit(1); }
+  if (ss_segment_create(b, &x)) {
+    perror("create b");
+    exit(1);
+  }
   ss_segment_unlink_segname(a->segname); /* the mappings stay; nothing is left behind */
   ss_segment_unlink_segname(b->segname);
 }

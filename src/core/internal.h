@@ -71,10 +71,10 @@ static inline int ss_fault_active(void) {
 /* A death here must find every store before it done and none after it: the
  * signal fence keeps the compiler from moving stores across the point (a
  * SIGKILL is asynchronous, like a signal). No instruction is emitted. */
-#define SS_CRASH_POINT(name)                                 \
-  do {                                                       \
-    atomic_signal_fence(memory_order_seq_cst);               \
-    if (ss_fault_active()) ss_fault_hit(name);               \
+#define SS_CRASH_POINT(name)                   \
+  do {                                         \
+    atomic_signal_fence(memory_order_seq_cst); \
+    if (ss_fault_active()) ss_fault_hit(name); \
   } while (0)
 
 /* src/core/segment.c: open a /dev/shm name without blocking or following a
@@ -211,8 +211,7 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
 /* read_new's loop: wait, then take a snapshot (a copy, or a view when
  * a->copy is NULL) of a publication newer than `after`. */
 int ss_read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
-                  int ignore_failed, const ss_snapshot_args *a, ss_pubinfo *info,
-                  ss_frame *frame);
+                  int ignore_failed, const ss_snapshot_args *a, ss_pubinfo *info, ss_frame *frame);
 
 /* ---- src/core/stream_lock.c ---------------------------------------------- */
 
@@ -237,8 +236,7 @@ enum ss_wait_end { SS_WAIT_CAUGHT, SS_WAIT_WOKEN, SS_WAIT_TIMED_OUT };
 
 /* Choose this wait's budget: cap_ns is the caller's cap (< 0: the policy's,
  * 0: no spin), timeout_ns the wait's (0: a poll, no spin). */
-void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now,
-                   ss_spin *s);
+void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now, ss_spin *s);
 /* At each clock read of a spin: 1 if the spin must stop because it lost
  * its core (more than W since its last read); the process is then taken to
  * be contended. */

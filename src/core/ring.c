@@ -26,14 +26,18 @@ static_assert(offsetof(ss_ring_control, producer) == 128, "producer at 2368");
 static_assert(offsetof(ss_ring_control, consumer) == 192, "consumer at 2432");
 static_assert(offsetof(ss_ring_control, space) == 256, "space at 2496");
 static_assert(sizeof(ss_ring_index_line) == 64 && sizeof(ss_ring_end_line) == 64 &&
-              sizeof(ss_ring_sleep_line) == 64, "one line each");
+                  sizeof(ss_ring_sleep_line) == 64,
+              "one line each");
 static_assert(offsetof(ss_ring_sleep_line, want) == 8, "space.want at 2504");
-static_assert(offsetof(ss_ring_end_line, state) == 8 && offsetof(ss_ring_end_line, attaches) == 16 &&
-              offsetof(ss_ring_end_line, takeovers) == 24, "end line fields");
+static_assert(offsetof(ss_ring_end_line, state) == 8 &&
+                  offsetof(ss_ring_end_line, attaches) == 16 &&
+                  offsetof(ss_ring_end_line, takeovers) == 24,
+              "end line fields");
 static_assert(offsetof(ss_header, notify) == 2176, "consumer sleeps on the notify line");
 static_assert(sizeof(ss_msg_header) == SS_MSG_HEADER_BYTES, "record header");
 static_assert(offsetof(ss_msg_header, type_id) == 4 && offsetof(ss_msg_header, flags) == 8 &&
-              offsetof(ss_msg_header, meta_len) == 12 && offsetof(ss_msg_header, payload_off) == 14,
+                  offsetof(ss_msg_header, meta_len) == 12 &&
+                  offsetof(ss_msg_header, payload_off) == 14,
               "record header fields");
 
 /* A waiting end checks that its peer is alive this often. */
@@ -44,7 +48,9 @@ static uint32_t payload_off(uint32_t meta_len) {
                   : SS_MSG_HEADER_BYTES;
 }
 
-static uint64_t record_len(uint32_t off, uint64_t size) { return ss_round_up(off + size, SS_MSG_ALIGN); }
+static uint64_t record_len(uint32_t off, uint64_t size) {
+  return ss_round_up(off + size, SS_MSG_ALIGN);
+}
 
 static ss_ring_end_line *own_end(const ss_channel *ch, int role) {
   return role == SS_ROLE_PRODUCER ? &ch->ctl->producer : &ch->ctl->consumer;
@@ -143,8 +149,8 @@ static int claim(ss_channel *ch, int role) {
 
 /* The peer end: closed is two loads; dead needs /proc, so only when `deep`. */
 static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
-  ss_ring_end_line *e = own_end(ch, ch->role == SS_ROLE_PRODUCER ? SS_ROLE_CONSUMER
-                                                                 : SS_ROLE_PRODUCER);
+  ss_ring_end_line *e = own_end(ch,
+                                ch->role == SS_ROLE_PRODUCER ? SS_ROLE_CONSUMER : SS_ROLE_PRODUCER);
   /* SYNC POINT (o4): owner then state, both acquire; detach stores state before
    * clearing the owner, so an empty owner with CLOSED means a clean close. */
   uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
@@ -238,7 +244,10 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
       if (rc != SS_OK) {
         /* What the peer published before it left is still delivered. */
         v = atomic_load_explicit(word, memory_order_acquire);
-        if (v >= target) { *out = v; return SS_OK; }
+        if (v >= target) {
+          *out = v;
+          return SS_OK;
+        }
         return rc;
       }
     }
@@ -349,8 +358,8 @@ void ss_channel_detach(ss_channel *ch) {
   ch->role = 0;
   /* Wake the peer if it sleeps, so it learns at once. */
   if (role == SS_ROLE_PRODUCER)
-    wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters,
-              &ch->ctl->consumer, 1);
+    wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, &ch->ctl->consumer,
+              1);
   else
     wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, &ch->ctl->producer, 1);
 }
@@ -372,8 +381,7 @@ uint64_t ss_channel_max_message(const ss_channel *ch, uint32_t meta_len) {
 void ss_channel_cancel(ss_channel *ch) {
   atomic_store_explicit(&ch->seg.cancelled, 1, memory_order_release);
   if (!ch->ctl) return;
-  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, &ch->ctl->consumer,
-            1);
+  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, &ch->ctl->consumer, 1);
   wake_line(ch, &ch->ctl->space.wake_seq, &ch->ctl->space.waiters, &ch->ctl->producer, 1);
 }
 
@@ -390,15 +398,15 @@ void ss_channel_flush(ss_channel *ch) {
   SS_CRASH_POINT("ring.head");
   ch->head_pub = ch->head;
   ch->pending = 0;
-  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, &ch->ctl->consumer,
-            0);
+  wake_line(ch, &ch->seg.hdr->notify.wake_seq, &ch->seg.hdr->notify.waiters, &ch->ctl->consumer, 0);
 }
 
 static int consumer_closed(const ss_channel *ch) {
   const ss_ring_end_line *e = &ch->ctl->consumer;
   /* Two loads of a line the consumer writes only when it attaches or
    * leaves: cheap enough for every send. Death is noticed while waiting. */
-  return atomic_load_explicit(&((ss_ring_end_line *)e)->state, memory_order_relaxed) == SS_END_CLOSED &&
+  return atomic_load_explicit(&((ss_ring_end_line *)e)->state, memory_order_relaxed) ==
+             SS_END_CLOSED &&
          atomic_load_explicit(&((ss_ring_end_line *)e)->owner, memory_order_relaxed) == 0;
 }
 

@@ -74,7 +74,10 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   ss_publish_line *p = &seg->hdr->pub;
   if (ss_mapping_lost(seg)) return SS_ECORRUPT;
   uint64_t c = atomic_load_explicit(&p->count, memory_order_acquire);
-  if (c > after) { *count_out = c; return SS_OK; }
+  if (c > after) {
+    *count_out = c;
+    return SS_OK;
+  }
   /* spin_ns is the cap: the policy (docs/waiting.md) picks the budget. */
   ss_spin sp;
   ss_spin_begin(&seg->wait, spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
@@ -122,8 +125,8 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
       uint64_t rt = ss_realtime_ns();
       woke = at > asleep_at && rt > at ? (int64_t)(rt - at) : -1;
     }
-    ss_spin_end(&seg->wait, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT,
-                ss_monotonic_ns(), woke);
+    ss_spin_end(&seg->wait, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT, ss_monotonic_ns(),
+                woke);
   }
   return rc;
 }
@@ -152,7 +155,10 @@ static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int sl
     uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
     if (c > after || cancelled(seg)) {
       if (counted) atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
-      if (c > after) { *count_out = c; return SS_OK; }
+      if (c > after) {
+        *count_out = c;
+        return SS_OK;
+      }
       return SS_ECANCELLED;
     }
     int64_t left = deadline == INT64_MAX ? -1 : deadline - now;
@@ -160,7 +166,10 @@ static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int sl
     ss_futex_wait(&nl->wake_seq, w, left);
     if (counted) atomic_fetch_sub_explicit(&nl->waiters, 1, memory_order_relaxed);
     c = atomic_load_explicit(&p->count, memory_order_acquire);
-    if (c > after) { *count_out = c; return SS_OK; }
+    if (c > after) {
+      *count_out = c;
+      return SS_OK;
+    }
     if (!ignore_failed && inconsistent(p)) return SS_EINCONSISTENT;
   }
 }
@@ -174,8 +183,7 @@ static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int sl
  * wait and the snapshot, the snapshot may be the same publication: wait
  * again. */
 int ss_read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
-                  int ignore_failed, const ss_snapshot_args *a, ss_pubinfo *info,
-                  ss_frame *frame) {
+                  int ignore_failed, const ss_snapshot_args *a, ss_pubinfo *info, ss_frame *frame) {
   int64_t deadline = ss_deadline_ns(timeout_ns);
   if (spin_ns < 0) spin_ns = ss_default_spin_ns();
   for (;;) {

@@ -216,8 +216,7 @@ static int64_t choose(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t p
   return best_b;
 }
 
-void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now,
-                   ss_spin *s) {
+void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now, ss_spin *s) {
   s->start = s->last = now;
   s->end = s->cap_end = now;
   s->wake_ns = 0;
@@ -273,7 +272,7 @@ void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int6
        * sample): a wake-up delayed by a busy machine moves it a little,
        * not by its size. */
       int64_t old = atomic_load_explicit(&ws->wake_ns, R), step = old / 16 + 1;
-      int64_t est = old <= 0                ? woke_ns
+      int64_t est = old <= 0               ? woke_ns
                     : woke_ns > old + step ? old + step
                     : woke_ns < old - step ? old - step
                                            : woke_ns;

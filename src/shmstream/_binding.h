@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "shmstream.h"
-#include "shmstream_internal.h" /* src/core: the handles by value, the writer steps */
 #include "shmstream_channel.h"
 #include "shmstream_direct.h"
+#include "shmstream_internal.h" /* src/core: the handles by value, the writer steps */
 
 namespace ssb {
 
@@ -176,9 +176,11 @@ inline constexpr const char kBadChannelSegment[] =
 inline const StatusRow kStatusTable[] = {
     // -- waits that ran out
     {SS_ETIMEDOUT, "stream", "read", &g_timeout,
-     "timed out waiting for a stable write on '$name': a writer holds the lock (write in progress)"},
+     "timed out waiting for a stable write on '$name': a writer holds the lock (write in "
+     "progress)"},
     {SS_ETIMEDOUT, "GPU stream", "read", &g_timeout,
-     "timed out waiting for a stable write on GPU stream '$name': a writer holds the lock (write in progress)"},
+     "timed out waiting for a stable write on GPU stream '$name': a writer holds the lock (write "
+     "in progress)"},
     {SS_ETIMEDOUT, nullptr, "read_new", &g_timeout, "timed out waiting for a new write on '$name'"},
     {SS_ETIMEDOUT, nullptr, "wait", &g_timeout,
      "timed out waiting for stream '$name' to pass count $detail"},
@@ -188,16 +190,20 @@ inline const StatusRow kStatusTable[] = {
      "timed out waiting for the lock of '$name'"},
     {SS_ETIMEDOUT, "channel", "producer", &g_timeout,
      "$op on '$name' timed out: the ring is full (the consumer is not keeping up)"},
-    {SS_ETIMEDOUT, "channel", "consumer", &g_timeout, "$op on '$name' timed out: no message arrived"},
+    {SS_ETIMEDOUT, "channel", "consumer", &g_timeout,
+     "$op on '$name' timed out: no message arrived"},
     {SS_ETIMEDOUT, nullptr, nullptr, &g_timeout, "$op on $kind '$name' timed out"},
     // -- handles closed under a waiter
-    {SS_ECANCELLED, "channel", nullptr, &g_cancelled, "channel '$name' was closed while $op was waiting"},
+    {SS_ECANCELLED, "channel", nullptr, &g_cancelled,
+     "channel '$name' was closed while $op was waiting"},
     {SS_ECANCELLED, nullptr, nullptr, &g_cancelled,
-     "$kind '$name' was closed while a read was waiting; open it again with shmstream.open('$name')"},
+     "$kind '$name' was closed while a read was waiting; open it again with "
+     "shmstream.open('$name')"},
     // -- failed writes
     {SS_EINCONSISTENT, nullptr, "read_last_complete", &g_inconsistent,
      "stream '$name' has one slot, and its last write failed in place: no complete frame is left; "
-     "the next successful write recovers it (streams with slots >= 2 keep the last complete frame)"},
+     "the next successful write recovers it (streams with slots >= 2 keep the last complete "
+     "frame)"},
     {SS_EINCONSISTENT, nullptr, "bad state", &g_corrupt,
      "stream '$name' holds frame state $detail, which no shmstream writes (the header was "
      "overwritten); remove it with shmstream.unlink('$name') and create it again"},
@@ -209,7 +215,8 @@ inline const StatusRow kStatusTable[] = {
      "payload is published; the next successful write recovers the stream"},
     // -- the lock
     {SS_EDEADLK, nullptr, nullptr, &g_lock_held,
-     "this thread already holds the lock of '$name' through another handle; release it there first"},
+     "this thread already holds the lock of '$name' through another handle; release it there "
+     "first"},
     {SS_ENOTOWNER, nullptr, nullptr, &g_not_owner,
      "release of '$name' by a thread that does not hold its lock"},
     // -- a segment another process changed under an open handle (docs/ABI.md,
@@ -220,7 +227,8 @@ inline const StatusRow kStatusTable[] = {
      "create it again"},
     {SS_ECORRUPT, nullptr, "changed", &g_corrupt,
      "the header of $kind '$name' was rewritten after it was opened ($detail changed), so $op was "
-     "refused and nothing was written; close this handle, remove the segment with shmstream.unlink('$name') and create it again"},
+     "refused and nothing was written; close this handle, remove the segment with "
+     "shmstream.unlink('$name') and create it again"},
     {SS_ECORRUPT, nullptr, "bad lock", &g_corrupt,
      "the lock of $kind '$name' can never be taken: its mutex is not one shmstream made, or its "
      "word names thread $detail, which does not exist (another process overwrote it); remove "
@@ -228,17 +236,20 @@ inline const StatusRow kStatusTable[] = {
     // -- names and headers
     {ENODEV, nullptr, "open", nullptr,
      "the /dev/shm entry of $kind '$name' is not a shared-memory segment (a FIFO, directory or "
-     "device another process put there); remove it with shmstream.unlink('$name')", Raise::OsWhat},
+     "device another process put there); remove it with shmstream.unlink('$name')",
+     Raise::OsWhat},
     {ELOOP, nullptr, "open", nullptr,
      "the /dev/shm entry of $kind '$name' is a symbolic link, which shmstream never follows; "
-     "remove it with shmstream.unlink('$name')", Raise::OsWhat},
+     "remove it with shmstream.unlink('$name')",
+     Raise::OsWhat},
     {SS_ENAME, nullptr, nullptr, &g_value, "invalid $kind name '$name': a name is $detail"},
     {SS_EKIND, nullptr, nullptr, &g_value,
      "'$name' is a shared-memory object of another kind (not a $kind)"},
     {SS_ECORRUPT, "channel", "open", &g_corrupt, kBadChannelSegment},
     {SS_EVERSION, "channel", "open", &g_version, kBadChannelSegment},
     {SS_EBUSY, "channel", "open", &g_corrupt, kBadChannelSegment},
-    {SS_ECORRUPT, "channel", nullptr, &g_corrupt, "channel '$name' holds an impossible record header or ring position (corrupt ring); "
+    {SS_ECORRUPT, "channel", nullptr, &g_corrupt,
+     "channel '$name' holds an impossible record header or ring position (corrupt ring); "
      "remove it with shmstream.unlink_channel('$name') and create it again"},
     {SS_ECORRUPT, nullptr, nullptr, &g_corrupt,
      "segment of '$name' is corrupt or not a shmstream segment (bad magic, checksum or size); "
@@ -249,7 +260,8 @@ inline const StatusRow kStatusTable[] = {
     {SS_EBUSY, nullptr, "peek", nullptr,
      "segment $name is still being created (or its creator died while creating it)", Raise::OsWhat},
     {SS_EBUSY, nullptr, nullptr, &g_corrupt,
-     "segment of '$name' was never finished by its creator; remove it with shmstream.unlink('$name')"},
+     "segment of '$name' was never finished by its creator; remove it with "
+     "shmstream.unlink('$name')"},
     // -- channels
     {SS_EPEERDEAD, "channel", "producer", &g_broken,
      "the consumer of '$name' died and the ring is full; a new consumer can take over with "
@@ -261,24 +273,30 @@ inline const StatusRow kStatusTable[] = {
      "the consumer of '$name' closed the channel; nothing reads what is sent until a new consumer "
      "attaches with shmstream.open_channel('$name')"},
     {SS_EPEERCLOSED, "channel", "consumer", &g_closed,
-     "the producer of '$name' closed the channel and every message has been received (end of stream)"},
+     "the producer of '$name' closed the channel and every message has been received (end of "
+     "stream)"},
     {SS_EATTACHED, "channel", nullptr, &g_busy,
      "channel '$name' already has a live $detail; a channel has one producer and one consumer "
      "(close the other handle first)"},
-    {SS_ETOOBIG, "channel", nullptr, &g_value, "message is larger than the ring of '$name' can ever hold"},
+    {SS_ETOOBIG, "channel", nullptr, &g_value,
+     "message is larger than the ring of '$name' can ever hold"},
     {SS_EROLE, "channel", nullptr, &g_role, "$op is not possible on this end of '$name'$detail"},
     {EEXIST, "shared array", nullptr, nullptr,
      "a shared-memory object named '$name' already exists; attach to a shared array with "
      "shmstream.SharedArray.open('$name'), pick another name, or remove it with "
-     "shmstream.unlink('$name')", Raise::OsWhat},
+     "shmstream.unlink('$name')",
+     Raise::OsWhat},
     {EEXIST, "channel", nullptr, nullptr,
-     "channel '$name' already exists; attach with shmstream.open_channel('$name') or remove it with "
-     "shmstream.unlink_channel('$name')", Raise::OsWhat},
+     "channel '$name' already exists; attach with shmstream.open_channel('$name') or remove it "
+     "with "
+     "shmstream.unlink_channel('$name')",
+     Raise::OsWhat},
     {ENOENT, "channel", nullptr, nullptr,
      "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
     {EINVAL, "channel", "create", &g_value,
      "capacity must be a power of two between 4096 and 2**40 bytes"},
-    {ESTALE, "channel", nullptr, &g_corrupt, "channel '$name' was removed and created again while attaching; retry"},
+    {ESTALE, "channel", nullptr, &g_corrupt,
+     "channel '$name' was removed and created again while attaching; retry"},
     // -- who may open a segment (docs/ABI.md, "Owner and PID namespace")
     {SS_EOWNER, nullptr, nullptr, &g_owner,
      "$kind '$name' is owned by $detail; another user's segment is a channel between that user "
@@ -352,11 +370,20 @@ inline std::string fill(const char *text, const ErrorContext &c) {
   std::string out;
   for (const char *p = text; *p; p++) {
     auto is = [&](const char *key) { return std::strncmp(p, key, std::strlen(key)) == 0; };
-    if (is("$kind")) { out += c.kind; p += 4; }
-    else if (is("$name")) { out += c.name; p += 4; }
-    else if (is("$op")) { out += c.op; p += 2; }
-    else if (is("$detail")) { out += c.detail; p += 6; }
-    else out += *p;
+    if (is("$kind")) {
+      out += c.kind;
+      p += 4;
+    } else if (is("$name")) {
+      out += c.name;
+      p += 4;
+    } else if (is("$op")) {
+      out += c.op;
+      p += 2;
+    } else if (is("$detail")) {
+      out += c.detail;
+      p += 6;
+    } else
+      out += *p;
   }
   return out;
 }
@@ -374,7 +401,7 @@ inline std::string fill(const char *text, const ErrorContext &c) {
   }
   if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
   raise(g_error, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed (status " +
-                                std::to_string(rc) + ")");
+                     std::to_string(rc) + ")");
 }
 
 // The row of an SS_ECORRUPT that an open handle met: "shrunk" (a bus error
@@ -410,11 +437,12 @@ inline int64_t to_ns(nb::handle timeout, const char *what = "timeout") {
     }
   }
   if (!real)
-    raise(g_type, std::string(what) + " must be a number of seconds, math.inf or None, "
-          "not " + Py_TYPE(o)->tp_name);
+    raise(g_type, std::string(what) +
+                      " must be a number of seconds, math.inf or None, "
+                      "not " +
+                      Py_TYPE(o)->tp_name);
   if (std::isinf(t) && t > 0) return -1;
-  if (!(t >= 0))
-    raise(g_value, std::string(what) + " must be >= 0 seconds, math.inf or None");
+  if (!(t >= 0)) raise(g_value, std::string(what) + " must be >= 0 seconds, math.inf or None");
   double ns = t * 1e9;
   return ns >= 9.2e18 ? -1 : (int64_t)ns;
 }

@@ -25,7 +25,6 @@ namespace nb = nanobind;
 using namespace nb::literals;
 using namespace ssb;
 
-
 NB_MODULE(_channel, m) {
   m.doc() = "shmstream channel binding (internal; use shmstream.channel)";
   m.attr("ROLE_PRODUCER") = (int)SS_ROLE_PRODUCER;
@@ -45,24 +44,27 @@ NB_MODULE(_channel, m) {
 
   // A channel's ring words read from its header alone (no attach, no ring
   // mapping): for shmstream.stat and the registry.
-  m.def("peek", [](const std::string &segname) {
-    ss_segment seg{};
-    int rc = ss_segment_peek(&seg, segname.c_str());
-    if (rc == SS_OK && seg.id.kind != SS_KIND_CHANNEL) rc = SS_EKIND;
-    if (rc != SS_OK) {
-      ss_segment_close(&seg);
-      ssb::raise_status(rc, {"channel", segname, "peek", "", ""});
-    }
-    ss_ring_control *ctl = (ss_ring_control *)((uint8_t *)seg.hdr + SS_RING_CONTROL_OFFSET);
-    nb::dict d;
-    d["capacity"] = seg.id.payload_bytes;
-    d["head"] = ctl->head.pos.load();
-    d["tail"] = ctl->tail.pos.load();
-    d["producer"] = end_info(ctl, SS_ROLE_PRODUCER);
-    d["consumer"] = end_info(ctl, SS_ROLE_CONSUMER);
-    ss_segment_close(&seg);
-    return d;
-  }, "segname"_a, "capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).");
+  m.def(
+      "peek",
+      [](const std::string &segname) {
+        ss_segment seg{};
+        int rc = ss_segment_peek(&seg, segname.c_str());
+        if (rc == SS_OK && seg.id.kind != SS_KIND_CHANNEL) rc = SS_EKIND;
+        if (rc != SS_OK) {
+          ss_segment_close(&seg);
+          ssb::raise_status(rc, {"channel", segname, "peek", "", ""});
+        }
+        ss_ring_control *ctl = (ss_ring_control *)((uint8_t *)seg.hdr + SS_RING_CONTROL_OFFSET);
+        nb::dict d;
+        d["capacity"] = seg.id.payload_bytes;
+        d["head"] = ctl->head.pos.load();
+        d["tail"] = ctl->tail.pos.load();
+        d["producer"] = end_info(ctl, SS_ROLE_PRODUCER);
+        d["consumer"] = end_info(ctl, SS_ROLE_CONSUMER);
+        ss_segment_close(&seg);
+        return d;
+      },
+      "segname"_a, "capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).");
 
   // Offsets of the ring control words and the record header, for the ABI test.
   m.def("layout", []() {
@@ -88,15 +90,18 @@ NB_MODULE(_channel, m) {
   });
 
   nb::class_<Message>(m, "Message",
-      "A received message: type_id, data (bytes) and, for arrays, .array.")
+                      "A received message: type_id, data (bytes) and, for arrays, .array.")
       .def_ro("type_id", &Message::type_id)
       .def_ro("data", &Message::data)
       .def_ro("meta", &Message::meta)
       .def_prop_ro("is_array", [](const Message &s) { return (s.flags & SS_MSG_ARRAY) != 0; })
-      .def_prop_ro("array", [](const Message &s) -> nb::object {
-        if (!(s.flags & SS_MSG_ARRAY)) return nb::none();
-        return nb::handle(g_decode)(s.meta, s.data);
-      }, "The message as a read-only ndarray (None for a bytes message).")
+      .def_prop_ro(
+          "array",
+          [](const Message &s) -> nb::object {
+            if (!(s.flags & SS_MSG_ARRAY)) return nb::none();
+            return nb::handle(g_decode)(s.meta, s.data);
+          },
+          "The message as a read-only ndarray (None for a bytes message).")
       .def("__len__", [](const Message &s) { return nb::len(s.data); })
       .def("__repr__", [](const Message &s) {
         return "Message(type_id=" + std::to_string(s.type_id) + ", " +
@@ -106,7 +111,8 @@ NB_MODULE(_channel, m) {
 
   nb::class_<Pin>(m, "_Pin", "Keeps one received record from reuse (internal).");
 
-  nb::class_<RxMessage>(m, "ZeroCopyMessage",
+  nb::class_<RxMessage>(
+      m, "ZeroCopyMessage",
       "A message read in place. Valid inside its 'with' block; views taken from it "
       "(np.asarray, torch.from_dlpack, .data) keep its ring bytes from reuse until "
       "they are gone.")
@@ -114,132 +120,175 @@ NB_MODULE(_channel, m) {
       .def_ro("meta", &RxMessage::meta)
       .def_prop_ro("nbytes", [](const RxMessage &r) { return r.size; })
       .def_prop_ro("is_array", [](const RxMessage &r) { return (r.flags & SS_MSG_ARRAY) != 0; })
-      .def_prop_ro("released", [](const RxMessage &r) { return !r.pin.is_valid() || r.pin.is_none(); })
+      .def_prop_ro("released",
+                   [](const RxMessage &r) { return !r.pin.is_valid() || r.pin.is_none(); })
       .def_prop_ro("data", &RxMessage::bytes_view,
                    "The payload as a read-only memoryview (pins the ring bytes while alive).")
       .def_prop_ro("array", &RxMessage::array_view,
                    "The payload as a read-only ndarray view (uint8 for a bytes message).")
-      .def("__array__", [](const RxMessage &r, nb::handle dtype, nb::handle copy) {
-        nb::object a = r.array_view();
-        if (!dtype.is_none()) {
-          nb::object want = nb::module_::import_("numpy").attr("dtype")(dtype);
-          if (!want.equal(a.attr("dtype"))) return nb::object(a.attr("astype")(want));
-        }
-        int c = PyObject_IsTrue(copy.ptr());
-        if (c < 0) throw nb::python_error();
-        return c ? nb::object(a.attr("copy")()) : a;
-      }, "dtype"_a = nb::none(), "copy"_a = nb::none(),
-         "The payload as an ndarray (numpy's array protocol): the view, converted to dtype "
-         "or copied when asked.")
+      .def(
+          "__array__",
+          [](const RxMessage &r, nb::handle dtype, nb::handle copy) {
+            nb::object a = r.array_view();
+            if (!dtype.is_none()) {
+              nb::object want = nb::module_::import_("numpy").attr("dtype")(dtype);
+              if (!want.equal(a.attr("dtype"))) return nb::object(a.attr("astype")(want));
+            }
+            int c = PyObject_IsTrue(copy.ptr());
+            if (c < 0) throw nb::python_error();
+            return c ? nb::object(a.attr("copy")()) : a;
+          },
+          "dtype"_a = nb::none(), "copy"_a = nb::none(),
+          "The payload as an ndarray (numpy's array protocol): the view, converted to dtype "
+          "or copied when asked.")
       .def("release", &RxMessage::release,
            "Drop this message's hold on its ring bytes (views keep theirs).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](RxMessage &r, nb::args) { r.release(); return false; })
-      .def("__dlpack__", [](const RxMessage &r, nb::handle, nb::handle max_version,
-                            nb::handle dl_device, nb::handle copy) {
-        return r.dlpack(max_version, dl_device, copy);
-      }, nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(),
-         "dl_device"_a = nb::none(), "copy"_a = nb::none(),
-         "A DLPack capsule of the message (no copy); it and the consumer's tensor keep the "
-         "ring bytes pinned until they are gone.")
+      .def("__exit__",
+           [](RxMessage &r, nb::args) {
+             r.release();
+             return false;
+           })
+      .def(
+          "__dlpack__",
+          [](const RxMessage &r, nb::handle, nb::handle max_version, nb::handle dl_device,
+             nb::handle copy) { return r.dlpack(max_version, dl_device, copy); },
+          nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(),
+          "dl_device"_a = nb::none(), "copy"_a = nb::none(),
+          "A DLPack capsule of the message (no copy); it and the consumer's tensor keep the "
+          "ring bytes pinned until they are gone.")
       .def("__dlpack_device__", [](RxMessage &) { return nb::make_tuple(1, 0); });
 
-  m.def("release_all", [](nb::handle msgs) {
+  m.def(
+      "release_all",
+      [](nb::handle msgs) {
     // ZeroCopyBatch's exit: every message's hold dropped in one call.
-    nb::object seq = nb::steal(PySequence_Fast(msgs.ptr(), "release_all takes a list"));
-    if (!seq.is_valid()) throw nb::python_error();
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
-    PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
-    for (Py_ssize_t i = 0; i < n; i++) nb::cast<RxMessage &>(nb::handle(it[i])).release();
-  }, "msgs"_a, "Release every ZeroCopyMessage of msgs (views keep their own holds).");
+        nb::object seq = nb::steal(PySequence_Fast(msgs.ptr(), "release_all takes a list"));
+        if (!seq.is_valid()) throw nb::python_error();
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+        PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
+        for (Py_ssize_t i = 0; i < n; i++) nb::cast<RxMessage &>(nb::handle(it[i])).release();
+      },
+      "msgs"_a, "Release every ZeroCopyMessage of msgs (views keep their own holds).");
 
   nb::class_<Channel>(m, "Channel")
-      .def_static("create", [](const std::string &name, uint64_t capacity, int role, int mode) {
-        Channel *c = new Channel();
-        c->name_ = name;
-        int rc = SS_ENAME;
-        if (name.find('\0') == std::string::npos) {
-          nb::gil_scoped_release nogil;
-          rc = ss_channel_create(&c->ch, name.c_str(), capacity, role, (uint32_t)mode);
-        }
-        check_create_rc(c, rc, name, true);
-        return c;
-      }, "name"_a, "capacity"_a, "role"_a, "mode"_a = 0600, nb::rv_policy::take_ownership)
-      .def_static("open", [](const std::string &name, int role,
-                             const std::vector<uint32_t> &allow_owners) {
-        Channel *c = new Channel();
-        c->name_ = name;
-        ss_open_opts opts = ssb::open_opts(allow_owners);
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_channel_open_ex(&c->ch, name.data(), name.size(), role, &opts);
-        }
-        check_create_rc(c, rc, name, false);
-        return c;
-      }, "name"_a, "role"_a, "allow_owners"_a = std::vector<uint32_t>(),
-         nb::rv_policy::take_ownership)
+      .def_static(
+          "create",
+          [](const std::string &name, uint64_t capacity, int role, int mode) {
+            Channel *c = new Channel();
+            c->name_ = name;
+            int rc = SS_ENAME;
+            if (name.find('\0') == std::string::npos) {
+              nb::gil_scoped_release nogil;
+              rc = ss_channel_create(&c->ch, name.c_str(), capacity, role, (uint32_t)mode);
+            }
+            check_create_rc(c, rc, name, true);
+            return c;
+          },
+          "name"_a, "capacity"_a, "role"_a, "mode"_a = 0600, nb::rv_policy::take_ownership)
+      .def_static(
+          "open",
+          [](const std::string &name, int role, const std::vector<uint32_t> &allow_owners) {
+            Channel *c = new Channel();
+            c->name_ = name;
+            ss_open_opts opts = ssb::open_opts(allow_owners);
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_channel_open_ex(&c->ch, name.data(), name.size(), role, &opts);
+            }
+            check_create_rc(c, rc, name, false);
+            return c;
+          },
+          "name"_a, "role"_a, "allow_owners"_a = std::vector<uint32_t>(),
+          nb::rv_policy::take_ownership)
       .def_prop_ro("name", [](Channel &c) { return c.name_; })
       .def_prop_ro("segname", [](Channel &c) { return std::string(c.ch.seg.segname); })
       .def_prop_ro("capacity", [](Channel &c) { return c.ch.capacity; })
       .def_prop_ro("role", [](Channel &c) { return c.ch.role; })
       .def_prop_ro("closed", [](Channel &c) { return !c.attached(); })
-      .def("max_message", [](Channel &c, uint32_t meta_len) {
-        return ss_channel_max_message(&c.ch, meta_len);
-      }, "meta_len"_a = 0)
-      .def_prop_rw("batch", [](Channel &c) { return c.ch.batch; },
-                   [](Channel &c, uint32_t b) { ss_channel_set_batch(&c.ch, b); })
-      .def_prop_rw("spin_ns", [](Channel &c) { return c.ch.spin_ns; },
-                   [](Channel &c, int64_t s) { c.ch.spin_ns = s < 0 ? ss_default_spin_ns() : s; })
-      .def_prop_ro("spin_policy", [](Channel &c) { return wait_policy_dict(c.ch.seg); },
-                   "This end's wait policy (docs/waiting.md), as Segment.spin_policy.")
+      .def(
+          "max_message",
+          [](Channel &c, uint32_t meta_len) { return ss_channel_max_message(&c.ch, meta_len); },
+          "meta_len"_a = 0)
+      .def_prop_rw(
+          "batch", [](Channel &c) { return c.ch.batch; },
+          [](Channel &c, uint32_t b) { ss_channel_set_batch(&c.ch, b); })
+      .def_prop_rw(
+          "spin_ns", [](Channel &c) { return c.ch.spin_ns; },
+          [](Channel &c, int64_t s) { c.ch.spin_ns = s < 0 ? ss_default_spin_ns() : s; })
+      .def_prop_ro(
+          "spin_policy", [](Channel &c) { return wait_policy_dict(c.ch.seg); },
+          "This end's wait policy (docs/waiting.md), as Segment.spin_policy.")
       .def_prop_ro("head", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->head.pos.load() : 0; })
       .def_prop_ro("tail", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->tail.pos.load() : 0; })
       .def_prop_ro("pending", [](Channel &c) { return c.ch.pending; })
       .def_prop_ro("pinned", [](Channel &c) { return c.pins.size(); })
-      .def("end_info", [](Channel &c, int role) {
+      .def(
+          "end_info",
+          [](Channel &c, int role) {
         // (pid, state, attaches, takeovers, alive) of one end, for stat and tests.
-        if (!c.ch.ctl) raise(g_handle_closed, "channel is closed");
-        return end_info(c.ch.ctl, role);
-      }, "role"_a)
-      .def("peer_status", [](Channel &c) {
+            if (!c.ch.ctl) raise(g_handle_closed, "channel is closed");
+            return end_info(c.ch.ctl, role);
+          },
+          "role"_a)
+      .def("peer_status",
+           [](Channel &c) {
         // 0 ok, or the negative status (dead / closed), and the peer's pid.
-        if (!c.attached()) raise(g_handle_closed, "channel is closed");
-        int32_t pid = 0;
-        int rc = ss_channel_peer_status(&c.ch, &pid);
-        return nb::make_tuple(rc, pid);
-      })
-      .def("send", [](Channel &c, nb::handle obj, uint32_t type_id, nb::handle meta,
-                      nb::handle timeout) {
-        c.send(obj, type_id, meta, to_ns(timeout));
-      }, "obj"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
-      .def("send_many", [](Channel &c, nb::handle items, uint32_t type_id, nb::handle meta,
-                           nb::handle timeout) {
-        return c.send_many(items, type_id, meta, to_ns(timeout));
-      }, "items"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
-      .def("loan", [](Channel &c, size_t nbytes, nb::handle meta, nb::handle timeout) {
-        return c.loan(nbytes, meta, to_ns(timeout));
-      }, "nbytes"_a, "meta"_a = nb::none(), "timeout"_a = nb::none())
-      .def("commit", [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
-        if (!c.ch.tx_open) raise(g_loan, "no zero-copy send is open");
-        ss_channel_commit_tx(&c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
-      }, "nbytes"_a, "type_id"_a = 0, "array"_a = false)
+             if (!c.attached()) raise(g_handle_closed, "channel is closed");
+             int32_t pid = 0;
+             int rc = ss_channel_peer_status(&c.ch, &pid);
+             return nb::make_tuple(rc, pid);
+           })
+      .def(
+          "send",
+          [](Channel &c, nb::handle obj, uint32_t type_id, nb::handle meta, nb::handle timeout) {
+            c.send(obj, type_id, meta, to_ns(timeout));
+          },
+          "obj"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
+      .def(
+          "send_many",
+          [](Channel &c, nb::handle items, uint32_t type_id, nb::handle meta, nb::handle timeout) {
+            return c.send_many(items, type_id, meta, to_ns(timeout));
+          },
+          "items"_a, "type_id"_a = 0, "meta"_a = nb::none(), "timeout"_a = nb::none())
+      .def(
+          "loan",
+          [](Channel &c, size_t nbytes, nb::handle meta, nb::handle timeout) {
+            return c.loan(nbytes, meta, to_ns(timeout));
+          },
+          "nbytes"_a, "meta"_a = nb::none(), "timeout"_a = nb::none())
+      .def(
+          "commit",
+          [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
+            if (!c.ch.tx_open) raise(g_loan, "no zero-copy send is open");
+            ss_channel_commit_tx(&c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
+          },
+          "nbytes"_a, "type_id"_a = 0, "array"_a = false)
       .def("rollback", [](Channel &c) { ss_channel_rollback_tx(&c.ch); })
       .def("flush", [](Channel &c) { ss_channel_flush(&c.ch); })
-      .def("recv", [](Channel &c, nb::handle timeout) { return c.recv(to_ns(timeout)); },
-           "timeout"_a = nb::none())
-      .def("drain", [](Channel &c, size_t max, nb::handle timeout) {
-        return c.drain(max, to_ns(timeout));
-      }, "max_messages"_a, "timeout"_a.none() = 0.0)
-      .def("recv_view", [](Channel &c, nb::handle timeout) {
-        return c.recv_view(to_ns(timeout));
-      }, "timeout"_a = nb::none())
-      .def("drain_capsules", [](Channel &c, size_t max, nb::handle timeout) {
-        return c.drain_capsules(max, to_ns(timeout));
-      }, "max_messages"_a, "timeout"_a.none() = 0.0)
-      .def("drain_views", [](Channel &c, size_t max, nb::handle timeout) {
-        return c.drain_views(max, to_ns(timeout));
-      }, "max_messages"_a, "timeout"_a.none() = 0.0)
+      .def(
+          "recv", [](Channel &c, nb::handle timeout) { return c.recv(to_ns(timeout)); },
+          "timeout"_a = nb::none())
+      .def(
+          "drain",
+          [](Channel &c, size_t max, nb::handle timeout) { return c.drain(max, to_ns(timeout)); },
+          "max_messages"_a, "timeout"_a.none() = 0.0)
+      .def(
+          "recv_view", [](Channel &c, nb::handle timeout) { return c.recv_view(to_ns(timeout)); },
+          "timeout"_a = nb::none())
+      .def(
+          "drain_capsules",
+          [](Channel &c, size_t max, nb::handle timeout) {
+            return c.drain_capsules(max, to_ns(timeout));
+          },
+          "max_messages"_a, "timeout"_a.none() = 0.0)
+      .def(
+          "drain_views",
+          [](Channel &c, size_t max, nb::handle timeout) {
+            return c.drain_views(max, to_ns(timeout));
+          },
+          "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("close", &Channel::close)
       .def("cancel", [](Channel &c) { ss_channel_cancel(&c.ch); });
 }

@@ -27,7 +27,6 @@ namespace nb = nanobind;
 using namespace nb::literals;
 using namespace ssb;
 
-
 NB_MODULE(_native, m) {
   m.doc() = "shmstream C core binding (internal; use the shmstream package)";
   m.attr("LAYOUT_VERSION") = SS_LAYOUT_VERSION;
@@ -40,12 +39,15 @@ NB_MODULE(_native, m) {
   m.attr("MAX_HISTORY") = SS_MAX_HISTORY;
   m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
-  m.def("pidns_self", []() {
-    uint32_t dev = 0;
-    uint64_t ino = 0;
-    ss_pidns_self(&dev, &ino);
-    return nb::make_tuple(dev, ino);
-  }, "(st_dev, st_ino) of /proc/self/ns/pid; (0, 0) if unknown.");
+  m.def(
+      "pidns_self",
+      []() {
+        uint32_t dev = 0;
+        uint64_t ino = 0;
+        ss_pidns_self(&dev, &ino);
+        return nb::make_tuple(dev, ino);
+      },
+      "(st_dev, st_ino) of /proc/self/ns/pid; (0, 0) if unknown.");
   m.attr("KIND_STREAM") = (int)SS_KIND_STREAM;
   m.attr("KIND_CHANNEL") = (int)SS_KIND_CHANNEL;
   m.attr("KIND_ARRAY") = (int)SS_KIND_ARRAY;
@@ -61,153 +63,218 @@ NB_MODULE(_native, m) {
   load_ndarray_type();
   m.attr("NAME_RULE") = name_rule();
 
-  m.def("segment_name", [](const std::string &name) {
-    char out[SS_SEGMENT_NAME_MAX];
-    int rc = ss_segment_name(name.data(), name.size(), out);
-    if (rc != SS_OK) ssb::raise_status(rc, {"shared-memory object", name, "name", "", name_rule()});
-    return std::string(out);
-  }, "name"_a);
+  m.def(
+      "segment_name",
+      [](const std::string &name) {
+        char out[SS_SEGMENT_NAME_MAX];
+        int rc = ss_segment_name(name.data(), name.size(), out);
+        if (rc != SS_OK)
+          ssb::raise_status(rc, {"shared-memory object", name, "name", "", name_rule()});
+        return std::string(out);
+      },
+      "name"_a);
 
   // True if something was removed, False if the name did not exist.
-  m.def("unlink_segname", [](const std::string &segname) {
-    int rc = ss_segment_unlink_segname(segname.c_str());
-    if (rc == ENOENT) return false;
-    if (rc) raise_os(rc, "unlink " + segname);
-    return true;
-  }, "segname"_a);
+  m.def(
+      "unlink_segname",
+      [](const std::string &segname) {
+        int rc = ss_segment_unlink_segname(segname.c_str());
+        if (rc == ENOENT) return false;
+        if (rc) raise_os(rc, "unlink " + segname);
+        return true;
+      },
+      "segname"_a);
 
-  m.def("proc_alive", [](int32_t pid, uint64_t start_ticks) { return ss_proc_alive(pid, start_ticks) != 0; },
-        "pid"_a, "start_ticks"_a = 0,
-        "True if pid runs (not a zombie) and, when start_ticks is given, started then.");
+  m.def(
+      "proc_alive",
+      [](int32_t pid, uint64_t start_ticks) { return ss_proc_alive(pid, start_ticks) != 0; },
+      "pid"_a, "start_ticks"_a = 0,
+      "True if pid runs (not a zombie) and, when start_ticks is given, started then.");
   m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
         "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
   m.def("wait_policy_override", &ss_wait_policy_override, "wake_ns"_a = -1, "load"_a = -1,
         "Test hook (docs/waiting.md): wake_ns >= 0 replaces the measured wake-up cost, -1 "
         "measures it again; load 1 or 0 fixes the contention state, -1 measures it.");
-  m.def("segment_bytes", [](uint64_t payload, uint32_t slots, uint32_t history) {
-    uint64_t n = ss_segment_bytes(payload, slots, history);
-    if (n == 0) raise(g_value, "a segment of that size cannot be addressed");
-    return n;
-  }, nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
-     "Bytes of a segment with slots payload slots (history: history + 1 slots and records).");
+  m.def(
+      "segment_bytes",
+      [](uint64_t payload, uint32_t slots, uint32_t history) {
+        uint64_t n = ss_segment_bytes(payload, slots, history);
+        if (n == 0) raise(g_value, "a segment of that size cannot be addressed");
+        return n;
+      },
+      nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
+      "Bytes of a segment with slots payload slots (history: history + 1 slots and records).");
   def_fault_injection(m);
   m.def("monotonic_ns", &ss_monotonic_ns);
 
   // Offsets of every documented header field, for the ABI test.
   m.def("layout", []() {
     nb::dict d;
-#define F(path, field) d[#field] = nb::make_tuple(offsetof(ss_header, path), sizeof(((ss_header *)0)->path))
-    F(id.magic, magic); F(id.layout_version, layout_version); F(id.kind, kind);
-    F(id.header_bytes, header_bytes); F(id.flags, flags); F(id.payload_offset, payload_offset);
-    F(id.payload_bytes, payload_bytes); F(id.slot_stride, slot_stride); F(id.slot_count, slot_count);
-    F(id.ndim, ndim); F(id.shape, shape); F(id.itemsize, itemsize); F(id.creator_pid, creator_pid);
-    F(id.mode, mode); F(id.creator_start_ticks, creator_start_ticks); F(id.instance_id, instance_id);
-    F(id.created_ns, created_ns); F(id.name_len, name_len); F(id.dtype_len, dtype_len);
-    F(id.name, name); F(id.dtype, dtype); F(id.gpu, gpu); F(id.history, history);
-    F(id.pidns_dev, pidns_dev); F(id.pidns_ino, pidns_ino);
+#define F(path, field) \
+  d[#field] = nb::make_tuple(offsetof(ss_header, path), sizeof(((ss_header *)0)->path))
+    F(id.magic, magic);
+    F(id.layout_version, layout_version);
+    F(id.kind, kind);
+    F(id.header_bytes, header_bytes);
+    F(id.flags, flags);
+    F(id.payload_offset, payload_offset);
+    F(id.payload_bytes, payload_bytes);
+    F(id.slot_stride, slot_stride);
+    F(id.slot_count, slot_count);
+    F(id.ndim, ndim);
+    F(id.shape, shape);
+    F(id.itemsize, itemsize);
+    F(id.creator_pid, creator_pid);
+    F(id.mode, mode);
+    F(id.creator_start_ticks, creator_start_ticks);
+    F(id.instance_id, instance_id);
+    F(id.created_ns, created_ns);
+    F(id.name_len, name_len);
+    F(id.dtype_len, dtype_len);
+    F(id.name, name);
+    F(id.dtype, dtype);
+    F(id.gpu, gpu);
+    F(id.history, history);
+    F(id.pidns_dev, pidns_dev);
+    F(id.pidns_ino, pidns_ino);
     F(id.reserved, identity_reserved);
     F(id.checksum, checksum);
-    F(lock.m, mutex); F(lock.owner_pid, owner_pid); F(lock.owner_tid, owner_tid);
+    F(lock.m, mutex);
+    F(lock.owner_pid, owner_pid);
+    F(lock.owner_tid, owner_tid);
     F(lock.acquisitions, acquisitions);
-    F(pub.seq, seq); F(pub.count, count); F(pub.frame_id, frame_id);
-    F(pub.write_time_ns, write_time_ns); F(pub.state, state); F(pub.writer_pid, writer_pid);
-    F(pub.aborted, aborted); F(pub.slot, slot);
-    F(pub.writer_start_ticks, writer_start_ticks); F(stream.slots.seq, slot_seq);
-    F(stream.undo.count, undo_count); F(stream.undo.frame_id, undo_frame_id);
-    F(stream.undo.write_time_ns, undo_write_time_ns); F(stream.undo.aborted, undo_aborted);
-    F(stream.undo.slot, undo_slot); F(stream.undo.state, undo_state);
-    F(notify.wake_seq, wake_seq); F(notify.waiters, waiters); F(notify.lock_readers, lock_readers);
-    F(notify.sleepers, sleepers); F(stream.sleeper, sleeper);
+    F(pub.seq, seq);
+    F(pub.count, count);
+    F(pub.frame_id, frame_id);
+    F(pub.write_time_ns, write_time_ns);
+    F(pub.state, state);
+    F(pub.writer_pid, writer_pid);
+    F(pub.aborted, aborted);
+    F(pub.slot, slot);
+    F(pub.writer_start_ticks, writer_start_ticks);
+    F(stream.slots.seq, slot_seq);
+    F(stream.undo.count, undo_count);
+    F(stream.undo.frame_id, undo_frame_id);
+    F(stream.undo.write_time_ns, undo_write_time_ns);
+    F(stream.undo.aborted, undo_aborted);
+    F(stream.undo.slot, undo_slot);
+    F(stream.undo.state, undo_state);
+    F(notify.wake_seq, wake_seq);
+    F(notify.waiters, waiters);
+    F(notify.lock_readers, lock_readers);
+    F(notify.sleepers, sleepers);
+    F(stream.sleeper, sleeper);
 #undef F
     return d;
   });
   // Offsets within one slot record of a history stream, for the ABI test.
   m.def("slot_record_layout", []() {
     nb::dict d;
-#define R(field) d[#field] = nb::make_tuple(offsetof(ss_slot_record, field), sizeof(((ss_slot_record *)0)->field))
-    R(seq); R(count); R(frame_id); R(write_time_ns); R(reserved_);
+#define R(field) \
+  d[#field] = nb::make_tuple(offsetof(ss_slot_record, field), sizeof(((ss_slot_record *)0)->field))
+    R(seq);
+    R(count);
+    R(frame_id);
+    R(write_time_ns);
+    R(reserved_);
 #undef R
     return d;
   });
 
   nb::class_<Segment>(m, "Segment")
-      .def_static("create", [](const std::string &name, int kind, std::vector<uint64_t> shape,
-                               uint64_t itemsize, const std::string &dtype, int flags, int mode,
-                               uint64_t payload_bytes, uint32_t slots, uint32_t history) {
-        if (history > SS_MAX_HISTORY)
-          raise(g_value, "history must be 0 to " + std::to_string(SS_MAX_HISTORY) +
-                ", not " + std::to_string(history));
-        if (slots < 1 || slots > SS_MAX_SLOTS)
-          raise(g_value, "slots must be 1 to " + std::to_string(SS_MAX_SLOTS) +
-                ", not " + std::to_string(slots));
-        if (shape.size() > SS_MAX_NDIM)
-          raise(g_value, "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
-        if (dtype.size() > SS_MAX_DTYPE_BYTES)
-          raise(g_value, "dtype description is longer than " + std::to_string(SS_MAX_DTYPE_BYTES) + " bytes");
-        Segment *s = make_segment();
-        ss_create_args a{};
-        a.name = name.c_str();
-        a.kind = (uint32_t)kind;
-        a.flags = (uint32_t)flags;
-        a.ndim = (uint32_t)shape.size();
-        a.shape = shape.data();
-        a.itemsize = itemsize;
-        a.dtype = dtype.c_str();
-        a.payload_bytes = payload_bytes;
-        a.mode = (uint32_t)mode;
-        a.slots = slots;
-        a.history = history;
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_segment_create(&s->seg, &a);
-        }
-        check_open_rc(s, rc, name, kind, "create");
-        return s;
-      }, "name"_a, "kind"_a, "shape"_a, "itemsize"_a, "dtype"_a, "flags"_a = 0, "mode"_a = 0600,
-         "payload_bytes"_a = 0, "slots"_a = SS_DEFAULT_SLOTS, "history"_a = 0,
-         nb::rv_policy::take_ownership)
-      .def_static("open", [](const std::string &name, int kind, bool readonly,
-                             const std::vector<uint32_t> &allow_owners) {
-        Segment *s = make_segment();
-        ss_open_opts opts = ssb::open_opts(allow_owners);
-        int rc;
-        {
-          nb::gil_scoped_release nogil;
-          rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), (uint32_t)kind, readonly, &opts);
-        }
-        check_open_rc(s, rc, name, kind, "open");
-        return s;
-      }, "name"_a, "kind"_a = 0, "readonly"_a = false, "allow_owners"_a = std::vector<uint32_t>(),
-         nb::rv_policy::take_ownership,
-         "Open by user name; a segment owned by another uid than this process's effective uid "
-         "is refused (SegmentOwnerError) unless its owner is in allow_owners or "
-         "SHMSTREAM_ALLOW_OWNERS.")
-      .def_static("peek", [](const std::string &segname) { return peek_segment(segname); },
-         "segname"_a, nb::rv_policy::take_ownership,
-         "Map only the header of a segment, by segment name (for list and stat).")
-      .def_static("peek", [](nb::bytes segname) {
-        return peek_segment(std::string(segname.c_str(), segname.size()));
-      }, "segname"_a, nb::rv_policy::take_ownership,
-         "peek by the file name's bytes (os.fsencode of a name listed in /dev/shm).")
+      .def_static(
+          "create",
+          [](const std::string &name, int kind, std::vector<uint64_t> shape, uint64_t itemsize,
+             const std::string &dtype, int flags, int mode, uint64_t payload_bytes, uint32_t slots,
+             uint32_t history) {
+            if (history > SS_MAX_HISTORY)
+              raise(g_value, "history must be 0 to " + std::to_string(SS_MAX_HISTORY) + ", not " +
+                                 std::to_string(history));
+            if (slots < 1 || slots > SS_MAX_SLOTS)
+              raise(g_value, "slots must be 1 to " + std::to_string(SS_MAX_SLOTS) + ", not " +
+                                 std::to_string(slots));
+            if (shape.size() > SS_MAX_NDIM)
+              raise(g_value,
+                    "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
+            if (dtype.size() > SS_MAX_DTYPE_BYTES)
+              raise(g_value, "dtype description is longer than " +
+                                 std::to_string(SS_MAX_DTYPE_BYTES) + " bytes");
+            Segment *s = make_segment();
+            ss_create_args a{};
+            a.name = name.c_str();
+            a.kind = (uint32_t)kind;
+            a.flags = (uint32_t)flags;
+            a.ndim = (uint32_t)shape.size();
+            a.shape = shape.data();
+            a.itemsize = itemsize;
+            a.dtype = dtype.c_str();
+            a.payload_bytes = payload_bytes;
+            a.mode = (uint32_t)mode;
+            a.slots = slots;
+            a.history = history;
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_segment_create(&s->seg, &a);
+            }
+            check_open_rc(s, rc, name, kind, "create");
+            return s;
+          },
+          "name"_a, "kind"_a, "shape"_a, "itemsize"_a, "dtype"_a, "flags"_a = 0, "mode"_a = 0600,
+          "payload_bytes"_a = 0, "slots"_a = SS_DEFAULT_SLOTS, "history"_a = 0,
+          nb::rv_policy::take_ownership)
+      .def_static(
+          "open",
+          [](const std::string &name, int kind, bool readonly,
+             const std::vector<uint32_t> &allow_owners) {
+            Segment *s = make_segment();
+            ss_open_opts opts = ssb::open_opts(allow_owners);
+            int rc;
+            {
+              nb::gil_scoped_release nogil;
+              rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), (uint32_t)kind, readonly,
+                                      &opts);
+            }
+            check_open_rc(s, rc, name, kind, "open");
+            return s;
+          },
+          "name"_a, "kind"_a = 0, "readonly"_a = false, "allow_owners"_a = std::vector<uint32_t>(),
+          nb::rv_policy::take_ownership,
+          "Open by user name; a segment owned by another uid than this process's effective uid "
+          "is refused (SegmentOwnerError) unless its owner is in allow_owners or "
+          "SHMSTREAM_ALLOW_OWNERS.")
+      .def_static(
+          "peek", [](const std::string &segname) { return peek_segment(segname); }, "segname"_a,
+          nb::rv_policy::take_ownership,
+          "Map only the header of a segment, by segment name (for list and stat).")
+      .def_static(
+          "peek",
+          [](nb::bytes segname) {
+            return peek_segment(std::string(segname.c_str(), segname.size()));
+          },
+          "segname"_a, nb::rv_policy::take_ownership,
+          "peek by the file name's bytes (os.fsencode of a name listed in /dev/shm).")
       .def_prop_ro("name", [](Segment &s) { return text_of(s.name()); })
       .def_prop_ro("segname", [](Segment &s) { return text_of(s.seg.segname); })
       .def_prop_ro("kind", [](Segment &s) { return s.seg.id.kind; })
       .def_prop_ro("flags", [](Segment &s) { return s.seg.id.flags; })
-      .def_prop_ro("shape", [](Segment &s) {
-        nb::list l;
-        for (uint32_t i = 0; i < s.seg.id.ndim; i++) l.append(s.seg.id.shape[i]);
-        return nb::tuple(l);
-      })
+      .def_prop_ro("shape",
+                   [](Segment &s) {
+                     nb::list l;
+                     for (uint32_t i = 0; i < s.seg.id.ndim; i++) l.append(s.seg.id.shape[i]);
+                     return nb::tuple(l);
+                   })
       .def_prop_ro("itemsize", [](Segment &s) { return s.seg.id.itemsize; })
-      .def_prop_ro("dtype", [](Segment &s) {
+      .def_prop_ro("dtype",
+                   [](Segment &s) {
         // Another process wrote these bytes: undecodable ones become U+FFFD,
         // and the dtype parser then refuses the text with its own message.
-        PyObject *t = PyUnicode_DecodeUTF8(s.seg.id.dtype, s.seg.id.dtype_len, "replace");
-        if (!t) throw nb::python_error();
-        return nb::steal<nb::str>(t);
-      })
+                     PyObject *t = PyUnicode_DecodeUTF8(s.seg.id.dtype, s.seg.id.dtype_len,
+                                                        "replace");
+                     if (!t) throw nb::python_error();
+                     return nb::steal<nb::str>(t);
+                   })
       .def_prop_ro("payload_bytes", [](Segment &s) { return s.seg.id.payload_bytes; })
       .def_prop_ro("creator_pid", [](Segment &s) { return s.seg.id.creator_pid; })
       .def_prop_ro("creator_start_ticks", [](Segment &s) { return s.seg.id.creator_start_ticks; })
@@ -220,87 +287,133 @@ NB_MODULE(_native, m) {
       // this process's: 1 yes, 0 no, -1 unknown (docs/ABI.md).
       .def_prop_ro("pidns_ino", [](Segment &s) { return s.seg.id.pidns_ino; })
       .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.seg.id); })
-      .def_prop_ro("instance_id", [](Segment &s) {
-        static const char hex[] = "0123456789abcdef";
-        std::string out;
-        for (uint8_t b : s.seg.id.instance_id) { out += hex[b >> 4]; out += hex[b & 15]; }
-        return out;
-      })
-      .def_prop_ro("gpu_area", [](Segment &s) {
-        return nb::bytes((const char *)s.seg.id.gpu, sizeof s.seg.id.gpu);
-      })
+      .def_prop_ro("instance_id",
+                   [](Segment &s) {
+                     static const char hex[] = "0123456789abcdef";
+                     std::string out;
+                     for (uint8_t b : s.seg.id.instance_id) {
+                       out += hex[b >> 4];
+                       out += hex[b & 15];
+                     }
+                     return out;
+                   })
+      .def_prop_ro(
+          "gpu_area",
+          [](Segment &s) { return nb::bytes((const char *)s.seg.id.gpu, sizeof s.seg.id.gpu); })
       .def_prop_ro("readonly", [](Segment &s) { return (int)s.seg.readonly; })
-      .def_prop_ro("count", [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
+      .def_prop_ro("count",
+                   [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
       // pyshmem's write sequence: odd while a write is in progress, which
       // here is the filling slot's seqlock or the metadata update.
-      .def_prop_ro("seq", [](Segment &s) {
-        return s.hdr()->pub.seq.load(std::memory_order_acquire) | (uint64_t)ss_write_in_flight(&s.seg);
-      })
-      .def_prop_ro("frame_id", [](Segment &s) { return s.hdr()->pub.frame_id.load(std::memory_order_relaxed); })
-      .def_prop_ro("write_time_ns", [](Segment &s) { return s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed); })
-      .def_prop_ro("state", [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })
-      .def_prop_ro("writer_pid", [](Segment &s) { return s.hdr()->pub.writer_pid.load(std::memory_order_relaxed); })
-      .def_prop_ro("writer_start_ticks", [](Segment &s) { return s.hdr()->pub.writer_start_ticks.load(std::memory_order_relaxed); })
-      .def_prop_ro("aborted", [](Segment &s) { return s.hdr()->pub.aborted.load(std::memory_order_relaxed); })
-      .def_prop_ro("owner_pid", [](Segment &s) { return s.hdr()->lock.owner_pid.load(std::memory_order_relaxed); })
-      .def_prop_ro("owner_tid", [](Segment &s) { return s.hdr()->lock.owner_tid.load(std::memory_order_relaxed); })
-      .def_prop_ro("lock_word_tid", [](Segment &s) { return ss_lock_word_tid(&s.seg); },
-                   "The thread the lock's mutex word names as its owner (0: free).")
-      .def_prop_ro("acquisitions", [](Segment &s) { return s.hdr()->lock.acquisitions.load(std::memory_order_relaxed); })
-      .def_prop_ro("waiters", [](Segment &s) {
+      .def_prop_ro("seq",
+                   [](Segment &s) {
+                     return s.hdr()->pub.seq.load(std::memory_order_acquire) |
+                            (uint64_t)ss_write_in_flight(&s.seg);
+                   })
+      .def_prop_ro("frame_id",
+                   [](Segment &s) { return s.hdr()->pub.frame_id.load(std::memory_order_relaxed); })
+      .def_prop_ro(
+          "write_time_ns",
+          [](Segment &s) { return s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed); })
+      .def_prop_ro("state",
+                   [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })
+      .def_prop_ro(
+          "writer_pid",
+          [](Segment &s) { return s.hdr()->pub.writer_pid.load(std::memory_order_relaxed); })
+      .def_prop_ro("writer_start_ticks",
+                   [](Segment &s) {
+                     return s.hdr()->pub.writer_start_ticks.load(std::memory_order_relaxed);
+                   })
+      .def_prop_ro("aborted",
+                   [](Segment &s) { return s.hdr()->pub.aborted.load(std::memory_order_relaxed); })
+      .def_prop_ro(
+          "owner_pid",
+          [](Segment &s) { return s.hdr()->lock.owner_pid.load(std::memory_order_relaxed); })
+      .def_prop_ro(
+          "owner_tid",
+          [](Segment &s) { return s.hdr()->lock.owner_tid.load(std::memory_order_relaxed); })
+      .def_prop_ro(
+          "lock_word_tid", [](Segment &s) { return ss_lock_word_tid(&s.seg); },
+          "The thread the lock's mutex word names as its owner (0: free).")
+      .def_prop_ro(
+          "acquisitions",
+          [](Segment &s) { return s.hdr()->lock.acquisitions.load(std::memory_order_relaxed); })
+      .def_prop_ro(
+          "waiters",
+          [](Segment &s) {
         // readers asleep: the sleeper bits, and those without a slot
-        return __builtin_popcountll(s.hdr()->notify.sleepers.load(std::memory_order_relaxed)) +
-               s.hdr()->notify.waiters.load(std::memory_order_relaxed);
-      })
-      .def("publication", [](Segment &s) {
-        ss_pubinfo info{};
-        ss_publication(&s.seg, &info);  // count, frame id, time of one publication
-        return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
-      })
-      .def("lock", [](Segment &s, nb::handle timeout) { return s.lock(to_ns(timeout)); },
-           "timeout"_a = nb::none(),
-           "Take the cross-process lock. Returns True if it was taken over from a dead owner.")
+            return __builtin_popcountll(s.hdr()->notify.sleepers.load(std::memory_order_relaxed)) +
+                   s.hdr()->notify.waiters.load(std::memory_order_relaxed);
+          })
+      .def("publication",
+           [](Segment &s) {
+             ss_pubinfo info{};
+             ss_publication(&s.seg, &info);  // count, frame id, time of one publication
+             return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
+           })
+      .def(
+          "lock", [](Segment &s, nb::handle timeout) { return s.lock(to_ns(timeout)); },
+          "timeout"_a = nb::none(),
+          "Take the cross-process lock. Returns True if it was taken over from a dead owner.")
       .def("unlock", &Segment::unlock)
-      .def("write", [](Segment &s, nb::handle src, std::optional<uint64_t> frame_id, bool locked,
-                       nb::handle timeout, uint64_t count, uint64_t write_time_ns) {
-        return s.write(src, frame_id, locked, to_ns(timeout), count, write_time_ns);
-      }, "src"_a, "frame_id"_a = nb::none(), "locked"_a = false, "timeout"_a = nb::none(),
-         "count"_a = 0, "write_time_ns"_a = 0,
-         "Publish src (frame_id None keeps the previous frame id; count and write_time_ns 0: "
-         "count + 1 and now). Returns the new count.")
-      .def("write_begin", [](Segment &s) { return ss_write_begin(&s.seg); },
-           "Start a write (lock held); returns the slot to fill.")
-      .def("write_end", [](Segment &s, std::optional<uint64_t> frame_id) {
-        ss_write_end(&s.seg, frame_id ? &*frame_id : nullptr);
-        s.check_mapping("write_end");
-        return s.hdr()->pub.count.load(std::memory_order_relaxed);
-      }, "frame_id"_a = nb::none())
+      .def(
+          "write",
+          [](Segment &s, nb::handle src, std::optional<uint64_t> frame_id, bool locked,
+             nb::handle timeout, uint64_t count, uint64_t write_time_ns) {
+            return s.write(src, frame_id, locked, to_ns(timeout), count, write_time_ns);
+          },
+          "src"_a, "frame_id"_a = nb::none(), "locked"_a = false, "timeout"_a = nb::none(),
+          "count"_a = 0, "write_time_ns"_a = 0,
+          "Publish src (frame_id None keeps the previous frame id; count and write_time_ns 0: "
+          "count + 1 and now). Returns the new count.")
+      .def(
+          "write_begin", [](Segment &s) { return ss_write_begin(&s.seg); },
+          "Start a write (lock held); returns the slot to fill.")
+      .def(
+          "write_end",
+          [](Segment &s, std::optional<uint64_t> frame_id) {
+            ss_write_end(&s.seg, frame_id ? &*frame_id : nullptr);
+            s.check_mapping("write_end");
+            return s.hdr()->pub.count.load(std::memory_order_relaxed);
+          },
+          "frame_id"_a = nb::none())
       .def("write_abort", [](Segment &s) { ss_write_abort(&s.seg); })
-      .def("clear", [](Segment &s, bool locked, nb::handle timeout) {
-        return s.clear(locked, to_ns(timeout));
-      }, "locked"_a = false, "timeout"_a = nb::none())
-      .def("read", [](Segment &s, nb::handle dst, nb::handle timeout, bool holds_lock) {
-        return s.read(dst, to_ns(timeout), holds_lock);
-      }, "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false)
-      .def("read_last_complete", [](Segment &s, nb::handle dst, nb::handle timeout,
-                                    bool holds_lock) {
-        return s.read_last_complete(dst, to_ns(timeout), holds_lock);
-      }, "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false,
-         "Copy the last complete publication whatever the state: (count, frame_id, "
-         "write_time_ns, state).")
+      .def(
+          "clear",
+          [](Segment &s, bool locked, nb::handle timeout) {
+            return s.clear(locked, to_ns(timeout));
+          },
+          "locked"_a = false, "timeout"_a = nb::none())
+      .def(
+          "read",
+          [](Segment &s, nb::handle dst, nb::handle timeout, bool holds_lock) {
+            return s.read(dst, to_ns(timeout), holds_lock);
+          },
+          "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false)
+      .def(
+          "read_last_complete",
+          [](Segment &s, nb::handle dst, nb::handle timeout, bool holds_lock) {
+            return s.read_last_complete(dst, to_ns(timeout), holds_lock);
+          },
+          "dst"_a, "timeout"_a = nb::none(), "holds_lock"_a = false,
+          "Copy the last complete publication whatever the state: (count, frame_id, "
+          "write_time_ns, state).")
       .def("check_writer", &Segment::check_writer)
-      .def("bind_array", [](Segment &s, nb::handle dtype, std::vector<Py_ssize_t> shape) {
+      .def(
+          "bind_array",
+          [](Segment &s, nb::handle dtype, std::vector<Py_ssize_t> shape) {
         // The dtype and shape put/get/get_new accept; their bytes must be
         // the payload's (else nothing is the fast case).
-        size_t n = (size_t)nb::cast<Py_ssize_t>(dtype.attr("itemsize"));
-        for (Py_ssize_t d : shape) n *= (size_t)d;
-        if (n != s.payload_bytes()) return false;
-        s.spec.dtype = nb::borrow(dtype);
-        s.spec.shape = std::move(shape);
-        return true;
-      }, "dtype"_a, "shape"_a,
-         "Bind the array type of the hot path (put, get, get_new). False if its bytes are not "
-         "the payload's.")
+            size_t n = (size_t)nb::cast<Py_ssize_t>(dtype.attr("itemsize"));
+            for (Py_ssize_t d : shape) n *= (size_t)d;
+            if (n != s.payload_bytes()) return false;
+            s.spec.dtype = nb::borrow(dtype);
+            s.spec.shape = std::move(shape);
+            return true;
+          },
+          "dtype"_a, "shape"_a,
+          "Bind the array type of the hot path (put, get, get_new). False if its bytes are not "
+          "the payload's.")
       .def("put", &Segment::put, "src"_a, "frame_id"_a = nb::none(),
            nb::sig("def put(self, src: object, frame_id: object | None = None) -> int | None"),
            "write() of a C-contiguous ndarray of the bound dtype and shape without the lock "
@@ -317,76 +430,103 @@ NB_MODULE(_native, m) {
            "read_new() into a writable C-contiguous ndarray of the bound dtype and shape: the "
            "count read, or None if dst is not such an array, spin_us not a number >= 0, or the "
            "stream's last write failed.")
-      .def("read_new", [](Segment &s, nb::handle dst, uint64_t after, nb::handle timeout,
-                          int64_t spin_ns) {
-        return s.read_new(dst, after, to_ns(timeout), spin_ns);
-      }, "dst"_a, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
-      .def("view", [](Segment &s, uint64_t after, bool wait_new, nb::handle timeout,
-                      int64_t spin_ns, bool holds_lock) {
-        return s.view(after, wait_new, to_ns(timeout), spin_ns, holds_lock);
-      }, "after"_a, "wait_new"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1, "holds_lock"_a = false,
-         "Locate the published frame without copying: (slot, slot_seq, count, frame_id, write_time_ns).")
-      .def("view_valid", [](Segment &s, uint32_t slot, uint64_t slot_seq) {
-        if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
-        ss_frame f{slot, slot_seq};
-        bool valid = ss_view_valid(&s.seg, &f);
-        s.check_mapping("read_view");  // a shrunk file is not an overwrite
-        return valid;
-      }, "slot"_a, "slot_seq"_a, "True while the slot still holds the frame view() located.")
-      .def("wait_count", [](Segment &s, uint64_t after, nb::handle timeout, int64_t spin_ns) {
-        return s.wait_count(after, to_ns(timeout), spin_ns);
-      }, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
-      .def("payload", [](Segment &s, uint32_t slot) {
+      .def(
+          "read_new",
+          [](Segment &s, nb::handle dst, uint64_t after, nb::handle timeout, int64_t spin_ns) {
+            return s.read_new(dst, after, to_ns(timeout), spin_ns);
+          },
+          "dst"_a, "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
+      .def(
+          "view",
+          [](Segment &s, uint64_t after, bool wait_new, nb::handle timeout, int64_t spin_ns,
+             bool holds_lock) {
+            return s.view(after, wait_new, to_ns(timeout), spin_ns, holds_lock);
+          },
+          "after"_a, "wait_new"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1,
+          "holds_lock"_a = false,
+          "Locate the published frame without copying: (slot, slot_seq, count, frame_id, "
+          "write_time_ns).")
+      .def(
+          "view_valid",
+          [](Segment &s, uint32_t slot, uint64_t slot_seq) {
+            if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
+            ss_frame f{slot, slot_seq};
+            bool valid = ss_view_valid(&s.seg, &f);
+            s.check_mapping("read_view");  // a shrunk file is not an overwrite
+            return valid;
+          },
+          "slot"_a, "slot_seq"_a, "True while the slot still holds the frame view() located.")
+      .def(
+          "wait_count",
+          [](Segment &s, uint64_t after, nb::handle timeout, int64_t spin_ns) {
+            return s.wait_count(after, to_ns(timeout), spin_ns);
+          },
+          "after"_a, "timeout"_a = nb::none(), "spin_ns"_a = -1)
+      .def(
+          "payload",
+          [](Segment &s, uint32_t slot) {
         // A writable byte view of one slot; it keeps this Segment (and so
         // the mapping) alive for as long as the view exists.
-        if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
-        nb::handle owner = nb::find(&s);
-        size_t shape[1] = {s.payload_bytes()};
-        return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape, owner);
-      }, "slot"_a = 0, nb::rv_policy::reference_internal)
-      .def_prop_ro("spin_policy", [](Segment &s) { return wait_policy_dict(s.seg); },
-                   "This handle's wait policy (docs/waiting.md): the process's wake-up cost "
-                   "wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the "
-                   "histogram of wait lengths and the counters waits, spun, caught, slept, "
-                   "slept_at_once, preempted, contended_waits.")
+            if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
+            nb::handle owner = nb::find(&s);
+            size_t shape[1] = {s.payload_bytes()};
+            return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape,
+                                                                owner);
+          },
+          "slot"_a = 0, nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "spin_policy", [](Segment &s) { return wait_policy_dict(s.seg); },
+          "This handle's wait policy (docs/waiting.md): the process's wake-up cost "
+          "wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the "
+          "histogram of wait lengths and the counters waits, spun, caught, slept, "
+          "slept_at_once, preempted, contended_waits.")
       .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(&s.seg); })
       .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(&s.seg); })
       .def_prop_ro("slot_count", [](Segment &s) { return s.seg.id.slot_count; })
       .def_prop_ro("history", [](Segment &s) { return ss_history_depth(&s.seg); })
-      .def("read_since", [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout,
-                            int64_t spin_ns, nb::handle out) {
-        return s.read_since(after, max_frames, to_ns(timeout), spin_ns, out);
-      }, "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
-         "out"_a = nb::none(),
-         nb::sig("def read_since(self, after: int, max_frames: int = 0, timeout: object | None = "
-                 "None, spin_ns: int = -1, out: object | None = None) -> "
-                 "tuple[numpy.ndarray, numpy.ndarray, int]"),
-         "Copies of the publications newer than after still held, oldest first: (frames, meta, "
-         "last); meta (n, 3) uint64: count, frame_id, write_time_ns.")
-      .def("locate", [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout,
-                        int64_t spin_ns) {
-        return s.locate(after, max_frames, to_ns(timeout), spin_ns);
-      }, "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
-         nb::sig("def locate(self, after: int, max_frames: int = 0, timeout: object | None = "
-                 "None, spin_ns: int = -1) -> tuple[numpy.ndarray, int]"),
-         "read_since without copying: (meta, last); meta (n, 5) uint64: count, frame_id, "
-         "write_time_ns, slot, slot_seq.")
-      .def("frames_valid", [](Segment &s, nb::handle meta) {
+      .def(
+          "read_since",
+          [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout, int64_t spin_ns,
+             nb::handle out) {
+            return s.read_since(after, max_frames, to_ns(timeout), spin_ns, out);
+          },
+          "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
+          "out"_a = nb::none(),
+          nb::sig("def read_since(self, after: int, max_frames: int = 0, timeout: object | None = "
+                  "None, spin_ns: int = -1, out: object | None = None) -> "
+                  "tuple[numpy.ndarray, numpy.ndarray, int]"),
+          "Copies of the publications newer than after still held, oldest first: (frames, meta, "
+          "last); meta (n, 3) uint64: count, frame_id, write_time_ns.")
+      .def(
+          "locate",
+          [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout, int64_t spin_ns) {
+            return s.locate(after, max_frames, to_ns(timeout), spin_ns);
+          },
+          "after"_a, "max_frames"_a = 0, "timeout"_a = nb::none(), "spin_ns"_a = -1,
+          nb::sig("def locate(self, after: int, max_frames: int = 0, timeout: object | None = "
+                  "None, spin_ns: int = -1) -> tuple[numpy.ndarray, int]"),
+          "read_since without copying: (meta, last); meta (n, 5) uint64: count, frame_id, "
+          "write_time_ns, slot, slot_seq.")
+      .def(
+          "frames_valid",
+          [](Segment &s, nb::handle meta) {
         // For each located frame (a row of locate()'s meta): does its slot
         // still hold it?
-        Buffer b(meta, false);
-        size_t n = (size_t)b.view.len / (5 * sizeof(uint64_t));
-        auto *row = (const uint64_t *)b.view.buf;
-        nb::list out;
-        for (size_t i = 0; i < n; i++, row += 5) {
-          if (row[3] >= s.seg.id.slot_count) raise(g_index, "no such slot");
-          ss_frame f{(uint32_t)row[3], row[4]};
-          out.append((bool)ss_view_valid(&s.seg, &f));
-        }
-        s.check_mapping("read_since_view");
-        return out;
-      }, "meta"_a, "For each row of locate()'s meta: True while its slot still holds that frame.")
-      .def("cancel", [](Segment &s) { ss_cancel(&s.seg); },
-           "Make this handle's waiters give up (RuntimeError) and wake them.")
+            Buffer b(meta, false);
+            size_t n = (size_t)b.view.len / (5 * sizeof(uint64_t));
+            auto *row = (const uint64_t *)b.view.buf;
+            nb::list out;
+            for (size_t i = 0; i < n; i++, row += 5) {
+              if (row[3] >= s.seg.id.slot_count) raise(g_index, "no such slot");
+              ss_frame f{(uint32_t)row[3], row[4]};
+              out.append((bool)ss_view_valid(&s.seg, &f));
+            }
+            s.check_mapping("read_since_view");
+            return out;
+          },
+          "meta"_a, "For each row of locate()'s meta: True while its slot still holds that frame.")
+      .def(
+          "cancel", [](Segment &s) { ss_cancel(&s.seg); },
+          "Make this handle's waiters give up (RuntimeError) and wake them.")
       .def("wake", [](Segment &s) { ss_wake_all(&s.seg); });
 }

@@ -3,6 +3,7 @@ the last write's time, id and age, whether its producer lives, and
 ``describe``. A mixin of :class:`shmstream.SharedMemory`; every value comes
 from the segment's published words or from what the handle copied at open.
 """
+
 from __future__ import annotations
 
 import math

@@ -17,6 +17,7 @@ raises ``ChannelBrokenError`` (a ``BrokenPipeError``). A new process can take
 over a dead end with ``open_channel(name, role=...)``. The ring layout and
 protocol are in docs/ABI.md ("Channels").
 """
+
 from __future__ import annotations
 
 import math
@@ -60,7 +61,9 @@ def _array_meta(dtype: np.dtype, shape: tuple) -> bytes:
         text = _dtypes.encode(_dtypes.normalize(dtype)).encode()
         meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(text), *shape) + text
         if len(meta) > _channel.MAX_META:
-            raise ShmstreamValueError(f"dtype {dtype} is too complex to describe in a message header")
+            raise ShmstreamValueError(
+                f"dtype {dtype} is too complex to describe in a message header"
+            )
         if len(_meta_cache) < _CACHE_LIMIT:
             _meta_cache[key] = meta
     return meta
@@ -78,7 +81,9 @@ def describe(meta: bytes) -> tuple[np.dtype, tuple[int, ...]]:
             shape = struct.unpack_from(f"<{ndim}Q", meta, 8)
             dtype = _dtypes.decode(bytes(meta[8 + 8 * ndim : 8 + 8 * ndim + dlen]).decode())
         except Exception as exc:  # noqa: BLE001 - written by another process: untrusted
-            raise CorruptStreamError(f"message carries an unreadable array description: {exc}") from None
+            raise CorruptStreamError(
+                f"message carries an unreadable array description: {exc}"
+            ) from None
         desc = (dtype, tuple(shape))
         if len(_desc_cache) < _CACHE_LIMIT:
             _desc_cache[bytes(meta)] = desc
@@ -195,8 +200,12 @@ class _End:
         """Both ends' owners and the ring indices (the fields of
         ``shmstream.stat(name)`` for a channel)."""
         return _stat_dict(
-            self.name, self.capacity, self._ch.head, self._ch.tail,
-            self._ch.end_info(_channel.ROLE_PRODUCER), self._ch.end_info(_channel.ROLE_CONSUMER),
+            self.name,
+            self.capacity,
+            self._ch.head,
+            self._ch.tail,
+            self._ch.end_info(_channel.ROLE_PRODUCER),
+            self._ch.end_info(_channel.ROLE_CONSUMER),
         )
 
     def close(self) -> None:
@@ -257,7 +266,9 @@ class ChannelProducer(_End):
                 ) from None
             self.send(buf, type_id, timeout)
 
-    def send_many(self, items: Sequence[Any], type_id: int = 0, timeout: float | None = None) -> int:
+    def send_many(
+        self, items: Sequence[Any], type_id: int = 0, timeout: float | None = None
+    ) -> int:
         """Send a sequence of messages in one native call, all with ``type_id``:
         bytes-like objects, or ndarrays that all share one dtype and shape.
         Sizes are checked before anything is written."""
@@ -265,7 +276,10 @@ class ChannelProducer(_End):
             first = items[0]
             dt, shp = first.dtype, first.shape
             if dt.kind in "mM" or not all(
-                isinstance(a, np.ndarray) and a.dtype == dt and a.shape == shp and a.flags.c_contiguous
+                isinstance(a, np.ndarray)
+                and a.dtype == dt
+                and a.shape == shp
+                and a.flags.c_contiguous
                 for a in items
             ):
                 for a in items:  # mixed arrays: one by one, each with its own header
@@ -297,7 +311,9 @@ class ChannelProducer(_End):
         shp = _checks.check_shape(() if shape is None else shape)
         n = math.prod(shp) * dt.itemsize
         if nbytes is not None and _checks.check_int("nbytes", nbytes) != n:
-            raise ShmstreamValueError(f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)")
+            raise ShmstreamValueError(
+                f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)"
+            )
         meta = _array_meta(dt, shp)
         self._check_fits(n, meta)
         return _Loan(self._ch, n, meta, type_id, timeout, dt, shp)
@@ -354,7 +370,9 @@ class ChannelConsumer(_End):
         it raises BufferError: take it with :meth:`recv_zero_copy`."""
         return self._ch.drain_capsules(max_messages, timeout)
 
-    def drain_zero_copy(self, max_messages: int = 1024, timeout: float | None = 0.0) -> ZeroCopyBatch:
+    def drain_zero_copy(
+        self, max_messages: int = 1024, timeout: float | None = 0.0
+    ) -> ZeroCopyBatch:
         """``with rx.drain_zero_copy(n) as msgs:`` up to n messages read in
         place; released (unless views hold them) when the block ends."""
         return ZeroCopyBatch(self._ch.drain_views(max_messages, timeout))
@@ -378,12 +396,18 @@ _END_STATES = ("none", "attached", "closed")
 
 def _end_dict(info: tuple) -> dict:
     pid, state, attaches, takeovers, alive = info
-    return {"pid": pid, "state": _END_STATES[state] if state < len(_END_STATES) else state,
-            "alive": bool(alive), "attaches": attaches, "takeovers": takeovers}
+    return {
+        "pid": pid,
+        "state": _END_STATES[state] if state < len(_END_STATES) else state,
+        "alive": bool(alive),
+        "attaches": attaches,
+        "takeovers": takeovers,
+    }
 
 
-def _stat_dict(name: str, capacity: int, head: int, tail: int, producer: tuple,
-               consumer: tuple) -> dict:
+def _stat_dict(
+    name: str, capacity: int, head: int, tail: int, producer: tuple, consumer: tuple
+) -> dict:
     return {
         "name": name,
         "capacity": capacity,
@@ -429,8 +453,12 @@ def channel(
         raise ShmstreamValueError(
             f"capacity must be a power of two >= {_channel.MIN_CAPACITY} bytes, not {capacity}"
         )
-    with _space.room_for(name, "channel", _space.segment_bytes(capacity, 1),
-                         f"a ring of {capacity} bytes and a 4096-byte header"):
+    with _space.room_for(
+        name,
+        "channel",
+        _space.segment_bytes(capacity, 1),
+        f"a ring of {capacity} bytes and a 4096-byte header",
+    ):
         ch = _wrap(_channel.Channel.create(name, capacity, _role(role), mode))
     if batch != 1 and isinstance(ch, ChannelProducer):
         ch.batch = batch
