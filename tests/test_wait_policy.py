@@ -183,3 +183,37 @@ def test_with_a_hog_on_every_core_a_waiting_reader_does_not_spin(name):
         for h in hogs:
             h.kill()
             h.wait()
+
+
+FIRST_WAIT = """
+import sys, numpy as np, shmstream, support
+name = sys.argv[1]
+with shmstream.create(name, shape=(1,), dtype=np.int64), shmstream.open(name) as r:
+    try:
+        r.read_new(out=np.empty(1, np.int64), timeout=0.02)
+    except TimeoutError:
+        pass
+    first = r.spin_policy
+    # the measurement goes on in its own thread and ends
+    support.wait_until(lambda: r.spin_policy["wake_ns"] >= 0, what="the measured wake cost")
+    print(first["waits"], first["spun"], first["slept_at_once"], r.spin_policy["wake_ns"])
+"""
+
+
+def test_the_first_wait_of_a_process_does_not_wait_for_the_wake_cost_measurement(name):
+    # W is measured once per process (~4 ms of naps): on a thread of its own,
+    # so the first wait, with W not known yet, sleeps at once instead of
+    # paying for it; W is known soon after.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(
+        [sys.executable, "-c", FIRST_WAIT, name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": tests},
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    waits, spun, slept_at_once, wake_ns = map(int, r.stdout.split())
+    assert (waits, spun, slept_at_once) == (1, 0, 1)
+    assert wake_ns >= 0

@@ -46,7 +46,6 @@ static SS_ATOMIC(int) g_wake_injected; /* a test fixed W: handles' own observati
 static SS_ATOMIC(int) g_contended;   /* the latest view */
 static SS_ATOMIC(int) g_over_before; /* the previous sample saw more runnable tasks than CPUs */
 static SS_ATOMIC(int64_t) g_next_load_ns;
-static pthread_mutex_t g_measure_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The futex ping: the helper sleeps until `word` reaches i, then stores
  * ack = i. */
@@ -111,25 +110,50 @@ static int64_t measure_wake_ns(void) {
   return samples[SS_WAKE_SAMPLES / 2];
 }
 
-/* A child forked by another thread while this one measured would inherit
- * the lock held by nobody: it starts with a fresh one (and measures W
- * itself if the parent had not finished). */
-static void reset_measure_lock(void) { pthread_mutex_init(&g_measure_lock, NULL); }
-static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_measure_lock); }
+/* Set once a thread measuring W has been started in this process. */
+static SS_ATOMIC(int) g_measuring;
+
+/* A child forked while the measurement ran has no measuring thread: it
+ * starts its own at its first wait. A W already measured is inherited. */
+static void forget_unfinished_measurement(void) {
+  if (atomic_load_explicit(&g_wake_ns, memory_order_acquire) < 0)
+    atomic_store_explicit(&g_measuring, 0, memory_order_relaxed);
+}
+static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_unfinished_measurement); }
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
+static void *measure_thread(void *arg) {
+  (void)arg;
+  int64_t unknown = -1;
+  /* Only over "unknown": a W a test injected meanwhile stays. */
+  atomic_compare_exchange_strong_explicit(&g_wake_ns, &unknown, measure_wake_ns(),
+                                          memory_order_acq_rel, memory_order_relaxed);
+  return NULL;
+}
+
+/* W, or 0 while it is not known yet: such a wait sleeps at once, which is
+ * always correct and costs one wake-up. The first wait of a process starts
+ * the measurement (~4 ms of naps) on a thread of its own, so that no wait
+ * pays for it in latency. */
 static int64_t wake_ns(void) {
   int64_t w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
   if (w >= 0) return w;
   pthread_once(&g_atfork_once, register_atfork);
-  pthread_mutex_lock(&g_measure_lock);
-  w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
-  if (w < 0) {
-    w = measure_wake_ns();
-    atomic_store_explicit(&g_wake_ns, w, memory_order_release);
+  int idle = 0;
+  if (atomic_compare_exchange_strong_explicit(&g_measuring, &idle, 1, memory_order_acq_rel,
+                                              memory_order_relaxed)) {
+    pthread_attr_t attr;
+    pthread_t t;
+    int started = pthread_attr_init(&attr) == 0 &&
+                  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                  pthread_create(&t, &attr, measure_thread, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    if (!started) { /* no thread to be had: measure here, once */
+      measure_thread(NULL);
+      return atomic_load_explicit(&g_wake_ns, memory_order_acquire);
+    }
   }
-  pthread_mutex_unlock(&g_measure_lock);
-  return w;
+  return 0;
 }
 
 /* The number of runnable tasks now (/proc/loadavg's 4th field, "r/t"),
@@ -168,6 +192,7 @@ static int contended(int64_t now) {
 void ss_wait_policy_override(int64_t w, int load) {
   atomic_store_explicit(&g_wake_ns, w < 0 ? -1 : w, memory_order_release);
   atomic_store_explicit(&g_wake_injected, w >= 0, memory_order_relaxed);
+  if (w < 0) atomic_store_explicit(&g_measuring, 0, memory_order_relaxed); /* measure anew */
   atomic_store_explicit(&g_load_override, load < 0 ? -1 : !!load, memory_order_relaxed);
   atomic_store_explicit(&g_contended, 0, memory_order_relaxed);
   atomic_store_explicit(&g_over_before, 0, memory_order_relaxed);
