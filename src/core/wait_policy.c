@@ -45,6 +45,7 @@ static SS_ATOMIC(int) g_load_override = -1;
 static SS_ATOMIC(int) g_wake_injected; /* a test fixed W: handles' own observations wait */
 static SS_ATOMIC(int) g_contended;   /* the latest view */
 static SS_ATOMIC(int) g_over_before; /* the previous sample saw more runnable tasks than CPUs */
+static SS_ATOMIC(int) g_preempted;   /* a spin lost its core since the last sample */
 static SS_ATOMIC(int64_t) g_next_load_ns;
 
 /* The futex ping: the helper sleeps until `word` reaches i, then stores
@@ -171,9 +172,9 @@ static int runnable_tasks(void) {
   return sscanf(buf, "%lf %lf %lf %d/%d", &a, &b, &c, &r, &t) == 5 ? r : -1;
 }
 
-/* Contended: more runnable tasks (the waiter among them) than online CPUs
- * in two samples in a row (one sample catches a passing kernel thread), or
- * a spin lost its core since the last sample. */
+/* Contended: in two samples in a row (one catches a passing kernel
+ * thread), more runnable tasks (the waiter among them) than online CPUs, or
+ * a spin that lost its core since the sample before. */
 static int contended(int64_t now) {
   int o = atomic_load_explicit(&g_load_override, memory_order_relaxed);
   if (o >= 0) return o;
@@ -182,7 +183,8 @@ static int contended(int64_t now) {
     static int cpus;
     if (!cpus) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int r = runnable_tasks();
-    int over = r > 0 && cpus > 0 && r > cpus;
+    int lost = atomic_exchange_explicit(&g_preempted, 0, memory_order_relaxed);
+    int over = lost || (r > 0 && cpus > 0 && r > cpus);
     int before = atomic_exchange_explicit(&g_over_before, over, memory_order_relaxed);
     atomic_store_explicit(&g_contended, over && before, memory_order_relaxed);
   }
@@ -196,6 +198,7 @@ void ss_wait_policy_override(int64_t w, int load) {
   atomic_store_explicit(&g_load_override, load < 0 ? -1 : !!load, memory_order_relaxed);
   atomic_store_explicit(&g_contended, 0, memory_order_relaxed);
   atomic_store_explicit(&g_over_before, 0, memory_order_relaxed);
+  atomic_store_explicit(&g_preempted, 0, memory_order_relaxed);
   atomic_store_explicit(&g_next_load_ns, 0, memory_order_relaxed);
 }
 
@@ -270,12 +273,17 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
   bump(b > 0 ? &ws->spun : &ws->slept_at_once);
 }
 
+/* A spin lost its core when one gap between its clock reads outlasts the
+ * whole spin it may make (its cap, at least W): an interrupt or a VM exit
+ * (a few µs, often more than a small W) is not that, a time slice given to
+ * another task is. */
 int ss_spin_preempted(ss_wait_stats *ws, ss_spin *s, int64_t now) {
-  int64_t gap = now - s->last;
+  int64_t gap = now - s->last, cap = s->cap_end - s->start;
   s->last = now;
-  if (gap <= s->wake_ns || atomic_load_explicit(&g_load_override, R) >= 0) return 0;
+  if (cap < s->wake_ns) cap = s->wake_ns;
+  if (gap <= cap || atomic_load_explicit(&g_load_override, R) >= 0) return 0;
   bump(&ws->preempted);
-  atomic_store_explicit(&g_contended, 1, R);
+  atomic_store_explicit(&g_preempted, 1, R);
   return 1;
 }
 
