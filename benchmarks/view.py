@@ -2,7 +2,7 @@
 does the page keep up?
 
     python -m benchmarks view [--shape 480x640] [--hz 1000] [--seconds S]
-                              [--rounds N] [--fps 30] [--quick] [--json PATH]
+                              [--rounds N] [--fps 40] [--quick] [--json PATH]
 
 A writer process publishes a uint16 frame of ``--shape`` at ``--hz``
 (absolute schedule: a late writer catches up) for ``--seconds`` a phase.
@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from shmstream.viewer import DEFAULT_FPS
 from ._common import BenchError, Results, emit, median, progress, render_table
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -262,7 +263,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--hz", type=float, default=1000.0, help="the writer's rate (default 1000)")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of a phase")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--fps", type=float, default=30.0, help="the server's cap (default 30)")
+    ap.add_argument(
+        "--fps",
+        type=float,
+        default=DEFAULT_FPS,
+        help=f"the server's cap (default {DEFAULT_FPS:g}, the view's own)",
+    )
     ap.add_argument("--quick", action="store_true", help="1 round of 1 s")
     ap.add_argument("--json", metavar="PATH")
     opts = ap.parse_args(argv)

@@ -21,6 +21,7 @@ import pytest
 
 import shmstream
 from shmstream import cli
+from shmstream.viewer import DEFAULT_FPS
 
 from view_util import browser_missing, start_browser, text, wait_for, wait_for_count
 
@@ -209,7 +210,7 @@ def test_shmstream_view_serves_from_a_thread_and_stops(name, capsys):
             assert capsys.readouterr().out.startswith(f"shmstream view: {v.url}")
             assert get_json(base(v) + "api/info") == (
                 200,
-                {"stream": name, "fps": 30.0, "recordings": []},
+                {"stream": name, "fps": DEFAULT_FPS, "recordings": []},
             )
         finally:
             v.close()

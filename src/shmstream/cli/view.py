@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..viewer import DEFAULT_FPS
 from ._common import number
 
 
@@ -39,8 +40,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     view_p.add_argument(
         "--fps",
         type=number(),
-        default=30.0,
-        help="pictures a second sent to each page, at most (default 30)",
+        default=DEFAULT_FPS,
+        help=f"pictures a second sent to each page, at most (default {DEFAULT_FPS:g})",
     )
     view_p.add_argument(
         "--max-side",

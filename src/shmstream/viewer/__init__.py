@@ -23,7 +23,10 @@ from ..errors import MissingExtraError, ShmstreamOSError, ShmstreamValueError
 __all__ = ["DEFAULT_FPS", "DEFAULT_MAX_SIDE", "Viewer", "view"]
 
 #: Pictures a second sent to one page, at most (the page may draw fewer).
-DEFAULT_FPS = 30.0
+#: Above the 30 a moving picture needs, so that a late timer or a dropped
+#: picture leaves the page at 30 or more (with a cap of exactly 30 it
+#: counted 29.8-29.9 a second).
+DEFAULT_FPS = 40.0
 #: An image side longer than this is strided down before it is sent.
 DEFAULT_MAX_SIDE = 1024
 VIEW_HINT = 'shmstream view needs the "view" extra: pip install "shmstream[view]"'
