@@ -386,8 +386,9 @@ def test_create_and_open_errors(name):
     with pytest.raises(FileNotFoundError, match=r"shmstream.channel"):
         shmstream.open_channel(name)
     tx = shmstream.channel(name, CAP)
-    with pytest.raises(FileExistsError, match="open_channel"):
+    with pytest.raises(FileExistsError, match="open_channel") as taken:
         shmstream.channel(name, CAP)
+    assert str(taken.value).endswith(f"shmstream.unlink_channel('{name}')")
     tx.close()
 
 

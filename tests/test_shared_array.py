@@ -8,6 +8,7 @@ events. Every test leaves /dev/shm as it found it.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import gc
 import multiprocessing as mp
 import os
@@ -340,8 +341,11 @@ def test_a_reused_name_is_detected_as_stale():
 def test_duplicate_name_and_open_by_name():
     name = f"{TOKEN}-named"
     with share(np.arange(6.0).reshape(2, 3), name=name) as s:
-        with pytest.raises(FileExistsError):
+        with pytest.raises(FileExistsError) as taken:
             share(np.zeros(1), name=name)
+        # the message ends with its next step, not with strerror's words
+        assert taken.value.errno == errno.EEXIST
+        assert str(taken.value).endswith(f"remove it with shmstream.unlink('{name}')")
         ro = SharedArray.open(name)
         assert np.array_equal(ro, s) and not ro.flags.writeable
         rw = SharedArray.open(name, writable=True)

@@ -136,6 +136,16 @@ inline void load_error_types() {
   throw nb::python_error();
 }
 
+// ShmstreamOSError(errno, sentence): the table's messages below are whole
+// sentences that say what happened and what to do, so strerror's words
+// ("File exists") are not appended; the errno is still the exception's.
+[[noreturn]] inline void raise_os_sentence(int err, const std::string &sentence) {
+  PyObject *args = Py_BuildValue("(is)", err, sentence.c_str());
+  PyErr_SetObject(g_os, args);
+  Py_XDECREF(args);
+  throw nb::python_error();
+}
+
 // ShmstreamOSError(errno, strerror, filename), for errors about a file.
 [[noreturn]] inline void raise_os_path(int err, const std::string &path) {
   PyObject *args = Py_BuildValue("(iss)", err, std::strerror(err), path.c_str());
@@ -396,7 +406,7 @@ inline std::string fill(const char *text, const ErrorContext &c) {
     if (r.when && std::strcmp(r.when, c.op) != 0 && std::strcmp(r.when, c.when) != 0) continue;
     std::string msg = fill(r.text, c);
     if (r.how == Raise::OsPath) raise_os_path(rc, c.name);
-    if (r.how == Raise::OsWhat) raise_os(rc == SS_EBUSY ? EAGAIN : rc, msg);
+    if (r.how == Raise::OsWhat) raise_os_sentence(rc == SS_EBUSY ? EAGAIN : rc, msg);
     raise(*r.type, msg);
   }
   if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
