@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _native, _proc
+from ._space import SHM_DIR
 from .errors import (
     BatchLostError,
     CorruptStreamError,
@@ -50,7 +51,6 @@ from .errors import (
     ShmstreamOSError,
 )
 
-SHM_DIR = "/dev/shm"
 #: User-name prefix of a pool's root segment.
 ROOT_PREFIX = "loader-"
 #: File-name prefix of slot files. Not the core's "shmstream-": these files

@@ -21,12 +21,12 @@ import time
 from collections.abc import Iterator
 
 from .. import _native
+from .._space import SHM_DIR
 from ._common import fmt_bytes, status_line
 
 #: Segments from this size on get a progress line (a quarter of a second
 #: and more to create); smaller ones are created silently.
 THRESHOLD = 256 << 20
-SHM_DIR = "/dev/shm"
 
 
 def _mapped_bytes(path: str) -> int:
