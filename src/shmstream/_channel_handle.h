@@ -423,12 +423,18 @@ class Channel {
     return out;
   }
 
-  Message recv(int64_t timeout_ns) {
-    check_consumer("recv");
+  // The next message for recv and recv_zero_copy: waits up to timeout_ns,
+  // raises on any failure (a timeout included).
+  ss_msg receive_one(const char *op, int64_t timeout_ns) {
+    check_consumer(op);
     ss_msg m;
     int rc = acquire_rx(timeout_ns, &m);
-    if (rc) raise_status(rc, "recv");
-    Message out = copied(m);
+    if (rc) raise_status(rc, op);
+    return m;
+  }
+
+  Message recv(int64_t timeout_ns) {
+    Message out = copied(receive_one("recv", timeout_ns));
     done_copied();
     return out;
   }
@@ -475,11 +481,7 @@ class Channel {
   }
 
   RxMessage recv_view(int64_t timeout_ns) {
-    check_consumer("recv_zero_copy");
-    ss_msg m;
-    int rc = acquire_rx(timeout_ns, &m);
-    if (rc) raise_status(rc, "recv_zero_copy");
-    return pinned(m);
+    return pinned(receive_one("recv_zero_copy", timeout_ns));
   }
 
   nb::list drain_views(size_t max, int64_t timeout_ns) {
