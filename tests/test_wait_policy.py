@@ -217,3 +217,79 @@ def test_the_first_wait_of_a_process_does_not_wait_for_the_wake_cost_measurement
     waits, spun, slept_at_once, wake_ns = map(int, r.stdout.split())
     assert (waits, spun, slept_at_once) == (1, 0, 1)
     assert wake_ns >= 0
+
+
+FIFO_SPINNER = """
+import os, sys
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+sys.stdout.write("go\\n")
+sys.stdout.flush()
+while True:
+    pass
+"""
+
+FIFO_FIRST_WAIT = """
+import os, sys, time, numpy as np, shmstream, support
+os.sched_setaffinity(0, {int(sys.argv[2]), int(sys.argv[3])})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+name = sys.argv[1]
+cpu = time.process_time()
+with shmstream.create(name, shape=(1,), dtype=np.int64), shmstream.open(name) as r:
+    try:
+        r.read_new(out=np.empty(1, np.int64), timeout=0.001)
+    except TimeoutError:
+        pass
+    support.wait_until(lambda: r.spin_policy["wake_ns"] >= 0, what="the measured wake cost")
+    print(r.spin_policy["wake_ns"], time.process_time() - cpu)
+"""
+
+
+def fifo_refusal() -> str | None:
+    """Why this machine cannot run the SCHED_FIFO test, or None."""
+    if len(os.sched_getaffinity(0)) < 2:
+        return "needs two CPUs"
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))",
+        ],
+        capture_output=True,
+        check=False,
+    )
+    return None if probe.returncode == 0 else "SCHED_FIFO not permitted here"
+
+
+def test_a_real_time_process_measures_its_wake_cost_without_spinning_it_away(name):
+    # A SCHED_FIFO process (what a real-time loop runs as) on two CPUs, one
+    # of them held by another FIFO task of the same priority. Its first wait
+    # starts the once-per-process measurement of W, which spins on a core
+    # until a woken helper answers. Were the measurer and helper FIFO like
+    # the waiter, the helper could preempt neither core: every sample would
+    # last until the give-up (50 ms), W would be 50 ms and 0.35 s of a core
+    # would be spun. They run in the normal class, so the helper answers
+    # within a scheduler tick or two.
+    refusal = fifo_refusal()
+    if refusal:
+        pytest.skip(refusal)
+    a, b = sorted(os.sched_getaffinity(0))[:2]
+    tests = os.path.dirname(os.path.abspath(__file__))
+    spinner = subprocess.Popen([sys.executable, "-c", FIFO_SPINNER, str(b)], stdout=subprocess.PIPE)
+    try:
+        assert spinner.stdout is not None and spinner.stdout.readline() == b"go\n"
+        r = subprocess.run(
+            [sys.executable, "-c", FIFO_FIRST_WAIT, name, str(a), str(b)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": tests},
+            check=False,
+        )
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert r.returncode == 0, r.stderr
+    wake_ns, cpu = r.stdout.split()
+    assert int(wake_ns) < 20_000_000, f"W measured as {int(wake_ns) / 1e6:.1f} ms"
+    assert float(cpu) < 0.2, f"{float(cpu):.3f} s of CPU to measure W"

@@ -2,15 +2,19 @@
 frame along at 200 Hz: the source writes it on stream 1 (with its monotonic
 time in the frame), a stage copies it from stream 1 to stream 2, the sink
 reads stream 2 and records the latency source -> sink. Measured without
-and with one CPU-bound hog per core (benchmarks/_hogs.py), the two regimes
-interleaved run by run: latency p50/p99 and each process's CPU use (% of
-one core over the run, waits included). shmstream only: the targets are
-about its wait policy (docs/waiting.md)."""
+and with one CPU-bound hog per core (benchmarks/_hogs.py), and with the hogs
+and the three processes under SCHED_FIFO (what a real-time loop does; needs
+CAP_SYS_NICE or an RLIMIT_RTPRIO, the regime is skipped with the reason
+otherwise), the regimes interleaved run by run: latency p50/p99 and each
+process's CPU use (% of one core over the run, waits included). shmstream
+only: the targets are about its wait policy (docs/waiting.md, "When no core
+is spare")."""
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import time
 from typing import Any
 
@@ -31,12 +35,43 @@ from .peer import Names
 HZ = 200
 FRAME = (128, 64)  # float64: 64 KiB
 STOP = -1.0
+FIFO_PRIORITY = 10  # low in the real-time range: above every fair task, below the kernel's own
+REGIMES = (
+    ("quiet", "no hogs"),
+    ("hogs", "one CPU-bound hog per core"),
+    ("hogs-fifo", "hogs, the 3 processes SCHED_FIFO"),
+)
 
 
-def _stage(module: str, src: str, dst: str | None, ready: Any, out: Any) -> None:
+def _fifo() -> None:
+    """Make this process SCHED_FIFO (PermissionError without the right)."""
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
+
+
+def fifo_refusal() -> str | None:
+    """Why this process may not use SCHED_FIFO, or None if it may."""
+    try:
+        pid = os.fork()
+    except OSError as e:
+        return f"cannot fork to test SCHED_FIFO: {e}"
+    if pid == 0:  # try it in a child, so this process keeps its policy
+        try:
+            _fifo()
+        except OSError:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return None
+    return "SCHED_FIFO not permitted (needs CAP_SYS_NICE or RLIMIT_RTPRIO)"
+
+
+def _stage(module: str, src: str, dst: str | None, ready: Any, out: Any, fifo: bool) -> None:
     """The middle stage (dst given) or the sink (dst None)."""
     import importlib
 
+    if fifo:
+        _fifo()
     ss = importlib.import_module(module)
     r = ss.open(src)
     w = ss.open(dst) if dst else None
@@ -60,7 +95,7 @@ def _stage(module: str, src: str, dst: str | None, ready: Any, out: Any) -> None
     out.put({"cpu": cpu, "lat": lat[:-1], "policy": policy})
 
 
-def _once(module: str, names: Names, seconds: float) -> dict[str, Any]:
+def _once(module: str, names: Names, seconds: float, fifo: bool = False) -> dict[str, Any]:
     import importlib
 
     ss = importlib.import_module(module)
@@ -72,14 +107,17 @@ def _once(module: str, names: Names, seconds: float) -> dict[str, Any]:
     ):
         ready, out = ctx.Queue(), ctx.Queue()
         procs = [
-            ctx.Process(target=_stage, args=(module, n1, n2, ready, out)),
-            ctx.Process(target=_stage, args=(module, n2, None, ready, out)),
+            ctx.Process(target=_stage, args=(module, n1, n2, ready, out, fifo)),
+            ctx.Process(target=_stage, args=(module, n2, None, ready, out, fifo)),
         ]
         for p in procs:
             p.start()
         for _ in procs:
             ready.get(timeout=60)
         frame = np.zeros(FRAME, np.float64)
+        if fifo:
+            policy = os.sched_getscheduler(0), os.sched_getparam(0)
+            _fifo()
         frames = max(20, int(seconds * HZ))
         period = 1 / HZ
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -91,6 +129,8 @@ def _once(module: str, names: Names, seconds: float) -> dict[str, Any]:
             frame[0, 0] = time.perf_counter_ns()
             w1.write(frame)
         cpu_src = (time.process_time() - cpu0) / (time.perf_counter() - t0)
+        if fifo:
+            os.sched_setscheduler(0, *policy)
         got = [out.get(timeout=60) for _ in procs]
         for p in procs:
             p.join(10)
@@ -109,15 +149,18 @@ def _once(module: str, names: Names, seconds: float) -> dict[str, Any]:
 
 def run(cfg: argparse.Namespace, names: Names, res: Results) -> None:
     seconds = 0.5 if cfg.quick else 2.0
+    refused = fifo_refusal()
     stats: dict[str, dict[str, list[float]]] = {}
     for rep in range(cfg.repeats):
-        for regime in ("quiet", "hogs"):
-            if regime == "hogs":
-                with hogs() as n:
-                    r = _once(cfg.self_module, names, seconds)
-                r["hogs"] = n
-            else:
+        for regime, _ in REGIMES:
+            if regime == "hogs-fifo" and refused:
+                continue
+            if regime == "quiet":
                 r = _once(cfg.self_module, names, seconds)
+            else:
+                with hogs() as n:
+                    r = _once(cfg.self_module, names, seconds, fifo=regime == "hogs-fifo")
+                r["hogs"] = n
             d = stats.setdefault(regime, {})
             for k in ("p50_us", "p99_us", "max_cpu_pct"):
                 d.setdefault(k, []).append(r[k])
@@ -127,10 +170,29 @@ def run(cfg: argparse.Namespace, names: Names, res: Results) -> None:
                 f"{r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, CPU max "
                 f"{r['max_cpu_pct']:.1f}% of a core"
             )
-    emit(res, _table(cfg, stats))
+    if refused:
+        res.add(section="d", regime="hogs-fifo", skipped=refused)
+    emit(res, _table(cfg, stats, refused))
 
 
-def _table(cfg: argparse.Namespace, stats: dict[str, dict[str, list[float]]]) -> str:
+P99_TARGET_US = 1000.0
+CPU_TARGET_PCT = 10.0
+
+
+def target_met(p99_us: list[float], cpu_pct: list[float]) -> bool:
+    """The issue's rule: the median run meets the target and the worst run
+    is within 10% of it (p99 and CPU alike)."""
+    return (
+        median(p99_us) <= P99_TARGET_US
+        and max(p99_us) <= 1.1 * P99_TARGET_US
+        and median(cpu_pct) <= CPU_TARGET_PCT
+        and max(cpu_pct) <= 1.1 * CPU_TARGET_PCT
+    )
+
+
+def _table(
+    cfg: argparse.Namespace, stats: dict[str, dict[str, list[float]]], refused: str | None
+) -> str:
     def us(v: float) -> str:
         return f"{v:.0f}"
 
@@ -138,8 +200,11 @@ def _table(cfg: argparse.Namespace, stats: dict[str, dict[str, list[float]]]) ->
         return f"{v:.1f}"
 
     rows = []
-    for regime, label in (("quiet", "no hogs"), ("hogs", "one CPU-bound hog per core")):
+    for regime, label in REGIMES:
         d = stats.get(regime)
+        if regime == "hogs-fifo" and refused:
+            rows.append([label, "skipped:", refused, "", ""])
+            continue
         if not d:
             rows.append([label, "error", "", "", ""])
             continue
@@ -149,7 +214,7 @@ def _table(cfg: argparse.Namespace, stats: dict[str, dict[str, list[float]]]) ->
                 fmt_spread(d["p50_us"], us),
                 fmt_spread(d["p99_us"], us),
                 fmt_spread(d["max_cpu_pct"], pct),
-                "yes" if median(d["p99_us"]) <= 1000 and max(d["max_cpu_pct"]) <= 10 else "no",
+                "yes" if target_met(d["p99_us"], d["max_cpu_pct"]) else "no",
             ]
         )
     title = (
@@ -157,7 +222,7 @@ def _table(cfg: argparse.Namespace, stats: dict[str, dict[str, list[float]]]) ->
         f"float64 frame (64 KiB) along at {HZ} Hz; latency source -> sink; CPU = the "
         f"busiest of the three processes, % of one core over the run; median "
         f"[min-max] of {cfg.repeats} runs, regimes interleaved; target: p99 <= 1 ms "
-        f"and CPU <= 10% under the hogs"
+        f"and CPU <= 10% on the median run, the worst run within 10% of both"
     )
     return render_table(
         ["regime", "p50 us", "p99 us", "busiest process CPU %", "target met"], rows, title
