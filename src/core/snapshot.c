@@ -15,6 +15,10 @@
  * back to the lock, which also detects a dead writer. A reader waits for
  * the write in flight so that it returns the newest frame, as pyshmem does. */
 #define SS_ODD_SPIN_NS 50000
+/* ss_publication's attempts at a closed window before it returns what it
+ * read: a writer needs a whole write between two attempts to move seq, so
+ * an honest one is outrun within a few. */
+#define SS_PUBLICATION_TRIES 64
 
 enum try_result { TRY_DONE, TRY_WAIT, TRY_TORN };
 
@@ -132,7 +136,11 @@ int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, 
 
 void ss_publication(const ss_segment *seg, ss_pubinfo *info) {
   const ss_publish_line *p = &seg->hdr->pub;
-  for (;;) {
+  /* Bounded: a peer that rewrites seq without pause (a writer lapping us
+   * every time, or bytes from a hostile process) gets the values of the
+   * last attempt, as a window left open does, not a reader that never
+   * returns. */
+  for (int tries = 1;; tries++) {
     uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
     load_info(p, info);
     /* SYNC POINT (s4): as (s1), without a slot: an unchanged even seq means
@@ -141,6 +149,7 @@ void ss_publication(const ss_segment *seg, ss_pubinfo *info) {
      * no spinning on a word another process may never close). */
     atomic_thread_fence(memory_order_acquire);
     if ((s1 & 1) || atomic_load_explicit(&p->seq, memory_order_relaxed) == s1) return;
+    if (tries >= SS_PUBLICATION_TRIES) return;
   }
 }
 
