@@ -19,6 +19,8 @@ import pytest
 import shmstream
 from shmstream import _native
 
+import support
+
 PRICE = 10  # docs/waiting.md: k = 1/10 with a spare core, cap = 10 W
 EDGES = [1024 << j for j in range(16)]
 
@@ -38,9 +40,11 @@ def predicted_budget(hist: list[int], wake_ns: int, cap_ns: int, price: int = PR
     caught_cpu, left = 0, total
     for j, edge in enumerate(EDGES):
         b = min(edge, cap_ns)
-        if edge <= cap_ns:
-            caught_cpu += hist[j] * edge
-            left -= hist[j]
+        low = edge // 2 if j else 0
+        # the bucket the cap cuts: its share below the cap is caught, at the cap
+        caught = hist[j] if edge <= cap_ns else max(0, hist[j] * (cap_ns - low) // (edge - low))
+        caught_cpu += caught * b
+        left -= caught
         cost = caught_cpu + left * (b + price * wake_ns)
         if cost < best:
             best, best_b = cost, b
@@ -293,3 +297,72 @@ def test_a_real_time_process_measures_its_wake_cost_without_spinning_it_away(nam
     wake_ns, cpu = r.stdout.split()
     assert int(wake_ns) < 20_000_000, f"W measured as {int(wake_ns) / 1e6:.1f} ms"
     assert float(cpu) < 0.2, f"{float(cpu):.3f} s of CPU to measure W"
+
+
+BUDGET_PROGRAM = r"""
+#include <stdio.h>
+#include "internal.h"
+
+/* Each input line: w cap price, then the 17 bucket counts; prints the
+ * budget the core's rule picks. */
+int main(void) {
+  long long w, cap, price;
+  while (scanf("%lld %lld %lld", &w, &cap, &price) == 3) {
+    ss_wait_stats ws = {0};
+    unsigned total = 0;
+    for (int i = 0; i < SS_WAIT_BUCKETS; i++) {
+      unsigned h;
+      if (scanf("%u", &h) != 1) return 2;
+      atomic_init(&ws.hist[i], h);
+      total += h;
+    }
+    atomic_init(&ws.total, total);
+    printf("%lld\n", (long long)ss_wait_budget(&ws, w, cap, price));
+  }
+  return 0;
+}
+"""
+
+
+def hist_of(**counts: int) -> list[int]:
+    """A histogram from {"b<j>": count}, 16 per wait as the core counts;
+    bucket j >= 1 holds waits in [EDGES[j] / 2, EDGES[j])."""
+    h = [0] * 17
+    for key, n in counts.items():
+        h[int(key[1:])] = 16 * n
+    return h
+
+
+def test_the_core_picks_the_budget_docs_waiting_md_describes(tmp_path):
+    # The rule, written out in predicted_budget from the document, against
+    # the core's own function over histograms chosen to reach each branch.
+    src = tmp_path / "budget.c"
+    src.write_text(BUDGET_PROGRAM)
+    exe = support.compile_c(
+        str(tmp_path / "budget"),
+        [str(src)],
+        flags=("-I", os.path.join(support.ROOT, "src", "core")),
+    )
+    us = 1000
+    cases = [
+        # (w, cap, price, histogram)
+        (40 * us, 400 * us, PRICE, [0] * 17),  # no history: B = W
+        (40 * us, 400 * us, PRICE, hist_of(b8=60)),  # all within 262 us: spin 262 us
+        (40 * us, 400 * us, PRICE, hist_of(b14=60)),  # all ~20 ms: sleep at once
+        # mostly 131-262 us, a tail at 262-524 us that the 400 us cap cuts:
+        # spinning to the cap catches the tail's lower share
+        (40 * us, 400 * us, PRICE, hist_of(b8=55, b9=5)),
+        # the same tail but a cap below the bucket: the cap catches nothing
+        (20 * us, 200 * us, PRICE, hist_of(b8=55, b10=5)),
+        (40 * us, 40 * us, 1, hist_of(b3=50, b7=10)),  # contended: cap W
+        (1 * us, 10 * us, PRICE, hist_of(b0=30, b6=30)),
+    ]
+    lines = "".join(f"{w} {cap} {price} {' '.join(map(str, h))}\n" for w, cap, price, h in cases)
+    out = subprocess.run(
+        [exe], input=lines, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    got = [int(x) for x in out]
+    want = [predicted_budget(h, w, cap, price) for w, cap, price, h in cases]
+    assert got == want
+    assert got[1] == EDGES[8] and got[2] == 0
+    assert got[3] == 400 * us, "the bucket the cap cuts is caught up to the cap"

@@ -234,6 +234,9 @@ typedef struct ss_spin {
 /* How a wait ended, for its record in the handle's histogram. */
 enum ss_wait_end { SS_WAIT_CAUGHT, SS_WAIT_WOKEN, SS_WAIT_TIMED_OUT };
 
+/* The budget docs/waiting.md's rule picks from a handle's histogram, for a
+ * wake-up cost w, a cap and a price (10 with a spare core, 1 without). */
+int64_t ss_wait_budget(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price);
 /* Choose this wait's budget: cap_ns is the caller's cap (< 0: the policy's,
  * 0: no spin), timeout_ns the wait's (0: a poll, no spin). */
 void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now, ss_spin *s);

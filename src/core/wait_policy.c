@@ -231,20 +231,21 @@ static void bump(SS_ATOMIC(uint64_t) *c) {
 }
 
 /* The budget B minimising k E[min(T, B)] + P(T > B) W, k = 1/price, over
- * B = 0 and each bucket's upper edge up to cap; each bucket's waits are
- * taken to last its upper edge. Scaled by price * total to stay integer. */
-static int64_t choose(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price) {
+ * B = 0, each bucket's upper edge below cap, and cap; each bucket's waits
+ * are taken to last its upper edge, except in the bucket the cap cuts:
+ * there the share below the cap (the waits spread evenly over the bucket)
+ * is caught, each at the cap. Scaled by price * total to stay integer. */
+int64_t ss_wait_budget(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price) {
   uint32_t total = atomic_load_explicit(&ws->total, R);
   if (total == 0) return w < cap ? w : cap; /* no history: the 2-competitive budget */
   int64_t best_b = 0, best = (int64_t)total * price * w; /* B = 0 */
   int64_t caught_cpu = 0, left = total;
   for (int j = 0; j < SS_WAIT_BUCKETS - 1; j++) {
-    int64_t edge = bucket_edge(j), b = edge <= cap ? edge : cap;
-    uint32_t c = atomic_load_explicit(&ws->hist[j], R);
-    if (edge <= cap) {
-      caught_cpu += (int64_t)c * edge;
-      left -= c;
-    }
+    int64_t edge = bucket_edge(j), low = j ? edge / 2 : 0, b = edge <= cap ? edge : cap;
+    int64_t c = atomic_load_explicit(&ws->hist[j], R);
+    int64_t caught = edge <= cap ? c : cap > low ? c * (cap - low) / (edge - low) : 0;
+    caught_cpu += caught * b;
+    left -= caught;
     if (left < 0) left = 0; /* counters blurred by a racing thread */
     int64_t cost = caught_cpu + left * (b + price * w);
     if (cost < best) best = cost, best_b = b;
@@ -273,7 +274,7 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
     if (timeout_ns > 0 && timeout_ns < cap) cap = timeout_ns;
     if (busy) bump(&ws->contended);
     if (cap > 0) {
-      b = choose(ws, w, cap, price);
+      b = ss_wait_budget(ws, w, cap, price);
       s->end = now + b;
       s->cap_end = now + cap;
     }
