@@ -387,6 +387,22 @@ SS_API int ss_identity_snapshot(ss_identity *out, const ss_header *hdr, size_t f
  * (a bus error was caught there: see src/core/guard.c); every later call on
  * the handle fails the same way. */
 SS_API int ss_segment_status(const ss_segment *seg);
+
+/* ---- plain files mapped under the bus-error guard (src/core/guard.c) ---- */
+
+/* A file that is not a segment (a DataLoader pool's slot, ...) mapped
+ * read-write and shared, with the guard that turns a SIGBUS after another
+ * process truncated it into zero pages (docs/ABI.md, "The header is trusted
+ * once"). ss_file_map_open returns 0 or an errno; populate maps every page
+ * now. ss_file_map_lost: a bus error was caught in the mapping (its pages
+ * from there on are private zeros, no longer the file's). ss_file_map_close
+ * unmaps it (after every user of its bytes is done). */
+typedef struct ss_file_map ss_file_map;
+SS_API int ss_file_map_open(int fd, size_t bytes, int populate, ss_file_map **out);
+SS_API void *ss_file_map_base(const ss_file_map *m);
+SS_API size_t ss_file_map_bytes(const ss_file_map *m);
+SS_API int ss_file_map_lost(const ss_file_map *m);
+SS_API void ss_file_map_close(ss_file_map *m);
 /* The first field that sizes or locates memory whose shared value differs
  * from the handle's copy (another process rewrote the header after open),
  * or NULL. The handle goes on using its copy; writers refuse (ss_lock). */

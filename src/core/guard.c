@@ -20,9 +20,11 @@
  * one. The handler calls only mmap and atomics (mmap is not on POSIX's list
  * of async-signal-safe functions but is a plain system call on Linux). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -119,25 +121,78 @@ static struct ss_guard *claim_entry(void) {
   }
 }
 
-void ss_guard_attach(ss_segment *seg) {
+/* Enter [lo, hi) in the table; NULL if the table cannot grow (the mapping
+ * is then unguarded, as before the guard existed). */
+static struct ss_guard *guard_add(uintptr_t lo, uintptr_t hi) {
   pthread_mutex_lock(&g_install);
   install();
   pthread_mutex_unlock(&g_install);
   struct ss_guard *g = claim_entry();
-  if (!g) return; /* out of memory for the table: unguarded, as before */
+  if (!g) return NULL;
   atomic_store_explicit(&g->hit, 0, memory_order_relaxed);
-  atomic_store_explicit(&g->hi, (uintptr_t)seg->base + seg->map_bytes, memory_order_relaxed);
-  atomic_store_explicit(&g->lo, (uintptr_t)seg->base, memory_order_release);
-  seg->guard = g;
+  atomic_store_explicit(&g->hi, hi, memory_order_relaxed);
+  atomic_store_explicit(&g->lo, lo, memory_order_release);
+  return g;
+}
+
+/* Take an entry out, before its mapping is unmapped. */
+static void guard_remove(struct ss_guard *g) {
+  if (!g) return;
+  atomic_store_explicit(&g->lo, 0, memory_order_release);
+  atomic_store_explicit(&g->hi, 0, memory_order_relaxed);
+  atomic_store_explicit(&g->used, 0, memory_order_release);
+}
+
+void ss_guard_attach(ss_segment *seg) {
+  seg->guard = guard_add((uintptr_t)seg->base, (uintptr_t)seg->base + seg->map_bytes);
 }
 
 void ss_guard_detach(ss_segment *seg) {
   struct ss_guard *g = seg->guard;
-  if (!g) return;
   seg->guard = NULL;
-  atomic_store_explicit(&g->lo, 0, memory_order_release);
-  atomic_store_explicit(&g->hi, 0, memory_order_relaxed);
-  atomic_store_explicit(&g->used, 0, memory_order_release);
+  guard_remove(g);
+}
+
+/* ---- plain files mapped under the guard ------------------------------------ */
+
+struct ss_file_map {
+  uint8_t *base;
+  size_t bytes;
+  struct ss_guard *guard;
+};
+
+int ss_file_map_open(int fd, size_t bytes, int populate, ss_file_map **out) {
+  *out = NULL;
+  if (bytes == 0) return EINVAL;
+  ss_file_map *m = calloc(1, sizeof *m);
+  if (!m) return ENOMEM;
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
+                 fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    free(m);
+    return e;
+  }
+  m->base = p;
+  m->bytes = bytes;
+  m->guard = guard_add((uintptr_t)p, (uintptr_t)p + bytes);
+  *out = m;
+  return SS_OK;
+}
+
+void *ss_file_map_base(const ss_file_map *m) { return m->base; }
+
+size_t ss_file_map_bytes(const ss_file_map *m) { return m->bytes; }
+
+int ss_file_map_lost(const ss_file_map *m) {
+  return m->guard && atomic_load_explicit(&m->guard->hit, memory_order_acquire);
+}
+
+void ss_file_map_close(ss_file_map *m) {
+  if (!m) return;
+  guard_remove(m->guard);
+  munmap(m->base, m->bytes);
+  free(m);
 }
 
 int ss_segment_status(const ss_segment *seg) { return ss_guarded(seg, SS_OK); }

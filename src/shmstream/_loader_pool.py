@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import errno
-import mmap
 import os
 import secrets
 import stat
@@ -165,15 +164,15 @@ def purge_dead_loader_pools() -> list[str]:
 # ------------------------------------------------------------- slot files
 
 
-def create_slot_file(path: str, capacity: int) -> mmap.mmap:
+def create_slot_file(path: str, capacity: int) -> Any:
     """Create, reserve and map a new slot file (unpopulated: the first batch
-    goes straight into fresh pages). OSError (ENOSPC: /dev/shm is full)
-    leaves nothing behind."""
+    goes straight into fresh pages); a ``_native.FileMapping``. OSError
+    (ENOSPC: /dev/shm is full) leaves nothing behind."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.ftruncate(fd, capacity)
         os.posix_fallocate(fd, 0, capacity)
-        return mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED)
+        return _native.FileMapping(fd, capacity, False)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(path)
@@ -182,8 +181,10 @@ def create_slot_file(path: str, capacity: int) -> mmap.mmap:
         os.close(fd)
 
 
-def map_slot_file(path: str, capacity: int, populate: bool, owner_uid: int) -> mmap.mmap:
-    """Map an existing slot file; ``populate`` maps every page now (a worker
+def map_slot_file(path: str, capacity: int, populate: bool, owner_uid: int) -> Any:
+    """Map an existing slot file (a ``_native.FileMapping``: mapped through
+    the core, so a file truncated under it later gives zero pages and its
+    ``lost`` mark, not a SIGBUS); ``populate`` maps every page now (a worker
     about to write it) instead of one fault per page. The file must belong
     to ``owner_uid``, the owner of the pool's root segment (which open
     checked): a slot file planted under the pool's name by another user
@@ -206,11 +207,11 @@ def map_slot_file(path: str, capacity: int, populate: bool, owner_uid: int) -> m
             )
         size = st.st_size
         if size != capacity:
-            raise ShmstreamOSError(
-                f"loader slot file {path} has {size} bytes, its pool says {capacity}"
+            raise CorruptStreamError(
+                f"loader slot file {path} has {size} bytes, its pool says {capacity}: "
+                "another process changed it; the slot is replaced"
             )
-        flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
-        return mmap.mmap(fd, capacity, flags=flags)
+        return _native.FileMapping(fd, capacity, populate)
     finally:
         os.close(fd)
 
@@ -278,13 +279,13 @@ class _Table:
             self.words[_H_TOTAL] -= e[_CAP]
         e[_STATE], e[_CAP], e[_READY] = EMPTY, 0, 0
 
-    def forget_retired(self, maps: dict[int, tuple[int, Any]]) -> None:
+    def forget_retired(self, maps: dict[int, Mapped]) -> None:
         """Drop this process's mappings of slot files that were removed or
         replaced, so their pages go back to /dev/shm (held batches keep
-        theirs)."""
-        for k, (gen, _) in list(maps.items()):
+        theirs), and those a truncation cut from their file."""
+        for k, m in list(maps.items()):
             e = self.line(k)
-            if e[_STATE] == EMPTY or e[_GEN] != gen:
+            if e[_STATE] == EMPTY or e[_GEN] != m.gen or m.mapping.lost:
                 del maps[k]
 
     def free(self, k: int, seq: int) -> None:
@@ -313,7 +314,7 @@ class Pool:
         self.instance_id: str | None = None
         #: Why the pool could not be made (its batches take torch's path).
         self.broken: str | None = None
-        self.maps: dict[int, tuple[int, np.ndarray]] = {}  # k -> (gen, bytes)
+        self.maps: dict[int, Mapped] = {}  # k -> its mapping, buf: a uint8 array
         self._tls = threading.local()
         self._count_lock = threading.Lock()
         self.fresh = self.reused = 0
@@ -382,25 +383,27 @@ class Pool:
                 "shmstream.torch.DataLoader: a batch was lost: the worker that wrote it died "
                 "and its slot was reused; restart the epoch"
             )
+        path = slot_path(self.token, k, gen)
         cached = self.maps.get(k)
-        if cached is None or cached[0] != gen:
-            try:
-                mm = map_slot_file(
-                    slot_path(self.token, k, gen),
-                    cap,
-                    populate=False,
-                    owner_uid=int(t.seg.owner_uid),
-                )
-            except BaseException:
-                self.release(k, seq)
-                raise
-            self.maps[k] = cached = (gen, np.frombuffer(mm, dtype=np.uint8))
+        try:
+            if cached is None or cached.gen != gen or cached.mapping.lost:
+                mm = map_slot_file(path, cap, populate=False, owner_uid=int(t.seg.owner_uid))
+                self.maps[k] = cached = Mapped(gen, np.frombuffer(mm.buffer(), np.uint8), mm)
+            _check_whole(path, cap, cached.mapping)
+        except CorruptStreamError:  # truncated: the batch is lost, the slot goes
+            with self._locked() as t:
+                if t.line(k)[_SEQ] == seq:
+                    t.drop(k)
+            raise
+        except BaseException:
+            self.release(k, seq)
+            raise
         with self._count_lock:
             if fresh:
                 self.fresh += 1
             else:
                 self.reused += 1
-        return cached[1]
+        return cached.buf
 
     def release(self, k: int, seq: int) -> None:
         """The batch in slot k is gone (its last tensor freed, or dropped
@@ -463,13 +466,46 @@ class Pool:
 
 
 class Taken:
-    """A slot a worker took: write the batch into ``buf`` (the whole slot)."""
+    """A slot a worker took: write the batch into ``buf`` (the whole slot);
+    ``mapping`` is its FileMapping (``lost`` once the file shrank under it)."""
 
-    __slots__ = ("k", "gen", "seq", "capacity", "buf", "fresh")
+    __slots__ = ("k", "gen", "seq", "capacity", "buf", "fresh", "mapping")
 
-    def __init__(self, k: int, gen: int, seq: int, capacity: int, buf: Any, fresh: bool) -> None:
+    def __init__(
+        self, k: int, gen: int, seq: int, capacity: int, buf: Any, fresh: bool, mapping: Any
+    ) -> None:
         self.k, self.gen, self.seq, self.capacity = k, gen, seq, capacity
-        self.buf, self.fresh = buf, fresh
+        self.buf, self.fresh, self.mapping = buf, fresh, mapping
+
+
+def check_written(token: str, taken: Taken) -> None:
+    """After a worker wrote its batch into ``taken``: CorruptStreamError if
+    the slot's file was truncated meanwhile (the bytes went to zero pages)."""
+    _check_whole(slot_path(token, taken.k, taken.gen), taken.capacity, taken.mapping)
+
+
+class Mapped(NamedTuple):
+    """This process's mapping of one generation of a slot file."""
+
+    gen: int
+    buf: Any  # the bytes as the caller uses them (a uint8 array or tensor)
+    mapping: Any  # the _native.FileMapping behind them
+
+
+def _check_whole(path: str, capacity: int, mapping: Any) -> None:
+    """CorruptStreamError if the slot file is shorter than its pool says, or
+    was seen shorter (a bus error under the mapping): another process
+    truncated it. Its bytes, read through the mapping, are zeros then, not
+    the batch (docs/loader.md, "Edge cases and what happens")."""
+    try:
+        short = os.stat(path).st_size < capacity
+    except FileNotFoundError:  # removed: its pages stay, the mapping is whole
+        short = False
+    if short or mapping.lost:
+        raise CorruptStreamError(
+            f"loader slot file {path} was truncated by another process while in use; "
+            "the batch in it is lost, the slot is replaced for the next ones"
+        )
 
 
 class _Choice(NamedTuple):
@@ -505,18 +541,19 @@ class PoolClient:
         self.table = _Table(seg, token)
         self.pid = os.getpid()
         self.ticks = _proc.start_ticks(self.pid)
-        self.maps: dict[int, tuple[int, Any]] = {}  # k -> (gen, wrap(mmap))
+        self.maps: dict[int, Mapped] = {}  # k -> its mapping, buf: wrap(the bytes)
         #: What the caller writes through (the mmap itself by default).
         self.wrap = wrap or (lambda mm: mm)
         #: Why this worker creates no more slots (None: it may).
         self.create_error: str | None = None
 
-    def take(self, need: int) -> Taken | str:
+    def take(self, need: int, _retry: bool = True) -> Taken | str:
         """A slot of at least ``need`` bytes, FILLING for this worker; or the
         reason there is none ('bound': the pool's bytes would pass its bound;
         'busy': every slot is in use; 'error': creating a slot failed before,
         see ``create_error``).
-        OSError if creating its file fails (the slot is EMPTY again)."""
+        OSError if creating its file fails (the slot is EMPTY again). A slot
+        whose file another process truncated is dropped and another taken."""
         with self.table.locked() as w:
             got = self._choose(w, need)
             if got in (_NoSlot.BUSY, _NoSlot.BOUND) and self.table.reclaim_dead():
@@ -537,7 +574,8 @@ class PoolClient:
         try:
             if fresh:
                 self.maps.pop(k, None)
-                buf = self.wrap(create_slot_file(path, cap))
+                mm = create_slot_file(path, cap)
+                buf = self.wrap(mm.buffer())
                 if not os.path.exists(SHM_DIR + self.table.seg.segname):
                     _unlink_quiet(path)  # the loader is gone: no orphan file
                     raise ShmstreamFileNotFoundError(
@@ -547,23 +585,26 @@ class PoolClient:
                     self.table.line(k)[_READY] = 1
             else:
                 cached = self.maps.get(k)
-                if cached is not None and cached[0] == gen:
-                    buf = cached[1]
+                if cached is not None and cached.gen == gen and not cached.mapping.lost:
+                    buf, mm = cached.buf, cached.mapping
                 else:
-                    buf = self.wrap(
-                        map_slot_file(
-                            path, cap, populate=True, owner_uid=int(self.table.seg.owner_uid)
-                        )
-                    )
+                    owner = int(self.table.seg.owner_uid)
+                    mm = map_slot_file(path, cap, populate=True, owner_uid=owner)
+                    buf = self.wrap(mm.buffer())
+                _check_whole(path, cap, mm)
         except BaseException as exc:
             with self.table.locked():
                 if self.table.line(k)[_SEQ] == seq:
                     self.table.drop(k)
             if fresh:  # /dev/shm is full: reuse what exists, create nothing
                 self.create_error = f"{type(exc).__name__}: {exc}"
+            elif _retry and isinstance(exc, CorruptStreamError):
+                # Truncated before this batch was written into it: nothing is
+                # lost yet, and the dropped slot is EMPTY for a fresh file.
+                return self.take(need, _retry=False)
             raise
-        self.maps[k] = (gen, buf)
-        return Taken(k, gen, seq, cap, buf, fresh)
+        self.maps[k] = Mapped(gen, buf, mm)
+        return Taken(k, gen, seq, cap, buf, fresh, mm)
 
     def _choose(self, w: np.ndarray, need: int) -> _Choice | _NoSlot:
         """The slot for a batch of ``need`` bytes, or why there is none.
@@ -581,7 +622,8 @@ class PoolClient:
                 if e[_CAP] >= need:
                     # Best fit, among the slots this worker has mapped first
                     # (a new mapping maps every page of the slot).
-                    mapped = self.maps.get(k, (None,))[0] == e[_GEN]
+                    m = self.maps.get(k)
+                    mapped = m is not None and m.gen == e[_GEN]
                     key = (not mapped, int(e[_CAP]))
                     if key < fit_key:
                         fit, fit_key = k, key

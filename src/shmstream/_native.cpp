@@ -19,6 +19,7 @@
 
 #include "_binding.h"
 #include "_fault.h"
+#include "_file_map.h"
 #include "_ndarray.h"
 #include "_segment.h"
 #include "shmstream.h"
@@ -30,6 +31,7 @@ using namespace ssb;
 NB_MODULE(_native, m) {
   m.doc() = "shmstream C core binding (internal; use the shmstream package)";
   m.attr("LAYOUT_VERSION") = SS_LAYOUT_VERSION;
+  bind_file_mapping(m);
   m.attr("HEADER_BYTES") = SS_HEADER_BYTES;
   m.attr("MAX_NAME_BYTES") = SS_MAX_NAME_BYTES;
   m.attr("MAX_DTYPE_BYTES") = SS_MAX_DTYPE_BYTES;

@@ -9,6 +9,27 @@ from numpy.typing import NDArray
 
 LAYOUT_VERSION: int = 1
 
+class FileMapping:
+    def __init__(self, fd: int, size: int, populate: bool = False) -> None:
+        """
+        Map size bytes of the open file fd, shared and writable, under the bus-error guard; populate maps every page now.
+        """
+
+    def buffer(self) -> object:
+        """
+        The mapped bytes as a writable memoryview that keeps the mapping alive.
+        """
+
+    @property
+    def lost(self) -> bool:
+        """
+        True once a bus error was caught in the mapping (the file shrank under it): its pages from there on are private zeros.
+        """
+
+    @property
+    def size(self) -> int:
+        """The mapped bytes."""
+
 HEADER_BYTES: int = 4096
 
 MAX_NAME_BYTES: int = 255

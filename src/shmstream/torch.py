@@ -405,6 +405,9 @@ def _describe(
     if slot is None:  # nothing with bytes to carry
         return _Descriptor(token, -1, 0, 0, 0, buf.getvalue(), packer.metas, False)
     t = slot.taken
+    # Every byte is written: a file another process truncated meanwhile took
+    # them (zero pages under the guard, not a SIGBUS); the batch is lost.
+    _loader_pool.check_written(token, t)
     return _Descriptor(token, t.k, t.gen, t.seq, used, buf.getvalue(), packer.metas, t.fresh)
 
 
