@@ -240,9 +240,9 @@ def _measure(
         out = sender.expect("done", cfg.seconds + SETUP_S)
         receiver.expect("done", SETUP_S)
         return out
-    pids = [sender.proc.pid, receiver.proc.pid]
+    procs = [sender.proc, receiver.proc] + (setup.bridges if impl == "bridged" else [])
+    pids = [p.pid for p in procs if p.pid is not None]
     if impl == "bridged":
-        pids += [p.pid for p in setup.bridges]
         recv_args = dict(mirror=f"mB/{setup.thr(size)}", size=size)
         send_args = dict(name=setup.thr(size), size=size)
     elif impl == "inproc":

@@ -83,7 +83,7 @@ def load_into_cache(path: str) -> tuple[int, int]:
 def open_memmap(path: str, rows: int, random_advice: bool = False):
     m = np.memmap(path, mode="r", dtype=np.uint64, shape=(rows, COLS))
     if random_advice:
-        m._mmap.madvise(mmap.MADV_RANDOM)  # np.memmap keeps its mmap here
+        m._mmap.madvise(mmap.MADV_RANDOM)  # type: ignore[attr-defined]  # np.memmap keeps its mmap here
 
     def close() -> None:
         nonlocal m

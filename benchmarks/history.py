@@ -286,7 +286,7 @@ def _raw_write_row(opts: argparse.Namespace, root: str) -> dict[str, Any]:
     with open(path, "wb", buffering=0) as f:
         done = 0
         while done < total:
-            done += f.write(chunk[: min(len(chunk), total - done)])
+            done += f.write(chunk[: min(len(chunk), total - done)].data)
     secs = time.perf_counter() - t
     os.remove(path)
     return {"bytes": total, "seconds": secs, "frames_per_s": total / frame_bytes / secs}

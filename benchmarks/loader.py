@@ -31,7 +31,7 @@ import argparse
 import gc
 import time
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from ._common import (
     BenchError,
@@ -135,7 +135,9 @@ def main(argv: list[str]) -> int:
         # what an epoch costs with (almost) nothing to carry, which both
         # loaders pay alike (worker start and stop in the default regime).
         # For batches of MBs, torch's epoch over it bounds any transport's gain.
-        FLOOR: lambda ds, **kw: torch.utils.data.DataLoader(FullDataset(len(ds), 1), **kw),
+        FLOOR: lambda ds, **kw: torch.utils.data.DataLoader(
+            cast(Any, FullDataset(len(ds), 1)), **kw
+        ),
     }
 
     for regime in regimes:

@@ -1,5 +1,6 @@
 """The package is typed (PEP 561: the wheel ships py.typed) and mypy,
-configured in pyproject.toml ([tool.mypy]), finds no error in it."""
+configured in pyproject.toml ([tool.mypy]), finds no error in it or in the
+benchmarks."""
 
 import importlib.util
 import os
@@ -18,7 +19,7 @@ def test_the_installed_package_has_the_py_typed_marker():
     assert os.path.isfile(os.path.join(pkg, "py.typed")), pkg
 
 
-def test_mypy_finds_no_error_in_the_package():
+def test_mypy_finds_no_error_in_the_package_or_the_benchmarks():
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (pip install '.[test]')")
     # From the checkout, with its config: the files, the Python version and
