@@ -26,6 +26,11 @@ static int lock_and_repair(ss_segment *seg, int64_t timeout_ns) {
 }
 
 int ss_lock(ss_segment *seg, int64_t timeout_ns) {
+  /* A file that shrank under the handle: nothing more is written, and the
+   * answer is the same whatever the header's words say now (a trylock
+   * deferring to announced readers answered SS_ETIMEDOUT; the fuzzer's
+   * fuzz_live, corpus regress-lock-after-truncation). */
+  if (ss_mapping_lost(seg)) return SS_ECORRUPT;
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
     if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
