@@ -37,6 +37,9 @@ import uuid
 
 from . import _tachyon
 from ._common import Results, fmt_fields, latency_summary, median, ping_latencies
+from ._iceoryx2 import node as iox_node
+from ._iceoryx2 import remove as iox_remove
+from ._iceoryx2 import run_files as iox_files
 
 SPAWN = mp.get_context("spawn")
 MSG32 = b"m" * 32
@@ -422,10 +425,9 @@ class _Frame(ctypes.Structure):
 
 
 def _iox_service(name, payload, depth):
-    import iceoryx2 as iox2
-
-    iox2.set_log_level_from_env_or(iox2.LogLevel.Error)
-    node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
+    # the run's own files (benchmarks/_iceoryx2.py): the main process's pid
+    # is the third field of every name (_name), in the spawned peers too
+    iox2, node = iox_node(*iox_files(int(name.split("-")[2])))
     svc = (
         node.service_builder(iox2.ServiceName.new(name))
         .publish_subscribe(payload)
@@ -630,6 +632,7 @@ def main(argv=None) -> int:
                 )
             )
     _targets(summary)
+    iox_remove(*iox_files(os.getpid()))
     if args.json:
         res.dump(
             args.json,

@@ -443,9 +443,9 @@ def test_a_loader_slot_file_of_another_uid_or_not_a_file_is_refused(tmp_path):
     import errno as _errno
 
     path = lp.slot_path(f"owner{os.getpid()}", 0, 1)
-    lp.create_slot_file(path, 4096).close()
+    lp.create_slot_file(path, 4096)  # mapped and unmapped again (dropped)
     try:
-        lp.map_slot_file(path, 4096, False, owner_uid=os.geteuid()).close()  # ours: maps
+        lp.map_slot_file(path, 4096, False, owner_uid=os.geteuid())  # ours: maps
         os.chown(path, OTHER_UID, -1)
         with pytest.raises(shmstream.SegmentOwnerError, match=f"uid {OTHER_UID}"):
             lp.map_slot_file(path, 4096, False, owner_uid=os.geteuid())

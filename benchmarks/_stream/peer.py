@@ -18,10 +18,8 @@ other peers do not pay); everything around them is the scenario's.
 
 from __future__ import annotations
 
-import glob
 import importlib
 import os
-import shutil
 import time
 from array import array
 from collections.abc import Callable
@@ -31,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from .._common import BenchError, call_quietly, peer_version
+from .._iceoryx2 import remove as iceoryx2_remove
+from .._iceoryx2 import run_files as iceoryx2_files
 from .._rawshm import raw_unlink
 
 STOP = (1 << 64) - 1  # sequence number that ends a responder / reader
@@ -207,8 +207,7 @@ class Names:
         self.raw: list[str] = []
         # iceoryx2 is pointed at its own file prefix and root dir so that
         # everything it creates can be removed by prefix at the end.
-        self.iox_prefix = f"shmsbench{os.getpid()}_"
-        self.iox_root = f"/tmp/shmsbench_iox2_{os.getpid()}/"
+        self.iox_prefix, self.iox_root = iceoryx2_files(os.getpid())
 
     def new(self, tag: str) -> str:
         self.n += 1
@@ -230,6 +229,4 @@ class Names:
             call_quietly(pkg.unlink, name)
         for name in self.raw:
             call_quietly(raw_unlink, name)
-        for path in glob.glob(f"/dev/shm/{self.iox_prefix}*"):
-            call_quietly(os.unlink, path)
-        shutil.rmtree(self.iox_root, ignore_errors=True)
+        iceoryx2_remove(self.iox_prefix, self.iox_root)

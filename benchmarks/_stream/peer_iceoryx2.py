@@ -11,7 +11,6 @@ the received sample (zero-copy). Fan-out: the writer fills the loan in place.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import time
 from array import array
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._common import NA_HINT, BenchError, call_quietly
+from .._iceoryx2 import node as iox_node
 from .peer import (
     ACK,
     COPY,
@@ -38,16 +38,6 @@ from .peer import (
     wait_deadline,
 )
 from .peer_shmstream import pattern
-
-
-def _node(prefix: str, root: str) -> tuple[Any, Any]:
-    iox = importlib.import_module("iceoryx2")
-    iox.set_log_level(iox.LogLevel.Error)
-    cfg = iox.config.default()
-    cfg.global_cfg.prefix = iox.FileName.new(prefix)
-    cfg.global_cfg.root_path = iox.Path.new(root)
-    node = iox.NodeBuilder.new().config(cfg).create(iox.ServiceType.Ipc)
-    return iox, node
 
 
 def _service(iox: Any, node: Any, name: str, create: bool, subscribers: int = 1) -> Any:
@@ -102,7 +92,7 @@ class Iceoryx2Peer(Peer):
         src = pattern(shape)
         out = np.empty(shape, np.float32)
         nbytes = src.nbytes
-        iox, node = _node(names.iox_prefix, names.iox_root)
+        iox, node = iox_node(names.iox_prefix, names.iox_root)
         svc = _service(iox, node, names.new("rt"), create=True)
         pub = svc.publisher_builder().initial_max_slice_len(nbytes).create()
         sub = svc.subscriber_builder().create()
@@ -131,7 +121,7 @@ class Iceoryx2Peer(Peer):
         pc = time.perf_counter_ns
         mono = time.monotonic
         req, r64, last, ack, k64 = ping_buffers(payload)
-        iox, node = _node(names.iox_prefix, names.iox_root)
+        iox, node = iox_node(names.iox_prefix, names.iox_root)
         a, b = names.new("ppA"), names.new("ppB")
         sa = _service(iox, node, a, create=True)
         sb = _service(iox, node, b, create=True)
@@ -176,7 +166,7 @@ class Iceoryx2Peer(Peer):
         return Requester(rt, kw, close, connect=pub.update_connections)
 
     def respond(self, ready: Callable[[], None], variant: str, payload: int, **kwargs: Any) -> int:
-        iox, node = _node(kwargs["prefix"], kwargs["root"])
+        iox, node = iox_node(kwargs["prefix"], kwargs["root"])
         sa = _service(iox, node, kwargs["a"], create=False)
         sb = _service(iox, node, kwargs["b"], create=False)
         sub = sa.subscriber_builder().create()
@@ -223,7 +213,7 @@ class Iceoryx2Peer(Peer):
     # --------------------------------------------------------- fan-out
 
     def fan_writer(self, variant: str, payload: int, names: Names) -> FanWriter:
-        iox, node = _node(names.iox_prefix, names.iox_root)
+        iox, node = iox_node(names.iox_prefix, names.iox_root)
         name = names.new("fan")
         svc = _service(iox, node, name, create=True, subscribers=2)
         pub = svc.publisher_builder().initial_max_slice_len(payload).create()
@@ -244,7 +234,7 @@ class Iceoryx2Peer(Peer):
         return FanWriter(publish, kw, close, connect=pub.update_connections)
 
     def fan_reader(self, payload: int, buf: Any, **kwargs: Any) -> FanReader:
-        iox, node = _node(kwargs["prefix"], kwargs["root"])
+        iox, node = iox_node(kwargs["prefix"], kwargs["root"])
         svc = _service(iox, node, kwargs["name"], create=False, subscribers=2)
         sub = svc.subscriber_builder().create()
         receive, mm, bufp = sub.receive, ctypes.memmove, buf.ctypes.data
