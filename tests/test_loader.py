@@ -961,3 +961,39 @@ def test_a_slot_file_truncated_by_another_process_costs_batches_not_the_process(
     n, lost, ok = lines["epoch1"].split()
     assert int(n) + int(lost) == 7 and ok == "True", lines["epoch1"]
     assert lines["epoch2"] == "8 True"
+
+
+class _Interrupted(BaseException):
+    """What torch's SIGCHLD handler or a Ctrl-C raises between two bytecodes."""
+
+
+def test_an_exception_between_claiming_a_slot_and_leasing_it_frees_the_slot(monkeypatch):
+    # The main process claims a batch's slot (HELD), then registers the
+    # finalizer that frees it with the batch's last tensor. An asynchronous
+    # exception between the two (here raised by that registration itself)
+    # must not leave the slot HELD for the life of the loader.
+    ds = Rows(n=16)
+    loader = DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
+    it = iter(loader)
+    real = st.weakref.finalize
+    raised = []
+
+    def finalize_once(obj, fn, *args):
+        if not raised and getattr(fn, "__name__", "") == "release":
+            raised.append(args)
+            raise _Interrupted
+        return real(obj, fn, *args)
+
+    monkeypatch.setattr(st.weakref, "finalize", finalize_once)
+    with pytest.raises(_Interrupted):
+        next(it)
+    monkeypatch.setattr(st.weakref, "finalize", real)
+    assert raised, "the batch never reached the lease"
+    k = raised[0][0]
+    assert states(loader)[k] != lp.HELD
+    del it
+    for b in loader:  # the next epoch has every slot to use
+        assert torch.equal(b["x"], ds.data[b["i"]])
+    del b
+    assert lp.HELD not in states(loader)
+    del loader

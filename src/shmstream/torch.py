@@ -528,12 +528,20 @@ class _Descriptor:
                     "was garbage-collected"
                 )
             slot = pool.claim(self.k, self.gen, self.seq, self.fresh)
-            if self.used > 0:
-                lease = slot[: self.used].view(_Lease)
-                weakref.finalize(lease, pool.release, self.k, self.seq)
-                storage = torch.frombuffer(lease, dtype=torch.uint8).untyped_storage()
-            else:
-                pool.release(self.k, self.seq)
+            # The slot is HELD now and only the lease's finalizer frees it:
+            # an exception before that is registered (torch's SIGCHLD
+            # handler raising for a dead worker, a KeyboardInterrupt) would
+            # keep it held for the life of the loader, so it is freed here.
+            leased = False
+            try:
+                if self.used > 0:
+                    lease = slot[: self.used].view(_Lease)
+                    weakref.finalize(lease, pool.release, self.k, self.seq)
+                    leased = True
+                    storage = torch.frombuffer(lease, dtype=torch.uint8).untyped_storage()
+            finally:
+                if not leased:
+                    pool.release(self.k, self.seq)
         made: dict[int, torch.Tensor] = {}
         metas = self.metas
 
