@@ -238,9 +238,19 @@ def private_shm_available() -> str | None:
     return None
 
 
-def run_in_private_shm(script: str, size: str = "16m", timeout: float = 120):
-    """Run python ``script`` in a new mount namespace whose /dev/shm is a
-    fresh, private tmpfs of ``size``."""
+def run_in_private_shm(
+    script: str | None = None,
+    size: str = "16m",
+    timeout: float = 120,
+    *,
+    path: str | None = None,
+    cwd: Any = None,
+    env: dict[str, str] | None = None,
+):
+    """Run python ``script`` (or the file ``path``, whose ``__main__``
+    spawned children can import) in a new mount namespace whose /dev/shm is
+    a fresh, private tmpfs of ``size``."""
+    args = [path] if path is not None else ["-c", textwrap.dedent(script or "")]
     return subprocess.run(
         [
             "unshare",
@@ -249,10 +259,12 @@ def run_in_private_shm(script: str, size: str = "16m", timeout: float = 120):
             "private",
             "sh",
             "-c",
-            f'mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && exec "$0" -c "$1"',
+            f'mount -t tmpfs -o size={size},mode=1777 tmpfs /dev/shm && exec "$0" "$@"',
             sys.executable,
-            textwrap.dedent(script),
+            *args,
         ],
+        cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

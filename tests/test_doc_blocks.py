@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from support import private_shm_available
+from support import private_shm_available, run_in_private_shm
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -85,23 +84,11 @@ def test_a_runnable_doc_block_runs(source, tmp_path):
         pytest.skip(f"doc blocks run with a private /dev/shm; {reason}")
     script = tmp_path / "block.py"  # a file, so spawned children can import __main__
     script.write_text(source)
-    proc = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            'mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm && exec "$0" "$1"',
-            sys.executable,
-            str(script),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    proc = run_in_private_shm(
+        size="1g",
         timeout=300,
-        check=False,
+        path=str(script),
+        cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": ""},
     )
     assert proc.returncode == 0, (
