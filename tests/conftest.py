@@ -4,6 +4,7 @@
   token) that are unlinked after the test, whoever created them.
 * ``spawn``: start a function in a child process with the 'spawn' start
   method; children still running at the end of the test are killed.
+* ``browser``: a headless Chromium per module, for the live-view tests.
 * A session-wide check that the suite left no ``shmstream-*`` segment in
   /dev/shm: a segment that exists at the end but did not at the start fails
   the run loudly, unless its creator is another process that still runs (a
@@ -219,3 +220,17 @@ def no_loader_pool_left(monkeypatch):
     for f in left:
         os.unlink(os.path.join(support.SHM_DIR, f))
     assert not left, f"loader pool files left in /dev/shm: {sorted(left)}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium per module of the live-view tests
+    (tests/view_util.py), or the test skipped with the reason."""
+    from view_util import browser_missing, start_browser
+
+    why = browser_missing()
+    if why:
+        pytest.skip(why)
+    driver = start_browser()
+    yield driver
+    driver.quit()

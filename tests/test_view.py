@@ -22,10 +22,8 @@ from shmstream.viewer import Viewer
 
 import support
 from view_util import (
-    browser_missing,
     canvas_pixels,
     pictures,
-    start_browser,
     start_cli,
     stop_cli,
     text,
@@ -35,16 +33,6 @@ from view_util import (
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 H, W = 192, 256
-
-
-@pytest.fixture(scope="module")
-def browser():
-    why = browser_missing()
-    if why:
-        pytest.skip(why)
-    driver = start_browser()
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture

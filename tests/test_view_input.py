@@ -23,7 +23,11 @@ import shmstream
 from shmstream import cli
 from shmstream.viewer import DEFAULT_FPS
 
-from view_util import browser_missing, start_browser, text, wait_for, wait_for_count
+from view_util import (
+    text,
+    wait_for,
+    wait_for_count,
+)
 
 pytest.importorskip("starlette", reason="the 'view' extra is not installed")
 pytest.importorskip("uvicorn", reason="the 'view' extra is not installed")
@@ -37,16 +41,6 @@ def viewer():
     v = Viewer().start()
     yield v
     v.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    why = browser_missing()
-    if why:
-        pytest.skip(why)
-    driver = start_browser()
-    yield driver
-    driver.quit()
 
 
 def base(v: Viewer) -> str:
