@@ -54,6 +54,16 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(fig: Any, out: Path, title: str | None = None) -> Path:
+    """Title (if any), lay out, write ``out`` and free the figure."""
+    if title is not None:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    _pyplot().close(fig)
+    return out
+
+
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
@@ -111,15 +121,12 @@ def stream_latency(doc: dict[str, Any], out: Path) -> Path | None:
         _latency_rows(ax, rows[payload], f"stream request/response, {_fmt_bytes(payload)}")
     axes_list = list(axes) if len(payloads) > 1 else [axes]
     axes_list[0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(
+    return _save(
+        fig,
+        out,
         f"python -m benchmarks stream ({doc['meta'].get('date_utc', '')}): "
         "each repeat's percentiles, bars at the medians",
-        fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
 
 
 def channel_latency(doc: dict[str, Any], out: Path) -> Path | None:
@@ -140,10 +147,7 @@ def channel_latency(doc: dict[str, Any], out: Path) -> Path | None:
         "channel ping-pong (one message each way): each round's p50 and p99, bars at the medians",
     )
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def _median_range(values: list[float]) -> tuple[float, float, float]:
@@ -186,15 +190,12 @@ def stream_throughput(doc: dict[str, Any], out: Path) -> Path | None:
         ax.set_title(title, fontsize=9)
         ax.grid(which="both", alpha=0.3)
         ax.legend(fontsize=6)
-    fig.suptitle(
+    return _save(
+        fig,
+        out,
         "python -m benchmarks stream: throughput against payload size, median of "
         "repeats with their range",
-        fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
 
 
 def channel_throughput(doc: dict[str, Any], out: Path) -> Path | None:
@@ -224,13 +225,7 @@ def channel_throughput(doc: dict[str, Any], out: Path) -> Path | None:
         ax.set_title(scenario, fontsize=9)
         ax.invert_yaxis()
         ax.grid(axis="x", which="both", alpha=0.3)
-    fig.suptitle(
-        "python -m benchmarks channel: median of rounds (bar), each round (dot)", fontsize=9
-    )
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out, "python -m benchmarks channel: median of rounds (bar), each round (dot)")
 
 
 def loader_epochs(doc: dict[str, Any], out: Path) -> Path | None:
@@ -268,14 +263,11 @@ def loader_epochs(doc: dict[str, Any], out: Path) -> Path | None:
         ax.set_title(f"regime: {regime}", fontsize=9)
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(
+    return _save(
+        fig,
+        out,
         "python -m benchmarks loader: every epoch's time per dataset (samples x bytes / batch)",
-        fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
 
 
 PLOTS = [
