@@ -387,9 +387,11 @@ class Pool:
         cached = self.maps.get(k)
         try:
             if cached is None or cached.gen != gen or cached.mapping.lost:
+                # map_slot_file checks the file's size as it maps it
                 mm = map_slot_file(path, cap, populate=False, owner_uid=int(t.seg.owner_uid))
                 self.maps[k] = cached = Mapped(gen, np.frombuffer(mm.buffer(), np.uint8), mm)
-            _check_whole(path, cap, cached.mapping)
+            else:
+                _check_whole(path, cap, cached.mapping)
         except CorruptStreamError:  # truncated: the batch is lost, the slot goes
             with self._locked() as t:
                 if t.line(k)[_SEQ] == seq:
@@ -587,11 +589,11 @@ class PoolClient:
                 cached = self.maps.get(k)
                 if cached is not None and cached.gen == gen and not cached.mapping.lost:
                     buf, mm = cached.buf, cached.mapping
-                else:
+                    _check_whole(path, cap, mm)
+                else:  # map_slot_file checks the file's size as it maps it
                     owner = int(self.table.seg.owner_uid)
                     mm = map_slot_file(path, cap, populate=True, owner_uid=owner)
                     buf = self.wrap(mm.buffer())
-                _check_whole(path, cap, mm)
         except BaseException as exc:
             with self.table.locked():
                 if self.table.line(k)[_SEQ] == seq:
