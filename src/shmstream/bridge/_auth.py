@@ -160,7 +160,7 @@ def apply(
             f"tls_ca=); {', '.join(missing)} missing"
         )
     cert, key, ca = (_file(flag, value) for flag, value in tls.items())
-    settings = {
+    settings: dict[str, str | bool] = {
         "root_ca_certificate": ca,
         "listen_certificate": cert,
         "listen_private_key": key,
@@ -168,17 +168,17 @@ def apply(
         "connect_private_key": key,
         "enable_mtls": True,
     }
-    for name, value in settings.items():
-        cfg.insert_json5(f"transport/link/tls/{name}", json.dumps(value))
+    for name, setting in settings.items():
+        cfg.insert_json5(f"transport/link/tls/{name}", json.dumps(setting))
     # Only TLS links, also towards peers learnt by scouting or gossip.
     cfg.insert_json5("transport/link/protocols", json.dumps(list(TLS_PROTOCOLS)))
     for which in ("listen/endpoints", "connect/endpoints"):
-        value = json.loads(cfg.get_json(which))
-        if isinstance(value, dict):
-            value = {mode: _tls_endpoints(eps or []) for mode, eps in value.items()}
+        eps: Any = json.loads(cfg.get_json(which))
+        if isinstance(eps, dict):  # per mode
+            eps = {m: _tls_endpoints(e or []) for m, e in eps.items()}
         else:
-            value = _tls_endpoints(value or [])
-        cfg.insert_json5(which, json.dumps(value))
+            eps = _tls_endpoints(eps or [])
+        cfg.insert_json5(which, json.dumps(eps))
 
 
 def _tls_endpoints(eps: list[str]) -> list[str]:
