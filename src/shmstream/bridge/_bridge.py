@@ -90,10 +90,10 @@ class Bridge:
     lines: the first is this bridge's, every line may connect) and/or
     ``tls_cert``, ``tls_key``, ``tls_ca`` (mutual TLS), or a ``config``
     that sets either; otherwise InsecureBridgeError, unless
-    ``insecure=True`` (then anyone who reaches it is let in, and it says so
-    in the log and in ``mirror_status``). ``spin_us``: how long an export waits spinning for
-    the next local write before it sleeps (default 5 µs; ``None`` for
-    shmstream's default). ``start()`` opens the session and raises at once
+    ``insecure=True`` (then anyone who reaches it is let in, and it says
+    so in the log and in ``mirror_status``). ``spin_us``: how long an
+    export waits spinning for the next local write before it sleeps
+    (default 5 µs; ``None`` for shmstream's default). ``start()`` opens the session and raises at once
     for a conflicting import; ``close()`` ends everything (the mirrors stay
     unless ``unlink_on_close``). Also a context manager. A writer in the
     bridge's own process can write an exported stream through

@@ -44,8 +44,10 @@ DEFAULTS = {
 
 #: Set over a configuration file too. Zenoh's own shared-memory transport
 #: only helps peers on one host, where shmstream already is the transport,
-#: and it leaves a pool file (/dev/shm/<digits>.zenoh, 16 MiB) that nothing
-#: of ours can see or purge when a bridge is killed, or even closed.
+#: and it leaves a pool file (/dev/shm/<digits>.zenoh) that nothing of ours
+#: can see or purge: Zenoh unlinks it when the session object is freed, which
+#: a killed bridge never does, and a closed one only once nothing refers to
+#: its session any more.
 ALWAYS = {"transport/shared_memory/enabled": "false"}
 
 _open_sessions: dict[int, Any] = {}  # id -> session not closed yet (strong refs)
