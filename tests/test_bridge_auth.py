@@ -389,14 +389,21 @@ def test_a_bridge_given_a_zenoh_config_file_leaves_nothing_in_dev_shm(tmp_path):
     )
     proc = support.run_in_private_shm(
         textwrap.dedent(f"""
-            import os
+            import os, subprocess, sys
             from shmstream.bridge import Bridge
+            def pools():
+                return [f for f in os.listdir("/dev/shm") if f.endswith(".zenoh")]
+            # Zenoh unlinks its pool file when the session object is freed:
+            # never in a killed bridge, and here only once nothing holds it.
             bridge = Bridge(exports="x", config={str(cfg)!r}, namespace="shm").start()
             bridge.close()
-            # Zenoh unlinks its pool file only when the session object is
-            # freed, which a process that exits may never do: held here.
-            left = [f for f in os.listdir("/dev/shm") if f.endswith(".zenoh")]
-            assert not left, f"Zenoh's shared-memory pool left behind: {{left}}"
+            assert not pools(), f"Zenoh's shared-memory pool left behind: {{pools()}}"
+            killed = subprocess.run([sys.executable, "-c", (
+                "import os, signal; from shmstream.bridge import Bridge; "
+                "Bridge(exports='x', config={str(cfg)!r}, namespace='k').start(); "
+                "os.kill(os.getpid(), signal.SIGKILL)")])
+            assert killed.returncode == -9, killed
+            assert not pools(), f"a killed bridge left Zenoh's pool behind: {{pools()}}"
         """),
         size="64m",
     )
