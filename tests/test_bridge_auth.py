@@ -93,12 +93,19 @@ def test_a_bridge_without_authentication_refuses_to_listen_or_connect(tmp_path):
     with pytest.raises(shmstream.InsecureBridgeError, match="--password-file"):
         remote_exports(connect=[ep], timeout=0.5)
     # Zenoh configuration files that let anyone in count as no authentication:
-    # plain tcp, and mutual TLS asked for but a tcp endpoint beside it.
-    for extra in ("", "transport: { link: { tls: { enable_mtls: true } } },"):
+    # plain tcp; mutual TLS asked for but a tcp endpoint beside it; and mutual
+    # TLS with multicast scouting on, which reaches scouted peers over tcp.
+    mtls = "transport: { link: { tls: { enable_mtls: true } } },"
+    tls_ep = f"tls/127.0.0.1:{port}"
+    for extra, eps, scouting in (
+        ("", ep, "false"),
+        (mtls, ep, "false"),
+        (mtls, tls_ep, "true"),
+    ):
         cfg = tmp_path / "z.json5"
         cfg.write_text(
-            f'{{ mode: "peer", {extra} listen: {{ endpoints: ["{ep}"] }}, '
-            "scouting: { multicast: { enabled: false } } }"
+            f'{{ mode: "peer", {extra} listen: {{ endpoints: ["{eps}"] }}, '
+            f"scouting: {{ multicast: {{ enabled: {scouting} }} }} }}"
         )
         with pytest.raises(shmstream.InsecureBridgeError):
             Bridge(exports="x", config=cfg)
@@ -371,7 +378,8 @@ def test_configurations_that_authenticate_are_accepted(tmp_path):
     mtls = tmp_path / "mtls.json5"
     mtls.write_text(
         f'{{ mode: "peer", listen: {{ endpoints: ["tls/127.0.0.1:{ep.rsplit(":", 1)[1]}"] }}, '
-        "transport: { link: { tls: { enable_mtls: true } } } }"
+        "transport: { link: { tls: { enable_mtls: true } } }, "
+        "scouting: { multicast: { enabled: false } } }"
     )
     assert Bridge(exports="x", config=mtls).auth == "tls"
 

@@ -41,8 +41,9 @@ HOW = (
     "'user:password' line, mode 0600, the same file on both hosts), or mutual TLS "
     "(--tls-cert FILE --tls-key FILE --tls-ca FILE, or tls_cert=, tls_key=, tls_ca=), or a "
     "Zenoh --config that sets transport.auth.usrpwd (user, password, dictionary_file) or "
-    "TLS with enable_mtls and only tls/ or quic/ endpoints; --insecure (insecure=True) lets "
-    "anyone who reaches the port in (docs/bridge.md, 'Who can connect')"
+    "TLS with enable_mtls, only tls/ or quic/ endpoints and multicast scouting off; "
+    "--insecure (insecure=True) lets anyone who reaches the port in (docs/bridge.md, 'Who "
+    "can connect')"
 )
 
 
@@ -198,12 +199,18 @@ def mode(cfg: Any) -> str:
     """How ``cfg`` authenticates peers: "none", "tls", "password" or
     "tls+password". Passwords count when ``cfg`` both proves one (user and
     password) and checks others' (a dictionary file); TLS when client
-    certificates are required (enable_mtls) and every endpoint is TLS."""
+    certificates are required (enable_mtls), every endpoint is TLS, and
+    peers found by multicast scouting are reached over TLS only (scouting
+    off, or transport.link.protocols limited to tls and quic)."""
     usrpwd = json.loads(cfg.get_json("transport/auth/usrpwd")) or {}
     password = all(usrpwd.get(k) for k in ("user", "password", "dictionary_file"))
-    eps = endpoints(cfg)
-    tls = bool(json.loads(cfg.get_json("transport/link/tls/enable_mtls"))) and all(
-        _protocol(e) in TLS_PROTOCOLS for e in eps
+    protocols = json.loads(cfg.get_json("transport/link/protocols"))
+    tls_only = bool(protocols) and all(p in TLS_PROTOCOLS for p in protocols)
+    scouting = json.loads(cfg.get_json("scouting/multicast/enabled")) is not False
+    tls = (
+        bool(json.loads(cfg.get_json("transport/link/tls/enable_mtls")))
+        and all(_protocol(e) in TLS_PROTOCOLS for e in endpoints(cfg))
+        and (tls_only or not scouting)
     )
     if tls and password:
         return "tls+password"
