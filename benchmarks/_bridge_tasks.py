@@ -182,6 +182,7 @@ def _inproc_bridge(
         remote_namespace=f"in{other}",
         local_prefix=f"i{side}/",
         unlink_on_close=True,
+        insecure=True,  # the unauthenticated baseline, as the "bridged" rows
         **endpoints,
     ).start()
 

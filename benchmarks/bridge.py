@@ -9,6 +9,10 @@ the "bridged" rows two bridge processes: bridge A exports the sender's
 streams and imports the receiver's back; bridge B the other way round. The
 "inproc" rows run the same two bridges inside the workers, which write
 through ``bridge.publisher(name)`` and read their mirrors as usual. The
+"bridged-pw" rows are the "bridged" rows through a second pair of bridge
+processes that authenticate each other with a password file (Zenoh's
+user/password authentication, as ``--password-file`` sets it); "bridged"
+and "inproc" run with ``insecure=True``, the unauthenticated baseline. The
 workers' tasks are in bench/_bridge_tasks.py.
 
 Sections
@@ -36,7 +40,9 @@ Sections
 Every receiver takes the payload out as bytes or into its own array, and
 checks sequence numbers (a mismatch is an error, not a statistic).
 Targets (issue 16): bridged ping-pong p50 <= 1.5x zenoh's, bridged one-way
-rate >= 0.8x zenoh's, bridged p99 <= 3x its p50.
+rate >= 0.8x zenoh's, bridged p99 <= 3x its p50. Issue 32: with
+authentication on, ping-pong p50 and one-way rate within 5% of the
+unauthenticated bridged rows of the same run.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import secrets
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -71,8 +80,12 @@ from ._workers import Worker
 
 PING_SIZES = (64, 64 << 10)
 THR_SIZES = (64 << 10, 4 << 20)
-IMPLS = ("bridged", "inproc", "zenoh", "pyzmq")
-BRIDGED = ("bridged", "inproc")  # the rows held to the targets
+IMPLS = ("bridged", "bridged-pw", "inproc", "zenoh", "pyzmq")
+BRIDGED = ("bridged", "bridged-pw", "inproc")  # the rows held to the targets
+#: The two pairs of bridge processes: the groups their streams are in (A
+#: exports the first, B the second) and the prefixes of their mirrors.
+PAIRS = {"bridged": ("a", "b", "mA/", "mB/"), "bridged-pw": ("e", "f", "pA/", "pB/")}
+AUTH_SLACK = 1.05  # issue 32: authenticated rows within 5% of the others
 
 
 def _task(name: str) -> Callable[..., Any]:
@@ -92,42 +105,58 @@ class Setup:
         self.base = f"bench-bridge-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.made: list[str] = []
         self.bridges: list[Any] = []
+        self.pair_procs: dict[str, list[Any]] = {}
         self.stop = mp.get_context("spawn").Event()
+        self.tmp = tempfile.mkdtemp(prefix="bench-bridge-")
+        self.password_file = os.path.join(self.tmp, "pw")
+        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"bench:{secrets.token_urlsafe(24)}\n")
         if "inproc" in impls:  # written through the workers' own bridges
             for size in PING_SIZES:
                 self._make(shmstream, self.ireq(size), size)
                 self._make(shmstream, self.iack(size), ACK_BYTES)
             for size in THR_SIZES:
                 self._make(shmstream, self.ithr(size), size)
-        if "bridged" not in impls:
-            return
+        for impl in PAIRS:
+            if impl in impls:
+                self._pair(shmstream, impl, spin_us)
+
+    def _pair(self, shmstream: Any, impl: str, spin_us: float | None) -> None:
+        """The streams and the two bridge processes of the ``impl`` rows."""
+        a, b, prefix_a, prefix_b = PAIRS[impl]
         for size in PING_SIZES:
-            self._make(shmstream, self.req(size), size)
-            self._make(shmstream, self.ack(size), ACK_BYTES)
+            self._make(shmstream, self.req(size, impl), size)
+            self._make(shmstream, self.ack(size, impl), ACK_BYTES)
         for size in THR_SIZES:
-            self._make(shmstream, self.thr(size), size)
+            self._make(shmstream, self.thr(size, impl), size)
         ep = f"tcp/127.0.0.1:{_free_port()}"
-        common = dict(scan_interval=0.5, unlink_on_close=True, spin_us=spin_us)
+        auth: dict[str, Any] = (
+            {"password_file": self.password_file} if impl == "bridged-pw" else {"insecure": True}
+        )
+        common = dict(scan_interval=0.5, unlink_on_close=True, spin_us=spin_us, **auth)
+        start = len(self.bridges)
         self._bridge(
             dict(
-                exports=[f"{self.base}/a/*"],
-                imports=[f"{self.base}/b/*"],
-                namespace="benchA",
-                local_prefix="mA/",
+                exports=[f"{self.base}/{a}/*"],
+                imports=[f"{self.base}/{b}/*"],
+                namespace=f"bench{impl}A",
+                local_prefix=prefix_a,
                 listen=[ep],
                 **common,
             )
         )
         self._bridge(
             dict(
-                exports=[f"{self.base}/b/*"],
-                imports=[f"{self.base}/a/*"],
-                namespace="benchB",
-                local_prefix="mB/",
+                exports=[f"{self.base}/{b}/*"],
+                imports=[f"{self.base}/{a}/*"],
+                namespace=f"bench{impl}B",
+                local_prefix=prefix_b,
                 connect=[ep],
                 **common,
             )
         )
+        self.pair_procs[impl] = self.bridges[start:]
 
     def _make(self, shmstream: Any, name: str, size: int) -> None:
         shmstream.create(name, shape=(size,), dtype=np.uint8).close()
@@ -148,14 +177,18 @@ class Setup:
         if not p.is_alive():
             raise BenchError(f"a bridge process died at start (exit code {p.exitcode})")
 
-    def req(self, size: int) -> str:
-        return f"{self.base}/a/req{size}"
+    def req(self, size: int, impl: str = "bridged") -> str:
+        return f"{self.base}/{PAIRS[impl][0]}/req{size}"
 
-    def ack(self, size: int) -> str:
-        return f"{self.base}/b/ack{size}"
+    def ack(self, size: int, impl: str = "bridged") -> str:
+        return f"{self.base}/{PAIRS[impl][1]}/ack{size}"
 
-    def thr(self, size: int) -> str:
-        return f"{self.base}/a/thr{size}"
+    def thr(self, size: int, impl: str = "bridged") -> str:
+        return f"{self.base}/{PAIRS[impl][0]}/thr{size}"
+
+    def mirror(self, side: str, name: str, impl: str) -> str:
+        """The mirror of ``name`` made by bridge ``side`` ("A" or "B") of ``impl``."""
+        return PAIRS[impl][2 if side == "A" else 3] + name
 
     # The in-process rows' streams: under c/ and d/, which the two bridge
     # processes (a/* and b/*) do not export.
@@ -179,10 +212,12 @@ class Setup:
                 p.join(5)
         for name in self.made:
             call_quietly(shmstream.unlink, name)
+        prefixes = [p for pair in PAIRS.values() for p in pair[2:]] + ["iA/", "iB/"]
         for name in self.made:  # mirrors and status streams a killed bridge left
-            for local in (f"mA/{name}", f"mB/{name}", f"iA/{name}", f"iB/{name}"):
+            for local in (prefix + name for prefix in prefixes):
                 call_quietly(shmstream.unlink, local)
                 call_quietly(shmstream.unlink, local + "@bridge")
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _cpu_seconds(pids: list[int]) -> float | None:
@@ -222,10 +257,12 @@ def _measure(
     send_args: dict[str, Any]
     port = _free_port()
     zep, zaddr = f"tcp/127.0.0.1:{port}", f"tcp://127.0.0.1:{port}"
+    task = "bridged" if impl in PAIRS else impl  # both pairs run the same tasks
     if kind == "ping":
-        if impl == "bridged":
-            recv_args = dict(req_mirror=f"mB/{setup.req(size)}", ack=setup.ack(size), size=size)
-            send_args = dict(req=setup.req(size), ack_mirror=f"mA/{setup.ack(size)}", size=size)
+        if impl in PAIRS:
+            req, ack = setup.req(size, impl), setup.ack(size, impl)
+            recv_args = dict(req_mirror=setup.mirror("B", req, impl), ack=ack, size=size)
+            send_args = dict(req=req, ack_mirror=setup.mirror("A", ack, impl), size=size)
         elif impl == "inproc":
             names = dict(req=setup.ireq(size), ack=setup.iack(size), size=size)
             recv_args, send_args = dict(listen=zep, **names), dict(connect=zep, **names)
@@ -233,18 +270,19 @@ def _measure(
             recv_args, send_args = dict(listen=zep, size=size), dict(connect=zep, size=size)
         else:
             recv_args, send_args = dict(addr=zaddr, size=size), dict(addr=zaddr, size=size)
-        receiver.start(_task(f"pong_{impl}"), **recv_args)
+        receiver.start(_task(f"pong_{task}"), **recv_args)
         receiver.expect("ready", SETUP_S)
-        sender.start(_task(f"ping_{impl}"), seconds=cfg.seconds, **send_args)
+        sender.start(_task(f"ping_{task}"), seconds=cfg.seconds, **send_args)
         sender.expect("ready", SETUP_S)
         out = sender.expect("done", cfg.seconds + SETUP_S)
         receiver.expect("done", SETUP_S)
         return out
-    procs = [sender.proc, receiver.proc] + (setup.bridges if impl == "bridged" else [])
+    procs = [sender.proc, receiver.proc, *setup.pair_procs.get(impl, [])]
     pids = [p.pid for p in procs if p.pid is not None]
-    if impl == "bridged":
-        recv_args = dict(mirror=f"mB/{setup.thr(size)}", size=size)
-        send_args = dict(name=setup.thr(size), size=size)
+    if impl in PAIRS:
+        thr = setup.thr(size, impl)
+        recv_args = dict(mirror=setup.mirror("B", thr, impl), size=size)
+        send_args = dict(name=thr, size=size)
     elif impl == "inproc":
         recv_args = dict(name=setup.ithr(size), listen=zep, size=size)
         send_args = dict(
@@ -254,9 +292,9 @@ def _measure(
         recv_args, send_args = dict(listen=zep, size=size), dict(connect=zep, size=size)
     else:
         recv_args, send_args = dict(addr=zaddr, size=size), dict(addr=zaddr, size=size)
-    receiver.start(_task(f"recv_{impl}"), **recv_args)
+    receiver.start(_task(f"recv_{task}"), **recv_args)
     receiver.expect("ready", SETUP_S)
-    sender.start(_task(f"send_{impl}"), seconds=cfg.seconds, rate=cfg.rate, **send_args)
+    sender.start(_task(f"send_{task}"), seconds=cfg.seconds, rate=cfg.rate, **send_args)
     sender.expect("ready", SETUP_S)
     cpu0, t0 = _cpu_seconds(pids), time.perf_counter()
     sent = sender.expect("done", cfg.seconds + SETUP_S)
@@ -352,7 +390,9 @@ def main(argv: list[str]) -> int:
                 if kind not in cfg.sections.split(","):
                     continue
                 for size in sizes:
-                    for impl in impls:
+                    # Every other round in reverse, so that no row always
+                    # runs right after the same other one.
+                    for impl in impls if rnd % 2 == 0 else impls[::-1]:
                         progress(f"round {rnd + 1}/{cfg.rounds}: {kind} {fmt_bytes(size)} {impl}")
                         out = _measure(kind, impl, size, cfg, setup, sender, receiver)
                         runs.setdefault((kind, impl, size), []).append(out)
@@ -376,13 +416,19 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
     zv, qv = peer_version("eclipse-zenoh"), peer_version("pyzmq")
     label = {
         "bridged": "shmstream bridge x2 (Zenoh)",
+        "bridged-pw": "shmstream bridge x2 (Zenoh), password auth",
         "inproc": "shmstream bridge x2 in-process (publisher)",
         "zenoh": f"zenoh-python {zv}",
         "pyzmq": f"pyzmq {qv} tcp://",
     }
     sections = cfg.sections.split(",")
     judged = [i for i in BRIDGED if i in impls] if "zenoh" in impls else []
-    name = {"bridged": "bridged", "inproc": "in-process bridged"}
+    name = {
+        "bridged": "bridged",
+        "bridged-pw": "bridged with password",
+        "inproc": "in-process bridged",
+    }
+    auth_judged = all(i in impls for i in PAIRS)
 
     def med(kind: str, impl: str, size: int, key: str) -> float:
         return median([r[key] for r in runs.get((kind, impl, size), [])])
@@ -396,7 +442,7 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
             return ""
         return fmt_ratio(med(kind, impl, size, key), med(kind, "zenoh", size, key))
 
-    tables, verdict = [], []
+    tables, verdict, auth_verdict = [], [], []
     if "ping" in sections:
         rows = []
         for size in PING_SIZES:
@@ -420,6 +466,13 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
                     f"zenoh's (target <= 1.5x: {'met' if b <= 1.5 * z else 'MISSED'}); "
                     f"p99/p50 {b99 / b:.1f} (target <= 3: "
                     f"{'met' if b99 <= 3 * b else 'MISSED'})"
+                )
+            if auth_judged:
+                plain, pw = (med("ping", i, size, "p50_ns") for i in ("bridged", "bridged-pw"))
+                auth_verdict.append(
+                    f"ping-pong {fmt_bytes(size)}: with password p50 {pw / plain:.3f}x "
+                    f"without (target <= {AUTH_SLACK}: "
+                    f"{'met' if pw <= AUTH_SLACK * plain else 'MISSED'})"
                 )
         tables.append(
             render_table(
@@ -452,6 +505,13 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
                     f"one-way {fmt_bytes(size)}: {name[impl]} {b / z:.2f}x zenoh's "
                     f"rate (target >= 0.8x: {'met' if b >= 0.8 * z else 'MISSED'})"
                 )
+            if auth_judged:
+                plain, pw = (med("oneway", i, size, "rate") for i in ("bridged", "bridged-pw"))
+                auth_verdict.append(
+                    f"one-way {fmt_bytes(size)}: with password {pw / plain:.3f}x the rate "
+                    f"without (target >= {1 / AUTH_SLACK:.3f}: "
+                    f"{'met' if pw * AUTH_SLACK >= plain else 'MISSED'})"
+                )
         tables.append(
             render_table(
                 [
@@ -474,6 +534,8 @@ def _report(res: Results, runs: dict, impls: list[str], cfg: argparse.Namespace)
         )
     if verdict:
         tables.append("targets (issue 16):\n" + "\n".join("  " + v for v in verdict))
+    if auth_verdict:
+        tables.append("authentication (issue 32):\n" + "\n".join("  " + v for v in auth_verdict))
     for table in tables:
         res.tables.append(table)
         print(table + "\n")

@@ -1,11 +1,18 @@
 """Bridge processes for the bridge tests: each runs ``shmstream.bridge.Bridge``
 in a spawned child on 127.0.0.1 and answers the test over queues (ready,
 wait for an import, stop), so tests synchronise on the bridge's own state,
-never on sleeps."""
+never on sleeps. The suite's bridges authenticate each other with one
+private password file (``AUTH``), as users are told to."""
 
 from __future__ import annotations
 
+import atexit
+import functools
+import os
+import secrets
+import shutil
 import socket
+import tempfile
 import traceback
 from typing import Any
 
@@ -24,6 +31,38 @@ def free_port() -> int:
 
 def endpoint(port: int) -> str:
     return f"tcp/127.0.0.1:{port}"
+
+
+def write_password_file(path: Any, user: str, password: str, mode: int = 0o600) -> str:
+    """A ``user:password`` file with ``mode``; returns its path as a str."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{user}:{password}\n")
+    os.chmod(path, mode)
+    return str(path)
+
+
+@functools.cache
+def password_file() -> str:
+    """This test process's password file (a fresh random password, mode
+    0600), removed at exit; spawned bridges get its path."""
+    d = tempfile.mkdtemp(prefix="shmstream-bridge-auth-")
+    atexit.register(shutil.rmtree, d, True)
+    return write_password_file(os.path.join(d, "pw"), "suite", secrets.token_hex(16))
+
+
+def auth() -> dict[str, str]:
+    """The keyword arguments that make a Bridge or remote_exports one of the
+    suite's authenticated peers."""
+    return {"password_file": password_file()}
+
+
+def auth_argv() -> list[str]:
+    """The same for the ``shmstream`` command."""
+    return ["--password-file", password_file()]
+
+
+_AUTH_KEYS = ("password_file", "tls_cert", "tls_key", "tls_ca", "insecure", "config")
 
 
 def _bridge_main(kwargs: dict, commands: Any, replies: Any) -> None:
@@ -68,6 +107,8 @@ class BridgeProc:
     all, as when a host dies); ``stop()`` closes it cleanly."""
 
     def __init__(self, **kwargs: Any) -> None:
+        if not any(k in kwargs for k in _AUTH_KEYS):
+            kwargs.update(auth())
         self.kwargs = kwargs
         self.commands = support.SPAWN.Queue()
         self.replies = support.SPAWN.Queue()

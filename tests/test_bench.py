@@ -160,7 +160,7 @@ def test_every_stream_peer_has_rows_the_scenarios_can_compare():
 #: The smoke run of each part: --quick plus what keeps it to seconds here.
 QUICK_ARGS = {
     "arrays": [],
-    "bridge": ["--peers", "bridged,inproc,zenoh"],
+    "bridge": ["--peers", "bridged,bridged-pw,inproc,zenoh"],
     "channel": ["--rounds", "1", "--only", "thr32-1"],
     "create": [],
     "direct": ["--readers", "np.memmap,shmstream.DirectArray"],

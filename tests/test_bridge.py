@@ -30,6 +30,7 @@ from shmstream.bridge import (  # noqa: E402
     Bridge,
     _keys,
     _wire,
+    make_config,
     mirror_status,
     remote_exports,
     status_name,
@@ -37,7 +38,7 @@ from shmstream.bridge import (  # noqa: E402
 from shmstream.errors import ChannelBrokenError, ChannelClosedError  # noqa: E402
 
 import support  # noqa: E402
-from bridge_util import BridgeProc, endpoint, free_port  # noqa: E402
+from bridge_util import BridgeProc, auth, auth_argv, endpoint, free_port  # noqa: E402
 
 WAIT = support.WAIT
 SHAPE = (32, 32)  # int64: 8 KiB frames
@@ -219,7 +220,9 @@ def test_a_publisher_puts_each_frame_from_the_writing_thread(pair, spawn):
     src = shmstream.create(name, shape=SHAPE, dtype=np.int64)
     src.write(_frame(1), frame_id=1001)
     local = pair.mirror(name)
-    with Bridge(exports=[name], namespace=pair.namespace, connect=[pair.importer_ep]) as bridge:
+    with Bridge(
+        exports=[name], namespace=pair.namespace, connect=[pair.importer_ep], **auth()
+    ) as bridge:
         pair.importer.wait_import(local)
         m = shmstream.open(local, readonly=True)
         try:
@@ -353,7 +356,9 @@ def test_glob_exports_skip_mirrors_and_status_streams(pair):
         pair.importer.wait_import(local)
         # A bridge exporting everything under the mirrors' prefix finds the
         # mirror and its status stream there, and exports neither.
-        relay = Bridge(exports=f"{pair.local_prefix}*", namespace=f"relay{uuid.uuid4().hex[:6]}")
+        relay = Bridge(
+            exports=f"{pair.local_prefix}*", namespace=f"relay{uuid.uuid4().hex[:6]}", **auth()
+        )
         relay.start()
         try:
             assert {local, status_name(local)} <= set(shmstream.list_streams())
@@ -361,7 +366,7 @@ def test_glob_exports_skip_mirrors_and_status_streams(pair):
         finally:
             relay.close()
         # Named exactly, a mirror is exported (a deliberate relay).
-        relay = Bridge(exports=local, namespace=f"relay{uuid.uuid4().hex[:6]}").start()
+        relay = Bridge(exports=local, namespace=f"relay{uuid.uuid4().hex[:6]}", **auth()).start()
         try:
             assert relay.exported == [local]
         finally:
@@ -484,7 +489,7 @@ def test_a_second_exporter_of_a_name_in_one_namespace_is_refused(pair):
     src = shmstream.create(name, shape=(2,))
     try:
         pair.exporter.wait_export(name)
-        other = Bridge(exports=name, namespace=pair.namespace, connect=[pair.ep])
+        other = Bridge(exports=name, namespace=pair.namespace, connect=[pair.ep], **auth())
         with pytest.raises(ValueError, match="already exports that name"):
             other.start()
     finally:
@@ -503,12 +508,9 @@ def test_bad_samples_under_the_bridge_keys_are_counted_and_dropped(pair):
     pair.importer.wait_import(s_local)
     pair.importer.wait_import(c_local)
     m = shmstream.open(s_local, readonly=True)
-    cfg = zenoh.Config()
-    cfg.insert_json5("scouting/multicast/enabled", "false")
-    cfg.insert_json5("listen/endpoints", "[]")
-    cfg.insert_json5("transport/shared_memory/enabled", "false")  # leaves no file in /dev/shm
-    cfg.insert_json5("connect/endpoints", f'["{pair.importer_ep}"]')
-    session = zenoh.open(cfg)  # a rogue writer, right next to the importing bridge
+    # A rogue writer with the password, right next to the importing bridge
+    # (the bridges' own configuration: no file in /dev/shm).
+    session = zenoh.open(make_config(connect=[pair.importer_ep], **auth()))
     try:
         _check(m.read_after_publication(0, timeout=WAIT), 1)
         keys = _keys.Keys("shmstream", pair.namespace)
@@ -570,6 +572,7 @@ def test_import_onto_a_local_stream_of_another_shape_fails_at_start(pair):
             remote_namespace=pair.namespace,
             local_prefix=pair.local_prefix,
             connect=[pair.ep],
+            **auth(),
         )
         with pytest.raises(ValueError, match=r"exists with shape \(5,\)"):
             bridge.start()
@@ -589,10 +592,10 @@ def test_list_remote_tells_nobody_answered_from_nothing_exported(pair, capsys):
 
     dead = endpoint(free_port())
     with pytest.raises(shmstream.NoPeerError, match="nobody answered"):
-        remote_exports(connect=[dead], timeout=0.5)
-    assert main(["list", "--remote", "--connect", dead, "--timeout", "0.5"]) == 1
+        remote_exports(connect=[dead], timeout=0.5, **auth())
+    assert main(["list", "--remote", "--connect", dead, "--timeout", "0.5", *auth_argv()]) == 1
     assert "nobody answered" in capsys.readouterr().err
-    assert remote_exports(connect=[pair.ep], key_prefix="nothing-here", timeout=2) == []
+    assert remote_exports(connect=[pair.ep], key_prefix="nothing-here", timeout=2, **auth()) == []
     assert (
         main(
             [
@@ -604,6 +607,7 @@ def test_list_remote_tells_nobody_answered_from_nothing_exported(pair, capsys):
                 "nothing-here",
                 "--timeout",
                 "2",
+                *auth_argv(),
             ]
         )
         == 0
@@ -631,6 +635,7 @@ def test_a_bridge_whose_connect_endpoint_is_dead_says_so_within_seconds():
             dead,
             "--namespace",
             f"dead{os.getpid()}",
+            *auth_argv(),
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -661,7 +666,7 @@ def test_list_remote_shows_what_other_bridges_export(pair, capsys):
     try:
         pair.exporter.wait_export(s_name)
         pair.exporter.wait_export(c_name)
-        found = remote_exports(connect=[pair.ep], timeout=5)
+        found = remote_exports(connect=[pair.ep], timeout=5, **auth())
         ours = {(e["kind"], e["name"]) for e in found if e["namespace"] == pair.namespace}
         assert ours == {("stream", s_name), ("channel", c_name)}
         key = next(e["key"] for e in found if e["name"] == s_name)
@@ -669,8 +674,8 @@ def test_list_remote_shows_what_other_bridges_export(pair, capsys):
         from shmstream.cli import main
 
         for argv in (
-            ["list", "--remote", "--connect", pair.ep, "--timeout", "5"],
-            ["bridge", "--list", "--connect", pair.ep, "--timeout", "5"],
+            ["list", "--remote", "--connect", pair.ep, "--timeout", "5", *auth_argv()],
+            ["bridge", "--list", "--connect", pair.ep, "--timeout", "5", *auth_argv()],
         ):
             assert main(argv) == 0
             out = capsys.readouterr().out
@@ -722,7 +727,10 @@ def test_publisher_threads_and_the_export_thread_keep_exact_counts(make_name):
     sys.setswitchinterval(1e-6)
     try:
         with Bridge(
-            exports=[name], namespace=f"ns{uuid.uuid4().hex[:8]}", listen=[endpoint(free_port())]
+            exports=[name],
+            namespace=f"ns{uuid.uuid4().hex[:8]}",
+            listen=[endpoint(free_port())],
+            **auth(),
         ) as bridge:
             support.wait_until(lambda: name in bridge._exports, what="the export")
             export = bridge._exports[name]

@@ -1,6 +1,7 @@
-"""docs/bridge.md's TLS example, run: two bridges with mutual TLS
-configured the Zenoh way (--config), throw-away certificates from a
-throw-away CA, on 127.0.0.1."""
+"""docs/bridge.md's TLS examples, run: two bridges with mutual TLS
+configured the Zenoh way (--config), and the same with --tls-cert /
+--tls-key / --tls-ca; throw-away certificates from a throw-away CA, on
+127.0.0.1. A peer whose certificate the CA did not sign gets nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ if shutil.which("openssl") is None:
     pytest.skip("the openssl command is needed to make test certificates", allow_module_level=True)
 
 import shmstream
-from shmstream.bridge import mirror_status, status_name
+from shmstream.bridge import Bridge, mirror_status, status_name
 
 import support
 from bridge_util import BridgeProc, free_port
@@ -113,6 +114,7 @@ def test_two_bridges_under_mutual_tls(tmp_path, make_name):
         {{
           mode: "peer",
           connect: {{ endpoints: ["tls/localhost:{port}"] }},
+          listen: {{ endpoints: [] }},
           scouting: {{ multicast: {{ enabled: false }} }},
           transport: {{
             link: {{
@@ -151,8 +153,68 @@ def test_two_bridges_under_mutual_tls(tmp_path, make_name):
         src.write(np.ones(16, np.float32), frame_id=8)
         pub = m.read_after_publication(1, timeout=support.WAIT)
         assert (pub.payload == 1).all() and pub.frame_id == 8
-        assert mirror_status(local)["source_alive"]
+        st = mirror_status(local)
+        assert st["source_alive"] and st["auth"] == "tls" and not st["insecure"]
         m.close()
+    finally:
+        for b in (importer, exporter):
+            if b is not None:
+                b.stop()
+        src.unlink()
+        for n in (local, status_name(local)):
+            shmstream.unlink(n)
+
+
+def test_two_bridges_with_the_tls_flags_and_a_stranger_left_out(tmp_path, make_name):
+    """tls_cert/tls_key/tls_ca (the command's --tls-* flags): tcp/ endpoints
+    become tls/, each side proves itself with a certificate of the CA; a
+    bridge with a certificate of another CA never connects."""
+    _certificates(tmp_path)
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    _certificates(stranger)  # a CA of its own, and certificates it signed
+    port = free_port()
+    group, prefix = make_name("tlsf"), make_name("m") + "/"
+    name, local = f"{group}/cam", f"{prefix}{group}/cam"
+    ns = f"tlsf{uuid.uuid4().hex[:6]}"
+    src = shmstream.create(name, shape=(4,), dtype=np.int16)
+    src.write(np.arange(4, dtype=np.int16), frame_id=5)
+
+    def tls(d, who: str) -> dict:
+        return dict(
+            tls_cert=str(d / f"{who}-cert.pem"),
+            tls_key=str(d / f"{who}-key.pem"),
+            tls_ca=str(d / "ca.pem"),
+        )
+
+    exporter = importer = None
+    try:
+        exporter = BridgeProc(
+            exports=[f"{group}/*"],
+            namespace=ns,
+            listen=[f"tcp/127.0.0.1:{port}"],
+            **tls(tmp_path, "camhost"),
+        )
+        common = dict(imports=[f"{group}/*"], remote_namespace=ns, local_prefix=prefix)
+        with Bridge(
+            connect=[f"tcp/localhost:{port}"], **common, **tls(stranger, "rtc")
+        ) as outsider:
+            importer = BridgeProc(
+                connect=[f"tcp/localhost:{port}"],
+                unlink_on_close=True,
+                **common,
+                **tls(tmp_path, "rtc"),
+            )
+            importer.wait_import(local)
+            m = shmstream.open(local, readonly=True)
+            pub = m.read_after_publication(0, timeout=support.WAIT)
+            assert (pub.payload == np.arange(4)).all() and pub.frame_id == 5
+            m.close()
+            st = mirror_status(local)
+            assert st["auth"] == "tls" and not st["insecure"]
+            # The stranger started first; the CA's own importer is in: the
+            # stranger is not, and made nothing.
+            assert outsider.auth == "tls" and outsider.peers == 0 and outsider.imported == {}
     finally:
         for b in (importer, exporter):
             if b is not None:

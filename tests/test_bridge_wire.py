@@ -178,7 +178,7 @@ def test_a_foreign_stream_under_a_status_name_is_refused(make_name):
             mirror_status(mirror)
     finally:
         h.unlink()
-    assert STATUS_DTYPE.itemsize == 52
+    assert STATUS_DTYPE.itemsize == 53
 
 
 def test_list_channels_lists_channels_only(make_name):

@@ -33,7 +33,8 @@ SUMMARIES = {
     ),
     "bridge_two_hosts.py": (
         r"^bridge: 100 frames crossed with their count, frame id and write time; "
-        r"source alive True; after the exporter stopped, source gone True$"
+        r"peers authenticated by password; source alive True; after the exporter stopped, "
+        r"source gone True$"
     ),
     "history_logger.py": (
         r"^history: read 600 of 600 frames in \d+ batches, missed 0 "

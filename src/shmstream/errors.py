@@ -35,6 +35,7 @@ __all__ = [
     "ShmstreamBufferError",
     "MissingExtraError",
     "NoPeerError",
+    "InsecureBridgeError",
     "HandleClosedError",
     "WaitCancelledError",
     "LockHeldError",
@@ -144,6 +145,13 @@ class NoPeerError(ShmstreamError, ConnectionError):
     """No Zenoh peer or router answered (``remote_exports``): nothing is
     reachable with these endpoints, which is not the same as reachable
     bridges that export nothing (an empty list)."""
+
+
+class InsecureBridgeError(ShmstreamError, ValueError):
+    """A bridge (or ``remote_exports``) was asked to listen or connect
+    without authenticating its peers, or its password file is readable by
+    others: give a private password file or TLS certificates, or say
+    ``insecure=True`` (``--insecure``) to let anyone in."""
 
 
 # -- handles and their state -----------------------------------------------

@@ -3,16 +3,22 @@
     pip install ".[zenoh]"              # from a checkout
     pip install "shmstream[zenoh]"      # once released
 
-    # camera host: offer every cam/* stream to the network
-    shmstream bridge --export 'cam/*' --listen tcp/0.0.0.0:7447
-    # real-time computer: mirror them here as remote/cam/...
-    shmstream bridge --import 'cam/*' --local-prefix remote/ --connect tcp/camhost:7447
+    # camera host: offer every cam/* stream to the hosts that know the password
+    shmstream bridge --export 'cam/*' --listen tcp/0.0.0.0:7447 --password-file ~/.bridge-pw
+    # real-time computer (the same private file): mirror them here as remote/cam/...
+    shmstream bridge --import 'cam/*' --local-prefix remote/ --connect tcp/camhost:7447 \
+        --password-file ~/.bridge-pw
 
 The same from Python::
 
     from shmstream.bridge import Bridge
-    with Bridge(imports="cam/*", local_prefix="remote/", connect=["tcp/camhost:7447"]) as b:
+    with Bridge(imports="cam/*", local_prefix="remote/", connect=["tcp/camhost:7447"],
+                password_file="/home/me/.bridge-pw") as b:
         b.run()
+
+Without a password file or TLS certificates (or ``insecure=True``) a bridge
+that listens or connects refuses to start: docs/bridge.md, "Who can
+connect".
 
 A mirror is an ordinary stream or channel: readers open it with
 ``shmstream.open`` / ``open_channel`` and need no Zenoh. ``mirror_status``

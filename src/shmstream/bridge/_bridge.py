@@ -29,7 +29,7 @@ from ..errors import (
     ShmstreamValueError,
     WaitCancelledError,
 )
-from . import _keys, _thread, _wire
+from . import _auth, _keys, _thread, _wire
 from ._channels import ChannelExport, ChannelImport
 from ._session import close_session, import_zenoh, make_config, open_session, peer_count
 from ._status import is_status_name, status_name
@@ -85,9 +85,15 @@ class Bridge:
     ``<key_prefix>/<namespace>/<name>``. ``config`` is a Zenoh configuration
     file; ``listen`` / ``connect`` are Zenoh endpoints such as
     ``tcp/192.168.1.5:7447``. Without them the bridge listens on nothing
-    (see docs/bridge.md). ``spin_us``: how long an export waits spinning for
-    the next local write before it sleeps (default 5 µs; ``None`` for
-    shmstream's default). ``start()`` opens the session and raises at once
+    (see docs/bridge.md). A bridge that listens or connects authenticates
+    its peers: ``password_file`` (a private file of ``user:password``
+    lines: the first is this bridge's, every line may connect) and/or
+    ``tls_cert``, ``tls_key``, ``tls_ca`` (mutual TLS), or a ``config``
+    that sets either; otherwise InsecureBridgeError, unless
+    ``insecure=True`` (then anyone who reaches it is let in, and it says
+    so in the log and in ``mirror_status``). ``spin_us``: how long an
+    export waits spinning for the next local write before it sleeps
+    (default 5 µs; ``None`` for shmstream's default). ``start()`` opens the session and raises at once
     for a conflicting import; ``close()`` ends everything (the mirrors stay
     unless ``unlink_on_close``). Also a context manager. A writer in the
     bridge's own process can write an exported stream through
@@ -109,6 +115,11 @@ class Bridge:
         scan_interval: float = 0.5,
         unlink_on_close: bool = False,
         spin_us: float | None = DEFAULT_SPIN_US,
+        password_file: Any = None,
+        tls_cert: Any = None,
+        tls_key: Any = None,
+        tls_ca: Any = None,
+        insecure: bool = False,
     ) -> None:
         self.export_patterns = _patterns("exports", exports)
         self.import_patterns = _patterns("imports", imports)
@@ -127,7 +138,17 @@ class Bridge:
         self.local_prefix = local_prefix
         self.scan_interval = float(scan_interval)
         self.unlink_on_close = bool(unlink_on_close)
-        self._config = make_config(config, listen, connect)  # ModuleNotFoundError without zenoh
+        self._config = make_config(  # ModuleNotFoundError without zenoh
+            config,
+            listen,
+            connect,
+            password_file=password_file,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_ca=tls_ca,
+        )
+        #: How peers are authenticated: "none", "tls", "password" or "tls+password".
+        self.auth = _auth.require(self._config, insecure, "the bridge")
         self._zenoh = import_zenoh()
         self._session: Any = None
         self.id = ""
@@ -148,6 +169,8 @@ class Bridge:
     def start(self, timeout: float = QUERY_TIMEOUT_S) -> Bridge:
         if self._session is not None:
             raise AlreadyStartedError("this bridge is already started")
+        if self.auth == "none" and _auth.reaches_out(self._config):
+            _auth.warn_insecure("the bridge", self._config)
         self._session = open_session(self._config)
         try:
             self.id = str(self._session.zid())
@@ -175,10 +198,12 @@ class Bridge:
             self.close()
             raise
         log.info(
-            "bridge %s: namespace %r, key prefix %r, exporting %s, importing %s",
+            "bridge %s: namespace %r, key prefix %r, peers authenticated by %s, exporting %s, "
+            "importing %s",
             self.id,
             self.namespace,
             self.keys.prefix,
+            self.auth,
             list(self.export_patterns),
             list(self.import_patterns),
         )
@@ -440,6 +465,7 @@ class Bridge:
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
             self._refuse(r.local, str(exc))
             return
+        r.mirror.status.set(auth=_auth.AUTH_CODES[self.auth])  # mirror_status "auth"
         r.up = True
         self._failed.pop(r.local, None)
         log.info("importing %s %r of namespace %r as %r", r.kind, r.name, ns, r.local)
@@ -526,14 +552,33 @@ def remote_exports(
     connect: Sequence[str] = (),
     key_prefix: str = _keys.DEFAULT_PREFIX,
     timeout: float = 2.0,
+    password_file: Any = None,
+    tls_cert: Any = None,
+    tls_key: Any = None,
+    tls_ca: Any = None,
+    insecure: bool = False,
 ) -> list[dict[str, str]]:
     """What bridges reachable with this configuration export now (from their
     Zenoh liveliness tokens): a sorted list of ``{namespace, kind, name,
     key, bridge}``; empty when the bridges reached export nothing.
     NoPeerError when no Zenoh peer or router answered within ``timeout``
-    (nothing is reachable with these endpoints)."""
+    (nothing is reachable with these endpoints, or none let us in).
+    Authentication as for :class:`Bridge`: InsecureBridgeError without it
+    unless ``insecure=True``."""
     keys = _keys.Keys(key_prefix, "-")
-    session = open_session(make_config(config, listen, connect))
+    cfg = make_config(
+        config,
+        listen,
+        connect,
+        password_file=password_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+    )
+    auth = _auth.require(cfg, insecure, "remote_exports (shmstream list --remote)")
+    if auth == "none" and _auth.reaches_out(cfg):
+        _auth.warn_insecure("shmstream list --remote", cfg)
+    session = open_session(cfg)
     try:
         found = []
         for reply in session.liveliness().get(keys.live_all(), timeout=timeout):
@@ -556,7 +601,8 @@ def remote_exports(
             where = ", ".join(connect) if connect else "multicast scouting"
             raise NoPeerError(
                 f"nobody answered within {timeout:g} s ({where}): no Zenoh peer or router is "
-                "reachable; is a bridge running there and the port open? (see docs/bridge.md)"
+                "reachable, or none let us in; is a bridge running there, the port open, and "
+                "are the password file or TLS certificates the bridge's? (see docs/bridge.md)"
             )
     finally:
         close_session(session)

@@ -7,7 +7,8 @@ endpoint, a 3 s lease (a dead host is noticed within ~3 s) and connection
 retries every 0.25..1 s (a restarted peer is found again within a second).
 With ``--config FILE`` the file is Zenoh's own configuration, taken as it
 is (TLS, access control, scouting, routers...); ``--listen`` / ``--connect``
-then replace its endpoint lists.
+then replace its endpoint lists. Either way Zenoh's shared-memory transport
+is off, and a password file or TLS certificates (_auth.py) are added last.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
+from . import _auth
 
 ZENOH_HINT = (
     'the shmstream bridge needs Eclipse Zenoh: pip install ".[zenoh]" from a '
@@ -38,11 +40,15 @@ DEFAULTS = {
     "listen/endpoints": "[]",
     "transport/link/tx/lease": "3000",
     "connect/retry": '{"period_init_ms": 250, "period_max_ms": 1000, "period_increase_factor": 2}',
-    # Zenoh's own shared-memory transport only helps peers on one host, where
-    # shmstream already is the transport, and a killed bridge would leave its
-    # 16 MiB pool file in /dev/shm, which nothing of ours can see or purge.
-    "transport/shared_memory/enabled": "false",
 }
+
+#: Set over a configuration file too. Zenoh's own shared-memory transport
+#: only helps peers on one host, where shmstream already is the transport,
+#: and it leaves a pool file (/dev/shm/<digits>.zenoh) that nothing of ours
+#: can see or purge: Zenoh unlinks it when the session object is freed, which
+#: a killed bridge never does, and a closed one only once nothing refers to
+#: its session any more.
+ALWAYS = {"transport/shared_memory/enabled": "false"}
 
 _open_sessions: dict[int, Any] = {}  # id -> session not closed yet (strong refs)
 _lock = threading.Lock()
@@ -66,9 +72,19 @@ def zenoh_available() -> bool:
 
 
 def make_config(
-    config: str | os.PathLike | None = None, listen: Sequence[str] = (), connect: Sequence[str] = ()
+    config: str | os.PathLike | None = None,
+    listen: Sequence[str] = (),
+    connect: Sequence[str] = (),
+    *,
+    password_file: str | os.PathLike | None = None,
+    tls_cert: str | os.PathLike | None = None,
+    tls_key: str | os.PathLike | None = None,
+    tls_ca: str | os.PathLike | None = None,
 ) -> Any:
-    """A zenoh.Config from a file or the defaults above, plus endpoints."""
+    """A zenoh.Config from a file or the defaults above, plus endpoints,
+    plus authentication by a password file and/or mutual TLS (_auth.apply).
+    It does not refuse a configuration without authentication: Bridge and
+    remote_exports do (_auth.require)."""
     zenoh = import_zenoh()
     for what, eps in (("listen", listen), ("connect", connect)):
         if isinstance(eps, str) or not all(isinstance(e, str) and e for e in eps):
@@ -90,6 +106,8 @@ def make_config(
         for key, value in DEFAULTS.items():
             cfg.insert_json5(key, value)
     try:
+        for key, value in ALWAYS.items():
+            cfg.insert_json5(key, value)
         if listen:
             cfg.insert_json5("listen/endpoints", json.dumps(list(listen)))
         if connect:
@@ -98,6 +116,10 @@ def make_config(
         raise ShmstreamValueError(
             f"bad Zenoh endpoint in {list(listen) + list(connect)}: {exc}"
         ) from None
+    try:
+        _auth.apply(cfg, password_file, tls_cert, tls_key, tls_ca)
+    except zenoh.ZError as exc:
+        raise ShmstreamValueError(f"Zenoh refused the authentication settings: {exc}") from None
     return cfg
 
 

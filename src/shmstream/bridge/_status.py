@@ -23,6 +23,7 @@ import numpy as np
 import shmstream
 from ..errors import ShmstreamFileNotFoundError, ShmstreamValueError
 from . import _wire
+from ._auth import AUTH_CODES
 
 STATUS_SUFFIX = "@bridge"
 KIND_CODES = {"stream": 1, "channel": 2}
@@ -39,6 +40,7 @@ STATUS_DTYPE = np.dtype(
         ("producer_alive", "u1"),  # the source's producer runs (as its bridge last said)
         ("kind", "u1"),  # 1 stream, 2 channel
         ("eof", "u1"),  # channel: the source producer closed
+        ("auth", "u1"),  # how the importing bridge authenticates peers (_auth.AUTH_CODES)
     ]
 )
 
@@ -55,6 +57,7 @@ def _describe(rec: np.ndarray, h: Any) -> dict[str, Any]:
     exporter = bool(rec["exporter_alive"])
     producer = bool(rec["producer_alive"])
     kind = {v: k for k, v in KIND_CODES.items()}.get(int(rec["kind"]), "unknown")
+    auth = {v: k for k, v in AUTH_CODES.items()}.get(int(rec["auth"]), "unknown")
     return {
         "kind": kind,
         "source_alive": exporter and producer,
@@ -65,6 +68,8 @@ def _describe(rec: np.ndarray, h: Any) -> dict[str, Any]:
         "lost_messages": int(rec["lost_messages"]),
         "eof": bool(rec["eof"]),
         "changed": int(rec["changed_ns"]) / 1e9,
+        "auth": auth,
+        "insecure": auth == "none",
         "updates": h.count,
     }
 
@@ -78,7 +83,11 @@ def mirror_status(name: str) -> dict[str, Any]:
     ``bad_samples`` (refused and dropped), ``lost_messages`` (channels),
     ``eof`` (channels: the source producer closed), ``changed`` (UNIX time of
     the last liveness change), ``updates`` (the status stream's count: wait
-    for the next change with ``shmstream.open(name + '@bridge').read_new()``).
+    for the next change with ``shmstream.open(name + '@bridge').read_new()``),
+    ``auth`` (how the importing bridge authenticates its peers: "none",
+    "tls", "password" or "tls+password"), ``insecure`` (``auth == "none"``:
+    it was started with ``insecure=True``, and anyone could have sent what
+    the mirror holds).
     FileNotFoundError if ``name`` is not a bridge mirror."""
     try:
         h = shmstream.open(status_name(name), readonly=True)

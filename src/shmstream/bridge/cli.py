@@ -49,6 +49,37 @@ def add_session_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PREFIX",
         help=f"first chunks of every key (default {DEFAULT_PREFIX})",
     )
+    a = p.add_argument_group(
+        "who may connect",
+        "A bridge that listens or connects authenticates its peers: give --password-file, "
+        "the three --tls-* files, or a --config that sets either; else it refuses to start "
+        "unless --insecure.",
+    )
+    a.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="Zenoh user/password authentication: FILE holds 'user:password' lines (mode "
+        "0600); the first is this side's, every line may connect. Use the same file on both "
+        "hosts. Not encryption: add TLS across networks you do not trust",
+    )
+    a.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="mutual TLS: this host's certificate (PEM), signed by the --tls-ca; tcp/ "
+        "endpoints become tls/",
+    )
+    a.add_argument("--tls-key", metavar="FILE", help="mutual TLS: this host's private key (PEM)")
+    a.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="mutual TLS: the CA certificate (PEM) that every peer's certificate must chain to",
+    )
+    a.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen and connect WITHOUT authentication: anyone who reaches the port can "
+        "read, forge and drop what the bridge carries (logged as a warning)",
+    )
 
 
 def add_remote_arguments(list_parser: argparse.ArgumentParser) -> None:
@@ -77,8 +108,10 @@ def add_bridge_parser(sub: Any) -> None:
         "<key-prefix>/<namespace>/<name>, and mirror remote ones here. Runs until "
         "Ctrl-C or SIGTERM.",
         epilog='Example: on the camera host \'shmstream bridge --export "cam/*" --listen '
-        "tcp/0.0.0.0:7447'; on the other 'shmstream bridge --import \"cam/*\" "
-        "--local-prefix remote/ --connect tcp/camhost:7447'.",
+        "tcp/0.0.0.0:7447 --password-file ~/.shmstream-bridge'; on the other 'shmstream "
+        'bridge --import "cam/*" --local-prefix remote/ --connect tcp/camhost:7447 '
+        "--password-file ~/.shmstream-bridge' (the same private file of one "
+        "'user:password' line on both hosts).",
     )
     p.add_argument(
         "--export",
@@ -139,6 +172,18 @@ def add_bridge_parser(sub: Any) -> None:
     add_session_arguments(p)
 
 
+def auth_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of Bridge / remote_exports for --password-file,
+    --tls-* and --insecure."""
+    return {
+        "password_file": args.password_file,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "tls_ca": args.tls_ca,
+        "insecure": args.insecure,
+    }
+
+
 def _missing_zenoh(exc: ImportError) -> int:
     print(f"{PROG}: error: {ZENOH_HINT}", file=sys.stderr)
     return 1
@@ -157,6 +202,7 @@ def print_remote(args: argparse.Namespace) -> int:
             connect=args.connect,
             key_prefix=args.key_prefix,
             timeout=args.timeout,
+            **auth_arguments(args),
         )
     except ImportError as exc:
         return _missing_zenoh(exc)
@@ -240,6 +286,7 @@ def cmd_bridge(args: argparse.Namespace) -> int:
             connect=args.connect,
             unlink_on_close=args.unlink_on_exit,
             spin_us=args.spin_us,
+            **auth_arguments(args),
         )
     except ImportError as exc:
         return _missing_zenoh(exc)
