@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -136,7 +136,8 @@ class MappedNpy:
                     f"{self.path} is shorter ({size} bytes) than its header says "
                     f"({offset + nbytes} bytes for {shape} of {dtype}): it was truncated"
                 )
-            order = "F" if fortran else "C"
+            order: Literal["C", "F"] = "F" if fortran else "C"
+            self.array: np.ndarray
             if nbytes == 0:
                 self.array = np.empty(shape, dtype, order=order)
             else:
