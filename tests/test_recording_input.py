@@ -197,3 +197,41 @@ def test_a_recording_killed_before_its_last_sync_still_loads(tmp_path):
     rec = shmstream.load_recording(path)
     assert len(rec) == 32 and not rec.complete
 
+
+def _view_with_a_cut(path: str) -> list[str]:
+    """Serve the recording, take a picture, cut frames.npy, ask for another
+    frame: the states the page is sent."""
+    import asyncio
+    import struct
+
+    import websockets
+
+    from shmstream.viewer import Viewer
+
+    with Viewer(recording=path).start() as v:
+        url = v.url.replace("http://", "ws://", 1).replace("/?", "/ws?", 1)
+
+        async def run() -> list[str]:
+            states: list[str] = []
+            async with websockets.connect(url) as ws:
+                await ws.send('{"settings": {"playing": false, "index": 0}}')
+                while not states or states[-1] != "corrupt":
+                    raw = await asyncio.wait_for(ws.recv(), 30)
+                    (length,) = struct.unpack("<I", raw[:4])
+                    header = json.loads(raw[4 : 4 + length])
+                    states.append(header.get("state", header["kind"]))
+                    await ws.send('{"ack": 1}')
+                    if len(states) == 1:
+                        os.truncate(os.path.join(path, "frames.npy"), header_bytes(Path(path)))
+                        await ws.send('{"settings": {"index": 20}}')  # a frame now cut
+            return states
+
+        return asyncio.run(run())
+
+
+def test_the_viewer_says_a_recording_cut_under_it_is_corrupt(tmp_path, spawn):
+    pytest.importorskip("starlette", reason="the 'view' extra is not installed")
+    pytest.importorskip("websockets", reason="the 'view' extra is not installed")
+    path = write_recording(tmp_path / "rec")
+    states = spawn(_view_with_a_cut, str(path)).result()
+    assert states[0] == "image" and states[-1] == "corrupt"
