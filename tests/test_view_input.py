@@ -352,3 +352,20 @@ def test_a_stream_replaced_under_its_name_is_shown_anew(viewer, name):
     seen = asyncio.run(run())
     assert [h.get("state") for h in seen if h["kind"] == "message"][-1] == "removed"
     assert seen[-1]["kind"] == "image" and seen[-1]["count"] == 1
+
+
+def test_the_install_hint_gives_the_checkout_and_the_released_form():
+    import subprocess
+    import sys
+
+    from shmstream.viewer import VIEW_HINT
+
+    out = subprocess.run(
+        [sys.executable, "-m", "shmstream", "view", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for said in (" ".join(out.split()), VIEW_HINT):  # help text is wrapped
+        assert 'pip install ".[view]" from a checkout' in said
+        assert 'pip install "shmstream[view]"' in said

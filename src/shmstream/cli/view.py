@@ -13,13 +13,13 @@ from ._common import number
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    view_p = sub.add_parser(
-        "view",
-        help="serve a local web page that lists every segment live and shows a stream's "
+    about = (
+        "serve a local web page that lists every segment live and shows a stream's "
         "picture (or plays back a recording directory); prints the URL, whose token lets "
         "only you in (needs the 'view' extra: pip install \".[view]\" from a checkout, "
-        'pip install "shmstream[view]" once released)',
+        'pip install "shmstream[view]" once released)'
     )
+    view_p = sub.add_parser("view", help=about, description=about)
     view_p.add_argument(
         "target",
         nargs="?",
