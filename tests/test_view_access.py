@@ -285,3 +285,29 @@ def test_a_recording_is_loaded_once_for_every_page(tmp_path, monkeypatch):
         got = asyncio.run(run())
     assert [h["kind"] for h in got] == ["image"] * 5
     assert len(loads) == 1  # five pages, one load
+
+
+def test_settings_sent_without_pause_get_no_more_pictures_than_the_fps_cap(name):
+    """A page that changes its settings in a loop used to get a picture per
+    change (a change bypassed the pacing). At fps=0.01 the second picture is
+    100 s away: none may come while 50 changes are sent and acknowledged."""
+    with (
+        Viewer(fps=0.01).start() as v,
+        shmstream.create(name, shape=(4, 4), dtype=np.uint8) as s,
+    ):
+        s.write(np.ones((4, 4), np.uint8))
+        url = socket_url(v, stream=name)
+
+        async def run() -> list[bytes]:
+            async with websockets.connect(url) as ws:
+                got = [await asyncio.wait_for(ws.recv(), WAIT)]  # the first is at once
+                for k in range(50):
+                    await ws.send(json.dumps({"settings": {"contrast": "fixed", "hi": k + 1}}))
+                    await ws.send('{"ack": 1}')
+                try:
+                    got.append(await asyncio.wait_for(ws.recv(), 1.0))
+                except asyncio.TimeoutError:
+                    pass  # nothing more before the next period: paced
+                return got
+
+        assert len(asyncio.run(run())) == 1
