@@ -390,8 +390,9 @@ SS_API int ss_segment_status(const ss_segment *seg);
 
 /* ---- plain files mapped under the bus-error guard (src/core/guard.c) ---- */
 
-/* A file that is not a segment (a DataLoader pool's slot, ...) mapped
- * read-write and shared, with the guard that turns a SIGBUS after another
+/* A file that is not a segment (a DataLoader pool's slot, a recording's
+ * frames) mapped shared, read-write if fd was opened for writing and
+ * read-only otherwise (ss_file_map_writable says which), with the guard that turns a SIGBUS after another
  * process truncated it into zero pages (docs/ABI.md, "The header is trusted
  * once"). ss_file_map_open returns 0 or an errno; populate maps every page
  * now. ss_file_map_lost: a bus error was caught in the mapping (its pages
@@ -401,6 +402,7 @@ typedef struct ss_file_map ss_file_map;
 SS_API int ss_file_map_open(int fd, size_t bytes, int populate, ss_file_map **out);
 SS_API void *ss_file_map_base(const ss_file_map *m);
 SS_API size_t ss_file_map_bytes(const ss_file_map *m);
+SS_API int ss_file_map_writable(const ss_file_map *m);
 SS_API int ss_file_map_lost(const ss_file_map *m);
 SS_API void ss_file_map_close(ss_file_map *m);
 /* The first field that sizes or locates memory whose shared value differs

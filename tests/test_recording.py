@@ -90,13 +90,14 @@ def test_record_replay_record_gives_identical_frames_and_metadata(make_name, tmp
         shmstream.record(first, tmp_path / "a", since=0, frames=7)
     finally:
         h.close()
-    stats = shmstream.replay(tmp_path / "a", second, rate=math.inf)
+    # the history asked for: by default a replay's stream keeps no more than the 7 frames
+    stats = shmstream.replay(tmp_path / "a", second, rate=math.inf, history=64)
     assert (stats.frames, stats.created, stats.stopped_by) == (7, True, "end")
     shmstream.record(second, tmp_path / "b", since=0, frames=7)
     same_recordings(
         shmstream.load_recording(tmp_path / "a"), shmstream.load_recording(tmp_path / "b")
     )
-    assert shmstream.stat(second)["history"] == 64  # created like the recorded stream
+    assert shmstream.stat(second)["history"] == 64  # created as asked
 
 
 def child_replay(path, name):
@@ -350,7 +351,8 @@ def test_the_cli_records_and_replays(make_name, tmp_path, capsys):
         )
         out = capsys.readouterr().out
         assert "recorded 3 frames" in out and "missed 1" in out
-        assert cli_main(["replay", str(tmp_path / "a"), dst, "--fast", "--quiet"]) == 0
+        replay = ["replay", str(tmp_path / "a"), dst, "--fast", "--history", "16", "--quiet"]
+        assert cli_main(replay) == 0
         assert "replayed 3 frames" in capsys.readouterr().out
         assert cli_main(["replay", str(tmp_path / "nowhere"), dst]) == 1
         assert "no recording at" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from shmstream.viewer import Viewer
 import support
 from view_util import (
     canvas_pixels,
+    page,
     pictures,
     start_cli,
     stop_cli,
@@ -179,7 +180,7 @@ def test_a_stream_removed_while_shown_leaves_the_page_working(browser, viewer, m
     first, second = make_name(), make_name()
     s = shmstream.create(first, shape=(H, W), dtype=np.uint16)
     s.write(gradient())
-    browser.get(viewer.url + f"?stream={first}")
+    browser.get(page(viewer, stream=first))
     wait_for_count(browser, 1)
     s.close()
     shmstream.unlink(first)
@@ -211,7 +212,7 @@ def test_a_corrupt_segment_is_shown_as_corrupt(browser, viewer, name):
     )
     wait_for(browser, lambda d: "corrupt" in text(d, "details"), "why it is corrupt")
     assert "unlink" in text(browser, "details")  # the next step
-    browser.get(viewer.url + f"?stream={name}")  # asked for by its name
+    browser.get(page(viewer, stream=name))  # asked for by its name
     wait_for(
         browser,
         lambda d: d.find_element("id", "state").get_attribute("data-state") == "corrupt",
@@ -224,7 +225,7 @@ def test_history_is_scrubbed_back_and_forth(browser, viewer, name):
     with shmstream.create(name, shape=(H, W), dtype=np.uint16, history=8) as s:
         for k in range(1, 9):
             s.write(gradient() if k % 2 else checkerboard(), frame_id=100 + k)
-        browser.get(viewer.url + f"?stream={name}")
+        browser.get(page(viewer, stream=name))
         wait_for_count(browser, 8)
         set_input(browser, "scrub", 3)
         wait_for_count(browser, 3)

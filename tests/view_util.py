@@ -60,6 +60,20 @@ def start_browser() -> Any:
     return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
 
 
+def page(viewer: Any, path: str = "", **query: Any) -> str:
+    """The URL of ``path`` on ``viewer`` (a shmstream.viewer.Viewer) with
+    its token and ``query``: what a user's browser or script asks for."""
+    import urllib.parse
+
+    base = viewer.url.split("?")[0]
+    return base + path + "?" + urllib.parse.urlencode({"token": viewer.token, **query})
+
+
+def socket_url(viewer: Any, **query: Any) -> str:
+    """The picture socket's URL on ``viewer``, with its token."""
+    return page(viewer, "ws", **query).replace("http://", "ws://", 1)
+
+
 def text(driver: Any, element_id: str) -> str:
     return driver.execute_script(f"return document.getElementById('{element_id}').textContent")
 

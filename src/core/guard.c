@@ -21,6 +21,7 @@
  * of async-signal-safe functions but is a plain system call on Linux). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -158,16 +159,22 @@ void ss_guard_detach(ss_segment *seg) {
 struct ss_file_map {
   uint8_t *base;
   size_t bytes;
+  int writable;
   struct ss_guard *guard;
 };
 
 int ss_file_map_open(int fd, size_t bytes, int populate, ss_file_map **out) {
   *out = NULL;
   if (bytes == 0) return EINVAL;
+  /* A file opened read-only (another user's recording) is mapped read-only:
+   * a shared writable mapping of it is refused (EACCES). */
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0) return errno;
+  int writable = (flags & O_ACCMODE) != O_RDONLY;
   ss_file_map *m = calloc(1, sizeof *m);
   if (!m) return ENOMEM;
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
-                 fd, 0);
+  void *p = mmap(NULL, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                 MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;
     free(m);
@@ -175,6 +182,7 @@ int ss_file_map_open(int fd, size_t bytes, int populate, ss_file_map **out) {
   }
   m->base = p;
   m->bytes = bytes;
+  m->writable = writable;
   m->guard = guard_add((uintptr_t)p, (uintptr_t)p + bytes);
   *out = m;
   return SS_OK;
@@ -183,6 +191,8 @@ int ss_file_map_open(int fd, size_t bytes, int populate, ss_file_map **out) {
 void *ss_file_map_base(const ss_file_map *m) { return m->base; }
 
 size_t ss_file_map_bytes(const ss_file_map *m) { return m->bytes; }
+
+int ss_file_map_writable(const ss_file_map *m) { return m->writable; }
 
 int ss_file_map_lost(const ss_file_map *m) {
   return m->guard && atomic_load_explicit(&m->guard->hit, memory_order_acquire);

@@ -59,7 +59,9 @@ from .shared_array import SharedArray, SharedRecArray, share
 def view(name: str | None = None, **kwargs: _Any) -> _Any:
     """Serve the live web view (``shmstream.viewer.view``; docs/view.md):
     every segment, and the picture of stream ``name`` or of a
-    ``recording=`` directory. Needs ``pip install "shmstream[view]"``."""
+    ``recording=`` directory. Needs the ``view`` extra (``pip install
+    ".[view]"`` from a checkout, ``pip install "shmstream[view]"`` once
+    released)."""
     from .viewer import view as _serve
 
     return _serve(name, **kwargs)

@@ -12,13 +12,17 @@ LAYOUT_VERSION: int = 1
 class FileMapping:
     def __init__(self, fd: int, size: int, populate: bool = False) -> None:
         """
-        Map size bytes of the open file fd, shared and writable, under the bus-error guard; populate maps every page now.
+        Map size bytes of the open file fd, shared (writable if fd was opened for writing, read-only otherwise), under the bus-error guard; populate maps every page now.
         """
 
     def buffer(self) -> object:
         """
-        The mapped bytes as a writable memoryview that keeps the mapping alive.
+        The mapped bytes as a memoryview (read-only if the mapping is) that keeps the mapping alive.
         """
+
+    @property
+    def writable(self) -> bool:
+        """True if the file was opened for writing, so the mapping is writable."""
 
     @property
     def lost(self) -> bool:

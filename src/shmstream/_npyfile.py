@@ -1,5 +1,6 @@
 """A NumPy ``.npy`` file written a row at a time, readable by ``np.load``
-at any moment.
+at any moment (:class:`NpyAppender`), and one mapped for reading under the
+core's bus-error guard (:class:`MappedNpy`).
 
 The header is written first with room for any row count, then rewritten in
 place with the true count whenever the caller syncs (and at close), so a
@@ -11,8 +12,9 @@ shmstream is needed to read it.
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -91,3 +93,60 @@ class NpyAppender:
         self.flush()
         self.write_count(self.rows)
         self._file.close()
+
+
+class MappedNpy:
+    """A ``.npy`` file opened for reading, its data mapped read-only through
+    the core's bus-error guard (``_native.FileMapping``, src/core/guard.c)
+    rather than ``np.memmap``: the file is another process's input, and one
+    truncated while mapped gives zero pages and the ``lost`` mark here, not
+    a SIGBUS that kills the reader. ``array`` is the data (read-only);
+    callers that copy out of it check :attr:`lost` after the copy.
+
+    Raises ValueError for a file that is no readable ``.npy`` (no magic, a
+    bad header, an object dtype) and :class:`CorruptStreamError` for one
+    shorter than its header says."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from . import _native
+        from .errors import CorruptStreamError
+
+        self.path = os.fspath(path)
+        self._mapping: Any = None
+        with open(self.path, "rb") as f:
+            if f.read(len(_MAGIC)) != _MAGIC:
+                raise ValueError("it does not start with the .npy magic")
+            f.seek(0)
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unknown .npy format version {version}")
+            if any(d < 0 for d in shape):
+                raise ValueError(f"its header gives a negative shape {shape}")
+            if dtype.hasobject:
+                raise ValueError("it holds Python objects (an object dtype), not numbers")
+            offset = f.tell()
+            nbytes = math.prod(shape) * dtype.itemsize
+            size = os.fstat(f.fileno()).st_size
+            if size < offset + nbytes:
+                raise CorruptStreamError(
+                    f"{self.path} is shorter ({size} bytes) than its header says "
+                    f"({offset + nbytes} bytes for {shape} of {dtype}): it was truncated"
+                )
+            order: Literal["C", "F"] = "F" if fortran else "C"
+            self.array: np.ndarray
+            if nbytes == 0:
+                self.array = np.empty(shape, dtype, order=order)
+            else:
+                self._mapping = _native.FileMapping(f.fileno(), offset + nbytes, False)
+                self.array = np.ndarray(
+                    shape, dtype, buffer=self._mapping.buffer(), offset=offset, order=order
+                )
+
+    @property
+    def lost(self) -> bool:
+        """The file shrank under the mapping: what was read may be zeros."""
+        return self._mapping is not None and bool(self._mapping.lost)

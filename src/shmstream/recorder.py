@@ -378,7 +378,10 @@ def replay(
     first recorded one; ``renumber=True`` publishes with the stream's own
     counts instead (frame ids and times kept). ``restamp=True`` stamps the
     publication time instead of the recorded one. Stops early on ``stop``
-    or (``handle_signals``) SIGINT/SIGTERM."""
+    or (``handle_signals``) SIGINT/SIGTERM, also in the middle of a long
+    pause between two recorded frames. A frames.npy truncated while it
+    is replayed is a :class:`CorruptStreamError` (nothing of the cut part
+    is published)."""
     _checks.check_name(name)
     pace = _check_rate(rate)  # the arguments before the files
     rec = load_recording(path)
@@ -387,21 +390,19 @@ def replay(
     try:
         _check_counts(rec, handle, renumber)
         times = rec.write_times_ns
+        frame = np.empty(rec.shape, rec.dtype)  # each frame copied and checked, then written
         start = time.perf_counter()
         next_report = time.monotonic() + progress_interval
         try:
             with _signals_stop(handle_signals):
                 for i in range(len(rec)):
-                    if stop is not None and stop.is_set():
+                    due = _due(pace, i, times)
+                    if not _wait_until(start, due, stop):
                         stats.stopped_by = "stop"
                         break
-                    due = _due(pace, i, times)
-                    if due is not None:
-                        delay = start + due - time.perf_counter()
-                        if delay > 0:
-                            time.sleep(delay)
+                    rec.frame(i, out=frame)  # CorruptStreamError if frames.npy was cut
                     handle.write(
-                        rec.frames[i],
+                        frame,
                         frame_id=int(rec.frame_ids[i]),
                         count=None if renumber else int(rec.counts[i]),
                         write_time_ns=None if restamp else int(times[i]) or None,
@@ -436,6 +437,24 @@ def _check_rate(rate: Any) -> float | None:
     return float(rate)
 
 
+def _wait_until(start: float, due: float | None, stop: threading.Event | None) -> bool:
+    """Sleep until ``start + due`` (perf_counter seconds; None: not at all)
+    in steps of at most _CHUNK_S, so that ``stop`` (and a signal's handler)
+    is seen within a step however far the recorded times jump. False if
+    ``stop`` was set."""
+    while True:
+        if stop is not None and stop.is_set():
+            return False
+        delay = 0.0 if due is None else start + due - time.perf_counter()
+        if delay <= 0:
+            return True
+        step = min(delay, _CHUNK_S)
+        if stop is not None:
+            stop.wait(step)
+        else:
+            time.sleep(step)
+
+
 def _due(pace: float | None, i: int, times: np.ndarray) -> float | None:
     """Seconds after the start at which frame i is due (None: at once)."""
     if pace is None:
@@ -448,7 +467,9 @@ def _target(rec: Recording, name: str, history: int | None) -> tuple[Any, bool]:
     try:
         handle = _open(name, gpu_device=False)
     except FileNotFoundError:
-        depth = rec.history if history is None else history
+        # stream.json's history is someone else's word: a stream made for
+        # the replay keeps no more frames than the recording holds
+        depth = min(rec.history, len(rec)) if history is None else history
         return _create(name, shape=rec.shape, dtype=rec.dtype, history=depth), True
     except NoCpuMirrorError:
         handle = None

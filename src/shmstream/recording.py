@@ -30,8 +30,13 @@ from typing import Any
 import numpy as np
 
 from . import _dtypes
-from ._npyfile import NpyAppender
-from .errors import ShmstreamFileExistsError, ShmstreamFileNotFoundError, ShmstreamValueError
+from ._npyfile import MappedNpy, NpyAppender
+from .errors import (
+    CorruptStreamError,
+    ShmstreamFileExistsError,
+    ShmstreamFileNotFoundError,
+    ShmstreamValueError,
+)
 from .publication import FrameBatch, Publication
 
 __all__ = ["FORMAT", "COLUMNS", "Recording", "RecordingWriter", "load_recording"]
@@ -163,8 +168,12 @@ def _prepare_directory(path: Path, overwrite: bool) -> None:
 class Recording:
     """A recording opened for reading (:func:`load_recording`).
 
-    ``frames`` is a read-only memory map of frames.npy (nothing is loaded
-    until used); ``counts``, ``frame_ids`` and ``write_times_ns`` are
+    ``frames`` is a read-only map of frames.npy (nothing is loaded until
+    used), made through the core's bus-error guard: a file that another
+    process truncates while it is mapped reads zeros past the cut, and
+    :meth:`frame`, iteration and :meth:`check` raise
+    :class:`CorruptStreamError`, where a plain ``np.memmap`` would kill the
+    process with SIGBUS. ``counts``, ``frame_ids`` and ``write_times_ns`` are
     uint64 arrays; ``info`` is stream.json; ``name``, ``shape``, ``dtype``
     and ``history`` describe the stream it came from. ``missed`` counts the
     publications between the first and last frame that are not in it.
@@ -174,8 +183,10 @@ class Recording:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.info = _read_description(self.path)
-        self.frames = _load_npy(self.path, "frames.npy", mmap=True)
-        columns = [_load_npy(self.path, f"{c}.npy", mmap=False) for c in COLUMNS]
+        self.shape, self.dtype, described = _check_description(self.path, self.info)
+        self._frames_file = _map_npy(self.path, "frames.npy")
+        self.frames = self._frames_file.array
+        columns = [_load_column(self.path, f"{c}.npy") for c in COLUMNS]
         self.complete = bool(self.info.get("complete"))
         n = len(self.frames)
         lengths = {len(c) for c in columns}
@@ -187,21 +198,14 @@ class Recording:
                 )
             n = min(n, *lengths)  # killed between two files: what all of them hold
             self.frames = self.frames[:n]
+        if self.complete and described != n:
+            raise ShmstreamValueError(
+                f"recording {str(self.path)!r} is inconsistent: {DESCRIPTION} says "
+                f"{described} frames, the files hold {n}"
+            )
         self.counts, self.frame_ids, self.write_times_ns = (
             c[:n].astype(np.uint64, copy=False) for c in columns
         )
-        try:
-            self.shape = tuple(int(d) for d in self.info["shape"])
-            self.dtype = (
-                _dtypes.decode(self.info["dtype"])
-                if isinstance(self.info["dtype"], str)
-                else np.dtype(self.info["dtype"])
-            )
-        except (KeyError, TypeError, ValueError, SyntaxError) as exc:
-            raise ShmstreamValueError(
-                f"recording {str(self.path)!r} has a bad {DESCRIPTION}: no valid "
-                f"shape and dtype ({exc})"
-            ) from None
         if self.frames.shape[1:] != self.shape or self.frames.dtype != self.dtype:
             raise ShmstreamValueError(
                 f"recording {str(self.path)!r} is inconsistent: frames.npy holds "
@@ -213,12 +217,31 @@ class Recording:
                 f"recording {str(self.path)!r} is corrupt: its counts do not increase"
             )
 
+    def check(self) -> None:
+        """Raise :class:`CorruptStreamError` if frames.npy was truncated
+        while mapped here (what was read from it since may be zeros)."""
+        if self._frames_file.lost:
+            raise CorruptStreamError(
+                f"recording {str(self.path)!r}: frames.npy was truncated while it was read "
+                "(another process cut the file); what was read from it is not the recording"
+            )
+
+    def frame(self, i: int, out: np.ndarray | None = None) -> np.ndarray:
+        """A private copy of frame ``i`` (into ``out`` if given), checked:
+        :class:`CorruptStreamError` if frames.npy was cut under it."""
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        np.copyto(out, self.frames[i])
+        self.check()
+        return out
+
     @property
     def name(self) -> str | None:
         return self.info.get("name")
 
     @property
     def history(self) -> int:
+        """The history of the stream it was recorded from (stream.json)."""
         return int(self.info.get("history") or 0)
 
     @property
@@ -231,9 +254,13 @@ class Recording:
 
     def __iter__(self) -> Iterator[Publication]:
         """The frames as :class:`Publication` objects (payload: a read-only
-        row of the memory map), missed_publications from the count gaps."""
+        row of the memory map), missed_publications from the count gaps.
+        Each step raises :class:`CorruptStreamError` once frames.npy was
+        truncated under the map (a payload touched after the cut reads
+        zeros; :meth:`frame` copies and checks)."""
         previous = None
         for i, count in enumerate(self.counts.tolist()):
+            self.check()
             missed = 0 if previous is None else count - previous - 1
             yield Publication(
                 self.frames[i],
@@ -243,6 +270,7 @@ class Recording:
                 missed,
             )
             previous = count
+        self.check()
 
     def __repr__(self) -> str:
         return (
@@ -291,36 +319,85 @@ def _read_description(path: Path) -> dict[str, Any]:
     return info
 
 
-def _load_npy(path: Path, file: str, mmap: bool) -> np.ndarray:
+#: Dimensions a recorded frame may have (NumPy's own limit).
+_MAX_NDIM = 64
+
+
+def _check_description(path: Path, info: dict[str, Any]) -> tuple[tuple[int, ...], np.dtype, int]:
+    """The shape, dtype and frame count stream.json gives, each checked
+    (someone else's file is input): a bad field is a ValueError naming it."""
+    where = str(path / DESCRIPTION)
+
+    def bad(what: str) -> ShmstreamValueError:
+        return ShmstreamValueError(
+            f"recording {str(path)!r} has a bad {DESCRIPTION} ({where}): {what}"
+        )
+
+    def count(key: str) -> int:
+        value = info.get(key)
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise bad(f"{key!r} must be an integer >= 0, not {value!r}")
+        return value
+
+    shape = info.get("shape")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_NDIM
+        or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in shape)
+    ):
+        raise bad(f"'shape' must be a list of at most {_MAX_NDIM} sizes >= 0, not {shape!r}")
+    try:
+        dtype = _dtypes.decode(info["dtype"]) if isinstance(info.get("dtype"), str) else None
+    except (TypeError, ValueError, SyntaxError) as exc:
+        raise bad(f"'dtype' {info.get('dtype')!r} is not a dtype ({exc})") from None
+    if dtype is None:
+        raise bad(f"'dtype' must be a dtype's text, not {info.get('dtype')!r}")
+    if not isinstance(info.get("name"), (str, type(None))):
+        raise bad(f"'name' must be a string, not {info.get('name')!r}")
+    if not isinstance(info.get("complete", False), bool):
+        raise bad(f"'complete' must be true or false, not {info.get('complete')!r}")
+    count("history")
+    return tuple(shape), dtype, count("frames")
+
+
+def _map_npy(path: Path, file: str) -> MappedNpy:
+    """One of the recording's .npy files, mapped under the bus-error guard
+    (_npyfile.MappedNpy): its header checked against the file's size, and
+    a file cut while mapped a CorruptStreamError, never a SIGBUS."""
     where = path / file
     if not where.is_file():
         raise ShmstreamValueError(f"recording {str(path)!r} is incomplete: {file} is missing")
-    with open(where, "rb") as f:
+    try:
+        mapped = MappedNpy(where)
+    except CorruptStreamError as exc:
+        raise CorruptStreamError(f"recording {str(path)!r}: {exc}") from None
+    except OSError as exc:
+        raise ShmstreamValueError(f"recording {str(path)!r}: cannot read {file} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged header raises anything (SyntaxError, ...)
         # Without the magic, np.load takes a file for a pickle and says so,
         # which misleads: say what is wrong.
-        if f.read(6) != b"\x93NUMPY":
-            raise ShmstreamValueError(
-                f"recording {str(path)!r}: {file} is not a NumPy .npy file "
-                "(it does not start with the .npy magic)"
-            )
-    try:
-        try:
-            array = np.load(where, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except ValueError:
-            if not mmap:
-                raise
-            array = np.load(where, allow_pickle=False)  # an empty array cannot be mapped
-    except Exception as exc:  # noqa: BLE001 - a damaged header raises anything (SyntaxError, tokenize.TokenError)
-        raise ShmstreamValueError(
-            f"recording {str(path)!r}: {file} is not a readable NumPy .npy file ({exc})"
-        ) from None
-    if (
-        not isinstance(array, np.ndarray)
-        or array.ndim < 1
-        or (file != "frames.npy" and (array.ndim != 1 or array.dtype.kind not in "iu"))
+        text = str(exc)
+        what = (
+            "is not a NumPy .npy file" if "magic" in text else "is not a readable NumPy .npy file"
+        )
+        raise ShmstreamValueError(f"recording {str(path)!r}: {file} {what} ({text})") from None
+    array = mapped.array
+    if array.ndim < 1 or (
+        file != "frames.npy" and (array.ndim != 1 or array.dtype.kind not in "iu")
     ):
         raise ShmstreamValueError(
             f"recording {str(path)!r}: {file} does not hold "
             f"{'frames' if file == 'frames.npy' else 'one integer per frame'}"
         )
-    return array
+    return mapped
+
+
+def _load_column(path: Path, file: str) -> np.ndarray:
+    """A metadata column, copied out of its guarded map and checked."""
+    mapped = _map_npy(path, file)
+    column = np.array(mapped.array)
+    if mapped.lost:
+        raise CorruptStreamError(f"recording {str(path)!r}: {file} was truncated while it was read")
+    return column

@@ -13,17 +13,19 @@ from ._common import number
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
-    view_p = sub.add_parser(
-        "view",
-        help="serve a local web page that lists every segment live and shows a stream's "
-        "picture (or plays back a recording directory); prints the URL (needs the 'view' "
-        'extra: pip install "shmstream[view]")',
+    about = (
+        "serve a local web page that lists every segment live and shows a stream's "
+        "picture (or plays back a recording directory); prints the URL, whose token lets "
+        "only you in (needs the 'view' extra: pip install \".[view]\" from a checkout, "
+        'pip install "shmstream[view]" once released)'
     )
+    view_p = sub.add_parser("view", help=about, description=about)
     view_p.add_argument(
         "target",
         nargs="?",
         metavar="NAME|DIR",
-        help="a stream to show at once, or a recording directory to play back",
+        help="a stream to show at once (waited for if it does not exist yet), or a "
+        "recording directory to play back",
     )
     view_p.add_argument(
         "--host",

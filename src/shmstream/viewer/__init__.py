@@ -4,8 +4,11 @@ stream's picture (docs/view.md). ``shmstream.view()`` and the
 
 ``view()`` serves it until Ctrl-C; ``view(block=False)`` returns a
 :class:`Viewer` serving from a background thread (``.url``, ``.close()``).
-Needs the ``view`` extra (``pip install "shmstream[view]"``: Starlette,
-uvicorn, websockets); ``import shmstream`` never imports them.
+It serves only whoever has the URL it prints: the URL carries a random
+token, and the Host and Origin of each request are checked (``_access``).
+Needs the ``view`` extra (``pip install ".[view]"`` from a checkout,
+``pip install "shmstream[view]"`` once released: Starlette, uvicorn,
+websockets); ``import shmstream`` never imports them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import secrets
 import socket
 import threading
 import urllib.parse
@@ -29,7 +33,14 @@ __all__ = ["DEFAULT_FPS", "DEFAULT_MAX_SIDE", "Viewer", "view"]
 DEFAULT_FPS = 40.0
 #: An image side longer than this is strided down before it is sent.
 DEFAULT_MAX_SIDE = 1024
-VIEW_HINT = 'shmstream view needs the "view" extra: pip install "shmstream[view]"'
+VIEW_HINT = (
+    'shmstream view needs the "view" extra: pip install ".[view]" from a checkout, '
+    'pip install "shmstream[view]" once released'
+)
+#: Picture sockets (pages) served at once, at most, by default.
+DEFAULT_MAX_SOCKETS = 16
+#: The largest message a page sends (settings, acks are a few dozen bytes).
+WS_MAX_BYTES = 64 << 10
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -53,7 +64,12 @@ def _bind(host: str, port: int) -> socket.socket:
 
 class Viewer:
     """A running view server. ``url`` is the page (with the stream or
-    recording given at start already selected); ``close()`` stops it."""
+    recording given at start already selected, and the token that lets
+    it in); ``token`` is that token; ``close()`` stops it.
+
+    A stream ``name`` that does not exist yet is waited for (the page says
+    so); a recording directory is loaded here, once, for every page.
+    ``max_sockets`` pages are served pictures at once, at most."""
 
     def __init__(
         self,
@@ -64,10 +80,12 @@ class Viewer:
         port: int = 0,
         fps: float = DEFAULT_FPS,
         max_side: int = DEFAULT_MAX_SIDE,
+        max_sockets: int = DEFAULT_MAX_SOCKETS,
     ) -> None:
         try:
             import uvicorn
 
+            from ._access import Gate
             from ._app import ViewApp
         except ImportError as exc:
             raise MissingExtraError(f"{VIEW_HINT} ({exc})", name="starlette") from None
@@ -81,31 +99,50 @@ class Viewer:
             raise ShmstreamValueError(f"max_side must be an int >= 16, not {max_side!r}")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ShmstreamValueError(f"port must be an int in [0, 65535], not {port!r}")
+        if isinstance(max_sockets, bool) or not isinstance(max_sockets, int) or max_sockets < 1:
+            raise ShmstreamValueError(f"max_sockets must be an int >= 1, not {max_sockets!r}")
         recordings = []
         if recording is not None:
             from ..recording import load_recording
 
-            load_recording(recording)  # a bad directory fails here, with the reason
-            recordings.append(os.fspath(recording))
+            # a bad directory fails here, with the reason; every page shares it
+            recordings.append(load_recording(recording))
+        #: True when ``name`` did not exist at start (the page waits for it).
+        self.waiting = False
         if name is not None:
             from ..registry import stat
 
-            stat(name)  # a missing or corrupt name fails here, saying what to do
+            try:
+                stat(name)  # a bad or corrupt name fails here, saying what to do
+            except FileNotFoundError:
+                self.waiting = True
         self._sock = _bind(host, port)
         self.host = host
         self.port = int(self._sock.getsockname()[1])
+        self.token = secrets.token_urlsafe(32)
         shown = f"[{host}]" if ":" in host else host
-        query = (
-            "?" + urllib.parse.urlencode({"stream": name})
-            if name is not None
-            else "?recording=0"
-            if recordings
-            else ""
+        query: dict[str, str] = {"token": self.token}
+        if name is not None:
+            query["stream"] = name
+        elif recordings:
+            query["recording"] = "0"
+        self.url = f"http://{shown}:{self.port}/?{urllib.parse.urlencode(query)}"
+        self.app = ViewApp(
+            stream=name,
+            recordings=recordings,
+            fps=float(fps),
+            max_side=max_side,
+            max_sockets=max_sockets,
         )
-        self.url = f"http://{shown}:{self.port}/{query}"
-        self.app = ViewApp(stream=name, recordings=recordings, fps=float(fps), max_side=max_side)
+        self.gate = Gate(self.app.app, token=self.token, host=host, port=self.port)
         config = uvicorn.Config(
-            self.app.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+            self.gate,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+            ws_max_size=WS_MAX_BYTES,
+            # HTTP connections and sockets together, beyond which uvicorn answers 503
+            limit_concurrency=4 * max_sockets + 16,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
@@ -150,13 +187,17 @@ def view(
     open_browser: bool = False,
 ) -> Viewer:
     """Serve the live view on ``host``:``port`` (0: a free port) and print
-    its URL. ``name`` selects a stream and ``recording`` a recording
-    directory to play back; the page lists every segment either way. At
+    its URL, which carries the token that lets a browser in. ``name``
+    selects a stream (waited for if it does not exist yet) and
+    ``recording`` a recording directory to play back; the page lists every
+    segment either way. At
     most ``fps`` pictures a second go to each page, sides longer than
     ``max_side`` are strided down. ``block=False`` returns the running
     :class:`Viewer` at once; otherwise serves until Ctrl-C."""
     viewer = Viewer(name, recording=recording, host=host, port=port, fps=fps, max_side=max_side)
     print(f"shmstream view: {viewer.url}  (Ctrl-C to stop)", flush=True)
+    if viewer.waiting:
+        print(f"shmstream view: no stream {name!r} yet; the page waits for it", flush=True)
     if open_browser:
         import webbrowser
 

@@ -2,10 +2,17 @@
 table as JSON, one segment's details, and a WebSocket per picture.
 
 The picture socket is paced by the server and by the page: at most
-``fps`` messages a second, a new one only when the frame changed (or a
-setting did), and at most ``WINDOW`` messages the page has not yet drawn
-(it acknowledges each), so a slow browser or link slows the view, never
-the stream. Reads and rendering run in a worker thread, off the event loop.
+``fps`` messages a second (a change of settings waits for the next period
+too), a new one only when the frame changed (or a setting did), and at
+most ``WINDOW`` messages the page has not yet drawn (it acknowledges
+each), so a slow browser or link slows the view, never the stream. Reads
+and rendering run in a worker thread, off the event loop.
+
+What one user of the server can cost it is capped: ``max_sockets``
+picture sockets at once (one more is told so and closed), the table built
+at most every ``TABLE_MIN_S`` whoever asks, and the recordings given at
+start loaded once for every socket. Who may use it at all is
+``_access.Gate``'s job.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +32,17 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import ShmstreamError
+from ..recording import Recording
 from ._render import Settings, pack
 from ._sources import LiveStream, RecordingSource, message
 from ._table import Table, details
 
 #: Pictures sent that the page has not acknowledged yet, at most.
 WINDOW = 2
+#: Picture sockets served at once, at most, by default (a page has one).
+MAX_SOCKETS = 16
+#: Seconds a table built for one request serves the others.
+TABLE_MIN_S = 0.25
 PAGE = Path(__file__).with_name("index.html")
 log = logging.getLogger("shmstream.view")
 
@@ -44,17 +57,27 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 class ViewApp:
-    """The routes and what they share: the recordings given at start, the
-    caps, the table's rate memory."""
+    """The routes and what they share: the recordings given at start
+    (loaded once), the caps, the table's rate memory."""
 
     def __init__(
-        self, *, stream: str | None, recordings: list[str], fps: float, max_side: int
+        self,
+        *,
+        stream: str | None,
+        recordings: list[Recording],
+        fps: float,
+        max_side: int,
+        max_sockets: int = MAX_SOCKETS,
     ) -> None:
         self.stream = stream
         self.recordings = recordings
         self.fps = fps
         self.max_side = max_side
+        self.max_sockets = max_sockets
+        self.sockets = 0  # picture sockets served now
         self.table = Table()
+        self._table_lock: asyncio.Lock | None = None
+        self._rows: tuple[float, Any] | None = None  # (monotonic, rows)
         self.app = Starlette(
             routes=[
                 Route("/", self.page),
@@ -77,12 +100,23 @@ class ViewApp:
             {
                 "stream": self.stream,
                 "fps": self.fps,
-                "recordings": [{"id": i, "path": p} for i, p in enumerate(self.recordings)],
+                "recordings": [
+                    {"id": i, "path": str(r.path)} for i, r in enumerate(self.recordings)
+                ],
             }
         )
 
     async def segments(self, request: Request) -> Response:
-        return _json(await asyncio.to_thread(self.table.rows))
+        # one table for every page that asks within TABLE_MIN_S: many pages
+        # (or many requests) cost one survey, not one each
+        if self._table_lock is None:
+            self._table_lock = asyncio.Lock()
+        async with self._table_lock:
+            if self._rows is None or time.monotonic() - self._rows[0] >= TABLE_MIN_S:
+                rows = await asyncio.to_thread(self.table.rows)
+                self._rows = (time.monotonic(), rows)
+            rows = self._rows[1]
+        return _json(rows)
 
     async def stat(self, request: Request) -> Response:
         name = request.query_params.get("name", "")
@@ -93,11 +127,34 @@ class ViewApp:
 
     async def picture(self, ws: WebSocket) -> None:
         await ws.accept()
+        if self.sockets >= self.max_sockets:
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                await ws.send_bytes(
+                    pack(
+                        *message(
+                            f"this view already serves {self.max_sockets} pictures at once "
+                            "(its cap); close another page and reload",
+                            state="busy",
+                        )
+                    )
+                )
+                await ws.close(code=1013)  # try again later
+            return
+        self.sockets += 1
+        try:
+            await self._serve(ws)
+        finally:
+            self.sockets -= 1
+
+    async def _serve(self, ws: WebSocket) -> None:
         query = ws.query_params
         source: LiveStream | RecordingSource | None = None
         try:
             if "recording" in query:
-                source = RecordingSource(self.recordings[int(query["recording"])])
+                index = int(query["recording"])
+                if not 0 <= index < len(self.recordings):
+                    raise IndexError(f"no recording {index} (this view has {len(self.recordings)})")
+                source = RecordingSource(self.recordings[index])
             else:
                 source = LiveStream(query.get("stream", ""))
         except (ShmstreamError, OSError, ValueError, IndexError) as exc:
@@ -127,6 +184,7 @@ class _Session:
         self.playing = True
         self.force = True
         self.unacked = 0
+        self.failed: str | None = None  # the last picture's failure, logged once
         self.wake = asyncio.Event()
 
     async def run(self) -> None:
@@ -173,8 +231,10 @@ class _Session:
         self.force = True
 
     async def _wait(self, deadline: float) -> None:
+        # a change of settings (force) waits for the period too: a page that
+        # sends settings without pause gets fps pictures a second, no more
         loop = asyncio.get_running_loop()
-        while self.unacked >= WINDOW or (not self.force and loop.time() < deadline):
+        while self.unacked >= WINDOW or loop.time() < deadline:
             self.wake.clear()
             timeout = None if self.unacked >= WINDOW else max(0.0, deadline - loop.time())
             with contextlib.suppress(asyncio.TimeoutError):
@@ -194,12 +254,15 @@ class _Session:
             force, self.force = self.force, False
             try:
                 msg = await asyncio.to_thread(self._picture, force)
+                self.failed = None
             except Exception as exc:  # logged: a bug must not end the page's view
-                log.exception("shmstream view: a picture failed")
-                msg = message(
-                    f"this picture failed ({type(exc).__name__}: {exc}); the view goes on",
-                    state="error",
-                )
+                text = f"{type(exc).__name__}: {exc}"
+                msg = None
+                if text != self.failed or force:  # once, not at every period
+                    if text != self.failed:
+                        log.exception("shmstream view: a picture failed")
+                    self.failed = text
+                    msg = message(f"this picture failed ({text}); the view goes on", state="error")
             if msg is not None:
                 header, payload = msg
                 await self.ws.send_bytes(pack(header, payload))

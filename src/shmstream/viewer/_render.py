@@ -112,6 +112,25 @@ def _sample(values: np.ndarray) -> np.ndarray:
     return sample
 
 
+#: The widest range drawn: float32 (the scaling's type) holds its ends and
+#: 255 divided by its width.
+_FLOAT32_SAFE = 1e37
+
+
+def _window(lo: float, hi: float) -> tuple[float, float]:
+    """``lo``..``hi`` widened where needed so that 64 histogram bins and the
+    float32 scaling are distinct and finite: a flat or nearly flat frame
+    (values one ulp apart, a complex stream of magnitude 1) has a range
+    too narrow for either, and ``np.histogram`` refuses it."""
+    lo = min(max(lo, -_FLOAT32_SAFE), _FLOAT32_SAFE)
+    hi = min(max(hi, -_FLOAT32_SAFE), _FLOAT32_SAFE)
+    # a width float32 resolves at this magnitude, per bin, and never below 1e-30
+    least = max(abs(lo), abs(hi)) * 2.0**-16 + 1e-30
+    if not hi - lo >= least:
+        hi = lo + max(least, 1.0 if abs(lo) < 2.0**16 else least)
+    return lo, hi
+
+
 def render(part: np.ndarray, settings: Settings) -> tuple[dict[str, Any], bytes]:
     """The header and the bytes of one picture of ``part`` (from :func:`select`):
     a 2-D part as ``kind: "image"`` (one uint8 per pixel, row-major), a 1-D
@@ -122,15 +141,16 @@ def render(part: np.ndarray, settings: Settings) -> tuple[dict[str, Any], bytes]
     header: dict[str, Any] = {}
     if sample.size:
         dmin, dmax = float(sample.min()), float(sample.max())
-        counts, _ = np.histogram(
-            sample, bins=HIST_BINS, range=(dmin, dmax if dmax > dmin else dmin + 1)
-        )
+        # statistics on values float32 can scale (a percentile of +-1e308 overflows)
+        sample = np.clip(sample.astype(np.float64), -_FLOAT32_SAFE, _FLOAT32_SAFE)
+        counts, _ = np.histogram(sample, bins=HIST_BINS, range=_window(dmin, dmax))
         header.update(min=dmin, max=dmax, hist=counts.tolist())
     else:  # nothing finite
         dmin = dmax = 0.0
         header.update(min=None, max=None, hist=[])
     if values.ndim == 1:
-        points = values.astype(np.float32)
+        with np.errstate(over="ignore"):
+            points = values.astype(np.float32)  # beyond float32: +-inf
         header.update(kind="line", n=int(points.size))
         return header, points.tobytes()
     if settings.contrast == "fixed":
@@ -139,10 +159,9 @@ def render(part: np.ndarray, settings: Settings) -> tuple[dict[str, Any], bytes]
         lo, hi = (float(v) for v in np.percentile(sample, (0.5, 99.5)))
     else:
         lo, hi = 0.0, 1.0
-    if not hi > lo:
-        hi = lo + 1.0
-    scaled = values.astype(np.float32)
+    lo, hi = _window(lo, hi)
     with np.errstate(invalid="ignore", over="ignore"):
+        scaled = values.astype(np.float32)  # beyond float32: +-inf, clipped below
         np.subtract(scaled, np.float32(lo), out=scaled)
         np.multiply(scaled, np.float32(255.0 / (hi - lo)), out=scaled)
         np.clip(scaled, 0.0, 255.0, out=scaled)

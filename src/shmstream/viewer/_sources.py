@@ -10,7 +10,6 @@ thread at a time.
 from __future__ import annotations
 
 import collections
-import os
 import time
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..errors import (
     InconsistentStreamError,
     ShmstreamError,
 )
-from ..recording import load_recording
+from ..recording import Recording
 from ..stream import open as open_stream
 from ._render import Settings, render, select, why_not_drawn
 
@@ -205,17 +204,19 @@ class LiveStream:
 
 
 class RecordingSource:
-    """A recording directory played back: frame ``index`` of it, advancing
-    at the recorded pace while ``playing``."""
+    """A recording played back to one page: frame ``index`` of it, advancing
+    at the recorded pace while ``playing``. The :class:`Recording` is the
+    viewer's, loaded once and shared by every page (it is read only)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.recording = load_recording(path)
-        self.path = str(path)
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.path = str(recording.path)
         self._sent: int | None = None
         self._index = 0
         self._played_from: tuple[float, int] | None = None  # (monotonic, index) at play
         rec = self.recording
         self._why = why_not_drawn(rec.shape, rec.dtype)
+        self._state = "no-picture"
 
     def close(self) -> None:
         pass
@@ -255,7 +256,7 @@ class RecordingSource:
             return (
                 message(
                     self._why or f"recording {self.path!r} holds no frame",
-                    state="no-picture",
+                    state=self._state,
                     **about,
                 )
                 if force
@@ -265,6 +266,11 @@ class RecordingSource:
         if not force and self._sent == i:
             return None
         part, info = select(rec.frames[i], settings)
+        try:
+            rec.check()  # frames.npy cut under the copy: what select read is zeros
+        except CorruptStreamError as exc:
+            self._why, self._state = str(exc), "corrupt"  # for good: the file is cut
+            return message(self._why, state=self._state, **about)
         header, payload = render(part, settings)
         self._sent = i
         header.update(
