@@ -42,16 +42,12 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 import shmstream
-from shmstream.channel import describe
 from ..errors import ShmstreamValueError
 from . import _thread, _wire
 from ._status import STATUS_SUFFIX, MirrorSide, StatusWriter, is_mirror
@@ -454,31 +450,12 @@ class ChannelImport(MirrorSide):
                 )
                 next_beat = now + HEARTBEAT_S
 
-    def _decode(self, attachment: bytes | None, payload: bytes) -> tuple[Any, list]:
-        """The batch head and its records as (end, type_id, message) ready to
-        send; BadSample for anything that is not a well-formed batch."""
-        head = _wire.unpack_batch_head(attachment)
-        out = []
-        for r in _wire.iter_records(payload, head.records, self._max_message):
-            if not r.meta:
-                out.append((r.end, r.type_id, r.data, len(r.data), 0))
-                continue
-            dtype, shape = describe(r.meta)
-            if _wire.frame_bytes(shape, dtype.itemsize) != len(r.data):
-                raise _wire.BadSample("array message whose size does not match its shape")
-            if dtype.itemsize == 0 or math.prod(shape) == 0:
-                obj = np.empty(shape, dtype)  # no bytes to view (as channel.recv does)
-            else:
-                obj = np.frombuffer(r.data, dtype).reshape(shape)
-            out.append((r.end, r.type_id, obj, len(r.data), len(r.meta)))
-        return head, out
-
     def _deliver(self, attachment: bytes | None, payload: bytes) -> bool:
         """Send a batch's new records into the mirror. True if the exporter
         should send again what follows the delivered position (a gap after
         the queue dropped samples)."""
         try:
-            head, records = self._decode(attachment, payload)
+            head, records = _wire.decode_batch(attachment, payload, self._max_message)
         except Exception as exc:  # noqa: BLE001 - another host's bytes: anything is bad input
             self._bad(f"{type(exc).__name__}: {exc}")
             return False

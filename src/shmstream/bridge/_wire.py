@@ -40,7 +40,11 @@ import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .. import _dtypes, _native
+from ..channel import describe
+from ..errors import CorruptStreamError
 
 STREAM_HEAD = struct.Struct("<4sQQQQQ")
 STREAM_MAGIC = b"SMS1"
@@ -186,6 +190,36 @@ class Ack(NamedTuple):
     delivered: int
     flags: int
     importer: str
+
+
+def decode_batch(
+    attachment: bytes | None, payload: bytes, max_message: int
+) -> tuple[BatchHead, list[tuple[int, int, Any, int, int]]]:
+    """A channel batch as its head and its records, each ``(end, type_id,
+    message, payload bytes, meta bytes)`` with the message ready to send
+    (a memoryview, or an ndarray for an array message); BadSample for
+    anything that is not a well-formed batch (nothing else, for any input)."""
+    head = unpack_batch_head(attachment)
+    out: list[tuple[int, int, Any, int, int]] = []
+    for r in iter_records(payload, head.records, max_message):
+        if not r.meta:
+            out.append((r.end, r.type_id, r.data, len(r.data), 0))
+            continue
+        try:
+            dtype, shape = describe(r.meta)
+        except CorruptStreamError as exc:
+            raise BadSample(str(exc)) from None
+        if len(shape) > _native.MAX_NDIM or frame_bytes(shape, dtype.itemsize) != len(r.data):
+            raise BadSample("array message whose size does not match its shape")
+        try:
+            if dtype.itemsize == 0 or math.prod(shape) == 0:
+                obj = np.empty(shape, dtype)  # no bytes to view (as channel.recv does)
+            else:
+                obj = np.frombuffer(r.data, dtype).reshape(shape)
+        except ValueError as exc:  # e.g. a zero-size array NumPy finds too big
+            raise BadSample(f"array message NumPy refuses: {exc}") from None
+        out.append((r.end, r.type_id, obj, len(r.data), len(r.meta)))
+    return head, out
 
 
 def pack_ack(generation: int, delivered: int, bridge_id: str, flags: int = 0) -> bytes:
