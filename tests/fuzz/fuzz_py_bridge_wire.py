@@ -19,11 +19,17 @@ of the right types, and a size a mirror can be made with.
 from __future__ import annotations
 
 import math
+import os
 import struct
+import sys
 
 import numpy as np
 
-from shmstream.bridge import _wire
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fuzzlib as fl
+
+with fl.instrumented():
+    from shmstream.bridge import _wire
 
 
 def _frame(data: bytes) -> None:
@@ -83,10 +89,4 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import fuzzlib as fl
-
     fl.main(test_one_input)
