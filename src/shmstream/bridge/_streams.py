@@ -404,6 +404,7 @@ class StreamImport(MirrorSide):
         self._verifying = False
         self._jumps = 0  # count jumps seen (logged, a few)
         self._old_generations: set[int] = set()  # frames of these are stale, not bad
+        self._offset: int | None  # mirror count - source count; None: set by the next frame
         prev = self.status.previous
         if prev is not None and prev["generation"] == meta["generation"]:
             # A restarted importer: continue where the mirror is.
@@ -541,21 +542,22 @@ class StreamImport(MirrorSide):
             with self._lock:
                 self._verifying = False
                 judged, self._unconfirmed = self._unconfirmed, {}
-                confirmed = (
+                confirmed = None  # the generation the exporter confirms
+                if (
                     meta is not None
                     and meta["layout"] == self._layout
                     and meta["generation"] in judged
                     and not self.h.closed
-                )
-                if confirmed:
+                ):
+                    confirmed = meta["generation"]
                     self._old_generations.add(self._generation)
-                    self._adopt(meta["generation"])
-                    judged.pop(meta["generation"])
+                    self._adopt(confirmed)
+                    judged.pop(confirmed)
         for generation, n in judged.items():
             self._bad(
                 f"frame of generation {generation:#x}, which its exporter does not confirm", n
             )
-        if confirmed:
+        if confirmed is not None:
             self._session.get(self._key, self._on_reply)  # its latest frame
 
     def close(self, unlink: bool = False) -> None:
