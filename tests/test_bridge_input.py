@@ -225,6 +225,17 @@ def test_a_zero_itemsize_message_crosses_and_the_worker_goes_on(pair):
         msg = rx.recv(timeout=WAIT)
         assert (msg.type_id, bytes(msg.data)) == (8, b"after")
         assert mirror_status(local)["importer_alive"]
+        # A stream of that dtype crosses too (np.frombuffer refused its frames).
+        s_name = pair.name("empty-stream")
+        src = shmstream.create(s_name, shape=(3,), dtype=np.dtype([]))
+        src.write(np.empty(3, np.dtype([])), frame_id=5)
+        s_local = pair.mirror(s_name)
+        pair.importer.wait_import(s_local)
+        m = shmstream.open(s_local, readonly=True)
+        got = m.read_after_publication(0, timeout=WAIT)
+        assert got.frame_id == 5 and got.payload.shape == (3,)
+        m.close()
+        src.unlink()
     finally:
         forger.close()
         rx.close()

@@ -510,8 +510,12 @@ class StreamImport(MirrorSide):
             if target > MAX_MIRROR_COUNT:
                 self._bad(f"frame count {count} would take the mirror's count past 2**63")
                 return
+            if self._nbytes:
+                value = np.frombuffer(sample.payload.to_bytes(), self._dtype).reshape(self._shape)
+            else:  # a frame of no bytes (e.g. dtype([])): nothing to view
+                value = np.empty(self._shape, self._dtype)
             h.write(
-                np.frombuffer(sample.payload.to_bytes(), dtype=self._dtype).reshape(self._shape),
+                value,
                 frame_id=frame_id,
                 count=target,
                 write_time_ns=write_time_ns or None,
