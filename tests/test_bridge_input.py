@@ -300,10 +300,48 @@ def test_the_channel_import_queue_is_bounded_and_counts_its_drops(pair, spawn):
         rx.close()
 
 
+def test_what_a_full_import_queue_dropped_is_sent_again(pair):
+    """Samples a full queue drops are counted in dropped_samples, and the
+    importer asks the exporter to send again past what it delivered: every
+    message still arrives, once, in order."""
+    pair.importer.stop()  # one channel, one importer: this test's runs here
+    name = pair.name("resend")
+    tx = shmstream.channel(name, 4096)
+    prefix = pair.local_prefix + "in-process/"
+    local = prefix + name
+    pair.mirrors.append(local)
+    with Bridge(
+        imports=[name], remote_namespace=pair.namespace, local_prefix=prefix, connect=[pair.ep]
+    ) as bridge:
+        bridge.wait_for_import(local, timeout=WAIT)
+        mirror = bridge._locals[local].mirror
+        rx = shmstream.open_channel(local)
+        try:
+            tx.send(b"first", type_id=100)
+            assert bytes(rx.recv(timeout=WAIT).data) == b"first"
+            room = mirror._queue_bytes
+            mirror._queue_bytes = 0  # the queue is full: every sample is dropped
+            for i in range(10):
+                tx.send(i.to_bytes(8, "little"), type_id=i)
+            _status_until(local, lambda st: st["dropped_samples"] >= 1, "a dropped batch")
+            mirror._queue_bytes = room
+            for i in range(10):
+                msg = rx.recv(timeout=WAIT)
+                assert (msg.type_id, int.from_bytes(bytes(msg.data), "little")) == (i, i)
+            tx.send(b"last", type_id=100)
+            assert bytes(rx.recv(timeout=WAIT).data) == b"last"
+            st = mirror_status(local)
+            assert st["lost_messages"] == 0 and st["bad_samples"] == 0
+        finally:
+            rx.close()
+    tx.close()
+
+
 def test_an_import_worker_that_dies_shows_in_mirror_status(pair):
     """A worker stopped by an unexpected error (here the mirror's send
     raising) is logged and mirror_status says importer_alive False, where it
     said all was well."""
+    pair.importer.stop()  # one channel, one importer: this test's runs here
     name = pair.name("dies")
     tx = shmstream.channel(name, 4096)
     prefix = pair.local_prefix + "in-process/"

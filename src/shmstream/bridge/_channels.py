@@ -62,12 +62,13 @@ TX_BATCH = 64  # importer: publish the mirror's head every 64 messages and after
 #: importer: what one queued sample costs beyond its bytes (so a flood of
 #: empty samples is bounded too)
 QUEUE_ITEM_COST = 256
-#: importer: after the queue dropped samples, a gap in the positions is
-#: waited out this long (asking the exporter to send again) before it is
-#: counted as lost
+#: importer: a gap in the positions is waited out this long (asking the
+#: exporter to send again) before it is counted as lost
 RESYNC_S = 2.0
-#: importer: at most one RESEND request this often
+#: at most one RESEND request (importer) and resend (exporter) this often
 RESEND_EVERY_S = 0.05
+#: exporter: importers whose refusal is logged (a flood of made-up ids is not)
+REFUSED_LOGGED = 16
 
 
 def channel_generation(name: str) -> int:
@@ -125,6 +126,7 @@ class ChannelExport:
         self._acked = 0  # its delivered position
         self._sent_max = self._pos  # end of the furthest message put on the wire
         self._resend = False
+        self._last_resend = 0.0
         self._refused: set[str] = set()
         self._stop = threading.Event()
         self._eof = False
@@ -148,7 +150,7 @@ class ChannelExport:
             delivered = min(ack.delivered, self._sent_max)
             if self._bound is None:
                 if not self._importer_live(importer):
-                    if importer not in self._refused:
+                    if importer not in self._refused and len(self._refused) < REFUSED_LOGGED:
                         self._refused.add(importer)
                         log.warning(
                             "channel %r: ignored acks from bridge %s, which holds no import "
@@ -161,7 +163,7 @@ class ChannelExport:
                 self._bound, self._acked, self._resend = importer, delivered, True
                 log.info("channel %r: serving importing bridge %s", self.name, importer)
             elif importer != self._bound:
-                if importer not in self._refused:
+                if importer not in self._refused and len(self._refused) < REFUSED_LOGGED:
                     self._refused.add(importer)
                     log.error(
                         "channel %r: bridge %s also imports it, but a channel has one "
@@ -172,7 +174,11 @@ class ChannelExport:
                     )
                 return
             elif ack.flags & _wire.RESEND:
-                self._resend = True  # the importer dropped samples: send again past its ack
+                # The importer dropped samples: send again past its ack (at
+                # most every RESEND_EVERY_S, so acks cannot multiply traffic).
+                now = time.monotonic()
+                if now - self._last_resend >= RESEND_EVERY_S:
+                    self._resend, self._last_resend = True, now
             self._acked = max(self._acked, delivered)
             self._cond.notify()
 
@@ -352,9 +358,12 @@ class ChannelImport(MirrorSide):
         # Past what one exporter can have in flight: its ring, once more when
         # it sends again, and a batch over (record headers add < 1/8).
         self._queue_bytes = 3 * self.tx.capacity + 2 * _wire.BATCH_BYTES
-        self._resync = False  # the queue dropped samples: a gap is filled by a resend
-        self._resync_asked = False  # a RESEND went out since the last drop
-        self._gap_since: float | None = None  # first gap seen while resyncing
+        # The queue dropped samples: ask the exporter to send again (each
+        # heartbeat while the queue is empty) until an ask saw no new drop.
+        self._resync = False
+        self._drops = 0  # samples the queue dropped
+        self._drops_asked = -1  # _drops at the last RESEND request
+        self._gap_since: float | None = None  # when the current gap was first seen
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._ack_now = threading.Event()
@@ -400,7 +409,8 @@ class ChannelImport(MirrorSide):
         cost = len(sample.payload) + QUEUE_ITEM_COST
         with self._cond:
             if self._queued + cost > self._queue_bytes:
-                self._resync, self._resync_asked = True, False
+                self._resync = True
+                self._drops += 1
                 drop = True
             else:
                 drop = False
@@ -428,16 +438,25 @@ class ChannelImport(MirrorSide):
             if new_generation is not None and new_generation != self._generation:
                 self._old_generations.add(self._generation)
                 self._generation, self._delivered = new_generation, 0
-                self._resync, self._gap_since = False, None
+                self._gap_since = None
                 self.status.set(generation=new_generation, delivered=0, eof=0)
             resend = False
             if item is not None:
                 resend = self._deliver(*item)
-            if self._resync and not self._resync_asked and not self._queue:
-                # What was dropped may have been the last batch or the end
-                # of stream: no gap would show it. Ask once.
-                resend = self._resync_asked = True
+                if resend:  # a batch past a gap was skipped: it must come again
+                    with self._cond:
+                        self._resync = True
+                        self._drops += 1
             now = time.monotonic()
+            if self._resync and not self._queue and now - last_resend >= HEARTBEAT_S:
+                # What was dropped may have been the last batch or the end
+                # of stream: no gap would show it. Ask, until a heartbeat
+                # after an ask finds nothing dropped since.
+                with self._cond:
+                    if self._drops == self._drops_asked:
+                        self._resync = False
+                    else:
+                        resend, self._drops_asked = True, self._drops
             if resend and now - last_resend < RESEND_EVERY_S:
                 resend = False  # the exporter is sending again already
             if resend:
@@ -468,12 +487,14 @@ class ChannelImport(MirrorSide):
                 continue  # delivered before (a restarted exporter sends it again)
             start = end - _wire.record_span(meta_len, nbytes)
             if self._delivered and start > self._delivered:
-                if self._resync:  # dropped here, not lost: ask for it again
-                    now = time.monotonic()
-                    if self._gap_since is None:
-                        self._gap_since = now
-                    if now - self._gap_since < RESYNC_S:
-                        return True
+                # Dropped here (a full queue), or released by the exporter
+                # for another importer: ask for it again; count it as lost
+                # once the exporter did not send it within RESYNC_S.
+                now = time.monotonic()
+                if self._gap_since is None:
+                    self._gap_since = now
+                if now - self._gap_since < RESYNC_S:
+                    return True
                 self.status.add("lost_messages")
                 log.error(
                     "mirror channel %r: messages between ring positions %d and %d never arrived",
@@ -481,8 +502,7 @@ class ChannelImport(MirrorSide):
                     self._delivered,
                     start,
                 )
-            if self._gap_since is not None:  # past the gap: filled, or counted lost
-                self._resync, self._gap_since = False, None
+            self._gap_since = None  # past the gap: filled, or counted lost
             if self.tx.closed:  # reopened after an end of stream: a new producer upstream
                 self.tx = shmstream.open_channel(self.local, role="producer", batch=TX_BATCH)
                 self.status.set(eof=0)
