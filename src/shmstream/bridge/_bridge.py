@@ -52,6 +52,10 @@ DEFAULT_SPIN_US = 5.0
 #: max_mirror_bytes=...)): an exporter announces names of its choosing.
 DEFAULT_MAX_MIRRORS = 64
 DEFAULT_MAX_MIRROR_BYTES = 1 << 30
+#: An import that failed is tried again at scans after scan_interval,
+#: doubling up to this (a rogue exporter's many names, each without an
+#: answer, must not keep the control thread in metadata queries).
+MAX_RETRY_S = 60.0
 
 
 def _patterns(what: str, value: Any) -> tuple[str, ...]:
@@ -78,6 +82,8 @@ class _Remote:
         self.up = False  # the mirror follows the current exporter
         self.mirror: StreamImport | ChannelImport | None = None
         self.nbytes = 0  # what the mirror holds (counted against max_mirror_bytes)
+        self.failures = 0  # failed tries since the last success
+        self.retry_at = 0.0  # monotonic time of the next try at a scan
 
 
 class Bridge:
@@ -453,7 +459,27 @@ class Bridge:
 
     def _source_up(self, r: _Remote, ns: str) -> None:
         """Make or resume the mirror of a live export; on failure r.up stays
-        False and the next scan tries again."""
+        False and a later scan tries again (backing off)."""
+        self._try_source_up(r, ns)
+        if r.up:
+            r.failures = 0
+        else:
+            r.failures += 1
+            delay = min(MAX_RETRY_S, self.scan_interval * 2.0 ** min(r.failures - 1, 16))
+            r.retry_at = time.monotonic() + delay
+
+    def _try_source_up(self, r: _Remote, ns: str) -> None:
+        exact = r.name in self.import_patterns
+        what = f"cannot import {r.kind} {r.name!r} of namespace {ns!r} as {r.local!r}"
+        mirrors = [m for m in self._remotes.values() if m.mirror is not None]
+        if r.mirror is None and len(mirrors) >= self.max_mirrors:
+            self._refuse(  # before asking anything: a cap costs no query
+                r.local,
+                exact,
+                f"{what}: this bridge has made {len(mirrors)} mirrors, its cap "
+                "(max_mirrors, --max-mirrors)",
+            )
+            return
         meta = self._query_meta(r)
         if meta is None:
             return
@@ -466,17 +492,6 @@ class Bridge:
                     ns,
                     r.local,
                 )
-            return
-        exact = r.name in self.import_patterns
-        what = f"cannot import {r.kind} {r.name!r} of namespace {ns!r} as {r.local!r}"
-        mirrors = [m for m in self._remotes.values() if m.mirror is not None]
-        if len(mirrors) >= self.max_mirrors:
-            self._refuse(
-                r.local,
-                exact,
-                f"{what}: this bridge has made {len(mirrors)} mirrors, its cap "
-                "(max_mirrors, --max-mirrors)",
-            )
             return
         held = sum(m.nbytes for m in mirrors)
         if held + meta["nbytes"] > self.max_mirror_bytes:
@@ -553,7 +568,7 @@ class Bridge:
         report producer deaths."""
         if not self._starting:
             for r in list(self._remotes.values()):
-                if r.live and not r.up:
+                if r.live and not r.up and time.monotonic() >= r.retry_at:
                     self._source_up(r, _keys.decode(r.ns_chunk))
         for name, ex in list(self._exports.items()):
             if ex.source_changed():
