@@ -579,3 +579,61 @@ def test_an_announced_name_equal_to_a_local_stream_is_not_adopted(pair):
     finally:
         rogue.close()
         h.unlink()
+
+
+def test_a_source_made_again_is_followed_without_bad_samples(pair):
+    """Generations come from the exporter only; a source made again (a new
+    generation, counts restarting) is still followed at once, for a stream
+    and for a channel, and none of its frames counts as bad."""
+    s_name, c_name = pair.name("again"), pair.name("again-q")
+    src = shmstream.create(s_name, shape=SHAPE, dtype=np.int64)
+    src.write(_frame(1), frame_id=1001)
+    tx = shmstream.channel(c_name, 4096)
+    s_local, c_local = pair.mirror(s_name), pair.mirror(c_name)
+    pair.importer.wait_import(s_local)
+    pair.importer.wait_import(c_local)
+    m = shmstream.open(s_local, readonly=True)
+    rx = shmstream.open_channel(c_local)
+    try:
+        assert (m.read_after_publication(0, timeout=WAIT).payload == 1).all()
+        tx.send(b"old", type_id=1)
+        assert bytes(rx.recv(timeout=WAIT).data) == b"old"
+        old = _generation(s_name)
+        src.unlink()
+        src = shmstream.create(s_name, shape=SHAPE, dtype=np.int64)
+        assert _generation(s_name) != old
+        tx.close()
+        with pytest.raises(shmstream.ChannelClosedError):
+            rx.recv(timeout=WAIT)  # the old source's end of stream
+        shmstream.unlink_channel(c_name)
+        tx = shmstream.channel(c_name, 4096)
+        last = m.count
+        for i in range(2, 30):  # written until the mirror follows the new stream
+            src.write(_frame(i), frame_id=i + 1000)
+            try:
+                got = m.read_after_publication(last, timeout=0.5)
+            except TimeoutError:
+                continue
+            assert (got.payload == got.payload.flat[0]).all() and got.count > last
+            last = got.count
+            if got.frame_id == i + 1000:
+                break
+        else:
+            raise AssertionError("the mirror never followed the stream made again")
+        tx.send(b"new", type_id=2)
+
+        def received() -> Any:  # the mirror re-opens for the new producer
+            try:
+                return rx.recv(timeout=0)
+            except (TimeoutError, shmstream.ChannelClosedError):
+                return None
+
+        msg = support.wait_until(received, what="the new producer's message")
+        assert (msg.type_id, bytes(msg.data)) == (2, b"new")
+        assert mirror_status(s_local)["bad_samples"] == 0
+        assert mirror_status(c_local)["bad_samples"] == 0
+    finally:
+        rx.close()
+        m.close()
+        tx.close()
+        src.unlink()
