@@ -93,6 +93,8 @@ def _bridge_main(kwargs: dict, commands: Any, replies: Any) -> None:
                     replies.put(("ok", None))
                 elif cmd == "imported":
                     replies.put(("ok", bridge.imported))
+                elif cmd == "refused":  # local name -> why its import was refused
+                    replies.put(("ok", dict(bridge._failed)))
                 else:
                     replies.put(("error", f"unknown command {cmd!r}"))
             except BaseException:  # noqa: BLE001 - reported to the parent

@@ -178,7 +178,7 @@ def test_a_foreign_stream_under_a_status_name_is_refused(make_name):
             mirror_status(mirror)
     finally:
         h.unlink()
-    assert STATUS_DTYPE.itemsize == 53
+    assert STATUS_DTYPE.itemsize == 62
 
 
 def test_list_channels_lists_channels_only(make_name):
@@ -234,6 +234,10 @@ def test_bridge_arguments_are_checked_before_anything_starts():
         Bridge(exports="x", config="/nonexistent/zenoh.json5")
     with pytest.raises(TypeError, match="endpoint"):
         Bridge(exports="x", listen="tcp/127.0.0.1:7447")  # a str, not a list
+    with pytest.raises(TypeError, match="max_mirrors"):
+        Bridge(imports="x", max_mirrors=2.5)
+    with pytest.raises(ValueError, match="max_mirror_bytes"):
+        Bridge(imports="x", max_mirror_bytes=-1)
 
 
 def test_default_configuration_listens_nowhere_and_does_not_scout():

@@ -31,6 +31,7 @@ PY_HARNESSES = (
     "fuzz_py_recv",
     "fuzz_py_shared_array",
     "fuzz_py_loader",
+    "fuzz_py_bridge_wire",
 )
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 

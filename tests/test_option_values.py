@@ -41,6 +41,9 @@ BAD_OPTIONS = [
     (["replay", "dir", "x", "--history", "0"], "--history"),
     (["bridge", "--timeout", "nan"], "--timeout"),
     (["bridge", "--spin-us", "-1"], "--spin-us"),
+    (["bridge", "--max-mirrors", "-1"], "--max-mirrors"),
+    (["bridge", "--max-mirrors", "1.5"], "--max-mirrors"),
+    (["bridge", "--max-mirror-bytes", "nan"], "--max-mirror-bytes"),
 ]
 
 

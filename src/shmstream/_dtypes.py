@@ -75,6 +75,14 @@ def decode(text: str) -> np.dtype:
             f"dtype description {text[:80]!r} holds Python object references, which "
             "shmstream never stores; the segment or message is corrupt or foreign"
         )
+    if dt.itemsize == 0 and dt.names is None and dt.kind in "USV":
+        # normalize refuses these, so encode never wrote one; NumPy would
+        # make 'S' into 'S1' and allocate one byte per item of a claimed
+        # shape (a fuzz finding: 2**61 items through the bridge).
+        raise ShmstreamValueError(
+            f"dtype description {text[:80]!r} is a string or void type of no size, which "
+            "shmstream never stores; the segment or message is corrupt or foreign"
+        )
     return dt
 
 

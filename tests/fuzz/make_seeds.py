@@ -246,6 +246,62 @@ def _live() -> None:
         _write("fuzz_live", f"random-{i:02d}", data)
 
 
+def _bridge_wire() -> None:
+    """fuzz_py_bridge_wire: one valid sample of each kind (selector byte first)."""
+    from shmstream.bridge import _wire
+
+    _write("fuzz_py_bridge_wire", "frame", b"\0" + _wire.pack_frame_head(7, 8, 9, 10, 11))
+    # Messages as a channel carries them (its array metadata included).
+    name = fl.fuzz_name("seeds-wire")
+    tx = shmstream.channel(name, 1 << 16)
+    rx = shmstream.open_channel(name)
+    try:
+        for obj in (
+            b"hello",
+            np.zeros((2, 2), "<f4"),
+            np.empty(3, np.dtype([])),
+            np.zeros(2, [("a", "<i2"), ("b", "S3")]),
+        ):
+            tx.send(obj, type_id=len(obj))
+        records, end = [], 0
+        for m in rx.drain_zero_copy(10, timeout=5):
+            end += _wire.record_span(len(m.meta), m.nbytes)
+            records.append((end, m.type_id, bytes(m.meta), bytes(m.data)))
+            m.release()
+    finally:
+        tx.close()
+        rx.close()
+        shmstream.unlink_channel(name)
+    payload = bytearray()
+    _wire.pack_records(payload, records)
+    head = _wire.pack_batch_head(5, end, len(records))
+    _write("fuzz_py_bridge_wire", "batch", b"\1" + head + struct.pack("<I", 1 << 20) + payload)
+    eof = _wire.pack_batch_head(5, end, 0, _wire.EOF)
+    _write("fuzz_py_bridge_wire", "batch-eof", b"\1" + eof + struct.pack("<I", 1 << 20))
+    _write("fuzz_py_bridge_wire", "ack", b"\2" + _wire.pack_ack(5, end, "0123456789abcdef", 1))
+    stream = {
+        "kind": "stream",
+        "name": "x",
+        "shape": [4, 3],
+        "dtype": "[('a', '<i4'), ('b', '|S3')]",
+        "notify": False,
+        "layout": _wire.layout_id([4, 3], "[('a', '<i4'), ('b', '|S3')]"),
+        "generation": 12,
+        "producer_alive": True,
+        "slots": 2,
+    }
+    _write("fuzz_py_bridge_wire", "meta-stream", b"\3" + _wire.dumps(stream))
+    channel = {
+        "kind": "channel",
+        "name": "x",
+        "capacity": 4096,
+        "generation": 12,
+        "producer_alive": False,
+        "end": 640,
+    }
+    _write("fuzz_py_bridge_wire", "meta-channel", b"\4" + _wire.dumps(channel))
+
+
 def main() -> None:
     for f in glob.glob(os.path.join(CORPUS, "*", "seed-*")):
         os.unlink(f)
@@ -255,6 +311,7 @@ def main() -> None:
     _channel(prefix)
     _loader()
     _live()
+    _bridge_wire()
     for d in sorted(glob.glob(os.path.join(CORPUS, "*"))):
         files = os.listdir(d)
         print(

@@ -11,6 +11,7 @@ has its own thread; stream imports write from the Zenoh callback.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import socket
@@ -47,6 +48,15 @@ QUERY_TIMEOUT_S = 5.0
 #: frames/s instead of thousands (measured; BENCHMARKS.md, bridge).
 DEFAULT_SPIN_US = 5.0
 
+#: Default caps on what imports may make here (Bridge(max_mirrors=...,
+#: max_mirror_bytes=...)): an exporter announces names of its choosing.
+DEFAULT_MAX_MIRRORS = 64
+DEFAULT_MAX_MIRROR_BYTES = 1 << 30
+#: An import that failed is tried again at scans after scan_interval,
+#: doubling up to this (a rogue exporter's many names, each without an
+#: answer, must not keep the control thread in metadata queries).
+MAX_RETRY_S = 60.0
+
 
 def _patterns(what: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
@@ -71,6 +81,9 @@ class _Remote:
         self.live: set[str] = set()
         self.up = False  # the mirror follows the current exporter
         self.mirror: StreamImport | ChannelImport | None = None
+        self.nbytes = 0  # what the mirror holds (counted against max_mirror_bytes)
+        self.failures = 0  # failed tries since the last success
+        self.retry_at = 0.0  # monotonic time of the next try at a scan
 
 
 class Bridge:
@@ -98,6 +111,10 @@ class Bridge:
     unless ``unlink_on_close``). Also a context manager. A writer in the
     bridge's own process can write an exported stream through
     ``publisher(name)``, which puts each frame from the writing thread.
+    ``max_mirrors`` / ``max_mirror_bytes`` cap how many mirrors imports make
+    here and the bytes they hold together (payload and slots of a stream,
+    the ring of a channel; default 64 and 1 GiB): an import past a cap is
+    refused with a log line (docs/bridge.md, "Failures and bad input").
     """
 
     def __init__(
@@ -120,6 +137,8 @@ class Bridge:
         tls_key: Any = None,
         tls_ca: Any = None,
         insecure: bool = False,
+        max_mirrors: int = DEFAULT_MAX_MIRRORS,
+        max_mirror_bytes: int = DEFAULT_MAX_MIRROR_BYTES,
     ) -> None:
         self.export_patterns = _patterns("exports", exports)
         self.import_patterns = _patterns("imports", imports)
@@ -133,6 +152,13 @@ class Bridge:
             raise ShmstreamValueError("scan_interval must be positive")
         if spin_us is not None and not spin_us >= 0:
             raise ShmstreamValueError("spin_us must be >= 0 or None")
+        for what, cap in (("max_mirrors", max_mirrors), ("max_mirror_bytes", max_mirror_bytes)):
+            if not isinstance(cap, int) or isinstance(cap, bool):
+                raise ShmstreamTypeError(f"{what} must be an int, not {type(cap).__name__}")
+            if cap < 0:
+                raise ShmstreamValueError(f"{what} must be >= 0 (0: import nothing)")
+        self.max_mirrors = max_mirrors
+        self.max_mirror_bytes = max_mirror_bytes
         self.spin_us = spin_us
         self.remote_namespace = remote_namespace
         self.local_prefix = local_prefix
@@ -156,7 +182,12 @@ class Bridge:
         self._remotes: dict[tuple[str, str, str], _Remote] = {}
         self._locals: dict[str, _Remote] = {}
         self._foreign: dict[str, set[str]] = {}  # name -> other bridges exporting it here
+        # channel name -> bridges holding an import token for it (Zenoh
+        # liveliness): only those can bind a channel export (_channels).
+        self._importers: dict[str, set[str]] = {}
+        self._importers_lock = threading.Lock()
         self._failed: dict[str, str] = {}  # name -> why (logged once)
+        self._bad_acks = 0
         self._events: queue.Queue = queue.Queue()
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -327,21 +358,36 @@ class Bridge:
         head = f"{self.keys.prefix}/@ack/{self.keys.ns}/"
         try:
             name = _keys.decode(str(sample.key_expr)[len(head) :])
-            delivered, importer = _wire.unpack_ack(sample.payload.to_bytes())
+            ack = _wire.unpack_ack(sample.payload.to_bytes())
         except (UnicodeDecodeError, _wire.BadSample) as exc:
-            log.warning("ignored a bad channel ack on %s: %s", sample.key_expr, exc)
+            self._bad_acks += 1
+            if self._bad_acks <= 10 or self._bad_acks % 1000 == 0:
+                log.warning(
+                    "ignored bad channel ack #%d on %s: %s", self._bad_acks, sample.key_expr, exc
+                )
             return
         ex = self._exports.get(name)
         if isinstance(ex, ChannelExport):
-            ex.on_ack(delivered, importer)
+            ex.on_ack(ack)
 
     def _on_importer_token(self, sample: Any) -> None:
         parsed = self.keys.parse_importer(str(sample.key_expr))
-        if parsed is None or sample.kind != self._zenoh.SampleKind.DELETE:
+        if parsed is None:
             return
-        ex = self._exports.get(parsed[1])
-        if isinstance(ex, ChannelExport):
-            ex.importer_gone(parsed[0])
+        importer, name = parsed
+        alive = sample.kind != self._zenoh.SampleKind.DELETE
+        with self._importers_lock:
+            ids = self._importers.setdefault(name, set())
+            (ids.add if alive else ids.discard)(importer)
+            if not ids:
+                del self._importers[name]
+        ex = self._exports.get(name)
+        if not alive and isinstance(ex, ChannelExport):
+            ex.importer_gone(importer)
+
+    def _importer_live(self, name: str, importer: str) -> bool:
+        with self._importers_lock:
+            return importer in self._importers.get(name, ())
 
     def _on_export_token(self, sample: Any) -> None:
         self._events.put((str(sample.key_expr), sample.kind == self._zenoh.SampleKind.PUT))
@@ -395,6 +441,7 @@ class Bridge:
             if other is not None:
                 self._refuse(
                     local,
+                    name in self.import_patterns,
                     f"cannot import {kind} {name!r} of namespace {ns!r} as "
                     f"{local!r}: that name already mirrors {other.name!r} of namespace "
                     f"{_keys.decode(other.ns_chunk)!r}; put '{{namespace}}' in the local "
@@ -405,11 +452,11 @@ class Bridge:
         if alive:
             if not r.live:
                 r.up = False
-            r.live.add(bridge_id)
+            r.live = r.live | {bridge_id}  # a new set: import threads read it (_query_meta)
             if not r.up:
                 self._source_up(r, ns)
         else:
-            r.live.discard(bridge_id)
+            r.live = r.live - {bridge_id}
             if not r.live:
                 r.up = False
                 if r.mirror is not None:
@@ -425,8 +472,11 @@ class Bridge:
                     r.mirror.source_down()
         self._notify()
 
-    def _refuse(self, local: str, why: str) -> None:
-        if self._starting:
+    def _refuse(self, local: str, exact: bool, why: str) -> None:
+        """An import that cannot be made: raised from start() for an import
+        named exactly (the user's own conflict), else logged once (a glob
+        import must not end the bridge for what one exporter announced)."""
+        if self._starting and exact:
             raise ShmstreamValueError(why)
         if self._failed.get(local) != why:
             self._failed[local] = why
@@ -434,16 +484,29 @@ class Bridge:
 
     def _source_up(self, r: _Remote, ns: str) -> None:
         """Make or resume the mirror of a live export; on failure r.up stays
-        False and the next scan tries again."""
+        False and a later scan tries again (backing off)."""
+        self._try_source_up(r, ns)
+        if r.up:
+            r.failures = 0
+        else:
+            r.failures += 1
+            delay = min(MAX_RETRY_S, self.scan_interval * 2.0 ** min(r.failures - 1, 16))
+            r.retry_at = time.monotonic() + delay
+
+    def _try_source_up(self, r: _Remote, ns: str) -> None:
+        exact = r.name in self.import_patterns
+        what = f"cannot import {r.kind} {r.name!r} of namespace {ns!r} as {r.local!r}"
+        mirrors = [m for m in self._remotes.values() if m.mirror is not None]
+        if r.mirror is None and len(mirrors) >= self.max_mirrors:
+            self._refuse(  # before asking anything: a cap costs no query
+                r.local,
+                exact,
+                f"{what}: this bridge has made {len(mirrors)} mirrors, its cap "
+                "(max_mirrors, --max-mirrors)",
+            )
+            return
         meta = self._query_meta(r)
         if meta is None:
-            return
-        if meta.get("kind") != r.kind:
-            self._refuse(
-                r.local,
-                f"export {r.name!r} of namespace {ns!r} answered as a "
-                f"{meta.get('kind')!r}, not a {r.kind}",
-            )
             return
         if r.mirror is not None:
             r.up = r.mirror.source_up(meta)
@@ -455,33 +518,74 @@ class Bridge:
                     r.local,
                 )
             return
+        held = sum(m.nbytes for m in mirrors)
+        if held + meta["nbytes"] > self.max_mirror_bytes:
+            self._refuse(
+                r.local,
+                exact,
+                f"{what}: its mirror would hold {meta['nbytes']} bytes, and the mirrors made "
+                f"hold {held} of the {self.max_mirror_bytes} allowed (max_mirror_bytes, "
+                "--max-mirror-bytes)",
+            )
+            return
+        verify = functools.partial(self._query_meta, r, quiet=True)
         try:
             if r.kind == "stream":
-                r.mirror = StreamImport(self._session, self.keys, r.ns_chunk, r.local, meta)
+                r.mirror = StreamImport(self._session, self.keys, r.ns_chunk, r.local, meta, verify)
             else:
                 r.mirror = ChannelImport(
-                    self._session, self._zenoh, self.keys, r.ns_chunk, r.local, meta, self.id
+                    self._session,
+                    self._zenoh,
+                    self.keys,
+                    r.ns_chunk,
+                    r.local,
+                    meta,
+                    self.id,
+                    verify,
                 )
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
-            self._refuse(r.local, str(exc))
+            self._refuse(r.local, exact, str(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - what an exporter announced: this import alone
+            self._refuse(r.local, False, f"{what}: {type(exc).__name__}: {exc}")
+            return
+        r.nbytes = meta["nbytes"]
         r.mirror.status.set(auth=_auth.AUTH_CODES[self.auth])  # mirror_status "auth"
         r.up = True
         self._failed.pop(r.local, None)
         log.info("importing %s %r of namespace %r as %r", r.kind, r.name, ns, r.local)
 
-    def _query_meta(self, r: _Remote) -> dict | None:
+    def _query_meta(self, r: _Remote, quiet: bool = False) -> dict | None:
+        """The export's metadata, checked as a whole (_wire.check_meta), from
+        a bridge that holds a live token of this export (Zenoh's replier id;
+        a reply from anyone else is ignored). None if none answers with good
+        metadata (bad metadata is logged once)."""
         key = self.keys.meta(r.name, r.ns_chunk)
+        live = r.live  # replaced, never changed in place (_token)
         for reply in self._session.get(key, timeout=QUERY_TIMEOUT_S):
-            if reply.ok is not None:
-                try:
-                    meta = _wire.loads(reply.ok.payload.to_bytes())
-                    if meta.get("name") != r.name:
-                        raise _wire.BadSample("metadata for another name")
-                    return meta
-                except _wire.BadSample as exc:
-                    log.warning("bad metadata for %r: %s", r.name, exc)
-        log.warning("no metadata for %r from namespace %r", r.name, _keys.decode(r.ns_chunk))
+            if reply.ok is None:
+                continue
+            replier = reply.replier_id
+            if replier is None or str(replier.zid) not in live:
+                log.warning(
+                    "ignored metadata for %r from %s, which holds no export token for it",
+                    r.name,
+                    None if replier is None else replier.zid,
+                )
+                continue
+            try:
+                return _wire.check_meta(_wire.loads(reply.ok.payload.to_bytes()), r.name, r.kind)
+            except _wire.BadSample as exc:
+                why = (
+                    f"refused {r.kind} {r.name!r} of namespace {_keys.decode(r.ns_chunk)!r}: "
+                    f"its exporter announced bad metadata ({exc})"
+                )
+                if self._failed.get(r.local) != why:
+                    self._failed[r.local] = why
+                    log.error("%s", why)
+                return None
+        if not quiet:
+            log.warning("no metadata for %r from namespace %r", r.name, _keys.decode(r.ns_chunk))
         return None
 
     def _scan(self, strict: bool) -> None:
@@ -490,7 +594,7 @@ class Bridge:
         report producer deaths."""
         if not self._starting:
             for r in list(self._remotes.values()):
-                if r.live and not r.up:
+                if r.live and not r.up and time.monotonic() >= r.retry_at:
                     self._source_up(r, _keys.decode(r.ns_chunk))
         for name, ex in list(self._exports.items()):
             if ex.source_changed():
@@ -528,8 +632,21 @@ class Bridge:
                     f"that name in namespace {self.namespace!r}; give this bridge another "
                     "--namespace"
                 )
-            cls = StreamExport if kind == "stream" else ChannelExport
-            ex = cls(self._session, self._zenoh, self.keys, self.id, name, self.spin_us)
+            ex: StreamExport | ChannelExport
+            if kind == "stream":
+                ex = StreamExport(
+                    self._session, self._zenoh, self.keys, self.id, name, self.spin_us
+                )
+            else:
+                ex = ChannelExport(
+                    self._session,
+                    self._zenoh,
+                    self.keys,
+                    self.id,
+                    name,
+                    self.spin_us,
+                    functools.partial(self._importer_live, name),
+                )
             self._exports[name] = ex  # the metadata queryable answers from here
             ex.announce()
         except FileNotFoundError:

@@ -23,6 +23,19 @@ consumer gets ``ChannelClosedError``, as it would locally.
 
 One channel has one consumer: an exporter serves one importing bridge at a
 time; a second one is refused (logged) until the first is gone.
+
+What a peer says is input (docs/bridge.md, "Failures and bad input"). The
+exporter binds to an importer only on an ack of its channel's generation
+from a bridge that holds a live import token for the channel (Zenoh
+liveliness; a made-up id holds none), and rebinds only when that token is
+gone (the importer's session closed or its lease ran out); an ack never
+counts above what this exporter has sent, so no ack can release a message
+that was not put on the wire. The importer takes the source generation from
+the export's metadata only, closes its mirror only on an end of stream that
+the exporter confirms when asked (``verify``), decodes every batch under a
+guard (bad ones are counted), and queues at most ``queue_bytes``: what a
+full queue drops is counted in ``dropped_samples`` and sent again by the
+exporter on request (the ack's RESEND flag).
 """
 
 from __future__ import annotations
@@ -31,15 +44,13 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 import shmstream
-from shmstream.channel import describe
 from ..errors import ShmstreamValueError
 from . import _thread, _wire
-from ._status import MirrorSide, StatusWriter
+from ._status import STATUS_SUFFIX, MirrorSide, StatusWriter, is_mirror
 
 log = logging.getLogger("shmstream.bridge")
 
@@ -48,6 +59,16 @@ DRAIN_MAX = 256
 ACK_WAIT_S = 0.002  # exporter: wait this long for an ack before looking for new data again
 IDLE_S = 0.1
 TX_BATCH = 64  # importer: publish the mirror's head every 64 messages and after each batch
+#: importer: what one queued sample costs beyond its bytes (so a flood of
+#: empty samples is bounded too)
+QUEUE_ITEM_COST = 256
+#: importer: a gap in the positions is waited out this long (asking the
+#: exporter to send again) before it is counted as lost
+RESYNC_S = 2.0
+#: at most one RESEND request (importer) and resend (exporter) this often
+RESEND_EVERY_S = 0.05
+#: exporter: importers whose refusal is logged (a flood of made-up ids is not)
+REFUSED_LOGGED = 16
 
 
 def channel_generation(name: str) -> int:
@@ -65,8 +86,10 @@ class ChannelExport:
         bridge_id: str,
         name: str,
         spin_us: float | None = None,
+        importer_live: Callable[[str], bool] = lambda _: True,
     ) -> None:
         self.name = name
+        self._importer_live = importer_live  # does this bridge hold an import token?
         try:
             self.rx: Any = shmstream.open_channel(name, role="consumer")
         except shmstream.errors.ChannelBusyError as exc:
@@ -101,7 +124,9 @@ class ChannelExport:
         self._cond = threading.Condition()
         self._bound: str | None = None  # the importing bridge served
         self._acked = 0  # its delivered position
+        self._sent_max = self._pos  # end of the furthest message put on the wire
         self._resend = False
+        self._last_resend = 0.0
         self._refused: set[str] = set()
         self._stop = threading.Event()
         self._eof = False
@@ -114,13 +139,31 @@ class ChannelExport:
 
     # -- called by the bridge from zenoh callbacks --------------------------------
 
-    def on_ack(self, delivered: int, importer: str) -> None:
+    def on_ack(self, ack: _wire.Ack) -> None:
+        importer = ack.importer
+        if ack.generation != self._generation:
+            return  # an importer still following an earlier channel of this name
         with self._cond:
+            # Never above what was put on the wire: a message counts as
+            # delivered only once it was sent (a restarted exporter sends
+            # again what the importer already has; it drops those).
+            delivered = min(ack.delivered, self._sent_max)
             if self._bound is None:
+                if not self._importer_live(importer):
+                    if importer not in self._refused and len(self._refused) < REFUSED_LOGGED:
+                        self._refused.add(importer)
+                        log.warning(
+                            "channel %r: ignored acks from bridge %s, which holds no import "
+                            "token for it (a bridge that is starting sends one at once)",
+                            self.name,
+                            importer,
+                        )
+                    return
+                self._refused.discard(importer)
                 self._bound, self._acked, self._resend = importer, delivered, True
                 log.info("channel %r: serving importing bridge %s", self.name, importer)
             elif importer != self._bound:
-                if importer not in self._refused:
+                if importer not in self._refused and len(self._refused) < REFUSED_LOGGED:
                     self._refused.add(importer)
                     log.error(
                         "channel %r: bridge %s also imports it, but a channel has one "
@@ -130,6 +173,12 @@ class ChannelExport:
                         self._bound,
                     )
                 return
+            elif ack.flags & _wire.RESEND:
+                # The importer dropped samples: send again past its ack (at
+                # most every RESEND_EVERY_S, so acks cannot multiply traffic).
+                now = time.monotonic()
+                if now - self._last_resend >= RESEND_EVERY_S:
+                    self._resend, self._last_resend = True, now
             self._acked = max(self._acked, delivered)
             self._cond.notify()
 
@@ -158,7 +207,7 @@ class ChannelExport:
                 with self._cond:
                     self._cond.wait(IDLE_S)
                 continue
-            if resend:  # a new importer: everything it has not got
+            if resend:  # a new importer, or it asks: everything it has not got
                 sent_end = acked
                 eof_sent = False
                 unsent = [r for r in held if r[0] > sent_end]
@@ -171,7 +220,7 @@ class ChannelExport:
                 msgs = []
                 if not self._eof:
                     self._eof = True
-                    self._put_status(False)
+                    self._put_status(False, end=self._pos)
             except shmstream.HandleClosedError:  # closed under the drain
                 if rx.closed:
                     break
@@ -206,6 +255,8 @@ class ChannelExport:
         # the next consumer of the channel receives them again.
 
     def _send(self, records: list) -> None:
+        with self._cond:  # acks may count up to here once it is on the wire
+            self._sent_max = max(self._sent_max, records[-1][0])
         out = bytearray()
         first = 0
         for i, (end, m) in enumerate(records):
@@ -221,8 +272,15 @@ class ChannelExport:
     def _put_batch(self, payload: bytes, end: int, n: int, flags: int) -> None:
         self._pub.put(payload, attachment=_wire.pack_batch_head(self._generation, end, n, flags))
 
-    def _put_status(self, alive: bool) -> None:
-        self.meta["producer_alive"] = alive
+    def _put_status(self, alive: bool, end: int | None = None) -> None:
+        # A new dict (the metadata queryable reads self.meta from Zenoh's
+        # threads); "end": where the source ended, for an importer to confirm
+        # an end of stream with (ChannelImport.verify).
+        meta = {k: v for k, v in self.meta.items() if k != "end"}
+        meta["producer_alive"] = alive
+        if end is not None:
+            meta["end"] = end
+        self.meta = meta
         self._session.put(
             self._status_key,
             _wire.dumps({"producer_alive": alive}),
@@ -260,11 +318,22 @@ class ChannelImport(MirrorSide):
     kind = "channel"
 
     def __init__(
-        self, session: Any, zenoh: Any, keys: Any, ns: str, local: str, meta: dict, bridge_id: str
+        self,
+        session: Any,
+        zenoh: Any,
+        keys: Any,
+        ns: str,
+        local: str,
+        meta: dict,
+        bridge_id: str,
+        verify: Callable[[], dict | None],
     ) -> None:
+        """``meta``: the export's metadata, checked (_wire.check_meta);
+        ``verify()``: the metadata as the bound exporter says it now (None if
+        it does not answer), asked before an end of stream closes the mirror."""
         self.local = local
         self.remote = meta["name"]
-        self._capacity = int(meta["capacity"])
+        self._capacity = meta["capacity"]
         self.tx: Any = _open_mirror_channel(local, self.remote, self._capacity)
         self.tx.batch = TX_BATCH
         try:
@@ -273,12 +342,28 @@ class ChannelImport(MirrorSide):
             self.tx.close()
             raise
         prev = self.status.previous
-        self._generation = prev["generation"] if prev else 0
-        self._delivered = prev["delivered"] if prev else 0
+        self._generation = meta["generation"]  # only the export's metadata sets it
+        self._old_generations: set[int] = set()  # batches of these are stale, not bad
+        self._next_generation: int | None = None  # from source_up, applied by the worker
+        self._delivered = (
+            prev["delivered"] if prev and prev["generation"] == self._generation else 0
+        )
+        self.status.set(generation=self._generation, delivered=self._delivered)
         self._max_message = self.tx.max_message_bytes
         self._bridge_id = bridge_id
+        self._verify = verify
         self._zenoh, self._session = zenoh, session
         self._queue: collections.deque = collections.deque()
+        self._queued = 0  # bytes in _queue, with QUEUE_ITEM_COST per sample
+        # Past what one exporter can have in flight: its ring, once more when
+        # it sends again, and a batch over (record headers add < 1/8).
+        self._queue_bytes = 3 * self.tx.capacity + 2 * _wire.BATCH_BYTES
+        # The queue dropped samples: ask the exporter to send again (each
+        # heartbeat while the queue is empty) until an ask saw no new drop.
+        self._resync = False
+        self._drops = 0  # samples the queue dropped
+        self._drops_asked = -1  # _drops at the last RESEND request
+        self._gap_since: float | None = None  # when the current gap was first seen
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._ack_now = threading.Event()
@@ -292,12 +377,12 @@ class ChannelImport(MirrorSide):
             session.declare_subscriber(keys.data(self.remote, ns), self._on_sample),
             session.declare_subscriber(keys.status(self.remote, ns), self._on_status),
         ]
-        self._thread = _thread.start(self._run, f"import {local}")
+        self._thread = _thread.start(self._run, f"import {local}", self._failed)
         self.source_up(meta)
 
     def source_up(self, meta: dict) -> bool:
         """The exporter is (again) there: tell it where we are at once."""
-        if int(meta["capacity"]) > self.tx.capacity:
+        if meta["capacity"] > self.tx.capacity:
             log.error(
                 "channel %r now has a ring of %d bytes, larger than its mirror %r (%d); "
                 "import it under another prefix",
@@ -307,10 +392,12 @@ class ChannelImport(MirrorSide):
                 self.tx.capacity,
             )
             return False
-        self.status.set(exporter_alive=1, producer_alive=int(bool(meta.get("producer_alive"))))
-        self._ack_now.set()
+        self.status.set(exporter_alive=1, producer_alive=int(meta["producer_alive"]))
         with self._cond:
+            if meta["generation"] != self._generation:
+                self._next_generation = meta["generation"]  # the channel was made again
             self._cond.notify()
+        self._ack_now.set()
         return True
 
     def source_down(self) -> None:
@@ -319,51 +406,95 @@ class ChannelImport(MirrorSide):
     # -- zenoh callbacks: queue only, never block ---------------------------------------
 
     def _on_sample(self, sample: Any) -> None:
-        att = sample.attachment
-        item = (None if att is None else att.to_bytes(), sample.payload.to_bytes())
+        cost = len(sample.payload) + QUEUE_ITEM_COST
         with self._cond:
-            self._queue.append(item)
-            self._cond.notify()
+            if self._queued + cost > self._queue_bytes:
+                self._resync = True
+                self._drops += 1
+                drop = True
+            else:
+                drop = False
+                att = sample.attachment
+                self._queue.append(
+                    (None if att is None else att.to_bytes(), sample.payload.to_bytes())
+                )
+                self._queued += cost
+                self._cond.notify()
+        if drop:
+            self._dropped(f"the import queue holds {self._queue_bytes} bytes already")
 
     # -- the worker (the only user of self.tx) ---------------------------------------
 
     def _run(self) -> None:
-        next_beat = 0.0
+        next_beat = last_resend = 0.0
         while not self._stop.is_set():
             with self._cond:
-                if not self._queue:
+                if not self._queue and self._next_generation is None:
                     self._cond.wait(max(0.0, next_beat - time.monotonic()))
                 item = self._queue.popleft() if self._queue else None
+                if item is not None:
+                    self._queued -= len(item[1]) + QUEUE_ITEM_COST
+                new_generation, self._next_generation = self._next_generation, None
+            if new_generation is not None and new_generation != self._generation:
+                self._old_generations.add(self._generation)
+                self._generation, self._delivered = new_generation, 0
+                self._gap_since = None
+                self.status.set(generation=new_generation, delivered=0, eof=0)
+            resend = False
             if item is not None:
-                self._deliver(*item)
+                resend = self._deliver(*item)
+                if resend:  # a batch past a gap was skipped: it must come again
+                    with self._cond:
+                        self._resync = True
+                        self._drops += 1
             now = time.monotonic()
-            if item is not None or self._ack_now.is_set() or now >= next_beat:
+            if self._resync and not self._queue and now - last_resend >= HEARTBEAT_S:
+                # What was dropped may have been the last batch or the end
+                # of stream: no gap would show it. Ask, until a heartbeat
+                # after an ask finds nothing dropped since.
+                with self._cond:
+                    if self._drops == self._drops_asked:
+                        self._resync = False
+                    else:
+                        resend, self._drops_asked = True, self._drops
+            if resend and now - last_resend < RESEND_EVERY_S:
+                resend = False  # the exporter is sending again already
+            if resend:
+                last_resend = now
+            if resend or item is not None or self._ack_now.is_set() or now >= next_beat:
                 self._ack_now.clear()
-                self._ack_pub.put(_wire.pack_ack(self._delivered, self._bridge_id))
+                flags = _wire.RESEND if resend else 0
+                self._ack_pub.put(
+                    _wire.pack_ack(self._generation, self._delivered, self._bridge_id, flags)
+                )
                 next_beat = now + HEARTBEAT_S
 
-    def _deliver(self, attachment: bytes | None, payload: bytes) -> None:
+    def _deliver(self, attachment: bytes | None, payload: bytes) -> bool:
+        """Send a batch's new records into the mirror. True if the exporter
+        should send again what follows the delivered position (a gap after
+        the queue dropped samples)."""
         try:
-            head = _wire.unpack_batch_head(attachment)
-            records = [
-                (r, describe(r.meta) if r.meta else None)
-                for r in _wire.iter_records(payload, head.records, self._max_message)
-            ]
-            for r, desc in records:
-                if desc is not None and _wire.frame_bytes(desc[1], desc[0].itemsize) != len(r.data):
-                    raise _wire.BadSample("array message whose size does not match its shape")
-        except (_wire.BadSample, shmstream.CorruptStreamError) as exc:
-            self._bad(exc)
-            return
+            head, records = _wire.decode_batch(attachment, payload, self._max_message)
+        except Exception as exc:  # noqa: BLE001 - another host's bytes: anything is bad input
+            self._bad(f"{type(exc).__name__}: {exc}")
+            return False
         if head.generation != self._generation:
-            # The first batch, or the source channel was made again: positions restart.
-            self._generation, self._delivered = head.generation, 0
-            self.status.set(generation=head.generation, delivered=0, eof=0)
-        for r, desc in records:
-            if r.end <= self._delivered:
+            if head.generation not in self._old_generations:
+                self._bad(f"batch of generation {head.generation:#x}, not the export's")
+            return False
+        for end, type_id, obj, nbytes, meta_len in records:
+            if end <= self._delivered:
                 continue  # delivered before (a restarted exporter sends it again)
-            start = r.end - _wire.record_span(len(r.meta), len(r.data))
+            start = end - _wire.record_span(meta_len, nbytes)
             if self._delivered and start > self._delivered:
+                # Dropped here (a full queue), or released by the exporter
+                # for another importer: ask for it again; count it as lost
+                # once the exporter did not send it within RESYNC_S.
+                now = time.monotonic()
+                if self._gap_since is None:
+                    self._gap_since = now
+                if now - self._gap_since < RESYNC_S:
+                    return True
                 self.status.add("lost_messages")
                 log.error(
                     "mirror channel %r: messages between ring positions %d and %d never arrived",
@@ -371,20 +502,34 @@ class ChannelImport(MirrorSide):
                     self._delivered,
                     start,
                 )
+            self._gap_since = None  # past the gap: filled, or counted lost
             if self.tx.closed:  # reopened after an end of stream: a new producer upstream
                 self.tx = shmstream.open_channel(self.local, role="producer", batch=TX_BATCH)
                 self.status.set(eof=0)
-            obj = r.data if desc is None else np.frombuffer(r.data, desc[0]).reshape(desc[1])
-            if not self._send(obj, r.type_id):
-                return
-            self._delivered = r.end
+            if not self._send(obj, type_id):
+                return False
+            self._delivered = end
             self.messages_delivered += 1
         if not self.tx.closed:
             self.tx.flush()
         if head.flags & _wire.EOF and head.end <= self._delivered and not self.tx.closed:
-            self.tx.close()  # the far consumer gets everything, then ChannelClosedError
-            self.status.set(eof=1)
+            if self._confirmed_eof(head.end):
+                self.tx.close()  # the far consumer gets everything, then ChannelClosedError
+                self.status.set(eof=1)
+            else:
+                self._bad("an end of stream that the exporter does not confirm")
         self.status.set(delivered=self._delivered)
+        return False
+
+    def _confirmed_eof(self, end: int) -> bool:
+        """Ask the exporter: has the source producer closed, at ``end``?"""
+        meta = self._verify()
+        return (
+            meta is not None
+            and meta["generation"] == self._generation
+            and not meta["producer_alive"]
+            and meta.get("end") == end
+        )
 
     def _send(self, obj: Any, type_id: int) -> bool:
         """Send one message into the mirror; while its consumer is away, keep
@@ -439,5 +584,13 @@ def _open_mirror_channel(local: str, remote: str, capacity: int) -> Any:
             f"cannot import channel {remote!r} as {local!r}: a channel of that name exists "
             f"with a ring of {tx.capacity} bytes, smaller than the source's {capacity}; "
             f"remove it with shmstream.unlink_channel({local!r}) or choose another local prefix"
+        )
+    if not is_mirror(local, "channel"):
+        tx.close()
+        raise ShmstreamValueError(
+            f"cannot import channel {remote!r} as {local!r}: a channel of that name exists "
+            f"here and is not a bridge mirror (it has no status stream "
+            f"{local + STATUS_SUFFIX!r}); an import never writes into a local channel: choose "
+            "another local prefix"
         )
     return tx

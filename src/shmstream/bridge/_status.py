@@ -25,6 +25,8 @@ from ..errors import ShmstreamFileNotFoundError, ShmstreamValueError
 from . import _wire
 from ._auth import AUTH_CODES
 
+log = logging.getLogger("shmstream.bridge")
+
 STATUS_SUFFIX = "@bridge"
 KIND_CODES = {"stream": 1, "channel": 2}
 
@@ -33,14 +35,16 @@ STATUS_DTYPE = np.dtype(
         ("bad_samples", "<u8"),  # samples refused (size, dtype, header) and dropped
         ("lost_messages", "<u8"),  # channel: gaps in the source positions seen
         ("generation", "<u8"),  # source stream's instance id (8 bytes)
-        ("count_offset", "<u8"),  # mirror count = source count + offset
+        ("count_offset", "<i8"),  # mirror count = source count + offset
         ("delivered", "<u8"),  # channel: end position delivered into the mirror
         ("changed_ns", "<u8"),  # when exporter_alive / producer_alive last changed
+        ("dropped_samples", "<u8"),  # good samples dropped: the import's queue was full
         ("exporter_alive", "u1"),  # the exporting bridge is reachable
         ("producer_alive", "u1"),  # the source's producer runs (as its bridge last said)
         ("kind", "u1"),  # 1 stream, 2 channel
         ("eof", "u1"),  # channel: the source producer closed
         ("auth", "u1"),  # how the importing bridge authenticates peers (_auth.AUTH_CODES)
+        ("failed", "u1"),  # the import's worker stopped on an unexpected error
     ]
 )
 
@@ -53,6 +57,26 @@ def is_status_name(name: str) -> bool:
     return name.endswith(STATUS_SUFFIX)
 
 
+def is_mirror(name: str, kind: str) -> bool:
+    """Whether ``name`` has the status stream of a bridge mirror of ``kind``:
+    an import opens an existing segment only then (it never writes into a
+    stream or channel that a local producer made)."""
+    try:
+        h = shmstream.open(status_name(name), readonly=True)
+    except (FileNotFoundError, ValueError, shmstream.CorruptStreamError):
+        return False
+    try:
+        return (
+            h.dtype == STATUS_DTYPE
+            and h.shape == (1,)
+            and int(h.read()[0]["kind"]) == KIND_CODES[kind]
+        )
+    except Exception:  # noqa: BLE001 - unreadable: not a mirror we made
+        return False
+    finally:
+        h.close()
+
+
 def _describe(rec: np.ndarray, h: Any) -> dict[str, Any]:
     exporter = bool(rec["exporter_alive"])
     producer = bool(rec["producer_alive"])
@@ -63,8 +87,10 @@ def _describe(rec: np.ndarray, h: Any) -> dict[str, Any]:
         "source_alive": exporter and producer,
         "exporter_alive": exporter,
         "producer_alive": producer,
-        "importer_alive": h.producer_alive(),
+        "importer_alive": h.producer_alive() and not rec["failed"],
+        "failed": bool(rec["failed"]),
         "bad_samples": int(rec["bad_samples"]),
+        "dropped_samples": int(rec["dropped_samples"]),
         "lost_messages": int(rec["lost_messages"]),
         "eof": bool(rec["eof"]),
         "changed": int(rec["changed_ns"]) / 1e9,
@@ -79,8 +105,12 @@ def mirror_status(name: str) -> dict[str, Any]:
 
     Keys: ``source_alive`` (the exporting bridge is reachable and the
     source's producer runs), ``exporter_alive``, ``producer_alive``,
-    ``importer_alive`` (the bridge that writes the mirror runs),
-    ``bad_samples`` (refused and dropped), ``lost_messages`` (channels),
+    ``importer_alive`` (the bridge that writes the mirror runs, and its
+    import of this mirror has not ``failed``: stopped on an unexpected
+    error, logged; restart the bridge), ``bad_samples`` (refused and
+    dropped), ``dropped_samples`` (good samples dropped because the import's
+    bounded queue was full; a channel asks for them again),
+    ``lost_messages`` (channels),
     ``eof`` (channels: the source producer closed), ``changed`` (UNIX time of
     the last liveness change), ``updates`` (the status stream's count: wait
     for the next change with ``shmstream.open(name + '@bridge').read_new()``),
@@ -173,16 +203,27 @@ class MirrorSide:
 
     def _on_status(self, sample: Any) -> None:
         try:
-            alive = _wire.loads(sample.payload.to_bytes())["producer_alive"]
-        except (_wire.BadSample, KeyError) as exc:
+            alive = _wire.loads(sample.payload.to_bytes()).get("producer_alive")
+            if not isinstance(alive, bool):
+                raise _wire.BadSample(f"producer_alive is {alive!r}")
+        except _wire.BadSample as exc:
             self._bad(f"bad status message: {exc}")
             return
-        self.status.set(producer_alive=int(bool(alive)))
+        self.status.set(producer_alive=int(alive))
 
-    def _bad(self, why: Any) -> None:
-        self.status.add("bad_samples")
-        n = self.status.get("bad_samples")
-        if n <= 10 or n % 1000 == 0:  # a flood of bad samples must not flood the log
-            logging.getLogger("shmstream.bridge").warning(
-                "%s %r: dropped bad sample #%d: %s", self.label, self.local, n, why
-            )
+    def _bad(self, why: Any, n: int = 1) -> None:
+        self._count("bad_samples", n, "dropped bad sample", why)
+
+    def _dropped(self, why: str) -> None:
+        self._count("dropped_samples", 1, "dropped sample", why)
+
+    def _count(self, field: str, n: int, what: str, why: Any) -> None:
+        self.status.add(field, n)
+        total = self.status.get(field)
+        if total <= 10 or total % 1000 < n:  # a flood of bad samples must not flood the log
+            log.warning("%s %r: %s #%d: %s", self.label, self.local, what, total, why)
+
+    def _failed(self) -> None:
+        """The import's worker stopped on an unexpected error (logged by
+        _thread): readers of mirror_status see importer_alive False."""
+        self.status.set(failed=1)

@@ -18,8 +18,17 @@ record's *end position* is its end in the source ring (byte count since the
 channel was made): stable across exporter restarts, so the importer can
 drop what it already delivered.
 
-Channel ack (importer -> exporter): ``ACK_HEAD`` (magic ``SMA1``, delivered
-end position) + the importing bridge's id in UTF-8.
+Channel ack (importer -> exporter): ``ACK_HEAD`` (magic ``SMA2``, the
+generation the importer follows, delivered end position, flags: ``RESEND``
+asks the exporter to send again everything past that position) + the
+importing bridge's id (its Zenoh id: up to 32 hex digits).
+
+Export metadata (the ``@meta`` queryable's JSON reply) is checked as a whole
+by ``check_meta`` before an importer uses any of it.
+
+Everything here decodes bytes another host sent: each decoder raises
+BadSample (a ValueError) for anything it does not accept, and nothing else
+for any input (``tests/fuzz/fuzz_py_bridge_wire.py``).
 """
 
 from __future__ import annotations
@@ -31,14 +40,29 @@ import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from .. import _dtypes, _native
+from ..channel import describe
+from ..errors import CorruptStreamError
+
 STREAM_HEAD = struct.Struct("<4sQQQQQ")
 STREAM_MAGIC = b"SMS1"
 CHANNEL_HEAD = struct.Struct("<4sQQII")
 CHANNEL_MAGIC = b"SMC1"
 RECORD_HEAD = struct.Struct("<QIIQ")
-ACK_HEAD = struct.Struct("<4sQ")
-ACK_MAGIC = b"SMA1"
+ACK_HEAD = struct.Struct("<4sQQI")
+ACK_MAGIC = b"SMA2"
 EOF = 1
+RESEND = 1  # ack flag
+
+#: Counts on the wire are the source's publication counts: 1, 2, 3...; one
+#: above this (2**62: 146 years at a billion writes a second) is bad input,
+#: so a mirror's own count (source count + offset) can never wrap.
+MAX_COUNT = 1 << 62
+#: Largest channel ring an export may announce (the mirror is made as large).
+MAX_CAPACITY = 1 << 40
+_BRIDGE_ID_CHARS = frozenset("0123456789abcdef")
 
 #: Most bytes the exporter packs into one channel sample (a larger message
 #: travels alone).
@@ -81,8 +105,8 @@ def unpack_frame_head(attachment: bytes | None) -> tuple[int, int, int, int, int
     magic, count, frame_id, write_time_ns, layout, generation = STREAM_HEAD.unpack(attachment)
     if magic != STREAM_MAGIC:
         raise BadSample(f"frame header magic {magic!r} (expected {STREAM_MAGIC!r})")
-    if count == 0:
-        raise BadSample("frame count 0 (counts start at 1)")
+    if count == 0 or count > MAX_COUNT:
+        raise BadSample(f"frame count {count} (counts run from 1 to 2**62)")
     return count, frame_id, write_time_ns, layout, generation
 
 
@@ -161,17 +185,57 @@ def iter_records(payload: bytes, count: int, max_message: int) -> Iterator[Recor
         raise BadSample(f"{len(view) - off} bytes after the last record")
 
 
-def pack_ack(delivered: int, bridge_id: str) -> bytes:
-    return ACK_HEAD.pack(ACK_MAGIC, delivered) + bridge_id.encode()
+class Ack(NamedTuple):
+    generation: int
+    delivered: int
+    flags: int
+    importer: str
 
 
-def unpack_ack(payload: bytes) -> tuple[int, str]:
-    if len(payload) <= ACK_HEAD.size:
-        raise BadSample("ack too short")
-    magic, delivered = ACK_HEAD.unpack_from(payload)
+def decode_batch(
+    attachment: bytes | None, payload: bytes, max_message: int
+) -> tuple[BatchHead, list[tuple[int, int, Any, int, int]]]:
+    """A channel batch as its head and its records, each ``(end, type_id,
+    message, payload bytes, meta bytes)`` with the message ready to send
+    (a memoryview, or an ndarray for an array message); BadSample for
+    anything that is not a well-formed batch (nothing else, for any input)."""
+    head = unpack_batch_head(attachment)
+    out: list[tuple[int, int, Any, int, int]] = []
+    for r in iter_records(payload, head.records, max_message):
+        if not r.meta:
+            out.append((r.end, r.type_id, r.data, len(r.data), 0))
+            continue
+        try:
+            dtype, shape = describe(r.meta)
+        except CorruptStreamError as exc:
+            raise BadSample(str(exc)) from None
+        if len(shape) > _native.MAX_NDIM or frame_bytes(shape, dtype.itemsize) != len(r.data):
+            raise BadSample("array message whose size does not match its shape")
+        try:
+            if dtype.itemsize == 0 or math.prod(shape) == 0:
+                obj = np.empty(shape, dtype)  # no bytes to view (as channel.recv does)
+            else:
+                obj = np.frombuffer(r.data, dtype).reshape(shape)
+        except ValueError as exc:  # e.g. a zero-size array NumPy finds too big
+            raise BadSample(f"array message NumPy refuses: {exc}") from None
+        out.append((r.end, r.type_id, obj, len(r.data), len(r.meta)))
+    return head, out
+
+
+def pack_ack(generation: int, delivered: int, bridge_id: str, flags: int = 0) -> bytes:
+    return ACK_HEAD.pack(ACK_MAGIC, generation, delivered, flags) + bridge_id.encode()
+
+
+def unpack_ack(payload: bytes) -> Ack:
+    if len(payload) <= ACK_HEAD.size or len(payload) > ACK_HEAD.size + 32:
+        raise BadSample(f"ack of {len(payload)} bytes")
+    magic, generation, delivered, flags = ACK_HEAD.unpack_from(payload)
     if magic != ACK_MAGIC:
-        raise BadSample(f"ack magic {magic!r}")
-    return delivered, payload[ACK_HEAD.size :].decode()
+        raise BadSample(f"ack magic {magic!r} (expected {ACK_MAGIC!r})")
+    raw = payload[ACK_HEAD.size :]
+    if not set(raw.decode("latin-1")) <= _BRIDGE_ID_CHARS:
+        raise BadSample("ack from a bridge id that is not a Zenoh id")
+    return Ack(generation, delivered, flags, raw.decode("ascii"))
 
 
 # ---- metadata and status (JSON) ----------------------------------------------
@@ -193,3 +257,62 @@ def loads(payload: bytes) -> dict:
 
 def frame_bytes(shape: Any, itemsize: int) -> int:
     return math.prod(int(d) for d in shape) * int(itemsize)
+
+
+def _int(meta: dict, key: str, low: int, high: int) -> int:
+    value = meta.get(key)
+    if type(value) is not int or not low <= value <= high:
+        raise BadSample(f"metadata {key!r} is {value!r}, not an integer in {low}..{high}")
+    return value
+
+
+def check_meta(meta: dict, name: str, kind: str) -> dict[str, Any]:
+    """The metadata an exporter announced for ``kind`` ``name``, checked as
+    a whole (every key the importer uses, with its type and range), as a new
+    dict of those keys only, with ``nbytes``: the bytes its mirror needs
+    (payload only; the ring for a channel). BadSample for anything else."""
+    if meta.get("kind") != kind:
+        raise BadSample(f"metadata says kind {meta.get('kind')!r}, not {kind!r}")
+    if meta.get("name") != name:
+        raise BadSample("metadata for another name")
+    alive = meta.get("producer_alive")
+    if not isinstance(alive, bool):
+        raise BadSample(f"metadata 'producer_alive' is {alive!r}, not true or false")
+    out: dict[str, Any] = {
+        "kind": kind,
+        "name": name,
+        "producer_alive": alive,
+        "generation": _int(meta, "generation", 0, (1 << 64) - 1),
+    }
+    if kind == "channel":
+        out["capacity"] = out["nbytes"] = _int(meta, "capacity", 64, MAX_CAPACITY)
+        if "end" in meta:
+            out["end"] = _int(meta, "end", 0, (1 << 64) - 1)
+        return out
+    shape = meta.get("shape")
+    if not isinstance(shape, list) or len(shape) > _native.MAX_NDIM:
+        raise BadSample(
+            f"metadata 'shape' is {shape!r}, not a list of at most {_native.MAX_NDIM} sizes"
+        )
+    for d in shape:
+        if type(d) is not int or not 0 <= d <= MAX_CAPACITY:
+            raise BadSample(f"metadata 'shape' holds {d!r}, not a size")
+    text = meta.get("dtype")
+    if not isinstance(text, str) or len(text) > _native.MAX_DTYPE_BYTES:
+        raise BadSample("metadata 'dtype' is not a dtype description")
+    try:
+        dtype = _dtypes.normalize(_dtypes.decode(text))
+    except (ValueError, TypeError) as exc:
+        raise BadSample(f"metadata 'dtype': {exc}") from None
+    notify = meta.get("notify", False)
+    if not isinstance(notify, bool):
+        raise BadSample(f"metadata 'notify' is {notify!r}, not true or false")
+    out.update(shape=shape, dtype=text, notify=notify)
+    slots = 1
+    if "slots" in meta:
+        slots = out["slots"] = _int(meta, "slots", 1, 1 << 16)
+    if meta.get("layout") != layout_id(shape, text):
+        raise BadSample("metadata 'layout' does not match its shape and dtype")
+    out["layout"] = meta["layout"]
+    out["nbytes"] = frame_bytes(shape, dtype.itemsize) * slots
+    return out

@@ -168,6 +168,20 @@ def add_bridge_parser(sub: Any) -> None:
         metavar="US",
         help="exports spin this long for the next local write before sleeping (default 5)",
     )
+    p.add_argument(
+        "--max-mirrors",
+        type=number(above=False, kind=int),
+        default=64,
+        metavar="N",
+        help="imports make at most N mirrors here (default 64)",
+    )
+    p.add_argument(
+        "--max-mirror-bytes",
+        type=number(above=False, kind=int),
+        default=1 << 30,
+        metavar="BYTES",
+        help="the mirrors made here hold at most BYTES together (default 1073741824, 1 GiB)",
+    )
     p.add_argument("--quiet", action="store_true", help="log errors only")
     add_session_arguments(p)
 
@@ -287,6 +301,8 @@ def cmd_bridge(args: argparse.Namespace) -> int:
             unlink_on_close=args.unlink_on_exit,
             spin_us=args.spin_us,
             **auth_arguments(args),
+            max_mirrors=args.max_mirrors,
+            max_mirror_bytes=args.max_mirror_bytes,
         )
     except ImportError as exc:
         return _missing_zenoh(exc)
