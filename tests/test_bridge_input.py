@@ -28,9 +28,10 @@ from test_bridge import SHAPE, Pair, _frame, _status_until  # noqa: E402
 
 import shmstream  # noqa: E402
 from shmstream.bridge import Bridge, _keys, _wire, mirror_status, status_name  # noqa: E402
+from shmstream.bridge._session import make_config  # noqa: E402
 
 import support  # noqa: E402
-from bridge_util import BridgeProc, endpoint, free_port  # noqa: E402
+from bridge_util import BridgeProc, auth, endpoint, free_port  # noqa: E402
 
 WAIT = support.WAIT
 
@@ -45,13 +46,9 @@ def pair(make_name):
 
 
 def _session(listen: tuple[str, ...] = (), connect: tuple[str, ...] = ()) -> Any:
-    """A plain Zenoh session on loopback: no bridge, no credentials."""
-    cfg = zenoh.Config()
-    cfg.insert_json5("scouting/multicast/enabled", "false")
-    cfg.insert_json5("transport/shared_memory/enabled", "false")  # leaves no file in /dev/shm
-    cfg.insert_json5("listen/endpoints", repr(list(listen)).replace("'", '"'))
-    cfg.insert_json5("connect/endpoints", repr(list(connect)).replace("'", '"'))
-    return zenoh.open(cfg)
+    """A plain Zenoh session on loopback, no bridge, with the suite's
+    credentials: what an authenticated peer sends is still input."""
+    return zenoh.open(make_config(listen=listen, connect=connect, **auth()))
 
 
 def _publisher(session: Any, key: str) -> Any:
@@ -89,7 +86,7 @@ def test_forged_acks_neither_lose_messages_nor_bind_a_ghost(make_name):
     tx = shmstream.channel(name, 1 << 16)
     gen = _generation(name)
     keys = _keys.Keys("shmstream", ns)
-    with Bridge(exports=[name], namespace=ns, listen=[ep]) as exporter:
+    with Bridge(exports=[name], namespace=ns, listen=[ep], **auth()) as exporter:
         exporter.wait_for_export(name, timeout=WAIT)
         export = exporter._exports[name]
         acks: queue.Queue = queue.Queue()
@@ -311,7 +308,11 @@ def test_what_a_full_import_queue_dropped_is_sent_again(pair):
     local = prefix + name
     pair.mirrors.append(local)
     with Bridge(
-        imports=[name], remote_namespace=pair.namespace, local_prefix=prefix, connect=[pair.ep]
+        imports=[name],
+        remote_namespace=pair.namespace,
+        local_prefix=prefix,
+        connect=[pair.ep],
+        **auth(),
     ) as bridge:
         bridge.wait_for_import(local, timeout=WAIT)
         mirror = bridge._locals[local].mirror
@@ -348,7 +349,11 @@ def test_an_import_worker_that_dies_shows_in_mirror_status(pair):
     local = prefix + name
     pair.mirrors.append(local)
     with Bridge(
-        imports=[name], remote_namespace=pair.namespace, local_prefix=prefix, connect=[pair.ep]
+        imports=[name],
+        remote_namespace=pair.namespace,
+        local_prefix=prefix,
+        connect=[pair.ep],
+        **auth(),
     ) as bridge:
         bridge.wait_for_import(local, timeout=WAIT)
         mirror = bridge._locals[local].mirror
