@@ -108,6 +108,12 @@ enum ss_status {
   SS_EPIDNS = -29 /* the creator is in another PID namespace: pids cannot be judged */
 };
 
+/* A sentence for a status code: an ss_status (0 included), or a positive
+ * errno value (its C library description). Never NULL: an unknown code
+ * gets "unknown shmstream status" ("unknown system error" if positive).
+ * The string is static; do not free it. */
+SS_API const char *ss_strerror(int status);
+
 /* ---- the on-memory header (4096 bytes at offset 0 of every segment) ---- */
 
 typedef struct ss_identity {
