@@ -44,6 +44,11 @@ extern "C" {
 #define SS_MAX_SLOTS 8u
 #define SS_DEFAULT_SLOTS 2u
 #define SS_MAX_HISTORY (1u << 20) /* publications a history stream keeps */
+/* The largest count a write may set explicitly (a mirror's or a replay's
+ * count, ss_publish_meta.count): 2^63 - 1, so that the count still grows
+ * for 2^63 more writes. The count never wraps: it stops at UINT64_MAX
+ * (docs/ABI.md, "Publish"). */
+#define SS_MAX_COUNT (UINT64_MAX >> 1)
 #define SS_SLOT_RECORD_BYTES 64u  /* one slot record (history streams) */
 #define SS_MAX_NAME_BYTES 255u  /* user-visible name, UTF-8, no NUL */
 #define SS_MAX_DTYPE_BYTES 1023u /* NumPy dtype description text */

@@ -117,6 +117,13 @@ class Segment {
                    uint64_t count = 0, uint64_t write_time_ns = 0) {
     if (!locked) lock(timeout_ns);
     uint64_t now = hdr()->pub.count.load(std::memory_order_relaxed);
+    if (count > SS_MAX_COUNT) {
+      if (!locked) unlock();
+      raise(g_value, "count " + std::to_string(count) + " is above " +
+                         std::to_string(SS_MAX_COUNT) +
+                         " (2**63 - 1), the largest count a write may set: the count must "
+                         "still grow after it");
+    }
     if (count && count <= now) {
       if (!locked) unlock();
       raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name() +

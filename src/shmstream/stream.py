@@ -414,8 +414,9 @@ class SharedMemory(Reading, Waiting, History, Status):
         with the write; omitted, the previous one is kept.
 
         For a mirror of another stream or a replay: ``count`` publishes the
-        write as that count (it must exceed the current one; readers count
-        the gap as missed writes) and ``write_time_ns`` (ns since the epoch)
+        write as that count (it must exceed the current one and be below
+        2**63, so that the count still grows after it; readers count the
+        gap as missed writes) and ``write_time_ns`` (ns since the epoch)
         replaces the clock's time."""
         seg = self._wseg
         if seg is not None and count is None and write_time_ns is None and self._lk.owner is None:
@@ -445,7 +446,7 @@ class SharedMemory(Reading, Waiting, History, Status):
     ) -> None:
         seg = self._check_writable("write to")
         value, frame_id = self._write_args(value, frame_id)
-        count = 0 if count is None else _checks.check_u64("count", count, minimum=1)
+        count = 0 if count is None else _checks.check_count(count)
         write_time_ns = (
             0
             if write_time_ns is None

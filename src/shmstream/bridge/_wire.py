@@ -31,6 +31,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from .. import _native
+
 STREAM_HEAD = struct.Struct("<4sQQQQQ")
 STREAM_MAGIC = b"SMS1"
 CHANNEL_HEAD = struct.Struct("<4sQQII")
@@ -83,6 +85,8 @@ def unpack_frame_head(attachment: bytes | None) -> tuple[int, int, int, int, int
         raise BadSample(f"frame header magic {magic!r} (expected {STREAM_MAGIC!r})")
     if count == 0:
         raise BadSample("frame count 0 (counts start at 1)")
+    if count > _native.MAX_COUNT:
+        raise BadSample(f"frame count {count} above 2**63 - 1 (no stream counts that far)")
     return count, frame_id, write_time_ns, layout, generation
 
 

@@ -220,7 +220,7 @@ class GpuSharedMemory(SharedMemory):
         if self._gs is None:
             raise self._unattached("write to")
         fid = None if frame_id is None else _checks.check_u64("frame_id", frame_id)
-        number = 0 if count is None else _checks.check_u64("count", count, minimum=1)
+        number = 0 if count is None else _checks.check_count(count)
         wt = (
             0
             if write_time_ns is None
