@@ -417,11 +417,12 @@ NB_MODULE(_native, m) {
           "dtype"_a, "shape"_a,
           "Bind the array type of the hot path (put, get, get_new). False if its bytes are not "
           "the payload's.")
-      .def("put", &Segment::put, "src"_a, "frame_id"_a = nb::none(),
-           nb::sig("def put(self, src: object, frame_id: object | None = None) -> int | None"),
+      .def("put", &Segment::put, "src"_a, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
+           nb::sig("def put(self, src: object, frame_id: object | None = None, timeout: object "
+                   "| None = None) -> int | None"),
            "write() of a C-contiguous ndarray of the bound dtype and shape without the lock "
-           "held: the new count, or None if src is not such an array (or frame_id not a plain "
-           "int in [0, 2**64)).")
+           "held (waiting for it up to timeout): the new count, or None if src is not such an "
+           "array (or frame_id not a plain int in [0, 2**64)).")
       .def("get", &Segment::get, "dst"_a, "timeout"_a = nb::none(),
            nb::sig("def get(self, dst: object, timeout: object | None = None) -> int | None"),
            "read() into a writable C-contiguous ndarray of the bound dtype and shape: the count "

@@ -272,9 +272,9 @@ class Segment:
         Bind the array type of the hot path (put, get, get_new). False if its bytes are not the payload's.
         """
 
-    def put(self, src: object, frame_id: object | None = None) -> int | None:
+    def put(self, src: object, frame_id: object | None = None, timeout: object | None = None) -> int | None:
         """
-        write() of a C-contiguous ndarray of the bound dtype and shape without the lock held: the new count, or None if src is not such an array (or frame_id not a plain int in [0, 2**64)).
+        write() of a C-contiguous ndarray of the bound dtype and shape without the lock held (waiting for it up to timeout): the new count, or None if src is not such an array (or frame_id not a plain int in [0, 2**64)).
         """
 
     def get(self, dst: object, timeout: object | None = None) -> int | None:

@@ -150,11 +150,11 @@ class Segment {
 
   ArraySpec spec;
 
-  nb::object put(nb::handle src, nb::handle frame_id) {
+  nb::object put(nb::handle src, nb::handle frame_id, nb::handle timeout) {
     const char *data = spec.data_of(src, false);
     uint64_t fid = 0;
     if (!data || (!frame_id.is_none() && !u64_of(frame_id, &fid))) return nb::none();
-    return nb::int_(publish(data, frame_id.is_none() ? nullptr : &fid, false, -1));
+    return nb::int_(publish(data, frame_id.is_none() ? nullptr : &fid, false, to_ns(timeout)));
   }
 
   nb::object get(nb::handle dst, nb::handle timeout) {
