@@ -429,6 +429,11 @@ SS_API int ss_unlock(ss_segment *seg);
 /* The thread id the lock's mutex word names as its owner (0: free): what
  * stat shows when the informational owner words are empty. */
 SS_API int32_t ss_lock_word_tid(const ss_segment *seg);
+/* The frame state (enum ss_state) a read finds now, for stat and list: the
+ * published state, or SS_STATE_ABANDONED while a write is in flight and the
+ * lock's owner died (the next lock or read takes the lock over and marks
+ * the frame so). Reads the header only: never waits, changes nothing. */
+SS_API uint32_t ss_read_state(const ss_segment *seg);
 
 /* ---- streams (src/core/publish.c, snapshot.c) -------------------------- */
 

@@ -321,6 +321,10 @@ NB_MODULE(_native, m) {
       .def_prop_ro("state",
                    [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })
       .def_prop_ro(
+          "read_state", [](Segment &s) { return ss_read_state(&s.seg); },
+          "The state a read finds now (ss_read_state): 'state', or abandoned while a write is "
+          "in flight and the lock's owner died. Changes nothing.")
+      .def_prop_ro(
           "writer_pid",
           [](Segment &s) { return s.hdr()->pub.writer_pid.load(std::memory_order_relaxed); })
       .def_prop_ro("writer_start_ticks",

@@ -211,6 +211,12 @@ class Segment:
     def state(self) -> int: ...
 
     @property
+    def read_state(self) -> int:
+        """
+        The state a read finds now (ss_read_state): 'state', or abandoned while a write is in flight and the lock's owner died. Changes nothing.
+        """
+
+    @property
     def writer_pid(self) -> int: ...
 
     @property
