@@ -111,6 +111,7 @@ def _stat_cli(name: str) -> str:
         capture_output=True,
         text=True,
         timeout=WAIT,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

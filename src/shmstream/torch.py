@@ -578,7 +578,9 @@ class _Descriptor:
                 raise TypeError(f"tensor {pid!r} is placed in a batch without a slot")
             else:
                 es = torch.empty(0, dtype=dtype).element_size()
-                t = torch.empty(0, dtype=dtype).set_(storage, pos // es, size, stride)
+                t = torch.empty(0, dtype=dtype)
+                # set_(Tensor, offset, size, stride) is ATen's; torch's stubs omit it
+                t = t.set_(storage, pos // es, size, stride)  # type: ignore[call-overload]
             if param:
                 t = torch.nn.Parameter(t, requires_grad=grad)
             elif grad:
