@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 import shmstream
-from shmstream.channel import describe
+from shmstream.channel import DLPackDtype, describe
 from ..errors import ShmstreamValueError
 from . import _thread, _wire
 from ._status import MirrorSide, StatusWriter
@@ -352,6 +352,9 @@ class ChannelImport(MirrorSide):
             for r, desc in records:
                 if desc is not None and _wire.frame_bytes(desc[1], desc[0].itemsize) != len(r.data):
                     raise _wire.BadSample("array message whose size does not match its shape")
+                if desc is not None and isinstance(desc[0], DLPackDtype):
+                    # Re-sent below as an ndarray, which NumPy cannot make of it.
+                    raise _wire.BadSample(f"array message of {desc[0].name}, not carried yet")
         except (_wire.BadSample, shmstream.CorruptStreamError) as exc:
             self._bad(exc)
             return
