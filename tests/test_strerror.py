@@ -76,3 +76,17 @@ def test_c_example_prints_the_status_sentence(tmp_path, name):
     assert proc.returncode != 0
     texts = _texts(tmp_path)
     assert f"{texts['-6']} (status -6)" in proc.stderr, proc.stderr
+
+
+def test_every_failure_status_has_a_row_in_the_bindings_table_or_says_the_core_text():
+    """The bindings raise per-call messages from one table (_binding.h); a
+    status without a row falls back to ss_strerror's sentence there. The
+    codes that may do so are the ones that are not failures."""
+    with open(support.ROOT + "/src/shmstream/_binding.h", encoding="utf-8") as f:
+        binding = f.read()
+    table = binding[binding.index("kStatusTable[] = {") :]
+    table = table[: table.index("\n};")]
+    rows = set(re.findall(r"\{(SS_\w+),", table))
+    assert set(_status_codes()) - rows == {"SS_OK", "SS_EOWNERDEAD"}
+    fallback = binding[binding.index("[[noreturn]] inline void raise_status(") :]
+    assert "ss_strerror(rc)" in fallback[: fallback.index("\n}\n")]
