@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
   if (!ch) return 1;
   int rc = ss_channel_open(ch, argv[1], strlen(argv[1]), SS_ROLE_CONSUMER);
   if (rc) {
-    fprintf(stderr, "c_consumer: ss_channel_open failed (status %d)\n", rc);
+    fprintf(stderr, "c_consumer: ss_channel_open failed: %s (status %d)\n", ss_strerror(rc), rc);
     return 1;
   }
   printf("ready\n");
@@ -31,7 +31,8 @@ int main(int argc, char **argv) {
     rc = ss_channel_acquire_rx(ch, -1, &m);
     if (rc == SS_EPEERCLOSED) break; /* end of stream */
     if (rc) {
-      fprintf(stderr, "c_consumer: ss_channel_acquire_rx failed (status %d)\n", rc);
+      fprintf(stderr, "c_consumer: ss_channel_acquire_rx failed: %s (status %d)\n", ss_strerror(rc),
+              rc);
       return 1;
     }
     const uint8_t *b = (const uint8_t *)m.data;

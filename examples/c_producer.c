@@ -16,7 +16,7 @@
 #include "shmstream.h"
 
 static void die(const char *what, int rc) {
-  fprintf(stderr, "c_producer: %s failed (status %d)\n", what, rc);
+  fprintf(stderr, "c_producer: %s failed: %s (status %d)\n", what, ss_strerror(rc), rc);
   exit(1);
 }
 

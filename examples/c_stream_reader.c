@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
   int rc = ss_segment_open(seg, name, strlen(name), SS_KIND_STREAM, 1 /* read-only use */);
   if (rc != SS_OK) {
     fprintf(stderr, "cannot open '%s': %s\n", name,
-            rc == ENOENT ? "no such stream (create it first)" : "status error");
+            rc == ENOENT ? "no such stream (create it first)" : ss_strerror(rc));
     return 1;
   }
   if (strcmp(ss_segment_dtype(seg), "<f4") != 0) {
@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     }
     failed = 0;
     if (rc != SS_OK) {
-      fprintf(stderr, "read failed: status %d\n", rc);
+      fprintf(stderr, "read failed: %s (status %d)\n", ss_strerror(rc), rc);
       break;
     }
     for (size_t i = 0; i < n; i++) {

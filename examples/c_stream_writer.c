@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
     rc = ss_segment_create(seg, &a);
   }
   if (rc != SS_OK) {
-    fprintf(stderr, "cannot open or create '%s': status %d\n", name, rc);
+    fprintf(stderr, "cannot open or create '%s': %s (status %d)\n", name, ss_strerror(rc), rc);
     return 1;
   }
   if (strcmp(ss_segment_dtype(seg), "<f4") != 0) {
@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) frame[i] = (float)k;
     rc = ss_lock(seg, -1);
     if (rc != SS_OK && rc != SS_EOWNERDEAD) {
-      fprintf(stderr, "lock failed: status %d\n", rc);
+      fprintf(stderr, "lock failed: %s (status %d)\n", ss_strerror(rc), rc);
       break;
     }
     ss_write_locked(seg, frame, n * sizeof(float), &k);

@@ -44,6 +44,11 @@ extern "C" {
 #define SS_MAX_SLOTS 8u
 #define SS_DEFAULT_SLOTS 2u
 #define SS_MAX_HISTORY (1u << 20) /* publications a history stream keeps */
+/* The largest count a write may set explicitly (a mirror's or a replay's
+ * count, ss_publish_meta.count): 2^63 - 1, so that the count still grows
+ * for 2^63 more writes. The count never wraps: it stops at UINT64_MAX
+ * (docs/ABI.md, "Publish"). */
+#define SS_MAX_COUNT (UINT64_MAX >> 1)
 #define SS_SLOT_RECORD_BYTES 64u  /* one slot record (history streams) */
 #define SS_MAX_NAME_BYTES 255u  /* user-visible name, UTF-8, no NUL */
 #define SS_MAX_DTYPE_BYTES 1023u /* NumPy dtype description text */
@@ -107,6 +112,12 @@ enum ss_status {
       -28, /* the file belongs to another uid, not allowed (ss_open_opts, SHMSTREAM_ALLOW_OWNERS) */
   SS_EPIDNS = -29 /* the creator is in another PID namespace: pids cannot be judged */
 };
+
+/* A sentence for a status code: an ss_status (0 included), or a positive
+ * errno value (its C library description). Never NULL: an unknown code
+ * gets "unknown shmstream status" ("unknown system error" if positive).
+ * The string is static; do not free it. */
+SS_API const char *ss_strerror(int status);
 
 /* ---- the on-memory header (4096 bytes at offset 0 of every segment) ---- */
 
@@ -420,6 +431,11 @@ SS_API int ss_unlock(ss_segment *seg);
 /* The thread id the lock's mutex word names as its owner (0: free): what
  * stat shows when the informational owner words are empty. */
 SS_API int32_t ss_lock_word_tid(const ss_segment *seg);
+/* The frame state (enum ss_state) a read finds now, for stat and list: the
+ * published state, or SS_STATE_ABANDONED while a write is in flight and the
+ * lock's owner died (the next lock or read takes the lock over and marks
+ * the frame so). Reads the header only: never waits, changes nothing. */
+SS_API uint32_t ss_read_state(const ss_segment *seg);
 
 /* ---- streams (src/core/publish.c, snapshot.c) -------------------------- */
 

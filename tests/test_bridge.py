@@ -766,3 +766,32 @@ def test_publisher_threads_and_the_export_thread_keep_exact_counts(make_name):
     finally:
         sys.setswitchinterval(switch)
         src.unlink()
+
+
+def _produce_with_a_bfloat16_message(name: str) -> None:
+    import torch
+
+    tx = shmstream.channel(name, 1 << 16)
+    tx.send(np.arange(3, dtype=np.int16), type_id=1)
+    tx.send(torch.ones(3, dtype=torch.bfloat16), type_id=2)
+    tx.send(b"after", type_id=3)
+    tx.close()
+
+
+def test_a_bfloat16_message_is_dropped_alone_by_the_bridge_and_counted(pair, spawn):
+    pytest.importorskip("torch")
+    name = pair.name("bf16")
+    producer = spawn(_produce_with_a_bfloat16_message, name)
+    local = pair.mirror(name)
+    pair.importer.wait_import(local)
+    rx = shmstream.open_channel(local)
+    try:
+        first = rx.recv(timeout=WAIT)
+        assert first.type_id == 1 and first.array.tolist() == [0, 1, 2]
+        after = rx.recv(timeout=WAIT)  # the bfloat16 message between is not carried
+        assert after.type_id == 3 and after.data == b"after"
+        producer.result()
+        st = mirror_status(local)
+        assert st["bad_samples"] == 1 and st["lost_messages"] == 0
+    finally:
+        rx.close()

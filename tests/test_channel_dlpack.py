@@ -10,7 +10,12 @@ import threading
 import numpy as np
 import pytest
 
-from shmstream.errors import CorruptStreamError, ShmstreamBufferError, ShmstreamTypeError
+from shmstream.errors import (
+    CorruptStreamError,
+    ShmstreamBufferError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
 
 
 def test_every_dlpack_dtype_and_shape_reaches_torch_without_a_copy(channel_pair):
@@ -121,3 +126,92 @@ def test_drain_dlpack_stops_before_a_message_without_a_dlpack_layout(channel_pai
         rx.drain_dlpack(10)
     with rx.recv_zero_copy(timeout=0) as m:  # still there: it was not consumed
         assert m.array["a"].tolist() == [1]
+
+
+# ---- dtypes NumPy has no name for (bfloat16, float8): carried by their DLPack code
+
+
+def child_send_bfloat16(chan: str) -> None:
+    import torch
+
+    import shmstream
+
+    tx = shmstream.open_channel(chan, role="producer")
+    tx.send(torch.arange(6, dtype=torch.bfloat16).reshape(2, 3) / 4, type_id=7)
+    tx.send(torch.arange(4).to(torch.float8_e4m3fn), type_id=8)
+    tx.close()
+
+
+def test_bfloat16_and_float8_tensors_cross_processes_by_their_dlpack_dtype(make_name, spawn):
+    torch = pytest.importorskip("torch")
+    import shmstream
+    from shmstream.channel import DLPackDtype, describe
+
+    chan = make_name()
+    rx = shmstream.channel(chan, 1 << 14, role="consumer")
+    try:
+        spawn(child_send_bfloat16, chan).result()
+        m = rx.recv(timeout=5)
+        assert m.type_id == 7 and describe(m.meta) == (DLPackDtype(4, 16), (2, 3))
+        t = torch.from_dlpack(m)  # a copied message is a DLPack tensor too
+        assert t.dtype == torch.bfloat16
+        assert torch.equal(t, torch.arange(6, dtype=torch.bfloat16).reshape(2, 3) / 4)
+        assert (
+            m.data
+            == (torch.arange(6, dtype=torch.bfloat16).reshape(2, 3) / 4)
+            .view(torch.uint8)
+            .numpy()
+            .tobytes()
+        )
+        with pytest.raises(ShmstreamTypeError, match=r"bfloat16.*torch\.from_dlpack"):
+            _ = m.array
+        with rx.recv_zero_copy(timeout=5) as z:
+            assert z.type_id == 8
+            t8 = torch.from_dlpack(z)
+            assert t8.dtype == torch.float8_e4m3fn
+            assert t8.float().tolist() == [0.0, 1.0, 2.0, 3.0]
+            with pytest.raises(ShmstreamTypeError, match="NumPy has no dtype"):
+                np.asarray(z)
+            del t8
+    finally:
+        rx.close()
+        shmstream.unlink_channel(chan)
+
+
+def test_drain_dlpack_hands_bfloat16_messages_as_bfloat16_tensors(channel_pair):
+    torch = pytest.importorskip("torch")
+    tx, rx = channel_pair
+    sent = [torch.full((3,), i, dtype=torch.bfloat16) for i in range(3)]
+    sent.append(torch.zeros((2, 0), dtype=torch.bfloat16))
+    for t in sent:
+        tx.send(t)
+    got = [torch.from_dlpack(c) for c in rx.drain_dlpack(10, None)]
+    assert [g.dtype for g in got] == [torch.bfloat16] * 4
+    assert all(torch.equal(g, t) for g, t in zip(got, sent))
+
+
+def test_a_strided_bfloat16_tensor_is_refused_and_a_strided_float_one_is_sent(channel_pair):
+    torch = pytest.importorskip("torch")
+    tx, rx = channel_pair
+    with pytest.raises(ShmstreamValueError, match=r"bfloat16.*\.contiguous\(\)"):
+        tx.send(torch.zeros((2, 3), dtype=torch.bfloat16).t())
+    tx.send(torch.arange(6.0).reshape(2, 3).t())  # NumPy's dtype: sent contiguous, as before
+    assert rx.recv(timeout=1).array.tolist() == [[0, 3], [1, 4], [2, 5]]
+
+
+@pytest.mark.parametrize(
+    "text", ["dlpack:4:", "dlpack:4:12", "dlpack:4:16x", "dlpack:9999:16", "dlpack::16", "dlpack:4"]
+)
+def test_a_malformed_dlpack_dtype_text_is_refused_not_read(channel_pair, text):
+    import struct
+
+    from shmstream.channel import describe
+
+    tx, rx = channel_pair
+    meta = struct.pack("<IIQ", 1, len(text), 8) + text.encode()
+    tx._ch.send(b"\0" * 16, 0, meta, None)  # 8 elements of 2 bytes, under a bad name
+    with rx.recv_zero_copy(timeout=1) as m:
+        with pytest.raises(BufferError, match="DLPack"):
+            m.__dlpack__()
+        with pytest.raises(CorruptStreamError):
+            describe(m.meta)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -103,6 +105,68 @@ def test_a_writer_that_dies_mid_write_makes_readers_raise_exited(name, spawn, ct
         h.close()
 
 
+def _stat_cli(name: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "shmstream", "stat", name],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _state_line(text: str) -> str:
+    return next(line.split()[-1] for line in text.splitlines() if line.startswith("state:"))
+
+
+def _header_words(name: str) -> dict[str, int]:
+    """The shared words a reader's takeover changes, read from the file."""
+    path = support.segment_path(name)
+    words = ("state", "aborted", "acquisitions", "seq", "count")
+    return {w: support.read_u(path, *support.field(w)) for w in words}
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_stat_says_abandoned_after_a_writer_dies_mid_write_without_changing_it(
+    name, spawn, ctx, how
+):
+    h = shmstream.create(name, shape=SHAPE, dtype=np.float32)
+    h.write(np.full(SHAPE, 1, np.float32), frame_id=1)
+    try:
+        _kill_writer(spawn, ctx, name, how)
+        before = _header_words(name)
+        # what a read would find, before any reader touched the stream
+        assert shmstream.stat(name)["state"] == "abandoned"
+        assert _state_line(_stat_cli(name)) == "abandoned"
+        assert _state_line(h.describe()) == "abandoned"
+        assert _header_words(name) == before  # stat changed nothing
+        assert before["state"] == 0  # still "valid" in the word: no takeover yet
+        with pytest.raises(shmstream.InconsistentStreamError, match="exited"):
+            h.read(timeout=WAIT)
+        assert shmstream.stat(name)["state"] == "abandoned"  # after the takeover too
+        assert shmstream.stat(name)["aborted_writes"] == 1
+        h.write(np.full(SHAPE, 2, np.float32), frame_id=2)
+        assert shmstream.stat(name)["state"] == "valid"
+    finally:
+        h.close()
+
+
+def test_stat_says_valid_while_a_live_writer_is_inside_write_view(name, spawn, ctx):
+    h = shmstream.create(name, shape=SHAPE, dtype=np.float32)
+    inside = ctx.Event()
+    child = spawn(child_die_inside_write_view, name, "sigkill", inside)
+    try:
+        child.wait_event(inside)
+        assert shmstream.stat(name)["state"] == "valid"
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        assert shmstream.stat(name)["state"] == "abandoned"
+    finally:
+        h.close()
+
+
 def test_a_blocking_read_after_a_dead_writer_raises_exited_instead_of_waiting(name, spawn, ctx):
     h = shmstream.create(name, shape=SHAPE, dtype=np.float32)
     try:
@@ -174,6 +238,8 @@ def test_a_lock_held_by_a_killed_process_is_taken_over_at_once(name, spawn, ctx)
             h.acquire(timeout=0.05)
         os.kill(child.pid, signal.SIGKILL)
         child.join()
+        # the owner died between writes: a read finds the frame valid
+        assert shmstream.stat(name)["state"] == "valid"
         start = time.monotonic()
         h.acquire(timeout=WAIT)
         elapsed = time.monotonic() - start

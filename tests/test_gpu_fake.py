@@ -534,3 +534,39 @@ def test_write_publishes_an_explicit_count_and_write_time_like_a_cpu_stream(fake
         assert h.count == 10
     """,
     )
+
+
+def test_write_and_clear_time_out_while_another_process_holds_the_lock(fake_driver):
+    run(
+        fake_driver,
+        """
+        import subprocess
+        h = shmstream.create(NAME, shape=(4,), gpu_device="cuda:0")
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import shmstream, sys\\n"
+             f"h = shmstream.open({NAME!r})\\n"
+             "h.acquire()\\n"
+             "print('held', flush=True)\\n"
+             "sys.stdin.read()\\n"
+             "h.release()\\n"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            for call in (lambda: h.write(np.ones(4, np.float32), timeout=0.05),
+                         lambda: h.clear(timeout=0.05)):
+                try:
+                    call()
+                except shmstream.ShmstreamTimeoutError as exc:
+                    assert "lock of" in str(exc), exc
+                else:
+                    raise AssertionError("no TimeoutError")
+            assert h.count == 0
+        finally:
+            holder.stdin.close()
+            assert holder.wait(30) == 0
+        h.write(np.ones(4, np.float32), timeout=5)
+        assert h.count == 1
+        """,
+    )

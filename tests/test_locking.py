@@ -200,6 +200,61 @@ def test_the_lock_serialises_read_modify_write_across_processes(shm, spawn, ctx)
     assert shm.count == 3 * rounds
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda h: h.write(np.arange(4, dtype=np.int64), timeout=0.05),  # the native fast path
+        lambda h: h.write([1, 2, 3, 4], timeout=0.05),  # the converting path
+        lambda h: h.write(np.arange(4, dtype=np.int64), count=9, timeout=0.05),
+        lambda h: h.clear(timeout=0.05),
+    ],
+    ids=["write", "write-converted", "write-count", "clear"],
+)
+def test_write_and_clear_time_out_while_another_process_holds_the_lock(shm, spawn, ctx, call):
+    held, release = ctx.Event(), ctx.Event()
+    child = spawn(child_hold_lock, shm.name, held, release)
+    try:
+        child.wait_event(held)
+        with pytest.raises(shmstream.ShmstreamTimeoutError, match="lock of"):
+            call(shm)
+        assert shm.count == 0  # nothing was written
+        with pytest.raises(TypeError, match="timeout must be a number"):
+            shm.write(np.arange(4, dtype=np.int64), timeout="1")
+    finally:
+        release.set()
+    child.result()
+    call(shm)  # the lock is free: the same call publishes
+    assert shm.count >= 1
+
+
+def test_a_write_waiting_for_the_lock_lets_other_threads_run(shm, spawn, ctx):
+    held, release = ctx.Event(), ctx.Event()
+    child = spawn(child_hold_lock, shm.name, held, release)
+    child.wait_event(held)
+    started, errors = threading.Event(), []
+
+    def write() -> None:
+        started.set()
+        try:
+            shm.write(np.full(4, 7, np.int64), timeout=WAIT)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert started.wait(WAIT)
+        # This thread runs while the writer waits: a write that kept the
+        # GIL would not let join() return before its own timeout (WAIT).
+        writer.join(0.2)
+        assert writer.is_alive() and shm.count == 0
+    finally:
+        release.set()
+    writer.join(WAIT)
+    child.result()
+    assert not errors and shm.read().tolist() == [7] * 4
+
+
 def test_an_idle_lock_holder_does_not_block_readers(shm, spawn, ctx):
     shm.write(np.arange(4, dtype=np.int64))
     held, release = ctx.Event(), ctx.Event()

@@ -150,6 +150,9 @@ int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns);
 void ss_mutex_consistent(ss_lock_line *l);
 /* The tid the mutex word names as its owner (0: free, or not glibc). */
 int32_t ss_mutex_word_tid(const ss_lock_line *l);
+/* Whether the owner died holding the mutex (the next lock gets
+ * EOWNERDEAD): read from the mutex word, nothing changed. */
+int ss_mutex_owner_died(const ss_lock_line *l);
 int ss_mutex_unlock(ss_lock_line *l);
 
 /* ---- slots: where each slot's seqlock word and record are ---------------- */

@@ -4,6 +4,7 @@
  * dead owner left behind is repaired by the caller (stream_lock.c). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +51,19 @@ int32_t ss_mutex_word_tid(const ss_lock_line *l) {
   /* glibc's robust mutex word: the owner's tid, plus FUTEX_WAITERS and
    * FUTEX_OWNER_DIED in the top bits. */
   return ((const volatile pthread_mutex_t *)&l->m.mutex)->__data.__owner & 0x3fffffff;
+#else
+  (void)l;
+  return 0;
+#endif
+}
+
+int ss_mutex_owner_died(const ss_lock_line *l) {
+#ifdef __GLIBC__
+  /* The futex word of a robust mutex: the owner's tid, plus FUTEX_WAITERS
+   * and FUTEX_OWNER_DIED. The kernel sets FUTEX_OWNER_DIED (clearing the
+   * tid) when the owner exits holding it; that is what makes the next lock
+   * return EOWNERDEAD, i.e. the takeover's own test, read without locking. */
+  return (((const volatile pthread_mutex_t *)&l->m.mutex)->__data.__lock & FUTEX_OWNER_DIED) != 0;
 #else
   (void)l;
   return 0;

@@ -128,7 +128,10 @@ static void publish(ss_segment *seg, uint32_t state, const ss_publish_meta *m) {
   /* The new metadata, computed before the window opens (the clock too),
    * so that the window holds stores only. */
   uint64_t c = atomic_load_explicit(&p->count, memory_order_relaxed);
-  uint64_t count = m->count > c ? m->count : c + 1;
+  /* The count never wraps (a reader waiting for count > c would wait for
+   * ever): it stops at UINT64_MAX, 2^63 writes past any SS_MAX_COUNT. */
+  uint64_t next = c < UINT64_MAX ? c + 1 : c;
+  uint64_t count = m->count > next ? m->count : next;
   uint64_t frame_id = m->frame_id ? *m->frame_id
                                   : atomic_load_explicit(&p->frame_id, memory_order_relaxed);
   uint64_t write_time_ns = 0;

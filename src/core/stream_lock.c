@@ -56,6 +56,16 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
 
 int32_t ss_lock_word_tid(const ss_segment *seg) { return ss_mutex_word_tid(&seg->hdr->lock); }
 
+uint32_t ss_read_state(const ss_segment *seg) {
+  uint32_t state = atomic_load_explicit(&seg->hdr->pub.state, memory_order_acquire);
+  /* A write in flight whose lock owner died: the next ss_lock (a reader's
+   * ss_check_writer included) takes the lock over and marks the frame
+   * abandoned (lock_and_repair). Say so now, without doing it. */
+  if (state == SS_STATE_VALID && ss_write_in_flight(seg) && ss_mutex_owner_died(&seg->hdr->lock))
+    return SS_STATE_ABANDONED;
+  return state;
+}
+
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   atomic_fetch_add_explicit(readers, 1, memory_order_relaxed);

@@ -410,8 +410,9 @@ inline std::string fill(const char *text, const ErrorContext &c) {
     raise(*r.type, msg);
   }
   if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
-  raise(g_error, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed (status " +
-                     std::to_string(rc) + ")");
+  // A status without a row: the core's one sentence for it (ss_strerror).
+  raise(g_error, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed: " + ss_strerror(rc) +
+                     " (status " + std::to_string(rc) + ")");
 }
 
 // The row of an SS_ECORRUPT that an open handle met: "shrunk" (a bus error

@@ -34,6 +34,50 @@ NB_MODULE(_channel, m) {
   m.attr("MSG_ALIGN") = SS_MSG_ALIGN;
   m.attr("MSG_ARRAY") = (int)SS_MSG_ARRAY;
   m.attr("MAX_META") = SS_MSG_MAX_META;
+  m.attr("DLPACK_TEXT_PREFIX") = kDLTextPrefix;
+  m.def(
+      "dlpack_import",
+      [](nb::ndarray<nb::ro> a) {
+    // A DLPack producer's tensor described from its own DLPack dtype (NumPy
+    // need not know it): (dtype text, shape, bytes), bytes a read-only
+    // memoryview of the whole tensor that keeps it alive, or None when it
+    // is not C-contiguous.
+        if (a.device_type() != nb::device::cpu::value)
+          raise(g_value,
+                "send takes tensors in CPU memory; copy a device tensor to the host first "
+                "(e.g. t.cpu())");
+        std::string text = dl_text(a.dtype());
+        if (text.empty())
+          raise(g_value, "a tensor of DLPack dtype (code " + std::to_string(a.dtype().code) + ", " +
+                             std::to_string(a.dtype().bits) + " bits, " +
+                             std::to_string(a.dtype().lanes) +
+                             " lanes) cannot be sent: its elements are not whole bytes");
+        nb::list shape;
+        bool contiguous = true;  // C order (a dim of 1 any stride; no elements: any)
+        int64_t step = 1;
+        for (size_t i = a.ndim(); i-- > 0;) {
+          if (a.shape(i) != 1 && a.stride(i) != step) contiguous = false;
+          step *= (int64_t)a.shape(i);
+        }
+        if (a.size() == 0) contiguous = true;
+        for (size_t i = 0; i < a.ndim(); i++) shape.append(a.shape(i));
+        if (!contiguous) return nb::make_tuple(text, nb::tuple(shape), nb::none());
+        size_t nbytes[1] = {a.nbytes()};
+        nb::object owner = nb::cast(a);  // keeps the producer's tensor alive
+        nb::object view = nb::cast(nb::ndarray<nb::ro, nb::memview>(
+            a.data(), 1, nbytes, owner, nullptr, nb::dtype<uint8_t>(), nb::device::cpu::value));
+        return nb::make_tuple(text, nb::tuple(shape), view);
+      },
+      "tensor"_a);
+  m.def(
+      "dlpack_dtype",
+      [](const std::string &text) -> nb::object {
+        nb::dlpack::dtype dt;
+        if (!dl_dtype_of_text(text.data(), text.size(), &dt)) return nb::none();
+        return nb::make_tuple(dt.code, dt.bits);
+      },
+      "text"_a, nb::sig("def dlpack_dtype(text: str) -> tuple[int, int] | None"),
+      "(code, bits) of a 'dlpack:<code>:<bits>' dtype text, or None.");
 
   load_error_types();
   m.def("set_decoder", [](nb::handle decode) {
@@ -102,6 +146,23 @@ NB_MODULE(_channel, m) {
             return nb::handle(g_decode)(s.meta, s.data);
           },
           "The message as a read-only ndarray (None for a bytes message).")
+      .def(
+          "__dlpack__",
+          [](const Message &s, nb::handle, nb::handle max_version, nb::handle dl_device,
+             nb::handle copy) {
+            bool versioned = dl_check_kwargs(max_version, dl_device, copy);
+            size_t size = (size_t)PyBytes_GET_SIZE(s.data.ptr());
+            DLLayout l;
+            int why = dl_layout(s.flags, (const uint8_t *)PyBytes_AS_STRING(s.meta.ptr()),
+                                (uint32_t)PyBytes_GET_SIZE(s.meta.ptr()), size, &l);
+            if (why) raise_layout(why, size);
+            return dl_message(PyBytes_AS_STRING(s.data.ptr()), l, s.data, versioned);
+          },
+          nb::kw_only(), "stream"_a = nb::none(), "max_version"_a = nb::none(),
+          "dl_device"_a = nb::none(), "copy"_a = nb::none(),
+          "A DLPack capsule of the copied message (any dtype, bfloat16 included), read-only; "
+          "it keeps the message's bytes alive.")
+      .def("__dlpack_device__", [](const Message &) { return nb::make_tuple(1, 0); })
       .def("__len__", [](const Message &s) { return nb::len(s.data); })
       .def("__repr__", [](const Message &s) {
         return "Message(type_id=" + std::to_string(s.type_id) + ", " +

@@ -1,6 +1,9 @@
 """shmstream channel binding (internal; use shmstream.channel)"""
 
 from collections.abc import Sequence
+from typing import Annotated
+
+from numpy.typing import NDArray
 
 
 ROLE_PRODUCER: int = 1
@@ -16,6 +19,13 @@ MSG_ALIGN: int = 64
 MSG_ARRAY: int = 1
 
 MAX_META: int = 4000
+
+DLPACK_TEXT_PREFIX: str = 'dlpack:'
+
+def dlpack_import(tensor: Annotated[NDArray, dict(writable=False)]) -> tuple: ...
+
+def dlpack_dtype(text: str) -> tuple[int, int] | None:
+    """(code, bits) of a 'dlpack:<code>:<bits>' dtype text, or None."""
 
 def set_decoder(arg: object, /) -> None: ...
 
@@ -44,6 +54,13 @@ class Message:
     @property
     def array(self) -> object:
         """The message as a read-only ndarray (None for a bytes message)."""
+
+    def __dlpack__(self, *, stream: object | None = None, max_version: object | None = None, dl_device: object | None = None, copy: object | None = None) -> object:
+        """
+        A DLPack capsule of the copied message (any dtype, bfloat16 included), read-only; it keeps the message's bytes alive.
+        """
+
+    def __dlpack_device__(self) -> tuple: ...
 
     def __len__(self) -> int: ...
 

@@ -34,9 +34,49 @@ PyObject *g_decode = nullptr;
 
 constexpr size_t kGilFreeCopyBytes = 64 * 1024;
 
-// DLPack dtype for NumPy's dtype.str of a plain numeric type ("<f4", "|u1");
-// false for anything DLPack cannot describe (structured, strings, big-endian).
-bool dl_dtype(const char *s, size_t n, nb::dlpack::dtype *out) {
+// The dtype text of a DLPack dtype NumPy has no name for (bfloat16, the
+// float8 kinds, ...): "dlpack:<code>:<bits>", one lane (docs/ABI.md,
+// "Channel", array metadata). dl_text writes it; dl_dtype reads it back.
+constexpr char kDLTextPrefix[] = "dlpack:";
+constexpr size_t kDLTextPrefixLen = sizeof kDLTextPrefix - 1;
+
+// Reads a decimal number of at most 3 digits (<= 255) from s[*i..n) up to
+// `stop` (or the end); false if there is none or it is out of range.
+bool dl_number(const char *s, size_t n, size_t *i, char stop, unsigned *out) {
+  unsigned v = 0;
+  size_t start = *i;
+  while (*i < n && s[*i] != stop) {
+    if (s[*i] < '0' || s[*i] > '9' || *i - start >= 3) return false;
+    v = v * 10 + (unsigned)(s[*i] - '0');
+    ++*i;
+  }
+  if (*i == start || v > 255) return false;
+  *out = v;
+  return true;
+}
+
+// The DLPack dtype of a "dlpack:<code>:<bits>" text: a whole number of
+// bytes per element (8..256 bits), one lane.
+bool dl_dtype_of_text(const char *s, size_t n, nb::dlpack::dtype *out) {
+  if (n <= kDLTextPrefixLen || std::memcmp(s, kDLTextPrefix, kDLTextPrefixLen) != 0) return false;
+  size_t i = kDLTextPrefixLen;
+  unsigned code, bits;
+  if (!dl_number(s, n, &i, ':', &code) || i >= n || s[i] != ':') return false;
+  ++i;
+  if (!dl_number(s, n, &i, '\0', &bits) || i != n || bits == 0 || bits % 8) return false;
+  out->code = (uint8_t)code;
+  out->bits = (uint8_t)bits;
+  out->lanes = 1;
+  return true;
+}
+
+// DLPack dtype for NumPy's dtype.str of a plain numeric type ("<f4", "|u1")
+// or for a "dlpack:" text; false for anything DLPack cannot describe
+// (structured, strings, big-endian). *numpy: whether NumPy names it.
+bool dl_dtype(const char *s, size_t n, nb::dlpack::dtype *out, bool *numpy = nullptr) {
+  if (numpy) *numpy = false;
+  if (dl_dtype_of_text(s, n, out)) return true;
+  if (numpy) *numpy = true;
   if (n < 3 || (s[0] != '<' && s[0] != '|' && s[0] != '=')) return false;
   int bytes = 0;
   for (size_t i = 2; i < n; i++) {
@@ -61,6 +101,28 @@ bool dl_dtype(const char *s, size_t n, nb::dlpack::dtype *out) {
   out->bits = (uint8_t)(bytes * 8);
   out->lanes = 1;
   return true;
+}
+
+// The dtype text a message carries for a DLPack dtype: NumPy's dtype.str
+// where NumPy has the type (what dl_dtype maps back to it), else a
+// "dlpack:<code>:<bits>" text. Empty: not one a message can carry (lanes,
+// or a size that is not a whole number of bytes).
+std::string dl_text(nb::dlpack::dtype dt) {
+  if (dt.lanes != 1 || dt.bits == 0 || dt.bits % 8) return "";
+  using C = nb::dlpack::dtype_code;
+  int bytes = dt.bits / 8;
+  char kind = 0;
+  switch ((C)dt.code) {
+    case C::Int: kind = bytes <= 8 ? 'i' : 0; break;
+    case C::UInt: kind = bytes <= 8 ? 'u' : 0; break;
+    case C::Float: kind = bytes == 2 || bytes == 4 || bytes == 8 ? 'f' : 0; break;
+    case C::Complex: kind = bytes == 8 || bytes == 16 ? 'c' : 0; break;
+    case C::Bool: kind = bytes == 1 ? 'b' : 0; break;
+    default: break;
+  }
+  if (kind && (bytes & (bytes - 1)) == 0)
+    return std::string(bytes == 1 ? "|" : "=") + kind + std::to_string(bytes);
+  return std::string(kDLTextPrefix) + std::to_string(dt.code) + ":" + std::to_string(dt.bits);
 }
 
 // Array metadata (docs/ABI.md): u32 ndim, u32 dtype_len, u64 shape[ndim],
@@ -102,17 +164,20 @@ bool meta_fits(const ArrayMeta &am, size_t itemsize, size_t size) {
 
 // The DLPack layout of a message (a byte message: uint8[size]): 0, or why
 // it has none (1: no DLPack dtype, 2: its shape does not match its bytes).
+// numpy: NumPy has a dtype for it (not a "dlpack:" text).
 struct DLLayout {
   int32_t ndim = 1;
   size_t shape[SS_MAX_NDIM]{};
   nb::dlpack::dtype dt = nb::dtype<uint8_t>();
+  bool numpy = true;
 };
 
 int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t size, DLLayout *out) {
   out->shape[0] = size;
   if (!(flags & SS_MSG_ARRAY)) return 0;
   ArrayMeta am;
-  if (!parse_meta(meta, meta_len, &am) || !dl_dtype(am.dtype, am.dtype_len, &out->dt)) return 1;
+  if (!parse_meta(meta, meta_len, &am) || !dl_dtype(am.dtype, am.dtype_len, &out->dt, &out->numpy))
+    return 1;
   for (uint32_t i = 0; i < am.ndim; i++) out->shape[i] = am.shape[i];
   out->ndim = (int32_t)am.ndim;
   // The metadata is the producer's word: a shape that claims more bytes
@@ -169,12 +234,13 @@ struct RxMessage {
     return nb::cast(nb::ndarray<nb::ro, nb::memview>(data, 1, shape, pin, nullptr,
                                                      nb::dtype<uint8_t>(), nb::device::cpu::value));
   }
-  // A typed, read-only view, or None when the dtype has no DLPack code.
+  // A typed, read-only view, or None when the dtype has no DLPack code or
+  // no NumPy one (channel.py's decoder says what to do then).
   nb::object typed_view() const {
     check();
     DLLayout l;
     int why = dl_layout(flags, (const uint8_t *)meta.c_str(), (uint32_t)meta.size(), size, &l);
-    if (why == 1) return nb::none();
+    if (why == 1 || (why == 0 && !l.numpy)) return nb::none();
     if (why) raise_layout(why, size);
     return nb::cast(nb::ndarray<nb::ro, nb::array_api>(data, (size_t)l.ndim, l.shape, pin, nullptr,
                                                        l.dt, nb::device::cpu::value));

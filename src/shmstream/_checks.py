@@ -80,6 +80,17 @@ def check_u64(what: str, value: Any, minimum: int = 0) -> int:
     return checked
 
 
+def check_count(value: Any) -> int:
+    """An explicit count for a write: in [1, 2**63), so that the count
+    still grows after it (include/shmstream.h, SS_MAX_COUNT)."""
+    checked = check_int("count", value)
+    if not 1 <= checked <= _native.MAX_COUNT:
+        raise ShmstreamValueError(
+            f"count must be in [1, 2**63), got {checked}: the count must still grow after it"
+        )
+    return checked
+
+
 def check_dim(dim: Any) -> int:
     return check_int("shape dimensions", dim, minimum=0)
 

@@ -39,6 +39,7 @@ NB_MODULE(_native, m) {
   m.attr("MAX_SLOTS") = SS_MAX_SLOTS;
   m.attr("DEFAULT_SLOTS") = SS_DEFAULT_SLOTS;
   m.attr("MAX_HISTORY") = SS_MAX_HISTORY;
+  m.attr("MAX_COUNT") = SS_MAX_COUNT;
   m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
   m.def(
@@ -320,6 +321,10 @@ NB_MODULE(_native, m) {
       .def_prop_ro("state",
                    [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })
       .def_prop_ro(
+          "read_state", [](Segment &s) { return ss_read_state(&s.seg); },
+          "The state a read finds now (ss_read_state): 'state', or abandoned while a write is "
+          "in flight and the lock's owner died. Changes nothing.")
+      .def_prop_ro(
           "writer_pid",
           [](Segment &s) { return s.hdr()->pub.writer_pid.load(std::memory_order_relaxed); })
       .def_prop_ro("writer_start_ticks",
@@ -416,11 +421,12 @@ NB_MODULE(_native, m) {
           "dtype"_a, "shape"_a,
           "Bind the array type of the hot path (put, get, get_new). False if its bytes are not "
           "the payload's.")
-      .def("put", &Segment::put, "src"_a, "frame_id"_a = nb::none(),
-           nb::sig("def put(self, src: object, frame_id: object | None = None) -> int | None"),
+      .def("put", &Segment::put, "src"_a, "frame_id"_a = nb::none(), "timeout"_a = nb::none(),
+           nb::sig("def put(self, src: object, frame_id: object | None = None, timeout: object "
+                   "| None = None) -> int | None"),
            "write() of a C-contiguous ndarray of the bound dtype and shape without the lock "
-           "held: the new count, or None if src is not such an array (or frame_id not a plain "
-           "int in [0, 2**64)).")
+           "held (waiting for it up to timeout): the new count, or None if src is not such an "
+           "array (or frame_id not a plain int in [0, 2**64)).")
       .def("get", &Segment::get, "dst"_a, "timeout"_a = nb::none(),
            nb::sig("def get(self, dst: object, timeout: object | None = None) -> int | None"),
            "read() into a writable C-contiguous ndarray of the bound dtype and shape: the count "

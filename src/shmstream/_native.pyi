@@ -48,6 +48,8 @@ DEFAULT_SLOTS: int = 2
 
 MAX_HISTORY: int = 1048576
 
+MAX_COUNT: int = 9223372036854775807
+
 LAYOUT_VERSION_HISTORY: int = 2
 
 SEGMENT_PREFIX: str = '/shmstream-'
@@ -213,6 +215,12 @@ class Segment:
     def state(self) -> int: ...
 
     @property
+    def read_state(self) -> int:
+        """
+        The state a read finds now (ss_read_state): 'state', or abandoned while a write is in flight and the lock's owner died. Changes nothing.
+        """
+
+    @property
     def writer_pid(self) -> int: ...
 
     @property
@@ -274,9 +282,9 @@ class Segment:
         Bind the array type of the hot path (put, get, get_new). False if its bytes are not the payload's.
         """
 
-    def put(self, src: object, frame_id: object | None = None) -> int | None:
+    def put(self, src: object, frame_id: object | None = None, timeout: object | None = None) -> int | None:
         """
-        write() of a C-contiguous ndarray of the bound dtype and shape without the lock held: the new count, or None if src is not such an array (or frame_id not a plain int in [0, 2**64)).
+        write() of a C-contiguous ndarray of the bound dtype and shape without the lock held (waiting for it up to timeout): the new count, or None if src is not such an array (or frame_id not a plain int in [0, 2**64)).
         """
 
     def get(self, dst: object, timeout: object | None = None) -> int | None:

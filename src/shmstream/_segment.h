@@ -117,6 +117,13 @@ class Segment {
                    uint64_t count = 0, uint64_t write_time_ns = 0) {
     if (!locked) lock(timeout_ns);
     uint64_t now = hdr()->pub.count.load(std::memory_order_relaxed);
+    if (count > SS_MAX_COUNT) {
+      if (!locked) unlock();
+      raise(g_value, "count " + std::to_string(count) + " is above " +
+                         std::to_string(SS_MAX_COUNT) +
+                         " (2**63 - 1), the largest count a write may set: the count must "
+                         "still grow after it");
+    }
     if (count && count <= now) {
       if (!locked) unlock();
       raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name() +
@@ -143,11 +150,11 @@ class Segment {
 
   ArraySpec spec;
 
-  nb::object put(nb::handle src, nb::handle frame_id) {
+  nb::object put(nb::handle src, nb::handle frame_id, nb::handle timeout) {
     const char *data = spec.data_of(src, false);
     uint64_t fid = 0;
     if (!data || (!frame_id.is_none() && !u64_of(frame_id, &fid))) return nb::none();
-    return nb::int_(publish(data, frame_id.is_none() ? nullptr : &fid, false, -1));
+    return nb::int_(publish(data, frame_id.is_none() ? nullptr : &fid, false, to_ns(timeout)));
   }
 
   nb::object get(nb::handle dst, nb::handle timeout) {

@@ -131,7 +131,7 @@ class Status(_Handle):
             f"notify:       {self.notify}",
             f"history:      {seg.history}",
             f"frame_id:     {seg.frame_id}",
-            f"state:        {STATE_NAMES.get(seg.state, seg.state)}",
+            f"state:        {STATE_NAMES.get(seg.read_state, seg.read_state)}",
             f"lock_owner:   {owner_pid if owner_pid else None}",
             f"instance_id:  {self._instance_id}",
             f"segment:      {self._segname}",

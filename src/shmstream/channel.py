@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -38,6 +38,8 @@ __all__ = [
     "ChannelConsumer",
     "Message",
     "ZeroCopyMessage",
+    "DLPackDtype",
+    "describe",
 ]
 
 Message = _channel.Message
@@ -52,34 +54,68 @@ _desc_cache: dict = {}  # record metadata bytes -> (dtype, shape)
 # ---- array metadata (docs/ABI.md: u32 ndim, u32 dtype_len, u64 shape[ndim], dtype text)
 
 
+class DLPackDtype(NamedTuple):
+    """The element type of an array message whose dtype NumPy has no name
+    for (bfloat16, the float8 kinds): its DLPack type code and bits, one
+    lane. :func:`describe` gives one; ``torch.from_dlpack(msg)`` reads such
+    a message (copied or zero-copy) and ``msg.data`` has its bytes."""
+
+    code: int
+    bits: int
+
+    @property
+    def itemsize(self) -> int:
+        return self.bits // 8
+
+    @property
+    def name(self) -> str:
+        known = _DLPACK_NAMES.get((self.code, self.bits))
+        return known or f"DLPack dtype (code {self.code}, {self.bits} bits)"
+
+
+#: DLPack (code, bits) -> the name frameworks give it, for messages.
+_DLPACK_NAMES = {(4, 16): "bfloat16"}
+
+
+def _meta_of(text: str, shape: tuple) -> bytes:
+    if len(shape) > _native.MAX_NDIM:
+        raise ShmstreamValueError(f"at most {_native.MAX_NDIM} dimensions travel in a message")
+    raw = text.encode()
+    meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(raw), *shape) + raw
+    if len(meta) > _channel.MAX_META:
+        raise ShmstreamValueError(f"dtype {text} is too complex to describe in a message header")
+    return meta
+
+
 def _array_meta(dtype: np.dtype, shape: tuple) -> bytes:
     key = (dtype, shape)
     meta = _meta_cache.get(key)
     if meta is None:
-        if len(shape) > _native.MAX_NDIM:
-            raise ShmstreamValueError(f"at most {_native.MAX_NDIM} dimensions travel in a message")
-        text = _dtypes.encode(_dtypes.normalize(dtype)).encode()
-        meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(text), *shape) + text
-        if len(meta) > _channel.MAX_META:
-            raise ShmstreamValueError(
-                f"dtype {dtype} is too complex to describe in a message header"
-            )
+        meta = _meta_of(_dtypes.encode(_dtypes.normalize(dtype)), shape)
         if len(_meta_cache) < _CACHE_LIMIT:
             _meta_cache[key] = meta
     return meta
 
 
-def describe(meta: bytes) -> tuple[np.dtype, tuple[int, ...]]:
+def _dtype_of_text(text: str) -> np.dtype | DLPackDtype:
+    dl = _channel.dlpack_dtype(text) if text.startswith(_channel.DLPACK_TEXT_PREFIX) else None
+    if dl is not None:
+        return DLPackDtype(*dl)
+    return _dtypes.decode(text)
+
+
+def describe(meta: bytes) -> tuple[np.dtype | DLPackDtype, tuple[int, ...]]:
     """The (dtype, shape) that an array message's ``meta`` header describes
-    (``ZeroCopyMessage.meta``, a received record's meta). The header was
-    written by another process: an unreadable one raises
+    (``ZeroCopyMessage.meta``, a received record's meta): a NumPy dtype, or
+    a :class:`DLPackDtype` for one NumPy has no name for (bfloat16). The
+    header was written by another process: an unreadable one raises
     CorruptStreamError."""
     desc = _desc_cache.get(meta)
     if desc is None:
         try:
             ndim, dlen = struct.unpack_from("<II", meta)
             shape = struct.unpack_from(f"<{ndim}Q", meta, 8)
-            dtype = _dtypes.decode(bytes(meta[8 + 8 * ndim : 8 + 8 * ndim + dlen]).decode())
+            dtype = _dtype_of_text(bytes(meta[8 + 8 * ndim : 8 + 8 * ndim + dlen]).decode())
         except Exception as exc:  # noqa: BLE001 - written by another process: untrusted
             raise CorruptStreamError(
                 f"message carries an unreadable array description: {exc}"
@@ -92,6 +128,12 @@ def describe(meta: bytes) -> tuple[np.dtype, tuple[int, ...]]:
 
 def _decode(meta: bytes, data: Any) -> np.ndarray:
     dtype, shape = describe(meta)
+    if isinstance(dtype, DLPackDtype):
+        raise ShmstreamTypeError(
+            f"this message holds {dtype.name}, which NumPy has no dtype for: read it with "
+            "torch.from_dlpack(msg) (a received or a zero-copy message), or take its raw "
+            "bytes from msg.data"
+        )
     if dtype.itemsize == 0 or math.prod(shape) == 0:
         return np.empty(shape, dtype)
     return np.frombuffer(data, dtype=dtype).reshape(shape)
@@ -146,11 +188,27 @@ class _Loan:
         return False
 
 
-def _as_buffer(obj: Any) -> Any:
-    """Something with the buffer protocol for send()."""
-    if hasattr(obj, "__dlpack__") and not isinstance(obj, (bytes, bytearray, memoryview)):
-        return np.from_dlpack(obj)
-    return obj
+def _dlpack_payload(obj: Any) -> tuple[Any, bytes | None] | None:
+    """What send() sends for a DLPack tensor: (an ndarray, None) when NumPy
+    has its dtype, else (its bytes, their array header). The dtype is read
+    from the tensor's own DLPack description (bfloat16 needs no NumPy).
+    None: obj is no DLPack tensor."""
+    if not hasattr(obj, "__dlpack__") or isinstance(obj, (bytes, bytearray, memoryview)):
+        return None
+    try:
+        text, shape, data = _channel.dlpack_import(obj)
+    except TypeError:  # nanobind could not import it: not a DLPack tensor it knows
+        return None
+    if not text.startswith(_channel.DLPACK_TEXT_PREFIX):
+        if data is None:  # strided: NumPy's view of it, made contiguous by send
+            return np.from_dlpack(obj), None
+        return np.frombuffer(data, np.dtype(text)).reshape(shape), None
+    if data is None:
+        name = _dtype_of_text(text).name  # type: ignore[union-attr]
+        raise ShmstreamValueError(
+            f"a {name} tensor is sent from C-contiguous memory: call .contiguous() first"
+        )
+    return data, _meta_of(text, tuple(shape))
 
 
 # ---- the two ends -------------------------------------------------------------
@@ -258,13 +316,19 @@ class ChannelProducer(_End):
             return
         try:
             self._ch.send(obj, type_id, None, timeout)
+            return
         except TypeError:
-            buf = _as_buffer(obj)
-            if buf is obj:
-                raise ShmstreamTypeError(
-                    f"send takes bytes, a buffer, an ndarray or a DLPack tensor, not {type(obj).__name__}"
-                ) from None
-            self.send(buf, type_id, timeout)
+            pass  # not a buffer: a DLPack tensor?
+        payload = _dlpack_payload(obj)
+        if payload is None:
+            raise ShmstreamTypeError(
+                f"send takes bytes, a buffer, an ndarray or a DLPack tensor, not {type(obj).__name__}"
+            )
+        data, header = payload
+        if header is None:
+            self.send(data, type_id, timeout)
+        else:
+            self._ch.send(data, type_id, header, timeout)
 
     def send_many(
         self, items: Sequence[Any], type_id: int = 0, timeout: float | None = None

@@ -353,7 +353,9 @@ def _stream_stat(seg: Any) -> dict[str, Any]:
         "write_sequence": int(seg.seq),
         "write_time": seg.write_time_ns / 1e9,
         "frame_id": int(seg.frame_id),
-        "state": STATE_NAMES.get(int(seg.state), int(seg.state)),
+        # What a read would find (a writer that died mid-write: abandoned),
+        # not only the published word: stat changes nothing to learn it.
+        "state": STATE_NAMES.get(int(seg.read_state), int(seg.read_state)),
         "lock_owner": lock_owner or None,
         # The mutex word's owner when the informational words are empty: a
         # forged word, or an owner between taking the lock and recording it.

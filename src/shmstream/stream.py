@@ -408,30 +408,34 @@ class SharedMemory(Reading, Waiting, History, Status):
         frame_id: int | None = None,
         count: int | None = None,
         write_time_ns: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Publish a copy of ``value`` (converted like ``np.asarray(value,
         dtype)``; its shape must match). ``frame_id`` (any uint64) is stored
-        with the write; omitted, the previous one is kept.
+        with the write; omitted, the previous one is kept. Waits up to
+        ``timeout`` seconds (None: for ever) for the write lock, then raises
+        TimeoutError.
 
         For a mirror of another stream or a replay: ``count`` publishes the
-        write as that count (it must exceed the current one; readers count
-        the gap as missed writes) and ``write_time_ns`` (ns since the epoch)
+        write as that count (it must exceed the current one and be below
+        2**63, so that the count still grows after it; readers count the
+        gap as missed writes) and ``write_time_ns`` (ns since the epoch)
         replaces the clock's time."""
         seg = self._wseg
         if seg is not None and count is None and write_time_ns is None and self._lk.owner is None:
             # Fast case: a C-contiguous ndarray of the stream's dtype and
             # shape, checked and published in one native call; anything
             # else (None back) takes the checked path below.
-            wrote = seg.put(value, frame_id)
+            wrote = seg.put(value, frame_id, timeout)
             if wrote is not None:
                 self._wrote = wrote
                 return
         if count is not None or write_time_ns is not None:
-            self._write_with_metadata(value, frame_id, count, write_time_ns)
+            self._write_with_metadata(value, frame_id, count, write_time_ns, timeout)
             return
         seg = self._check_writable("write to")  # raises: closed or read-only
         value, frame_id = self._write_args(value, frame_id)
-        self._wrote = seg.write(value, frame_id, self._holds_lock())
+        self._wrote = seg.write(value, frame_id, self._holds_lock(), timeout)
 
     def _write_args(self, value: Any, frame_id: int | None) -> tuple[np.ndarray, int | None]:
         """The checked (payload, frame_id) of every slow-path write."""
@@ -441,17 +445,22 @@ class SharedMemory(Reading, Waiting, History, Status):
         return value, frame_id
 
     def _write_with_metadata(
-        self, value: Any, frame_id: int | None, count: int | None, write_time_ns: int | None
+        self,
+        value: Any,
+        frame_id: int | None,
+        count: int | None,
+        write_time_ns: int | None,
+        timeout: float | None,
     ) -> None:
         seg = self._check_writable("write to")
         value, frame_id = self._write_args(value, frame_id)
-        count = 0 if count is None else _checks.check_u64("count", count, minimum=1)
+        count = 0 if count is None else _checks.check_count(count)
         write_time_ns = (
             0
             if write_time_ns is None
             else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
         )
-        self._wrote = seg.write(value, frame_id, self._holds_lock(), None, count, write_time_ns)
+        self._wrote = seg.write(value, frame_id, self._holds_lock(), timeout, count, write_time_ns)
 
     def write_locked(self, value: Any, *, frame_id: int | None = None) -> None:
         """:meth:`write` for a caller that already holds the lock."""
@@ -507,10 +516,11 @@ class SharedMemory(Reading, Waiting, History, Status):
         self._writing = False
         seg.write_abort()
 
-    def clear(self) -> None:
-        """Zero the payload; counts as a write."""
+    def clear(self, *, timeout: float | None = None) -> None:
+        """Zero the payload; counts as a write. Waits up to ``timeout``
+        seconds (None: for ever) for the write lock, as :meth:`write`."""
         seg = self._check_writable("clear")
-        self._wrote = seg.clear(self._holds_lock(), None)
+        self._wrote = seg.clear(self._holds_lock(), timeout)
 
     def pinned_buffer(self) -> Any:
         """GPU streams only (not available in this build)."""

@@ -48,6 +48,7 @@ page-locked memory, after which the slot is free at once).
 
 from __future__ import annotations
 
+import atexit
 import io
 import pickle
 import threading
@@ -122,6 +123,12 @@ def _as_bytes(mm: Any) -> torch.Tensor:
 
 # This worker's side of each loader's pool, by pool token.
 _clients: dict[str, Any] = {}
+# Dropped at exit, before the interpreter finalizes: a slot's tensor whose
+# storage got a Python object (any untyped_storage() call on a tensor in the
+# slot) is not freed by torch once finalization has begun, so the slot's
+# FileMapping would outlive the interpreter and nanobind would report it
+# leaked in every worker. Freed here, the mappings go normally.
+atexit.register(_clients.clear)
 
 # The slot that the default collate is stacking into, in this worker thread.
 _alloc = threading.local()
@@ -538,7 +545,12 @@ class _Descriptor:
                     lease = slot[: self.used].view(_Lease)
                     weakref.finalize(lease, pool.release, self.k, self.seq)
                     leased = True
-                    storage = torch.frombuffer(lease, dtype=torch.uint8).untyped_storage()
+                    # A uint8 tensor, not its untyped_storage(): a storage's
+                    # Python object stays attached to it, and torch does not
+                    # free one at interpreter exit, so a batch still held then
+                    # would keep the slot's mapping past the interpreter's end
+                    # (nanobind's "leaked FileMapping"). set_ takes a tensor too.
+                    storage = torch.frombuffer(lease, dtype=torch.uint8)
             finally:
                 if not leased:
                     pool.release(self.k, self.seq)
@@ -566,7 +578,9 @@ class _Descriptor:
                 raise TypeError(f"tensor {pid!r} is placed in a batch without a slot")
             else:
                 es = torch.empty(0, dtype=dtype).element_size()
-                t = torch.empty(0, dtype=dtype).set_(storage, pos // es, size, stride)
+                t = torch.empty(0, dtype=dtype)
+                # set_(Tensor, offset, size, stride) is ATen's; torch's stubs omit it
+                t = t.set_(storage, pos // es, size, stride)  # type: ignore[call-overload]
             if param:
                 t = torch.nn.Parameter(t, requires_grad=grad)
             elif grad:

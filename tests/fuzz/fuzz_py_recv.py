@@ -7,7 +7,8 @@ space.waiters, mode byte, ring bytes).
     python tests/fuzz/fuzz_py_recv.py [libFuzzer flags] CORPUS_DIR...
 
 Each message is decoded whole (``data``, ``array``, ``np.asarray`` of a
-zero-copy message); the channel's ``stat`` is read too.
+zero-copy message, the DLPack capsule of either); the channel's ``stat`` is
+read too.
 """
 
 from __future__ import annotations
@@ -23,11 +24,20 @@ import shmstream
 import fuzzlib as fl
 
 
+def _dlpack(m: object) -> None:
+    """The DLPack layout the same header gives (a capsule made, then dropped)."""
+    try:
+        m.__dlpack__()
+    except BufferError:  # no DLPack dtype (structured, strings): said, not read
+        pass
+
+
 def _drain(rx: object, cap: int, mode: int) -> None:
     for i in range(cap // 64 + 1):
         if (mode >> (i & 7)) & 1:
             with rx.recv_zero_copy(timeout=0) as m:
                 bytes(m.data)
+                _dlpack(m)
                 if m.is_array:
                     a = np.asarray(m)
                     assert fl.within(a, m.data), "zero-copy array outside its message"
@@ -35,6 +45,7 @@ def _drain(rx: object, cap: int, mode: int) -> None:
         else:
             m = rx.recv(timeout=0)
             bytes(m.data)
+            _dlpack(m)
             if m.is_array:
                 fl.touch(m.array)
 

@@ -174,6 +174,29 @@ def _channel(prefix: str) -> None:
     _write("fuzz_ring", "empty", fl.RING_FIXED.pack(1, 0, 0, 0, 0, 0))
 
 
+def _channel_dlpack(prefix: str) -> None:
+    """A ring with an array message of a dtype NumPy has no name for (its
+    DLPack text, bfloat16: 'dlpack:4:16'), then a float32 one."""
+    name = f"{prefix}-dlchannel"
+    tx = shmstream.channel(name, 4096)
+    try:
+        text = b"dlpack:4:16"
+        tx._ch.send(bytes(range(12)), 5, struct.pack("<IIQQ", 2, len(text), 2, 3) + text, None)
+        tx.send(np.arange(4, dtype=np.float32), type_id=6)
+        b = _file(name)
+    finally:
+        tx.close()
+        shmstream.unlink_channel(name)
+    head, tail = fl.u64(b, 2240), fl.u64(b, 2304)
+    ring = b[fl.HEADER_BYTES : fl.HEADER_BYTES + 4096]
+    for label, mode in (("dlpack-copied", 0), ("dlpack-in-place", 0xFF)):
+        _write(
+            "fuzz_py_recv",
+            label,
+            fl.RING_FIXED.pack(0, tail, head - tail, 0, 0, mode) + _strip(ring),
+        )
+
+
 def _loader() -> None:
     """fuzz_py_loader.py's format: the real descriptor as packed, then with
     each field group replaced by a consistent value."""
@@ -309,6 +332,7 @@ def main() -> None:
     _streams(prefix)
     _array(prefix)
     _channel(prefix)
+    _channel_dlpack(prefix)
     _loader()
     _live()
     _bridge_wire()

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import _dtypes, _native
-from ..channel import describe
+from ..channel import DLPackDtype, describe
 from ..errors import CorruptStreamError
 
 STREAM_HEAD = struct.Struct("<4sQQQQQ")
@@ -197,7 +197,8 @@ def decode_batch(
 ) -> tuple[BatchHead, list[tuple[int, int, Any, int, int]]]:
     """A channel batch as its head and its records, each ``(end, type_id,
     message, payload bytes, meta bytes)`` with the message ready to send
-    (a memoryview, or an ndarray for an array message); BadSample for
+    (a memoryview, an ndarray for an array message, or the DLPackDtype of
+    an array NumPy cannot make); BadSample for
     anything that is not a well-formed batch (nothing else, for any input)."""
     head = unpack_batch_head(attachment)
     out: list[tuple[int, int, Any, int, int]] = []
@@ -211,6 +212,9 @@ def decode_batch(
             raise BadSample(str(exc)) from None
         if len(shape) > _native.MAX_NDIM or frame_bytes(shape, dtype.itemsize) != len(r.data):
             raise BadSample("array message whose size does not match its shape")
+        if isinstance(dtype, DLPackDtype):  # bfloat16 & co: the caller drops it alone
+            out.append((r.end, r.type_id, dtype, len(r.data), len(r.meta)))
+            continue
         try:
             if dtype.itemsize == 0 or math.prod(shape) == 0:
                 obj = np.empty(shape, dtype)  # no bytes to view (as channel.recv does)

@@ -210,6 +210,7 @@ class GpuSharedMemory(SharedMemory):
         frame_id: int | None = None,
         count: int | None = None,
         write_time_ns: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Publish a copy of ``value`` (a CUDA tensor of any framework, a
         NumPy array or a CPU tensor) to the device buffer. ``count`` and
@@ -220,13 +221,13 @@ class GpuSharedMemory(SharedMemory):
         if self._gs is None:
             raise self._unattached("write to")
         fid = None if frame_id is None else _checks.check_u64("frame_id", frame_id)
-        number = 0 if count is None else _checks.check_u64("count", count, minimum=1)
+        number = 0 if count is None else _checks.check_count(count)
         wt = (
             0
             if write_time_ns is None
             else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
         )
-        self.acquire()
+        self.acquire(timeout=timeout)
         try:
             self._publish(value, fid, number, wt)
         finally:
@@ -241,12 +242,12 @@ class GpuSharedMemory(SharedMemory):
             raise self._unattached("write to")
         self._publish(value, None if frame_id is None else _checks.check_u64("frame_id", frame_id))
 
-    def clear(self) -> None:
+    def clear(self, *, timeout: float | None = None) -> None:
         self._check_writable("clear")
         gs = self._gs
         if gs is None:
             raise self._unattached("clear")
-        self.acquire()
+        self.acquire(timeout=timeout)
         try:
             self._wrote = gs.clear()
         finally:
