@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes
+from . import _checks, _dtypes
 from ._npyfile import NpyAppender
 from .errors import ShmstreamFileExistsError, ShmstreamFileNotFoundError, ShmstreamValueError
 from .publication import FrameBatch, Publication
@@ -63,7 +63,7 @@ class RecordingWriter:
         description: dict[str, Any] | None = None,
         overwrite: bool = False,
     ) -> None:
-        self.path = Path(path)
+        self.path = Path(_checks.check_path("path", path))
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         _prepare_directory(self.path, overwrite)
@@ -172,7 +172,7 @@ class Recording:
     to its last sync."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = Path(_checks.check_path("path", path))
         self.info = _read_description(self.path)
         self.frames = _load_npy(self.path, "frames.npy", mmap=True)
         columns = [_load_npy(self.path, f"{c}.npy", mmap=False) for c in COLUMNS]
