@@ -282,7 +282,13 @@ class ChannelProducer(_End):
             meta = _array_meta(obj.dtype, obj.shape)
             if obj.dtype.kind in "mM" or obj.dtype.itemsize == 0:
                 obj = obj.reshape(-1).view(np.uint8) if obj.dtype.itemsize else b""
-            self._ch.send(obj, _checks.check_u32("type_id", type_id), meta, timeout)
+            try:
+                self._ch.send(obj, type_id, meta, timeout)
+            except ShmstreamError:
+                raise
+            except TypeError:  # the binding's u32 refused type_id: say which argument
+                _checks.check_u32("type_id", type_id)
+                raise
             return
         try:
             self._ch.send(obj, type_id, None, timeout)
