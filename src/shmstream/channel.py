@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -238,19 +238,21 @@ class _End:
     #: The calls of the other end, which this end refuses by name.
     _OTHER_END: tuple[str, frozenset[str]] = ("", frozenset())
 
-    def __getattr__(self, attr: str) -> Any:
-        # Only for names the class lacks: a call of the other end is a
-        # ChannelRoleError (an AttributeError, so hasattr() stays False).
-        other, calls = type(self)._OTHER_END
-        if attr in calls:
-            exc = ChannelRoleError(
-                f"{attr} belongs to the {other} end of channel {self.name!r}, and this is "
-                f"the {'consumer' if other == 'producer' else 'producer'} end; call it on a "
-                f"{other} (shmstream.open_channel({self.name!r}, role={other!r}))"
-            )
-            exc.name, exc.obj = attr, self
-            raise exc
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+    if not TYPE_CHECKING:  # type checkers keep flagging a missing attribute
+
+        def __getattr__(self, attr: str) -> Any:
+            # Only for names the class lacks: a call of the other end is a
+            # ChannelRoleError (an AttributeError, so hasattr() stays False).
+            other, calls = type(self)._OTHER_END
+            if attr in calls:
+                exc = ChannelRoleError(
+                    f"{attr} belongs to the {other} end of channel {self.name!r}, and this is "
+                    f"the {'consumer' if other == 'producer' else 'producer'} end; call it on a "
+                    f"{other} (shmstream.open_channel({self.name!r}, role={other!r}))"
+                )
+                exc.name, exc.obj = attr, self
+                raise exc
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
 
 class ChannelProducer(_End):
