@@ -81,20 +81,21 @@ def check_int(what: str, value: Any, minimum: int | None = None, maximum: int | 
     return checked
 
 
+def _check_unsigned(what: str, value: Any, bits: int, minimum: int = 0) -> int:
+    checked = check_int(what, value)
+    if not minimum <= checked < 2**bits:
+        raise ShmstreamValueError(f"{what} must be in [{minimum}, 2**{bits}), got {checked}")
+    return checked
+
+
 def check_u64(what: str, value: Any, minimum: int = 0) -> int:
     """An integer in [minimum, 2**64): the type of every shared counter."""
-    checked = check_int(what, value)
-    if not minimum <= checked <= MAX_U64:
-        raise ShmstreamValueError(f"{what} must be in [{minimum}, 2**64), got {checked}")
-    return checked
+    return _check_unsigned(what, value, 64, minimum)
 
 
 def check_u32(what: str, value: Any) -> int:
     """An integer in [0, 2**32): a channel message's ``type_id``."""
-    checked = check_int(what, value)
-    if not 0 <= checked <= MAX_U32:
-        raise ShmstreamValueError(f"{what} must be in [0, 2**32), got {checked}")
-    return checked
+    return _check_unsigned(what, value, 32)
 
 
 def check_path(what: str, path: Any) -> str:
@@ -256,12 +257,13 @@ Casting = Literal["unsafe", "same_kind", "safe", "equiv", "no"]
 CASTINGS: tuple[Casting, ...] = ("unsafe", "same_kind", "safe", "equiv", "no")
 
 
-def check_casting(casting: Any) -> str:
+def check_casting(casting: Any) -> Casting:
     """A handle's ``casting`` rule, checked when it is set (not at the
     next write)."""
-    if not isinstance(casting, str) or casting not in CASTINGS:
-        raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
-    return casting
+    for rule in CASTINGS:
+        if isinstance(casting, str) and casting == rule:
+            return rule
+    raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
 
 
 def check_config(config: Any, keys: tuple[str, ...], required: tuple[str, ...]) -> dict:
@@ -298,9 +300,8 @@ def check_cast(
     rule can vouch for)."""
     if casting == "unsafe":
         return
-    if casting not in CASTINGS:
-        raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
-    if have is None or not np.can_cast(have, dtype, casting=casting):  # narrowed above
+    rule = check_casting(casting)
+    if have is None or not np.can_cast(have, dtype, casting=rule):
         raise ShmstreamTypeError(
             f"writing {what or have} to stream {name!r} ({dtype}) is not a {casting!r} cast (it "
             f"could lose values); convert it yourself, or set the handle's casting to "
