@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -302,3 +303,16 @@ def test_the_installed_package_holds_no_benchmark_code():
         or p.startswith("bench")
     ]
     assert bench_files == []
+
+
+def test_the_docs_list_every_benchmark_part():
+    # docs/API.md's `shmstream bench` row and README's `--help` line name the
+    # parts; a new part (create, view) must not be missing from either.
+    parts = set(_bench.known_parts())
+    api = (ROOT / "docs" / "API.md").read_text(encoding="utf-8")
+    row = next(line for line in api.splitlines() if line.startswith("| `shmstream bench"))
+    listed = re.search(r"against its peers: (.*?) or `all`", row).group(1)
+    assert set(re.findall(r"`([a-z]+)`", listed)) == parts
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = next(x for x in readme.splitlines() if "python -m benchmarks --help" in x)
+    assert set(line.split("the parts:")[1].replace(",", " ").split()) == parts

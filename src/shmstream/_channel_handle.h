@@ -294,6 +294,14 @@ class Channel {
   }
   bool producer() const { return ch.role == SS_ROLE_PRODUCER; }
 
+  // A send while this end's zero-copy send is open: the loan's state, not
+  // the end's role, is wrong (LoanStateError).
+  [[noreturn]] void raise_loan_open(const char *op) const {
+    raise(g_loan, std::string(op) + " on channel '" + name_ +
+                      "': a zero-copy send on it is already open; end its 'with "
+                      "send_zero_copy(...)' block first");
+  }
+
   [[noreturn]] void raise_status(int rc, const char *op) {
     std::string detail = rc == SS_EROLE && ch.tx_open ? " (a zero-copy send is still open)" : "";
     const char *when = rc == SS_ECORRUPT ? corrupt_when(&ch.seg, &detail) : "";
@@ -365,6 +373,7 @@ class Channel {
   void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send");
     if (!producer()) raise(g_role, "send on the consumer end of '" + name_ + "'");
+    if (ch.tx_open) raise_loan_open("send");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {
@@ -385,6 +394,7 @@ class Channel {
   size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send_many");
     if (!producer()) raise(g_role, "send_many on the consumer end of '" + name_ + "'");
+    if (ch.tx_open) raise_loan_open("send_many");
     nb::object seq = nb::steal(PySequence_Fast(items.ptr(),
                                                "send_many takes a sequence of "
                                                "bytes-like objects"));
@@ -425,7 +435,7 @@ class Channel {
   nb::object loan(size_t nbytes, nb::handle meta, int64_t timeout_ns) {
     check_open("send_zero_copy");
     if (!producer()) raise(g_role, "send_zero_copy on the consumer end of '" + name_ + "'");
-    if (ch.tx_open) raise(g_loan, "a zero-copy send on '" + name_ + "' is already open");
+    if (ch.tx_open) raise_loan_open("send_zero_copy");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {
