@@ -183,7 +183,7 @@ def channel_pair(name):
 
 def _loader_pool_files(tokens: set[str]) -> set[str]:
     """Files in /dev/shm of the loader pools with these tokens (roots and slots)."""
-    from shmstream import _loader_pool as lp
+    from shmstream.loader import _loader_pool as lp
 
     roots = {lp._native.segment_name(lp.root_name(t)).lstrip("/") for t in tokens}
     return {
@@ -204,7 +204,7 @@ def no_loader_pool_left(monkeypatch):
     /dev/shm meanwhile. The loader modules use it for every test."""
     import gc
 
-    from shmstream import _loader_pool as lp
+    from shmstream.loader import _loader_pool as lp
 
     made: list[str] = []
     real_init = lp.Pool.__init__

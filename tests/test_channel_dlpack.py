@@ -145,7 +145,7 @@ def child_send_bfloat16(chan: str) -> None:
 def test_bfloat16_and_float8_tensors_cross_processes_by_their_dlpack_dtype(make_name, spawn):
     torch = pytest.importorskip("torch")
     import shmstream
-    from shmstream.channel import DLPackDtype, describe
+    from shmstream.channels import DLPackDtype, describe
 
     chan = make_name()
     rx = shmstream.channel(chan, 1 << 14, role="consumer")
@@ -205,7 +205,7 @@ def test_a_strided_bfloat16_tensor_is_refused_and_a_strided_float_one_is_sent(ch
 def test_a_malformed_dlpack_dtype_text_is_refused_not_read(channel_pair, text):
     import struct
 
-    from shmstream.channel import describe
+    from shmstream.channels import describe
 
     tx, rx = channel_pair
     meta = struct.pack("<IIQ", 1, len(text), 8) + text.encode()

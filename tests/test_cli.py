@@ -342,7 +342,7 @@ def test_console_entry_runs_as_module():
 
 def test_an_array_named_like_a_loader_pool_is_listed_as_an_array(make_name, capsys):
     # A pool is marked in its header (flags bit 3), not recognised by name.
-    from shmstream import _loader_pool
+    from shmstream.loader import _loader_pool
 
     name = _loader_pool.ROOT_PREFIX + make_name()
     arr = shmstream.share(np.arange(3), name=name)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import shmstream
-from shmstream import _checks
+from shmstream.common import _checks
 
 from support import private_shm_available, run_in_private_shm
 

@@ -54,7 +54,7 @@ def _python_modules() -> dict[str, Path]:
 
 def _import_graph() -> dict[str, set[str]]:
     mods = _python_modules()
-    extensions = {f"shmstream.{p.stem}" for p in PKG.glob("_*.cpp")}
+    extensions = {f"shmstream.{p.stem}" for p in PKG.glob("_*.pyi")}
     edges: dict[str, set[str]] = {}
     for mod, path in mods.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
@@ -82,8 +82,8 @@ def _import_graph() -> dict[str, set[str]]:
 
 def test_the_import_graph_is_built_from_every_module():
     edges = _import_graph()
-    assert "shmstream.stream" in edges and "shmstream.gpu.handle" in edges
-    assert "shmstream.stream" in edges["shmstream.gpu.handle"]
+    assert "shmstream.streams.shared_memory" in edges and "shmstream.gpu.handle" in edges
+    assert "shmstream.streams.shared_memory" in edges["shmstream.gpu.handle"]
 
 
 def test_no_module_of_the_package_imports_itself_back_through_others():
@@ -93,7 +93,9 @@ def test_no_module_of_the_package_imports_itself_back_through_others():
 
 def test_the_stream_layer_never_imports_the_gpu_layer():
     edges = _import_graph()
-    for mod in ("shmstream.stream", "shmstream._reading", "shmstream._waiting"):
+    streams = [m for m in edges if m.startswith("shmstream.streams.")]
+    assert "shmstream.streams._reading" in streams and "shmstream.streams._waiting" in streams
+    for mod in streams:
         assert not any(t.startswith("shmstream.gpu") for t in edges[mod]), mod
 
 
@@ -122,7 +124,7 @@ def _resolve(package: str, level: int, module: str | None) -> str:
 
 def _private_reach_ins() -> list[str]:
     mods = _python_modules()
-    modules = set(mods) | {f"shmstream.{p.stem}" for p in PKG.glob("_*.cpp")}
+    modules = set(mods) | {f"shmstream.{p.stem}" for p in PKG.glob("_*.pyi")}
     found = []
     for mod, path in sorted(mods.items()):
         if mod.startswith("shmstream.bench"):

@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import shmstream.torch as st  # noqa: E402
-from shmstream import _loader_pool as lp  # noqa: E402
+from shmstream.loader import _loader_pool as lp  # noqa: E402
 from shmstream.torch import DataLoader, ShmTransportWarning  # noqa: E402
 
 from support import private_shm_available, run_in_private_shm  # noqa: E402
@@ -804,7 +804,7 @@ def test_a_slot_bigger_than_dev_shm_is_ENOSPC_at_create_and_leaves_nothing():
         pytest.skip(reason)
     script = """
         import errno, os
-        from shmstream import _loader_pool as lp
+        from shmstream.loader import _loader_pool as lp
         try:
             lp.create_slot_file(lp.slot_path("t", 0, 1), 4 << 20)
         except OSError as exc:
@@ -874,7 +874,7 @@ def test_a_batch_whose_slot_was_reclaimed_is_an_error_not_another_batch():
 
 
 def _die_holding_the_pool_lock(token: str, instance_id: str) -> None:
-    from shmstream import _loader_pool as lp
+    from shmstream.loader import _loader_pool as lp
 
     client = lp.PoolClient(token, instance_id)
     client.table.seg.lock()
@@ -904,7 +904,7 @@ def test_a_worker_that_died_holding_the_pool_lock_leaves_a_consistent_pool(spawn
 
 TRUNCATED_SLOT = r"""
 import os, subprocess, sys, torch
-from shmstream import _loader_pool as lp
+from shmstream.loader import _loader_pool as lp
 from shmstream.errors import CorruptStreamError
 from shmstream.torch import DataLoader
 

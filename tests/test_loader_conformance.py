@@ -40,7 +40,7 @@ from torch.utils.data.dataloader import (  # noqa: E402
 )
 
 import shmstream.torch as st  # noqa: E402
-from shmstream import _loader_pool  # noqa: E402
+from shmstream.loader import _loader_pool  # noqa: E402
 
 from support import private_shm_available, run_in_private_shm  # noqa: E402
 

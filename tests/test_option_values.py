@@ -98,7 +98,7 @@ def test_history_with_any_explicit_slots_is_refused(name, slots):
 
 
 def test_a_deprecated_dtype_alias_in_a_header_is_refused_without_a_warning():
-    from shmstream import _dtypes
+    from shmstream.common import _dtypes
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # NumPy's DeprecationWarning would escape as an error

@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 
 import shmstream
-from shmstream import _loader_pool as lp
 from shmstream import _native, registry
+from shmstream.loader import _loader_pool as lp
 
 import support
 

@@ -11,13 +11,32 @@ from importlib.metadata import version as _version
 from typing import Any as _Any
 
 from . import _native  # noqa: F401  (loads the core; its errors come from .errors)
-from ._locked_many import locked_many
+from .arrays import DirectArray, SharedArray, SharedRecArray, direct_mmap, share
+from .channels import ChannelConsumer, ChannelProducer, channel, open_channel, unlink_channel
+from .common import _moved
 from .errors import *  # noqa: F403  (every public exception; errors.__all__)
 from .errors import __all__ as _error_names
 from .gpu import GPU_SUPPORTED_DTYPES, gpu_available
-from .publication import FrameBatch, Publication
+from .recording import Recording, RecordStats, ReplayStats, load_recording, record, replay
 from .registry import list_channels, list_streams, purge, stat
-from .stream import SharedMemory, create, open, stream, unlink, unlink_quiet
+from .streams import (
+    FrameBatch,
+    Publication,
+    SharedMemory,
+    create,
+    open,
+    stream,
+    unlink,
+    unlink_quiet,
+)
+from .streams._locked_many import locked_many
+
+# Old module paths, still attributes of the package as they were before the
+# one folder per kind (``shmstream.direct.X``): each is the moved module
+# itself. The others that moved raise an ImportError naming the new place.
+from . import direct, publication, recorder, shared_array  # noqa: F401  isort: skip
+
+_moved.install()
 
 try:
     __version__ = _version("shmstream")
@@ -41,19 +60,6 @@ __all__ = [
     "unlink",
     "unlink_quiet",
 ]
-
-# The other parts, each in its own module.
-from .channel import (
-    ChannelConsumer,
-    ChannelProducer,
-    channel,
-    open_channel,
-    unlink_channel,
-)
-from .direct import DirectArray, direct_mmap
-from .recorder import RecordStats, ReplayStats, record, replay
-from .recording import Recording, load_recording
-from .shared_array import SharedArray, SharedRecArray, share
 
 
 def view(name: str | None = None, **kwargs: _Any) -> _Any:

@@ -39,12 +39,14 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from . import _checks, _dtypes, _loader_pool, _native, _proc
-from . import channel as _channel_mod
-from ._space import SHM_DIR
+from . import _native
+from .channels import ends as _channel_mod
+from .common import _checks, _dtypes, _proc
+from .common._space import SHM_DIR
 from .errors import CorruptStreamError, ShmstreamOSError
 from .gpu import device as _gpu_device
-from .publication import STATE_NAMES
+from .loader import _loader_pool
+from .streams.publication import STATE_NAMES
 
 __all__ = [
     "Entry",

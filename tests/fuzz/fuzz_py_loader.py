@@ -30,8 +30,8 @@ from torch.utils.data import default_collate
 import fuzzlib as fl
 
 with fl.instrumented():
-    from shmstream import _loader_pool
     from shmstream import torch as sstorch
+    from shmstream.loader import _loader_pool
 
 DTYPES = (torch.float32, torch.uint8, torch.int64, torch.float16, torch.bool, torch.complex64)
 

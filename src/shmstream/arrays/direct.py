@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _direct
-from .errors import ShmstreamIndexError, ShmstreamTypeError, ShmstreamValueError
+from .. import _direct
+from ..common import _checks
+from ..errors import ShmstreamIndexError, ShmstreamTypeError, ShmstreamValueError
 
 __all__ = ["DirectArray", "direct_mmap", "DEFAULT_CACHE_BYTES", "io_backend"]
 

@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _dtypes, _native, _space
-from .errors import (
+from .. import _native
+from ..common import _checks, _dtypes, _space
+from ..errors import (
     HandleClosedError,
     SegmentOwnerError,
     ShmstreamFileNotFoundError,

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 import shmstream
-from shmstream.channel import DLPackDtype
+from shmstream.channels.ends import DLPackDtype
 from ..errors import ShmstreamValueError
 from . import _thread, _wire
 from ._status import STATUS_SUFFIX, MirrorSide, StatusWriter, is_mirror

@@ -42,8 +42,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _dtypes, _native
-from ..channel import DLPackDtype, describe
+from .. import _native
+from ..channels.ends import DLPackDtype, describe
+from ..common import _dtypes
 from ..errors import CorruptStreamError
 
 STREAM_HEAD = struct.Struct("<4sQQQQQ")

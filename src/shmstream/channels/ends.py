@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
-from . import _channel, _checks, _dtypes, _native, _space
-from .errors import (
+from .. import _channel, _native
+from ..common import _checks, _dtypes, _space
+from ..errors import (
     ChannelClosedError,
     ChannelRoleError,
     CorruptStreamError,

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 
 from .. import _native
-from .._space import SHM_DIR
+from ..common._space import SHM_DIR
 from ._common import fmt_bytes, status_line
 
 #: Segments from this size on get a progress line (a quarter of a second

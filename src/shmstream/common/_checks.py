@@ -18,13 +18,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _dtypes, _native
-from .errors import (
+from .. import _native
+from ..errors import (
     ShmstreamFileExistsError,
     ShmstreamFileNotFoundError,
     ShmstreamTypeError,
     ShmstreamValueError,
 )
+from . import _dtypes
 
 #: The largest value of a shared 64-bit counter (count, frame id, time).
 MAX_U64 = 2**64 - 1

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _native
-from .errors import ShmstreamTypeError, ShmstreamValueError
+from .. import _native
+from ..errors import ShmstreamTypeError, ShmstreamValueError
 
 
 def normalize(dtype: Any) -> np.dtype:

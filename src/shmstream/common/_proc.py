@@ -4,7 +4,7 @@ dead. One implementation, in the C core (src/core/proc.c)."""
 
 from __future__ import annotations
 
-from . import _native
+from .. import _native
 
 
 def start_ticks(pid: int) -> int:

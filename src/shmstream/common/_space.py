@@ -8,8 +8,8 @@ import errno
 import os
 from collections.abc import Iterator
 
-from . import _native
-from .errors import ShmstreamOSError
+from .. import _native
+from ..errors import ShmstreamOSError
 
 SHM_DIR = "/dev/shm"
 

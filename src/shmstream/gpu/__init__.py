@@ -12,7 +12,7 @@ this package. docs/gpu.md has the protocol and the checklist.
 from __future__ import annotations
 
 from ..errors import GpuStreamGoneError
-from ..stream import register_gpu
+from ..streams.shared_memory import register_gpu
 from .device import DEVICE_SLOTS, GPU_SUPPORTED_DTYPES, CudaArray, gpu_available, parse_device
 from .factory import create, open
 from .handle import GpuSharedMemory

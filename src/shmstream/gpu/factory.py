@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import _checks, _cuda, _dtypes, _native
+from .. import _cuda, _native
+from ..common import _checks, _dtypes
 from ..errors import (
     CudaUnavailableError,
     NoCpuMirrorError,

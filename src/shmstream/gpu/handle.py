@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import _checks, _cuda, _native, _proc
-from .._waiting import remaining
+from .. import _cuda, _native
+from ..common import _checks, _proc
 from ..errors import (
     GpuRequiredError,
     InconsistentStreamError,
@@ -24,8 +24,9 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from ..publication import Publication
-from ..stream import SharedMemory
+from ..streams._waiting import remaining
+from ..streams.publication import Publication
+from ..streams.shared_memory import SharedMemory
 from .device import DL_CODE, CudaArray, SlotOwner, cuda_torch, numpy_dtype, torch_dtype
 
 

@@ -40,9 +40,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _native, _proc
-from ._space import SHM_DIR
-from .errors import (
+from .. import _native
+from ..common import _proc
+from ..common._space import SHM_DIR
+from ..errors import (
     BatchLostError,
     CorruptStreamError,
     SegmentOwnerError,

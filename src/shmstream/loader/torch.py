@@ -68,8 +68,9 @@ from torch.utils.data._utils.collate import (
 )
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from . import _checks, _loader_pool
-from .errors import BatchLostError, CorruptStreamError
+from ..common import _checks
+from ..errors import BatchLostError, CorruptStreamError
+from . import _loader_pool
 
 __all__ = ["DataLoader", "ShmTransportWarning"]
 

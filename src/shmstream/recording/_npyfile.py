@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .errors import ShmstreamValueError
+from ..errors import ShmstreamValueError
 
 _MAGIC = b"\x93NUMPY"
 _ALIGN = 64  # NumPy aligns the data after the header to 64 bytes
@@ -108,8 +108,8 @@ class MappedNpy:
     shorter than its header says."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        from . import _native
-        from .errors import CorruptStreamError
+        from .. import _native
+        from ..errors import CorruptStreamError
 
         self.path = os.fspath(path)
         self._mapping: Any = None

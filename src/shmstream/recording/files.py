@@ -29,15 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _dtypes
-from ._npyfile import MappedNpy, NpyAppender
-from .errors import (
+from ..common import _checks, _dtypes
+from ..errors import (
     CorruptStreamError,
     ShmstreamFileExistsError,
     ShmstreamFileNotFoundError,
     ShmstreamValueError,
 )
-from .publication import FrameBatch, Publication
+from ..streams.publication import FrameBatch, Publication
+from ._npyfile import MappedNpy, NpyAppender
 
 __all__ = ["FORMAT", "COLUMNS", "Recording", "RecordingWriter", "load_recording"]
 

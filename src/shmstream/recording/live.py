@@ -30,16 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks
-from .errors import (
+from ..common import _checks
+from ..errors import (
     NoCpuMirrorError,
     ShmstreamFileNotFoundError,
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from .recording import Recording, RecordingWriter, load_recording
-from .stream import create as _create
-from .stream import open as _open
+from ..streams.shared_memory import create as _create
+from ..streams.shared_memory import open as _open
+from .files import Recording, RecordingWriter, load_recording
 
 __all__ = ["RecordStats", "ReplayStats", "record", "replay"]
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import _native
+from .. import _native
 from ._lockstate import LockState
 from .publication import Publication
 

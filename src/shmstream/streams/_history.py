@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _checks
-from .errors import (
+from ..common import _checks
+from ..errors import (
     FrameOverwrittenError,
     NoCpuMirrorError,
     ShmstreamTypeError,
@@ -29,7 +29,7 @@ from .errors import (
 from .publication import FrameBatch, Publication
 
 if TYPE_CHECKING:
-    from . import _native
+    from .. import _native
     from ._handle import HandleState as _Handle
 else:
     _Handle = object  # the protocol is for mypy only

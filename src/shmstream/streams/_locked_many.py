@@ -9,10 +9,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import _checks
+from ..common import _checks
+from ..errors import ShmstreamValueError
 from ._waiting import remaining
-from .errors import ShmstreamValueError
-from .stream import SharedMemory
+from .shared_memory import SharedMemory
 
 __all__ = ["locked_many"]
 

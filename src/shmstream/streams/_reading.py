@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import NotLockOwnerError, ShmstreamTypeError, ShmstreamValueError
 from ._scopes import ReadView
-from .errors import NotLockOwnerError, ShmstreamTypeError, ShmstreamValueError
 from .publication import STATE_NAMES, Publication
 
 # Hot-path globals bound once.
@@ -21,7 +21,7 @@ _empty = np.empty
 
 
 if TYPE_CHECKING:
-    from . import _native
+    from .. import _native
     from ._handle import HandleState as _Handle
 else:
     _Handle = object  # the protocol is for mypy only

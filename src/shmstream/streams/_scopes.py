@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import FrameOverwrittenError
+from ..errors import FrameOverwrittenError
 from .publication import Publication
 
 

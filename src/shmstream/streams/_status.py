@@ -10,7 +10,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from . import _checks, _proc
+from ..common import _checks, _proc
 from .publication import STATE_NAMES
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _checks
+from ..common import _checks
 from .publication import Publication
 
 # How often read_new_async's worker thread looks up from the native wait to
@@ -31,7 +31,7 @@ def remaining(deadline: float | None) -> float | None:
 
 
 if TYPE_CHECKING:
-    from . import _native
+    from .. import _native
     from ._handle import HandleState as _Handle
 else:
     _Handle = object  # the protocol is for mypy only

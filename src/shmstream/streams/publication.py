@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from . import _native
+from .. import _native
 
 #: The published frame's state (docs/ABI.md, publish line ``state``).
 STATE_NAMES = {

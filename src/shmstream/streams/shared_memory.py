@@ -43,14 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _checks, _dtypes, _native, _space
-from ._history import History
-from ._lockstate import HANDLES, lock_state_for
-from ._reading import Reading
-from ._scopes import LockScope, WriteView
-from ._status import Status
-from ._waiting import Waiting
-from .errors import (
+from .. import _native
+from ..common import _checks, _dtypes, _space
+from ..errors import (
     GpuRequiredError,
     HandleClosedError,
     LoanStateError,
@@ -61,6 +56,12 @@ from .errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
+from ._history import History
+from ._lockstate import HANDLES, lock_state_for
+from ._reading import Reading
+from ._scopes import LockScope, WriteView
+from ._status import Status
+from ._waiting import Waiting
 
 __all__ = ["SharedMemory", "create", "open", "stream", "unlink", "unlink_quiet"]
 
@@ -696,7 +697,7 @@ def unlink(name: str) -> None:
     """Destroy the object ``name`` (a stream, or any other kind, or any name
     ``shmstream list`` shows: a corrupt segment by its segment name); silent
     if it does not exist (``shmstream.registry.remove`` says whether it did)."""
-    from . import registry  # here: the registry imports every kind
+    from .. import registry  # here: the registry imports every kind
 
     registry.remove(name)
 

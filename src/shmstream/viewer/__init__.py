@@ -103,7 +103,7 @@ class Viewer:
             raise ShmstreamValueError(f"max_sockets must be an int >= 1, not {max_sockets!r}")
         recordings = []
         if recording is not None:
-            from ..recording import load_recording
+            from ..recording.files import load_recording
 
             # a bad directory fails here, with the reason; every page shares it
             recordings.append(load_recording(recording))

@@ -32,7 +32,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import ShmstreamError
-from ..recording import Recording
+from ..recording.files import Recording
 from ._render import Settings, pack
 from ._sources import LiveStream, RecordingSource, message
 from ._table import Table, details

@@ -22,8 +22,8 @@ from ..errors import (
     InconsistentStreamError,
     ShmstreamError,
 )
-from ..recording import Recording
-from ..stream import open as open_stream
+from ..recording.files import Recording
+from ..streams.shared_memory import open as open_stream
 from ._render import Settings, render, select, why_not_drawn
 
 #: Seconds between attempts to open a stream that is missing or corrupt,

@@ -1,0 +1,26 @@
+"""Channels: single-producer single-consumer message rings
+(``shmstream.channel`` / ``shmstream.open_channel``)."""
+
+from .ends import (
+    ChannelConsumer,
+    ChannelProducer,
+    DLPackDtype,
+    Message,
+    ZeroCopyMessage,
+    channel,
+    describe,
+    open_channel,
+    unlink_channel,
+)
+
+__all__ = [
+    "ChannelConsumer",
+    "ChannelProducer",
+    "DLPackDtype",
+    "Message",
+    "ZeroCopyMessage",
+    "channel",
+    "describe",
+    "open_channel",
+    "unlink_channel",
+]

@@ -1,0 +1,17 @@
+"""Streams: one latest-value array under a name (``shmstream.create`` /
+``shmstream.open``), its handle and the jobs the handle hands out (reading,
+waiting, history, locking, status)."""
+
+from .publication import FrameBatch, Publication
+from .shared_memory import SharedMemory, create, open, stream, unlink, unlink_quiet
+
+__all__ = [
+    "FrameBatch",
+    "Publication",
+    "SharedMemory",
+    "create",
+    "open",
+    "stream",
+    "unlink",
+    "unlink_quiet",
+]
