@@ -147,37 +147,54 @@ def _entry(name):
 def test_purge_passes_the_cuda_flag_and_prints_removed_names(monkeypatch, capsys):
     calls = []
 
-    def fake_purge_report(*, include_cuda_orphans=False):
+    def fake_purge(*, include_cuda_orphans=False):
         calls.append(include_cuda_orphans)
-        return registry.PurgeReport(
+        return registry.PurgeResult(
             [_entry("a"), _entry("b")],
             [registry.Skipped("/shmstream-f", "a FIFO, not a regular file")],
+            ["cuda.shm.1.ffff.0"] if include_cuda_orphans else [],
         )
 
-    monkeypatch.setattr(registry, "purge_report", fake_purge_report)
+    monkeypatch.setattr(shmstream, "purge", fake_purge)
     assert cli.main(["purge"]) == 0
     assert cli.main(["purge", "--include-cuda-orphans"]) == 0
     assert calls == [False, True]
     captured = capsys.readouterr()
     assert "'a'" in captured.out and "'b'" in captured.out
+    assert captured.out.count("purged CUDA IPC file 'cuda.shm.1.ffff.0'") == 1
     assert "skipped /shmstream-f: a FIFO, not a regular file" in captured.err
+
+
+def test_purge_goes_through_the_public_function_as_pyshmem_s_cli_test_expects(monkeypatch):
+    # pyshmem 1.4.0's test_cli_purge_cuda_orphans_requires_explicit_flag,
+    # with shmstream for pyshmem: a plain function returning a plain list.
+    calls = []
+
+    def fake_purge(*, include_cuda_orphans=False):
+        calls.append(include_cuda_orphans)
+        return []
+
+    monkeypatch.setattr(shmstream, "purge", fake_purge)
+    assert cli.main(["purge"]) == 0
+    assert cli.main(["purge", "--include-cuda-orphans"]) == 0
+    assert calls == [False, True]
 
 
 def test_purge_removes_real_streams(monkeypatch, name, capsys):
     # Only our stream is in scope: other tests' streams must survive.
-    real = registry.purge_report
+    real = shmstream.purge
 
-    def scoped_purge_report(*, include_cuda_orphans=False):
+    def scoped_purge(*, include_cuda_orphans=False):
         assert include_cuda_orphans is False
         removed = []
         for e in registry.scan(("stream",)):
             if e.name == name:
                 shmstream.unlink(e.name)
                 removed.append(e)
-        return registry.PurgeReport(removed, [])
+        return registry.PurgeResult(removed, [], [])
 
     assert callable(real)
-    monkeypatch.setattr(registry, "purge_report", scoped_purge_report)
+    monkeypatch.setattr(shmstream, "purge", scoped_purge)
     shmstream.create(name, shape=(1,)).close()
     assert cli.main(["purge"]) == 0
     assert name in capsys.readouterr().out

@@ -270,7 +270,7 @@ after = files()
 shmstream.create("ok", shape=(2,)).close()  # again, for the report
 with open(b"/dev/shm/shmstream-\xff", "wb") as f:
     f.write(b"\xff" * 8192)
-rep = registry.purge_report()
+rep = shmstream.purge()
 report(names=names, after=after, removed=sorted(e.shown for e in rep.removed),
        skipped=[[s.segname, s.reason] for s in rep.skipped])
 """
@@ -279,6 +279,34 @@ report(names=names, after=after, removed=sorted(e.shown for e in rep.removed),
     assert facts["after"] == LEFT_ALONE
     assert facts["removed"] == ["/shmstream-\\xff", "ok"]
     assert dict(facts["skipped"]) == SKIPPED
+
+
+def test_purge_reports_the_cuda_ipc_files_it_removed_and_the_command_prints_them():
+    facts = run_private(
+        r"""
+import subprocess
+dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()
+def plant(seq):
+    name = "cuda.shm.1.%x.%d" % (dead.pid, seq)
+    open("/dev/shm/" + name, "wb").close()
+    return name
+first = plant(0)
+living = "cuda.shm.1.%x.0" % os.getpid()
+open("/dev/shm/" + living, "wb").close()
+kept = shmstream.purge()  # without the flag: left alone
+result = shmstream.purge(include_cuda_orphans=True)
+second = plant(1)
+report(first=first, second=second, living=living, kept=kept.cuda_orphans,
+       orphans=result.cuda_orphans, names=list(result), cli=run_cli("purge", "--include-cuda-orphans"),
+       files=files())
+"""
+    )
+    assert facts["kept"] == []
+    assert facts["orphans"] == [facts["first"]] and facts["names"] == []
+    assert facts["cli"]["rc"] == 0, facts["cli"]["err"]
+    assert facts["cli"]["out"] == f"purged CUDA IPC file '{facts['second']}'\n"
+    assert "removed 1 object(s)" in facts["cli"]["err"]
+    assert facts["files"] == [facts["living"]]  # its process (the child) is alive
 
 
 # ---- corrupt segments: the advice works ----------------------------------------------

@@ -25,7 +25,6 @@ import pytest
 import shmstream
 from shmstream import _native
 from shmstream.errors import StaleStreamError
-from shmstream.registry import purge_abandoned
 from shmstream.shared_array import SharedArray, SharedRecArray, share
 
 SHM = "/dev/shm"
@@ -421,7 +420,7 @@ def test_purge_removes_what_dead_creators_left_and_nothing_else():
     p.join(WAIT)
     assert p.exitcode == -signal.SIGKILL and segment_exists(dead)
     with share(np.arange(3), name=f"{TOKEN}-alive") as live:
-        removed = [e.name for e in purge_abandoned(["array"])]
+        removed = shmstream.purge(kinds=["array"])
         assert dead in removed and live.shm_name not in removed
         assert not segment_exists(dead) and segment_exists(live)
 

@@ -43,7 +43,7 @@ from . import _native
 from .channels import ends as _channel_mod
 from .common import _checks, _dtypes, _proc
 from .common._space import SHM_DIR
-from .errors import CorruptStreamError, ShmstreamOSError
+from .errors import CorruptStreamError, ShmstreamOSError, ShmstreamValueError
 from .gpu import device as _gpu_device
 from .loader import _loader_pool
 from .streams.publication import STATE_NAMES
@@ -52,12 +52,14 @@ __all__ = [
     "Entry",
     "KINDS",
     "PurgeReport",
+    "PurgeResult",
     "Skipped",
     "list_channels",
     "list_streams",
     "printable",
     "purge",
     "purge_abandoned",
+    "purge_entries",
     "purge_report",
     "remove",
     "scan",
@@ -631,26 +633,24 @@ def _remove(entries: Iterable[Entry], skipped: list[Skipped] | None = None) -> l
     return removed
 
 
-def purge_abandoned(
-    kinds: Iterable[str] = ("channel", "array", "loader-pool"),
-    *,
-    skipped: list[Skipped] | None = None,
+#: The kinds purge removes only when nobody uses them any more.
+ABANDONABLE = ("channel", "array", "loader-pool")
+
+
+def _remove_abandoned(
+    entries: list[Entry], wanted: set[str], skipped: list[Skipped]
 ) -> list[Entry]:
-    """Remove the objects of these kinds that nobody uses any more (creator
-    dead; for a channel, no live end either; a loader pool's slot files go
-    with its root, and slot files whose root is gone too), and unfinished
-    segments whose creator died mid-create. Streams are never removed here.
-    Returns the entries removed; what could not be removed is appended to
-    ``skipped`` if given."""
-    wanted = set(kinds)
-    entries = scan()
+    """Remove the objects of the ``wanted`` kinds that nobody uses any more
+    (creator dead; for a channel, no live end either; a loader pool's slot
+    files go with its root, and slot files whose root is gone too), and
+    unfinished segments whose creator died mid-create."""
     foreign = [e for e in entries if e.kind in wanted and e.creator_alive is None]
     if foreign:
         warnings.warn(
             f"purge skipped {len(foreign)} object(s) made in another PID namespace "
             f"({', '.join(repr(e.name) for e in foreign)}): their creators' pids cannot be "
             "judged from here; run purge in that namespace, or unlink them by name",
-            stacklevel=2,
+            stacklevel=3,
         )
     pools = []
     if "loader-pool" in wanted:  # the pool module removes root and files together
@@ -669,50 +669,100 @@ def purge_abandoned(
     )
 
 
+class PurgeResult(list[str]):
+    """What :func:`purge` removed. The list itself is the user names
+    removed, sorted (pyshmem's return value); the attributes are the whole
+    report: ``removed``, every registry :class:`Entry` removed (corrupt
+    segments too, which have no name); ``skipped``, every :class:`Skipped`
+    entry left alone, with the reason; ``cuda_orphans``, the names of the
+    PyTorch CUDA IPC files removed (``include_cuda_orphans=True``)."""
+
+    def __init__(self, removed: list[Entry], skipped: list[Skipped], cuda_orphans: list[str]):
+        super().__init__(sorted(e.name for e in removed if e.name is not None))
+        self.removed = removed
+        self.skipped = skipped
+        self.cuda_orphans = cuda_orphans
+
+    def __repr__(self) -> str:
+        return (
+            f"PurgeResult({list(self)!r}, removed={len(self.removed)}, "
+            f"skipped={len(self.skipped)}, cuda_orphans={self.cuda_orphans!r})"
+        )
+
+
+def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = None) -> PurgeResult:
+    """Remove every stream in /dev/shm (pyshmem's meaning: in use or not),
+    and the channels, shared arrays and loader slots that nobody uses any
+    more (their creator is dead, and for a channel no live process holds
+    either end); return the user names removed, sorted, as a
+    :class:`PurgeResult` that also says what it removed without a name,
+    what it skipped and why, and which CUDA IPC files it removed.
+
+    Corrupt segments, and unfinished ones older than a minute, with
+    shmstream's prefix are removed too (they have no name to return).
+    Entries that are not regular files (FIFOs, links, directories) or that
+    it cannot read or remove are skipped, never stop it. With
+    ``include_cuda_orphans=True`` it also deletes PyTorch CUDA IPC files
+    whose producer process is dead. ``kinds`` (some of ``KINDS``) limits it
+    to those kinds: ``kinds=("channel", "array", "loader-pool")`` removes
+    only what dead processes left, never a stream. Not reversible:
+    processes using a removed object keep their mapping, but nobody can
+    open it again.
+    """
+    wanted = set(KINDS) if kinds is None else set(kinds)
+    unknown = wanted - set(KINDS)
+    if unknown:
+        raise ShmstreamValueError(
+            f"purge: unknown kind(s) {sorted(unknown)}; the kinds are {', '.join(KINDS)}"
+        )
+    entries, skipped = survey()
+    everything = {"stream", "gpu-stream", "corrupt"} if kinds is None else set()
+    always = (wanted & {"stream", "gpu-stream"}) | everything
+    removed = _remove((e for e in entries if e.kind in always), skipped)
+    removed += _remove_abandoned(entries, wanted & set(ABANDONABLE), skipped)
+    orphans = _remove_orphaned_cuda_ipc_files() if include_cuda_orphans else []
+    return PurgeResult(removed, skipped, orphans)
+
+
+# ---- deprecated ways in, each a thin alias of purge --------------------------------
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+
+
 @dataclasses.dataclass(frozen=True)
 class PurgeReport:
-    """What :func:`purge_report` did: the entries it removed, and the ones
-    it left alone with the reason (not a regular file, unreadable, could
-    not be removed)."""
+    """What :func:`purge_report` returns (deprecated: :class:`PurgeResult`
+    has the same ``removed`` and ``skipped``)."""
 
     removed: list[Entry]
     skipped: list[Skipped]
 
 
 def purge_report(*, include_cuda_orphans: bool = False) -> PurgeReport:
-    """:func:`purge`, saying what it removed and what it skipped. One bad
-    entry never stops it: a FIFO, link or directory with shmstream's prefix
-    is skipped (never opened for long, never followed, never removed), and
-    a file it cannot read or remove is skipped with the reason."""
-    entries, skipped = survey()
-    removed = _remove(
-        (e for e in entries if e.kind in ("stream", "gpu-stream", "corrupt")), skipped
-    )
-    removed += purge_abandoned(skipped=skipped)
-    if include_cuda_orphans:
-        _remove_orphaned_cuda_ipc_files()
-    return PurgeReport(removed, skipped)
+    """Deprecated: ``shmstream.purge()``, whose result has ``removed`` and
+    ``skipped``."""
+    _deprecated("shmstream.registry.purge_report()", "shmstream.purge() (.removed, .skipped)")
+    result = purge(include_cuda_orphans=include_cuda_orphans)
+    return PurgeReport(result.removed, result.skipped)
 
 
 def purge_entries(*, include_cuda_orphans: bool = False) -> list[Entry]:
-    """:func:`purge`, returning the registry entries it removed."""
-    return purge_report(include_cuda_orphans=include_cuda_orphans).removed
+    """Deprecated: ``shmstream.purge().removed``."""
+    _deprecated("shmstream.registry.purge_entries()", "shmstream.purge().removed")
+    return purge(include_cuda_orphans=include_cuda_orphans).removed
 
 
-def purge(*, include_cuda_orphans: bool = False) -> list[str]:
-    """Remove every stream in /dev/shm (pyshmem's meaning: in use or not),
-    and the channels, shared arrays and loader slots that nobody uses any
-    more (their creator is dead, and for a channel no live process holds
-    either end); return the user names removed, sorted.
-
-    Corrupt segments, and unfinished ones older than a minute, with
-    shmstream's prefix are removed too (they have no name to return).
-    Entries that are not regular files (FIFOs, links, directories) or that
-    it cannot read or remove are skipped, never stop it
-    (:func:`purge_report` says which and why). With
-    ``include_cuda_orphans=True`` it also deletes PyTorch CUDA IPC files
-    whose producer process is dead. Not reversible: processes using a
-    removed object keep their mapping, but nobody can open it again.
-    """
-    entries = purge_entries(include_cuda_orphans=include_cuda_orphans)
-    return sorted(e.name for e in entries if e.name is not None)
+def purge_abandoned(
+    kinds: Iterable[str] = ABANDONABLE,
+    *,
+    skipped: list[Skipped] | None = None,
+) -> list[Entry]:
+    """Deprecated: ``shmstream.purge(kinds=...).removed`` (streams are never
+    removed here, as before)."""
+    _deprecated("shmstream.registry.purge_abandoned()", "shmstream.purge(kinds=...).removed")
+    result = purge(kinds=[k for k in kinds if k in ABANDONABLE])
+    if skipped is not None:
+        skipped += result.skipped
+    return result.removed

@@ -180,10 +180,18 @@ def cmd_unlink(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    report = package().registry.purge_report(include_cuda_orphans=args.include_cuda_orphans)
-    removed = sorted(e.shown for e in report.removed)
+    # Through the public function, looked up at call time (pyshmem's CLI
+    # contract: a test may patch shmstream.purge with one returning a list).
+    result = package().purge(include_cuda_orphans=args.include_cuda_orphans)
+    entries = getattr(result, "removed", None)
+    shown = (e.shown for e in entries) if entries is not None else map(printable, result)
+    removed = sorted(shown)
     for name in removed:
         print(f"purged '{name}'")
-    _report_skipped(report.skipped)
-    print(f"removed {len(removed)} object(s)" if removed else "nothing to purge", file=sys.stderr)
+    orphans = list(getattr(result, "cuda_orphans", []))
+    for name in orphans:
+        print(f"purged CUDA IPC file '{printable(name)}'")
+    _report_skipped(getattr(result, "skipped", []))
+    count = len(removed) + len(orphans)
+    print(f"removed {count} object(s)" if count else "nothing to purge", file=sys.stderr)
     return 0
