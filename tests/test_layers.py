@@ -99,6 +99,45 @@ def test_the_stream_layer_never_imports_the_gpu_layer():
         assert not any(t.startswith("shmstream.gpu") for t in edges[mod]), mod
 
 
+KIND_FOLDERS = (
+    "streams",
+    "channels",
+    "arrays",
+    "loader",
+    "recording",
+    "gpu",
+    "bridge",
+    "cli",
+    "viewer",
+)
+
+
+def test_the_registry_imports_no_kind_and_the_shared_helpers_import_no_kind():
+    # each kind's folder owns its registry entry (common/_kinds.py's table)
+    edges = _import_graph()
+    for mod in ("shmstream.registry", *(m for m in edges if m.startswith("shmstream.common."))):
+        kinds = sorted(t for t in edges[mod] if t.split(".")[1] in KIND_FOLDERS)
+        assert not kinds, f"{mod} imports {kinds}"
+
+
+def test_every_kind_the_registry_names_has_an_entry_in_the_table():
+    import shmstream  # noqa: F401  (imports every folder: each registers its entry)
+    from shmstream import registry
+    from shmstream.common import _kinds
+
+    assert sorted(_kinds.names()) == sorted(registry.KINDS)
+
+
+def test_the_top_of_the_package_holds_only_its_front_and_shims_for_old_paths():
+    front = {"__init__.py", "__main__.py", "errors.py", "registry.py"}
+    for path in sorted(PKG.glob("*.py")):
+        if path.name in front:
+            continue
+        text = path.read_text()
+        # a shim is the moved module itself (sys.modules), nothing else
+        assert "sys.modules[__name__] = _impl" in text and len(text.splitlines()) < 12, path
+
+
 # ---- private names stay private -------------------------------------------------------
 #
 # The rule (one obvious place for each thing): a leading-underscore name may

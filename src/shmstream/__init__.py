@@ -10,7 +10,10 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 from typing import Any as _Any
 
-from . import _native  # noqa: F401  (loads the core; its errors come from .errors)
+from . import (
+    _native,  # noqa: F401  (loads the core; its errors come from .errors)
+    loader,  # noqa: F401  (its registry entry; never imports torch)
+)
 from .arrays import DirectArray, SharedArray, SharedRecArray, direct_mmap, share
 from .channels import ChannelConsumer, ChannelProducer, channel, open_channel, unlink_channel
 from .common import _moved

@@ -40,13 +40,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import _native
-from .channels import ends as _channel_mod
-from .common import _checks, _dtypes, _proc
+from .common import _checks, _kinds, _proc
 from .common._space import SHM_DIR
 from .errors import CorruptStreamError, ShmstreamOSError, ShmstreamValueError
-from .gpu import device as _gpu_device
-from .loader import _loader_pool
-from .streams.publication import STATE_NAMES
 
 __all__ = [
     "Entry",
@@ -152,15 +148,20 @@ def _not_regular(mode: int) -> str | None:
 
 
 def _kind_of(seg: Any) -> str:
-    kind = int(seg.kind)
-    if kind == _native.KIND_STREAM:
-        return "gpu-stream" if int(seg.flags) & _native.FLAG_GPU else "stream"
-    if kind == _native.KIND_CHANNEL:
-        return "channel"
-    if kind == _native.KIND_ARRAY:
-        # The header says so: a user's array named "loader-x" stays an array.
-        return "loader-pool" if int(seg.flags) & _native.FLAG_LOADER_POOL else "array"
-    return f"kind {kind}"
+    return _kinds.recognise(seg)[0]
+
+
+def _extra_files(kind: str, name: str | None) -> list[str]:
+    """Paths of an object's files beside its segment (a loader pool's slots)."""
+    entry = _kinds.entry_of(kind)
+    if entry is None or entry.extra_files is None or name is None:
+        return []
+    return entry.extra_files(name)
+
+
+def _file_prefixes() -> tuple[str, ...]:
+    """The prefixes of the kinds' files beside their segments."""
+    return tuple(k.file_prefix for k in _kinds.TABLE if k.file_prefix)
 
 
 def segment_files() -> list[str]:
@@ -222,8 +223,7 @@ def _entry_of(segname: str, seg: Any) -> Entry:
     pid = int(seg.creator_pid)
     kind = _kind_of(seg)
     size = _file_bytes(segname)
-    if kind == "loader-pool":  # the root and its slot files
-        size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _pool_files(seg.name))
+    size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _extra_files(kind, seg.name))
     return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), seg.created_ns / 1e9)
 
 
@@ -257,20 +257,18 @@ def _access(seg: Any) -> dict[str, Any]:
     }
 
 
-def _pool_files(root: str) -> list[str]:
-    token = root[len(_loader_pool.ROOT_PREFIX) :]
-    return _loader_pool.list_slot_files(token).get(token, [])
-
-
 def _odd_slot_files() -> list[Skipped]:
-    """Loader slot file names (``shmstream.loader-*``) that are not regular
-    files: the pool module never uses them, nothing removes them."""
+    """Names with a kind's file prefix (``shmstream.loader-*``) that are not
+    regular files: the kind never uses them, nothing removes them."""
+    prefixes = _file_prefixes()
     odd = []
     try:
         with os.scandir(SHM_DIR) as found:
             for d in found:
-                if d.name.startswith(_loader_pool.SLOT_FILE_PREFIX) and not d.is_file(
-                    follow_symlinks=False
+                if (
+                    prefixes
+                    and d.name.startswith(prefixes)
+                    and not d.is_file(follow_symlinks=False)
                 ):
                     try:
                         why = _not_regular(d.stat(follow_symlinks=False).st_mode)
@@ -330,89 +328,23 @@ def _iso(seconds: float) -> str:
     )
 
 
-def _stream_stat(seg: Any) -> dict[str, Any]:
-    flags = int(seg.flags)
-    gpu = bool(flags & _native.FLAG_GPU)
-    try:
-        dtype = _dtypes.config_text(_dtypes.decode(seg.dtype))
-    except Exception:  # noqa: BLE001 - a foreign description: show it as stored
-        dtype = seg.dtype
-    lock_owner = int(seg.owner_pid)
-    return {
-        "name": seg.name,
-        "kind": "gpu-stream" if gpu else "stream",
-        "shape": [int(d) for d in seg.shape],
-        "dtype": dtype,
-        "size": int(seg.payload_bytes),
-        "slots": int(seg.slot_count),
-        "history": int(seg.history),
-        "gpu_enabled": gpu,
-        "gpu_device": _gpu_device.stat_device(seg) if gpu else None,
-        "cpu_mirror": not gpu or bool(flags & _native.FLAG_CPU_MIRROR),
-        "notify": bool(flags & _native.FLAG_NOTIFY),
-        "instance_id": seg.instance_id,
-        "creator_pid": int(seg.creator_pid),
-        "creator_alive": _creator_alive(seg),
-        "count": int(seg.count),
-        "write_sequence": int(seg.seq),
-        "write_time": seg.write_time_ns / 1e9,
-        "frame_id": int(seg.frame_id),
-        # What a read would find (a writer that died mid-write: abandoned),
-        # not only the published word: stat changes nothing to learn it.
-        "state": STATE_NAMES.get(int(seg.read_state), int(seg.read_state)),
-        "lock_owner": lock_owner or None,
-        # The mutex word's owner when the informational words are empty: a
-        # forged word, or an owner between taking the lock and recording it.
-        "lock_owner_tid": int(seg.owner_tid) or int(seg.lock_word_tid) or None,
-        "lock_owner_alive": (
-            _proc.alive(lock_owner) if lock_owner and int(seg.pidns_match) != 0 else None
-        ),
-        "lock_acquisitions": int(seg.acquisitions),
-        "waiters": int(seg.waiters),
-        "aborted_writes": int(seg.aborted),
-        "created": seg.created_ns / 1e9,
-        "mode": int(seg.mode),
-        "segment": seg.segname,
-    }
-
-
-def _array_stat(seg: Any, kind: str) -> dict[str, Any]:
-    try:
-        dtype = _dtypes.config_text(_dtypes.decode(seg.dtype))
-    except Exception:  # noqa: BLE001
-        dtype = seg.dtype
-    pid = int(seg.creator_pid)
+def _stat_of(seg: Any) -> dict[str, Any]:
+    """``stat``'s dict of a peeked header: the keys every kind has, built
+    here once, around the kind's own (from its registry entry)."""
+    kind, entry = _kinds.recognise(seg)
+    own = entry.stat(seg, kind) if entry is not None else {}
     return {
         "name": seg.name,
         "kind": kind,
-        "shape": [int(d) for d in seg.shape],
-        "dtype": dtype,
-        "size": int(seg.payload_bytes),
+        **own,
         "instance_id": seg.instance_id,
-        "creator_pid": pid,
+        "creator_pid": int(seg.creator_pid),
         "creator_alive": _creator_alive(seg),
         "created": seg.created_ns / 1e9,
         "mode": int(seg.mode),
         "segment": seg.segname,
+        **_access(seg),
     }
-
-
-def _channel_stat(seg: Any) -> dict[str, Any]:
-    pid = int(seg.creator_pid)
-    d = {"name": seg.name, "kind": "channel"}
-    d.update(_channel_mod.stat_of_segment(seg.name, seg.segname))
-    d.update(
-        instance_id=seg.instance_id,
-        creator_pid=pid,
-        creator_alive=_creator_alive(seg),
-        created=seg.created_ns / 1e9,
-        mode=int(seg.mode),
-        segment=seg.segname,
-    )
-    if int(seg.pidns_match) == 0:  # the ends' pids, like the creator's, mean nothing here
-        for end in ("producer", "consumer"):
-            d[end]["alive"] = None
-    return d
 
 
 def stat(name: str) -> dict[str, Any]:
@@ -472,17 +404,7 @@ def stat(name: str) -> dict[str, Any]:
         ) from None
     if seg.name != name:  # another name with the same hash: not ours
         raise _checks.missing_name_error(name)
-    kind = _kind_of(seg)
-    if kind in ("stream", "gpu-stream"):
-        return {**_stream_stat(seg), **_access(seg)}
-    if kind == "channel":
-        return {**_channel_stat(seg), **_access(seg)}
-    info = {**_array_stat(seg, kind), **_access(seg)}
-    if kind == "loader-pool":
-        files = _pool_files(name)
-        info["slot_files"] = len(files)
-        info["slot_bytes"] = sum(_file_bytes(p[len(SHM_DIR) :]) for p in files)
-    return info
+    return _stat_of(seg)
 
 
 def readable(info: dict[str, Any]) -> dict[str, Any]:
@@ -554,7 +476,7 @@ def _listed(name: str) -> set[str]:
     def shows(listed: str) -> bool:
         return name in (listed, printable(listed))
 
-    prefixes = (FILE_PREFIX, _loader_pool.SLOT_FILE_PREFIX)
+    prefixes = (FILE_PREFIX, *_file_prefixes())
     hits = set()
     if name.removeprefix("/").startswith(prefixes):  # a segment or skipped entry's name
         hits = {
@@ -577,18 +499,12 @@ def _listdir() -> list[str]:
 
 
 def _abandoned(e: Entry) -> bool:
-    """Is nobody using this non-stream segment any more? Arrays and loader
-    slots belong to their creator; a channel is abandoned when its creator
-    is dead and no live process holds either end."""
+    """Is nobody using this segment any more? Its creator is dead, and its
+    kind's entry says no live process uses it (a channel's ends)."""
     if e.creator_alive is not False:  # alive, or unknown (another PID namespace)
         return False
-    if e.kind != "channel":
-        return True
-    try:
-        d = _channel_mod.stat_of_segment(e.name or "", e.segname)
-    except Exception:  # noqa: BLE001 - vanished or corrupt meanwhile
-        return False
-    return not (d["producer"]["alive"] or d["consumer"]["alive"])
+    entry = _kinds.entry_of(e.kind)
+    return not (entry and entry.in_use and entry.in_use(e.name or "", e.segname))
 
 
 def _remove_orphaned_cuda_ipc_files() -> list[str]:
@@ -633,8 +549,9 @@ def _remove(entries: Iterable[Entry], skipped: list[Skipped] | None = None) -> l
     return removed
 
 
-#: The kinds purge removes only when nobody uses them any more.
-ABANDONABLE = ("channel", "array", "loader-pool")
+def _abandonable() -> tuple[str, ...]:
+    """The kinds purge removes only when nobody uses them any more."""
+    return tuple(n for k in _kinds.TABLE if not k.always_purged for n in k.names)
 
 
 def _remove_abandoned(
@@ -652,17 +569,18 @@ def _remove_abandoned(
             "judged from here; run purge in that namespace, or unlink them by name",
             stacklevel=3,
         )
-    pools = []
-    if "loader-pool" in wanted:  # the pool module removes root and files together
-        dead_pools = set(_loader_pool.purge_dead_loader_pools())
-        pools = [e for e in entries if e.kind == "loader-pool" and e.name in dead_pools]
+    gone: list[Entry] = []
+    for kind in _kinds.TABLE:  # kinds whose files go together remove them themselves
+        if kind.purge_dead is not None and wanted & set(kind.names):
+            dead = set(kind.purge_dead())
+            gone += [e for e in entries if e.kind in kind.names and e.name in dead]
     # then every other abandoned object (a pool root that had no slot file
-    # yet included; a root the pool module removed is already gone)
-    return pools + _remove(
+    # yet included; a root its kind removed is already gone)
+    return gone + _remove(
         (
             e
             for e in entries
-            if (e.kind in wanted and e not in pools and _abandoned(e))
+            if (e.kind in wanted and e not in gone and _abandoned(e))
             or (e.kind == "unfinished" and _unfinished_for_long(e.segname))
         ),
         skipped,
@@ -716,10 +634,10 @@ def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = N
             f"purge: unknown kind(s) {sorted(unknown)}; the kinds are {', '.join(KINDS)}"
         )
     entries, skipped = survey()
-    everything = {"stream", "gpu-stream", "corrupt"} if kinds is None else set()
-    always = (wanted & {"stream", "gpu-stream"}) | everything
+    everything = {"corrupt"} if kinds is None else set()
+    always = {n for k in _kinds.TABLE if k.always_purged for n in k.names} & wanted | everything
     removed = _remove((e for e in entries if e.kind in always), skipped)
-    removed += _remove_abandoned(entries, wanted & set(ABANDONABLE), skipped)
+    removed += _remove_abandoned(entries, wanted & set(_abandonable()), skipped)
     orphans = _remove_orphaned_cuda_ipc_files() if include_cuda_orphans else []
     return PurgeResult(removed, skipped, orphans)
 
@@ -755,14 +673,14 @@ def purge_entries(*, include_cuda_orphans: bool = False) -> list[Entry]:
 
 
 def purge_abandoned(
-    kinds: Iterable[str] = ABANDONABLE,
+    kinds: Iterable[str] = ("channel", "array", "loader-pool"),
     *,
     skipped: list[Skipped] | None = None,
 ) -> list[Entry]:
     """Deprecated: ``shmstream.purge(kinds=...).removed`` (streams are never
     removed here, as before)."""
     _deprecated("shmstream.registry.purge_abandoned()", "shmstream.purge(kinds=...).removed")
-    result = purge(kinds=[k for k in kinds if k in ABANDONABLE])
+    result = purge(kinds=[k for k in kinds if k in _abandonable()])
     if skipped is not None:
         skipped += result.skipped
     return result.removed

@@ -1,6 +1,7 @@
 """Channels: single-producer single-consumer message rings
 (``shmstream.channel`` / ``shmstream.open_channel``)."""
 
+from . import _registry  # noqa: F401  (its registry entry)
 from .ends import (
     ChannelConsumer,
     ChannelProducer,

@@ -12,12 +12,19 @@ this package. docs/gpu.md has the protocol and the checklist.
 from __future__ import annotations
 
 from ..errors import GpuStreamGoneError
-from ..streams.shared_memory import register_gpu
-from .device import DEVICE_SLOTS, GPU_SUPPORTED_DTYPES, CudaArray, gpu_available, parse_device
+from ..streams._gpu import register_gpu
+from .device import (
+    DEVICE_SLOTS,
+    GPU_SUPPORTED_DTYPES,
+    CudaArray,
+    gpu_available,
+    parse_device,
+    stat_device,
+)
 from .factory import create, open
 from .handle import GpuSharedMemory
 
-register_gpu(create, open, DEVICE_SLOTS)
+register_gpu(create, open, DEVICE_SLOTS, stat_device)
 
 __all__ = [
     "CudaArray",

@@ -2,6 +2,7 @@
 ``shmstream.open``), its handle and the jobs the handle hands out (reading,
 waiting, history, locking, status)."""
 
+from . import _registry  # noqa: F401  (its registry entry: shmstream.registry reads the kinds' table)
 from .publication import FrameBatch, Publication
 from .shared_memory import SharedMemory, create, open, stream, unlink, unlink_quiet
 

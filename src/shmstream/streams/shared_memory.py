@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -56,6 +56,7 @@ from ..errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
+from ._gpu import GPU
 from ._history import History
 from ._lockstate import HANDLES, lock_state_for
 from ._reading import Reading
@@ -68,22 +69,8 @@ __all__ = ["SharedMemory", "create", "open", "stream", "unlink", "unlink_quiet"]
 # Hot-path globals bound once.
 _get_ident = threading.get_ident
 
-# GPU streams: shmstream.gpu registers its create and open here when it is
-# imported (shmstream/__init__ imports it), so that this module never
-# imports the GPU layer.
-_gpu_create: Callable[..., Any] | None = None
-_gpu_open: Callable[..., Any] | None = None
-GPU_SLOTS = 2  # replaced by the GPU layer's device slot count when it registers
-
-
 #: The keys of a stream's configuration (to_config, create_from_config).
 CONFIG_KEYS = ("name", "shape", "dtype", "gpu_device", "cpu_mirror", "notify", "slots", "history")
-
-
-def register_gpu(create_fn: Callable[..., Any], open_fn: Callable[..., Any], slots: int) -> None:
-    """Called by shmstream.gpu at import: where GPU streams are made."""
-    global _gpu_create, _gpu_open, GPU_SLOTS
-    _gpu_create, _gpu_open, GPU_SLOTS = create_fn, open_fn, slots
 
 
 class SharedMemory(Reading, Waiting, History, Status):
@@ -187,13 +174,13 @@ class SharedMemory(Reading, Waiting, History, Status):
         history = _checks.check_history(history, slots, gpu_device is not None)
         slots = _checks.check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
         if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
-            if slots not in (_native.DEFAULT_SLOTS, GPU_SLOTS):
+            if slots not in (_native.DEFAULT_SLOTS, GPU.slots):
                 raise ShmstreamValueError(
-                    f"a GPU stream has {GPU_SLOTS} slots (its device double "
+                    f"a GPU stream has {GPU.slots} slots (its device double "
                     f"buffer), got slots={slots!r}"
                 )
-            assert _gpu_create is not None, "shmstream.gpu is imported with shmstream"
-            return _gpu_create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
+            assert GPU.create is not None, "shmstream.gpu is imported with shmstream"
+            return GPU.create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
         flags = _native.FLAG_NOTIFY if notify else 0
         try:
             with _space.room_for(
@@ -235,8 +222,8 @@ class SharedMemory(Reading, Waiting, History, Status):
         except FileNotFoundError:
             raise _checks.missing_name_error(name) from None
         if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
-            assert _gpu_open is not None, "shmstream.gpu is imported with shmstream"
-            return _gpu_open(segment, name, gpu_device, bool(readonly), owners)
+            assert GPU.open is not None, "shmstream.gpu is imported with shmstream"
+            return GPU.open(segment, name, gpu_device, bool(readonly), owners)
         _checks.check_cpu_open(name, gpu_device)
         return cls(segment, readonly=bool(readonly))
 
