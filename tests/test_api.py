@@ -595,3 +595,16 @@ def test_writes_convert_as_numpy_assigns_unless_the_handle_asks_for_a_safe_cast(
         with pytest.raises(ValueError, match="casting must be one of"):
             h.casting = "bogus"  # refused when set, not at the next write (issue 37)
         assert h.casting == "safe"
+
+
+def test_stream_takes_creates_keywords_spelled_once():
+    import inspect
+
+    create_params = dict(inspect.signature(shmstream.create).parameters)
+    del create_params["auto_unlink"]  # a temporary stream always has it
+    assert dict(inspect.signature(shmstream.stream).parameters) == create_params
+    with pytest.raises(TypeError):
+        shmstream.stream("never-made", shape=(1,), no_such_keyword=1)
+    with pytest.raises(TypeError):
+        shmstream.stream("never-made")  # shape is required, as for create
+    assert shmstream.unlink_quiet is shmstream.unlink

@@ -3,7 +3,11 @@
 patches of them) are one."""
 
 import sys
+from typing import TYPE_CHECKING
 
 from .streams import publication as _impl
+
+if TYPE_CHECKING:  # what a type checker sees here
+    from .streams.publication import *  # noqa: F403
 
 sys.modules[__name__] = _impl

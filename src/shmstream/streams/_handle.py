@@ -3,6 +3,8 @@ mixins (:mod:`._reading`, :mod:`._waiting`, :mod:`._history`) use, as a
 protocol for the type checker. The mixins derive from it only while type
 checking (at run time their base is ``object``), so mypy checks each mixin
 against the handle it is mixed into; SharedMemory defines every member.
+The handle's attributes are declared here only: SharedMemory gets them
+through its mixins while type checking.
 """
 
 from __future__ import annotations
@@ -16,32 +18,42 @@ from ._lockstate import LockState
 from .publication import Publication
 
 
-class HandleState(Protocol):
-    """What a read mixin may use of its stream handle."""
+class HandleFields:
+    """Every attribute of the handle, declared here once: SharedMemory's
+    __init__ assigns them without annotations. (A plain class, not the
+    protocol below, so that mypy takes these types for those assignments.)"""
 
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
     size: int
     gpu_enabled: bool
+    gpu_device: str | None
     cpu_mirror: bool
-    _seg: _native.Segment | None
+    owner: bool
+    readonly: bool
+    _flags: int
+    _segname: str
+    _instance_id: str
+    _creator_pid: int
+    _creator_ticks: int
+    _seg: _native.Segment | None  # None once closed
+    _wseg: _native.Segment | None  # None when closed or read-only
     _lk: LockState
+    _held: int
+    _writing: bool
     _views: dict[int, np.ndarray]
     _ro_views: dict[int, np.ndarray]
-    _spin: int
     _last_read: int
     _wrote: int
     _missed: int
     _total_missed: int
+    _spin: int
+    _auto_unlink: bool
 
-    _creator_pid: int
-    _creator_ticks: int
-    _instance_id: str
-    _segname: str
-    owner: bool
-    readonly: bool
-    gpu_device: Any
+
+class HandleMethods(Protocol):
+    """The methods a read mixin may use of its stream handle."""
 
     @property
     def notify(self) -> bool: ...
@@ -89,3 +101,8 @@ class HandleState(Protocol):
         poll_interval: float = 1e-5,
         spin_us: float | None = None,
     ) -> int: ...
+
+
+class HandleState(HandleFields, HandleMethods):
+    """What a read mixin may use of its stream handle: its attributes and
+    methods."""

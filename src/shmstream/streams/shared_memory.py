@@ -35,6 +35,7 @@ Differences from pyshmem 1.4.0 (a strict superset otherwise):
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from collections.abc import Iterable, Sequence
@@ -98,38 +99,38 @@ class SharedMemory(Reading, Waiting, History, Status):
             )
         dtype = _dtypes.of_segment(segment)
         shape = tuple(int(d) for d in segment.shape)
-        self.name: str = segment.name
-        self.shape: tuple[int, ...] = shape
-        self.dtype: np.dtype = dtype
-        self.size: int = int(segment.payload_bytes)
+        self.name = segment.name
+        self.shape = shape
+        self.dtype = dtype
+        self.size = int(segment.payload_bytes)
         flags = int(segment.flags)
-        self.gpu_enabled: bool = bool(flags & _native.FLAG_GPU)
-        self.gpu_device: str | None = None
-        self.cpu_mirror: bool = not self.gpu_enabled or bool(flags & _native.FLAG_CPU_MIRROR)
-        self.owner: bool = bool(owner)
-        self.readonly: bool = bool(readonly)
+        self.gpu_enabled = bool(flags & _native.FLAG_GPU)
+        self.gpu_device = None
+        self.cpu_mirror = not self.gpu_enabled or bool(flags & _native.FLAG_CPU_MIRROR)
+        self.owner = bool(owner)
+        self.readonly = bool(readonly)
         self._flags = flags
-        self._segname: str = segment.segname
-        self._instance_id: str = segment.instance_id
-        self._creator_pid: int = int(segment.creator_pid)
-        self._creator_ticks: int = int(segment.creator_start_ticks)
+        self._segname = segment.segname
+        self._instance_id = segment.instance_id
+        self._creator_pid = int(segment.creator_pid)
+        self._creator_ticks = int(segment.creator_start_ticks)
         # Hot-path state. _seg is None once closed; _wseg is None when
         # closed or read-only, so write() tests one attribute.
-        self._seg: _native.Segment | None = segment
-        self._wseg: _native.Segment | None = None if readonly else segment
+        self._seg = segment
+        self._wseg = None if readonly else segment
         self._lk = lock_state_for(self._segname, self._instance_id)
         self._held = 0  # lock levels taken through this handle
         self._writing = False  # a write_view of this handle is open
-        self._views: dict[int, np.ndarray] = {}  # slot -> payload view, on demand
-        self._ro_views: dict[int, np.ndarray] = {}  # slot -> read-only view
+        self._views = {}  # slot -> payload view, on demand
+        self._ro_views = {}  # slot -> read-only view
         # read_new waits for a count above max(_last_read, _wrote): the last
         # publication this handle read (the count at open before any read)
         # or wrote itself.
-        self._last_read: int = int(segment.count)
-        self._wrote: int = 0
-        self._missed: int = 0
-        self._total_missed: int = 0
-        self._spin: int = -1  # native default (SHMSTREAM_SPIN_US or built in)
+        self._last_read = int(segment.count)
+        self._wrote = 0
+        self._missed = 0
+        self._total_missed = 0
+        self._spin = -1  # native default (SHMSTREAM_SPIN_US or built in)
         # The hot path (write, read, read_new) hands an ndarray of exactly
         # this dtype and shape to one native call that checks and copies.
         segment.bind_array(dtype, list(shape))
@@ -137,95 +138,6 @@ class SharedMemory(Reading, Waiting, History, Status):
         HANDLES.add(self)
 
     # -- construction (module functions create/open are the public doors) --
-
-    @classmethod
-    def _create(
-        cls,
-        name: str,
-        *,
-        shape: Any,
-        dtype: Any = np.float32,
-        size: int | None = None,
-        gpu_device: Any = None,
-        cpu_mirror: bool | None = None,
-        notify: bool = False,
-        mode: int = 0o600,
-        slots: int | None = None,
-        history: int = 0,
-    ) -> SharedMemory:
-        _checks.check_name(name)
-        dims = _checks.check_shape(shape)
-        dt = _checks.check_dtype(dtype)
-        if dt.subdtype is not None:  # '(2,)f4' -> base dtype, longer shape
-            dims = dims + tuple(dt.shape)
-            dt = dt.base
-        if len(dims) > _native.MAX_NDIM:
-            raise ShmstreamValueError(
-                f"shape {dims} has {len(dims)} dimensions; at most {_native.MAX_NDIM} are supported"
-            )
-        expected = math.prod(dims) * dt.itemsize
-        if size is not None and _checks.check_int("size", size, minimum=0) != expected:
-            raise ShmstreamValueError(
-                f"size does not match shape and dtype: expected {expected}, got {size}"
-            )
-        if expected >= 2**62:
-            raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
-        mode = _checks.check_mode(mode)
-        history = _checks.check_history(history, slots, gpu_device is not None)
-        slots = _checks.check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
-        if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
-            if slots not in (_native.DEFAULT_SLOTS, GPU.slots):
-                raise ShmstreamValueError(
-                    f"a GPU stream has {GPU.slots} slots (its device double "
-                    f"buffer), got slots={slots!r}"
-                )
-            assert GPU.create is not None, "shmstream.gpu is imported with shmstream"
-            return GPU.create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
-        flags = _native.FLAG_NOTIFY if notify else 0
-        try:
-            with _space.room_for(
-                name,
-                "stream",
-                _space.segment_bytes(expected, slots, history),
-                f"{history + 1 if history else slots} slot(s) of {expected} bytes, each rounded "
-                f"up to a page, {'their records, ' if history else ''}and a 4096-byte header",
-            ):
-                segment = _native.Segment.create(
-                    name,
-                    _native.KIND_STREAM,
-                    list(dims),
-                    dt.itemsize,
-                    _dtypes.encode(dt),
-                    flags,
-                    mode,
-                    0,
-                    slots,
-                    history,
-                )
-        except FileExistsError:
-            raise _checks.duplicate_name_error(name) from None
-        return cls(segment, owner=True)
-
-    @classmethod
-    def _open(
-        cls,
-        name: str,
-        *,
-        gpu_device: Any = None,
-        readonly: bool = False,
-        allow_owner: Any = None,
-    ) -> SharedMemory:
-        _checks.check_name(name)
-        owners = _checks.check_allow_owner(allow_owner)
-        try:
-            segment = _native.Segment.open(name, _native.KIND_STREAM, bool(readonly), owners)
-        except FileNotFoundError:
-            raise _checks.missing_name_error(name) from None
-        if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
-            assert GPU.open is not None, "shmstream.gpu is imported with shmstream"
-            return GPU.open(segment, name, gpu_device, bool(readonly), owners)
-        _checks.check_cpu_open(name, gpu_device)
-        return cls(segment, readonly=bool(readonly))
 
     @classmethod
     def create_from_config(cls, config: dict[str, Any]) -> SharedMemory:
@@ -532,7 +444,7 @@ class SharedMemory(Reading, Waiting, History, Status):
         self._wrote = seg.clear(self._holds_lock(), _checks.check_timeout(timeout))
 
     def pinned_buffer(self) -> Any:
-        """GPU streams only (not available in this build)."""
+        """GPU streams only: a CPU stream's handle raises GpuRequiredError."""
         self._check_writable("allocate a pinned write buffer for")
         raise GpuRequiredError("pinned_buffer() requires a GPU-attached stream handle")
 
@@ -645,18 +557,60 @@ def create(
     docs/history.md): N + 1 slots, ``slots`` left out. Raises
     FileExistsError if the name exists (use :func:`open`).
     """
-    handle = SharedMemory._create(
-        name,
-        shape=shape,
-        dtype=dtype,
-        size=size,
-        gpu_device=gpu_device,
-        cpu_mirror=cpu_mirror,
-        notify=notify,
-        mode=mode,
-        slots=slots,
-        history=history,
-    )
+    _checks.check_name(name)
+    dims = _checks.check_shape(shape)
+    dt = _checks.check_dtype(dtype)
+    if dt.subdtype is not None:  # '(2,)f4' -> base dtype, longer shape
+        dims = dims + tuple(dt.shape)
+        dt = dt.base
+    if len(dims) > _native.MAX_NDIM:
+        raise ShmstreamValueError(
+            f"shape {dims} has {len(dims)} dimensions; at most {_native.MAX_NDIM} are supported"
+        )
+    expected = math.prod(dims) * dt.itemsize
+    if size is not None and _checks.check_int("size", size, minimum=0) != expected:
+        raise ShmstreamValueError(
+            f"size does not match shape and dtype: expected {expected}, got {size}"
+        )
+    if expected >= 2**62:
+        raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
+    mode = _checks.check_mode(mode)
+    history = _checks.check_history(history, slots, gpu_device is not None)
+    slots = _checks.check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
+    if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
+        if slots not in (_native.DEFAULT_SLOTS, GPU.slots):
+            raise ShmstreamValueError(
+                f"a GPU stream has {GPU.slots} slots (its device double "
+                f"buffer), got slots={slots!r}"
+            )
+        assert GPU.create is not None, "shmstream.gpu is imported with shmstream"
+        handle = GPU.create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
+        handle._auto_unlink = bool(auto_unlink)
+        return handle
+    flags = _native.FLAG_NOTIFY if notify else 0
+    try:
+        with _space.room_for(
+            name,
+            "stream",
+            _space.segment_bytes(expected, slots, history),
+            f"{history + 1 if history else slots} slot(s) of {expected} bytes, each rounded "
+            f"up to a page, {'their records, ' if history else ''}and a 4096-byte header",
+        ):
+            segment = _native.Segment.create(
+                name,
+                _native.KIND_STREAM,
+                list(dims),
+                dt.itemsize,
+                _dtypes.encode(dt),
+                flags,
+                mode,
+                0,
+                slots,
+                history,
+            )
+    except FileExistsError:
+        raise _checks.duplicate_name_error(name) from None
+    handle = SharedMemory(segment, owner=True)
     handle._auto_unlink = bool(auto_unlink)
     return handle
 
@@ -675,9 +629,17 @@ def open(
     is in ``allow_owner`` (a uid, a user name, or a collection of them) or
     in ``SHMSTREAM_ALLOW_OWNERS``; one made in another PID namespace is
     refused (PidNamespaceError; docs/ABI.md, "Owner and PID namespace")."""
-    return SharedMemory._open(
-        name, gpu_device=gpu_device, readonly=readonly, allow_owner=allow_owner
-    )
+    _checks.check_name(name)
+    owners = _checks.check_allow_owner(allow_owner)
+    try:
+        segment = _native.Segment.open(name, _native.KIND_STREAM, bool(readonly), owners)
+    except FileNotFoundError:
+        raise _checks.missing_name_error(name) from None
+    if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
+        assert GPU.open is not None, "shmstream.gpu is imported with shmstream"
+        return GPU.open(segment, name, gpu_device, bool(readonly), owners)
+    _checks.check_cpu_open(name, gpu_device)
+    return SharedMemory(segment, readonly=bool(readonly))
 
 
 def unlink(name: str) -> None:
@@ -689,22 +651,23 @@ def unlink(name: str) -> None:
     registry.remove(name)
 
 
-def unlink_quiet(name: str) -> None:
-    """:func:`unlink`, named for cleanup code: silent for a missing name."""
-    unlink(name)
+#: pyshmem's name for :func:`unlink` in cleanup code (silent for a missing
+#: name, as unlink is): the same function.
+unlink_quiet = unlink
 
 
 class _Stream:
     """Returned by :func:`stream`: creates on enter, unlinks on exit."""
 
-    __slots__ = ("_kwargs", "_handle")
+    __slots__ = ("_name", "_options", "_handle")
 
-    def __init__(self, kwargs: dict[str, Any]) -> None:
-        self._kwargs = kwargs
+    def __init__(self, name: str, options: dict[str, Any]) -> None:
+        self._name = name
+        self._options = options
         self._handle: SharedMemory | None = None
 
     def __enter__(self) -> SharedMemory:
-        self._handle = create(**self._kwargs, auto_unlink=True)
+        self._handle = create(self._name, **self._options, auto_unlink=True)
         return self._handle
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -713,33 +676,23 @@ class _Stream:
             handle.unlink()
 
 
-def stream(
-    name: str,
-    *,
-    shape: Sequence[int] | int,
-    dtype: Any = np.float32,
-    size: int | None = None,
-    gpu_device: str | int | None = None,
-    cpu_mirror: bool | None = None,
-    notify: bool = False,
-    mode: int = 0o600,
-    slots: int | None = None,
-    history: int = 0,
-) -> _Stream:
+#: :func:`stream`'s signature: :func:`create`'s keywords (the one place they
+#: are spelled), less ``auto_unlink``, which a temporary stream always has.
+_STREAM_SIGNATURE = inspect.signature(create).replace(
+    parameters=[
+        p for p in inspect.signature(create).parameters.values() if p.name != "auto_unlink"
+    ],
+    return_annotation="_Stream",
+)
+
+
+def stream(name: str, **options: Any) -> _Stream:
     """``with shmstream.stream(name, shape=...) as shm:`` a temporary stream,
     unlinked when the block ends (normally or by an exception). The
-    arguments are :func:`create`'s."""
-    return _Stream(
-        dict(
-            name=name,
-            shape=shape,
-            dtype=dtype,
-            size=size,
-            gpu_device=gpu_device,
-            cpu_mirror=cpu_mirror,
-            notify=notify,
-            mode=mode,
-            slots=slots,
-            history=history,
-        )
-    )
+    arguments are :func:`create`'s (``auto_unlink`` aside); a missing or
+    unknown one is a TypeError here, as for create."""
+    _STREAM_SIGNATURE.bind(name, **options)
+    return _Stream(name, options)
+
+
+stream.__signature__ = _STREAM_SIGNATURE  # type: ignore[attr-defined]  # help() and IDEs
