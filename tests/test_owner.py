@@ -305,7 +305,7 @@ def test_a_channel_made_in_another_pid_namespace_is_shown_and_never_purged_as_ab
         entry = registry.entry(_native.segment_name(chan))
         assert entry is not None and entry.creator_alive is None
         # purge sees only this entry (other users of /dev/shm are left alone)
-        monkeypatch.setattr(registry, "survey", lambda kinds=None: ([entry], []))
+        monkeypatch.setattr(registry._purge, "survey", lambda kinds=None: ([entry], []))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             removed = registry.purge(kinds=("channel",)).removed

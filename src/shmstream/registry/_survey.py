@@ -35,40 +35,35 @@ import errno
 import os
 import stat as _stat
 import time
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from . import _native
-from .common import _checks, _kinds, _proc
-from .common._space import SHM_DIR
-from .errors import CorruptStreamError, ShmstreamOSError, ShmstreamValueError
+from .. import _native
+from ..common import _checks, _kinds, _proc
+from ..common._space import SHM_DIR
+from ..errors import CorruptStreamError, ShmstreamOSError
 
 __all__ = [
     "Entry",
+    "FILE_PREFIX",
     "KINDS",
-    "PurgeReport",
-    "PurgeResult",
     "Skipped",
+    "entry",
     "list_channels",
     "list_streams",
+    "listdir",
     "printable",
-    "purge",
-    "purge_abandoned",
-    "purge_entries",
-    "purge_report",
+    "readable",
     "remove",
     "scan",
+    "segment_files",
     "stat",
     "survey",
+    "unlink_file",
 ]
 
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
 KINDS = ("stream", "gpu-stream", "channel", "array", "loader-pool")
-
-#: An unfinished segment (magic still 0) whose file is older than this has
-#: lost its creator mid-create: purge removes it.
-UNFINISHED_ORPHAN_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,10 +435,10 @@ def remove(name: str) -> bool:
         if _remove_listed(name):
             return True
         raise
-    return _unlink_file(segname) or _remove_listed(name)
+    return unlink_file(segname) or _remove_listed(name)
 
 
-def _unlink_file(segname: str) -> bool:
+def unlink_file(segname: str) -> bool:
     """Unlink /dev/shm/<segname> (any name bytes; a link is not followed)."""
     try:
         os.unlink(SHM_DIR + segname)
@@ -464,7 +459,7 @@ def _remove_listed(name: str) -> bool:
     """Unlink what ``list`` shows as ``name`` (see :func:`remove`)."""
     removed = False
     for segname in sorted(_listed(name)):
-        removed = _unlink_file(segname) or removed
+        removed = unlink_file(segname) or removed
     return removed
 
 
@@ -480,7 +475,7 @@ def _listed(name: str) -> set[str]:
     hits = set()
     if name.removeprefix("/").startswith(prefixes):  # a segment or skipped entry's name
         hits = {
-            "/" + f for f in _listdir() if f.startswith(prefixes) and (shows(f) or shows("/" + f))
+            "/" + f for f in listdir() if f.startswith(prefixes) and (shows(f) or shows("/" + f))
         }
     if not hits and printable(name) != name:
         # a stored name shown escaped (not UTF-8, control characters): its file
@@ -488,199 +483,8 @@ def _listed(name: str) -> set[str]:
     return hits
 
 
-def _listdir() -> list[str]:
+def listdir() -> list[str]:
     try:
         return os.listdir(SHM_DIR)
     except OSError:
         return []
-
-
-# ---- purge -------------------------------------------------------------------------
-
-
-def _abandoned(e: Entry) -> bool:
-    """Is nobody using this segment any more? Its creator is dead, and its
-    kind's entry says no live process uses it (a channel's ends)."""
-    if e.creator_alive is not False:  # alive, or unknown (another PID namespace)
-        return False
-    entry = _kinds.entry_of(e.kind)
-    return not (entry and entry.in_use and entry.in_use(e.name or "", e.segname))
-
-
-def _remove_orphaned_cuda_ipc_files() -> list[str]:
-    """Remove PyTorch's ``cuda.shm.<id>.<hex pid>.<seq>`` files whose
-    producer is dead."""
-    removed: list[str] = []
-    for name in _listdir():
-        parts = name.split(".")
-        if len(parts) < 4 or parts[0] != "cuda" or parts[1] != "shm":
-            continue
-        try:
-            pid = int(parts[-2], 16)
-        except ValueError:
-            continue
-        if _proc.alive(pid):
-            continue
-        try:
-            os.remove(os.path.join(SHM_DIR, name))
-        except OSError:
-            continue
-        removed.append(name)
-    return sorted(removed)
-
-
-def _unfinished_for_long(segname: str) -> bool:
-    try:
-        age = time.time() - os.lstat(SHM_DIR + segname).st_mtime
-    except OSError:
-        return False
-    return age > UNFINISHED_ORPHAN_S
-
-
-def _remove(entries: Iterable[Entry], skipped: list[Skipped] | None = None) -> list[Entry]:
-    removed = []
-    for e in entries:
-        try:
-            if _unlink_file(e.segname):
-                removed.append(e)
-        except OSError as exc:  # another user's file in sticky /dev/shm, ...
-            if skipped is not None:
-                skipped.append(Skipped(e.segname, f"cannot remove it: {exc.strerror}"))
-    return removed
-
-
-def _abandonable() -> tuple[str, ...]:
-    """The kinds purge removes only when nobody uses them any more."""
-    return tuple(n for k in _kinds.TABLE if not k.always_purged for n in k.names)
-
-
-def _remove_abandoned(
-    entries: list[Entry], wanted: set[str], skipped: list[Skipped]
-) -> list[Entry]:
-    """Remove the objects of the ``wanted`` kinds that nobody uses any more
-    (creator dead; for a channel, no live end either; a loader pool's slot
-    files go with its root, and slot files whose root is gone too), and
-    unfinished segments whose creator died mid-create."""
-    foreign = [e for e in entries if e.kind in wanted and e.creator_alive is None]
-    if foreign:
-        warnings.warn(
-            f"purge skipped {len(foreign)} object(s) made in another PID namespace "
-            f"({', '.join(repr(e.name) for e in foreign)}): their creators' pids cannot be "
-            "judged from here; run purge in that namespace, or unlink them by name",
-            stacklevel=3,
-        )
-    gone: list[Entry] = []
-    for kind in _kinds.TABLE:  # kinds whose files go together remove them themselves
-        if kind.purge_dead is not None and wanted & set(kind.names):
-            dead = set(kind.purge_dead())
-            gone += [e for e in entries if e.kind in kind.names and e.name in dead]
-    # then every other abandoned object (a pool root that had no slot file
-    # yet included; a root its kind removed is already gone)
-    return gone + _remove(
-        (
-            e
-            for e in entries
-            if (e.kind in wanted and e not in gone and _abandoned(e))
-            or (e.kind == "unfinished" and _unfinished_for_long(e.segname))
-        ),
-        skipped,
-    )
-
-
-class PurgeResult(list[str]):
-    """What :func:`purge` removed. The list itself is the user names
-    removed, sorted (pyshmem's return value); the attributes are the whole
-    report: ``removed``, every registry :class:`Entry` removed (corrupt
-    segments too, which have no name); ``skipped``, every :class:`Skipped`
-    entry left alone, with the reason; ``cuda_orphans``, the names of the
-    PyTorch CUDA IPC files removed (``include_cuda_orphans=True``)."""
-
-    def __init__(self, removed: list[Entry], skipped: list[Skipped], cuda_orphans: list[str]):
-        super().__init__(sorted(e.name for e in removed if e.name is not None))
-        self.removed = removed
-        self.skipped = skipped
-        self.cuda_orphans = cuda_orphans
-
-    def __repr__(self) -> str:
-        return (
-            f"PurgeResult({list(self)!r}, removed={len(self.removed)}, "
-            f"skipped={len(self.skipped)}, cuda_orphans={self.cuda_orphans!r})"
-        )
-
-
-def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = None) -> PurgeResult:
-    """Remove every stream in /dev/shm (pyshmem's meaning: in use or not),
-    and the channels, shared arrays and loader slots that nobody uses any
-    more (their creator is dead, and for a channel no live process holds
-    either end); return the user names removed, sorted, as a
-    :class:`PurgeResult` that also says what it removed without a name,
-    what it skipped and why, and which CUDA IPC files it removed.
-
-    Corrupt segments, and unfinished ones older than a minute, with
-    shmstream's prefix are removed too (they have no name to return).
-    Entries that are not regular files (FIFOs, links, directories) or that
-    it cannot read or remove are skipped, never stop it. With
-    ``include_cuda_orphans=True`` it also deletes PyTorch CUDA IPC files
-    whose producer process is dead. ``kinds`` (some of ``KINDS``) limits it
-    to those kinds: ``kinds=("channel", "array", "loader-pool")`` removes
-    only what dead processes left, never a stream. Not reversible:
-    processes using a removed object keep their mapping, but nobody can
-    open it again.
-    """
-    wanted = set(KINDS) if kinds is None else set(kinds)
-    unknown = wanted - set(KINDS)
-    if unknown:
-        raise ShmstreamValueError(
-            f"purge: unknown kind(s) {sorted(unknown)}; the kinds are {', '.join(KINDS)}"
-        )
-    entries, skipped = survey()
-    everything = {"corrupt"} if kinds is None else set()
-    always = {n for k in _kinds.TABLE if k.always_purged for n in k.names} & wanted | everything
-    removed = _remove((e for e in entries if e.kind in always), skipped)
-    removed += _remove_abandoned(entries, wanted & set(_abandonable()), skipped)
-    orphans = _remove_orphaned_cuda_ipc_files() if include_cuda_orphans else []
-    return PurgeResult(removed, skipped, orphans)
-
-
-# ---- deprecated ways in, each a thin alias of purge --------------------------------
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
-
-
-@dataclasses.dataclass(frozen=True)
-class PurgeReport:
-    """What :func:`purge_report` returns (deprecated: :class:`PurgeResult`
-    has the same ``removed`` and ``skipped``)."""
-
-    removed: list[Entry]
-    skipped: list[Skipped]
-
-
-def purge_report(*, include_cuda_orphans: bool = False) -> PurgeReport:
-    """Deprecated: ``shmstream.purge()``, whose result has ``removed`` and
-    ``skipped``."""
-    _deprecated("shmstream.registry.purge_report()", "shmstream.purge() (.removed, .skipped)")
-    result = purge(include_cuda_orphans=include_cuda_orphans)
-    return PurgeReport(result.removed, result.skipped)
-
-
-def purge_entries(*, include_cuda_orphans: bool = False) -> list[Entry]:
-    """Deprecated: ``shmstream.purge().removed``."""
-    _deprecated("shmstream.registry.purge_entries()", "shmstream.purge().removed")
-    return purge(include_cuda_orphans=include_cuda_orphans).removed
-
-
-def purge_abandoned(
-    kinds: Iterable[str] = ("channel", "array", "loader-pool"),
-    *,
-    skipped: list[Skipped] | None = None,
-) -> list[Entry]:
-    """Deprecated: ``shmstream.purge(kinds=...).removed`` (streams are never
-    removed here, as before)."""
-    _deprecated("shmstream.registry.purge_abandoned()", "shmstream.purge(kinds=...).removed")
-    result = purge(kinds=[k for k in kinds if k in _abandonable()])
-    if skipped is not None:
-        skipped += result.skipped
-    return result.removed
