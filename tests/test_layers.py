@@ -334,3 +334,30 @@ def test_no_source_file_is_over_800_lines():
             if n > MAX_LINES:
                 long.append(f"{path.relative_to(ROOT)} ({n})")
     assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+#: Lines above which a module of the package's Python surface has several
+#: jobs (issue 33). Held for the folders split so far; the lead moves the
+#: global MAX_LINES when the rest are split.
+MAX_PY_LINES = 500
+PY_FOLDERS = ("streams", "channels", "arrays", "loader", "recording", "common", "registry")
+#: Still over, to be split by job (each entry must still be over: the list
+#: only shrinks).
+NOT_YET_SPLIT = {
+    "channels/ends.py",
+    "loader/_loader_pool.py",
+    "loader/torch.py",
+    "recording/live.py",
+}
+
+
+def test_no_module_of_the_split_folders_is_over_500_lines():
+    paths = [*PKG.glob("*.py"), *(p for f in PY_FOLDERS for p in (PKG / f).rglob("*.py"))]
+    assert len(paths) > 30
+    sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in paths}
+    long = sorted(
+        f"{p} ({n})" for p, n in sizes.items() if n > MAX_PY_LINES and p not in NOT_YET_SPLIT
+    )
+    assert not long, f"modules over {MAX_PY_LINES} lines: {long}"
+    split = sorted(p for p in NOT_YET_SPLIT if sizes[p] <= MAX_PY_LINES)
+    assert not split, f"under {MAX_PY_LINES} lines now, take them off NOT_YET_SPLIT: {split}"
