@@ -347,7 +347,6 @@ NOT_YET_SPLIT = {
     "channels/ends.py",
     "loader/_loader_pool.py",
     "loader/torch.py",
-    "recording/live.py",
 }
 
 
