@@ -50,9 +50,10 @@ using namespace ssb;
                                 "is in the middle of a frame or died there; read again, or "
                                 "restart the writer");
     case SS_EBUSY:
-      raise(g_busy, what +
-                        ": every semaphore of the stream is claimed by a live reader; create "
-                        "the stream with more semaphores (nsem=) or close a reader");
+      raise_os_sentence(EBUSY, what +
+                                   ": every semaphore of the stream is claimed by a live "
+                                   "reader; create the stream with more semaphores (nsem=) or "
+                                   "close a reader");
     case SS_ETIMEDOUT: raise(g_timeout, what + ": no new frame before the timeout");
     case SS_ENAME: raise(g_value, what + ": a milk name is 1 to 79 bytes");
     case EINVAL:

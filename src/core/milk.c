@@ -460,7 +460,8 @@ void ss_milk_release(ss_milk *m) {
 }
 
 int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns) {
-  if (ss_milk_count(m) > last) return SS_OK;
+  /* Claim first, even when a frame is already there: a reader has its
+   * semaphore from its first read_new on, as milk's readers do. */
   int i = ss_milk_claim(m, -1);
   if (i < 0) return i;
   int64_t deadline = ss_deadline_ns(timeout_ns);

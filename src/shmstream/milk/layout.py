@@ -39,7 +39,13 @@ def path_of(name: str, directory: str | None = None) -> str:
     if not isinstance(name, str):
         raise TypeError(f"a milk stream name is a str, not {type(name).__name__}")
     raw = name.encode("utf-8", "surrogateescape")
-    if not raw or len(raw) > _milk.MAX_NAME_BYTES or "/" in name or "\0" in name or name in {".", ".."}:
+    if (
+        not raw
+        or len(raw) > _milk.MAX_NAME_BYTES
+        or "/" in name
+        or "\0" in name
+        or name in {".", ".."}
+    ):
         raise ShmstreamValueError(
             f"invalid milk stream name {name!r}: 1 to {_milk.MAX_NAME_BYTES} bytes, no '/' or NUL"
         )

@@ -236,7 +236,7 @@ class MilkStream:
         return f"<MilkStream '{self.name}' {self.shape} {self.dtype} {state} at {self.path}>"
 
 
-def open(name: str, *, dir: str | None = None, busy_timeout: float = BUSY_TIMEOUT) -> MilkStream:  # noqa: A001
+def open(name: str, *, dir: str | None = None, busy_timeout: float = BUSY_TIMEOUT) -> MilkStream:
     """Open milk stream ``name`` (the file ``<dir>/<name>.im.shm``; ``dir``
     defaults to milk's: :func:`shm_dir`)."""
     path = path_of(name, dir)
@@ -288,13 +288,15 @@ def create(
     return MilkStream(native, name, path, busy_timeout)
 
 
-def unlink(name: str, dir: str | None = None) -> None:  # noqa: A002
+def unlink(name: str, dir: str | None = None) -> None:
     """Remove milk stream ``name``'s file."""
     path = path_of(name, dir)
     try:
         os.unlink(path)
     except FileNotFoundError:
-        raise ShmstreamFileNotFoundError(errno.ENOENT, f"no milk stream '{name}' ({path})") from None
+        raise ShmstreamFileNotFoundError(
+            errno.ENOENT, f"no milk stream '{name}' ({path})"
+        ) from None
 
 
 __all__ = ["BUSY_TIMEOUT", "MilkStream", "create", "open", "shm_dir", "unlink"]
