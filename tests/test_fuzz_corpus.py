@@ -32,6 +32,7 @@ PY_HARNESSES = (
     "fuzz_py_shared_array",
     "fuzz_py_loader",
     "fuzz_py_bridge_wire",
+    "fuzz_py_milk",
 )
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -24,11 +25,37 @@ namespace {
 
 using namespace ssb;
 
+// The file's version field for a message: printable ASCII as is, any
+// other byte as \xNN (it is another process's bytes).
+std::string shown(const char *p, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n && p[i]; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += (char)c;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// A fixed-size text field of the file (another process's bytes): up to its
+// NUL, decoded as UTF-8 with U+FFFD for what is not (milk writes ASCII).
+nb::str text(const char *p, size_t n) {
+  PyObject *s = PyUnicode_DecodeUTF8(p, (Py_ssize_t)strnlen(p, n), "replace");
+  if (!s) throw nb::python_error();
+  return nb::steal<nb::str>(s);
+}
+
 // One sentence per status; Python's open() adds the path where it helps.
 [[noreturn]] void raise_milk(int rc, const std::string &what, const ss_milk_layout *l = nullptr) {
   switch (rc) {
     case SS_EVERSION:
-      raise(g_version, what + ": milk stream of version '" + std::string(l ? l->version : "?") +
+      raise(g_version, what + ": milk stream of version '" +
+                           (l ? shown(l->version, sizeof l->version) : "?") +
                            "'; shmstream reads version '" SS_MILK_VERSION
                            "' (ImageStreamIO 2.x): recreate the stream with a current milk");
     case SS_ECORRUPT:
@@ -70,8 +97,8 @@ using namespace ssb;
 
 nb::dict layout_dict(const ss_milk_layout &l) {
   nb::dict d;
-  d["version"] = std::string(l.version);
-  d["name"] = std::string(l.name);
+  d["version"] = text(l.version, sizeof l.version);
+  d["name"] = text(l.name, sizeof l.name);
   d["naxis"] = (int)l.naxis;
   d["size"] = nb::make_tuple(l.size[0], l.size[1], l.size[2]);
   d["datatype"] = (int)l.datatype;
@@ -107,8 +134,6 @@ nb::dict layout_dict(const ss_milk_layout &l) {
 nb::tuple info_tuple(const ss_milk_pubinfo &i) {
   return nb::make_tuple(i.cnt0, i.cnt1, i.writetime_ns, i.atime_ns);
 }
-
-std::string fixed(const char *p, size_t n) { return std::string(p, strnlen(p, n)); }
 
 class Stream {
  public:
@@ -232,10 +257,10 @@ class Stream {
     else if (k.type == 'D')
       value = nb::float_(k.value.numf);
     else if (k.type == 'S')
-      value = nb::str(fixed(k.value.valstr, 16).c_str());
+      value = text(k.value.valstr, 16);
     else
       value = nb::none();
-    return nb::make_tuple(fixed(k.name, 16), type, value, fixed(k.comment, 80), k.cnt);
+    return nb::make_tuple(text(k.name, 16), type, value, text(k.comment, 80), k.cnt);
   }
 
   void set_keyword(uint32_t i, const std::string &name, const std::string &type, nb::handle value,

@@ -14,8 +14,8 @@
  * milk has no seqlock. Its writers raise `write` before the pixels and
  * drop it after cnt0 goes up (ImageStreamIO_UpdateIm); a read here copies
  * between two looks at (cnt0, write) and retries a copy that overlapped a
- * write (SYNC POINT milk-read pairs with milk-publish). Our writer stores
- * those words with C11 atomics in that order. */
+ * write (docs/milk.md, "Reading and publishing"). Our writer stores those
+ * words with C11 atomics in that order. */
 #define _GNU_SOURCE
 #include "shmstream_milk.h"
 
@@ -333,8 +333,8 @@ int ss_milk_read(ss_milk *m, void *dst, size_t n, int64_t budget_ns, ss_milk_pub
   ss_milk_md *h = MD(m);
   int64_t start = ss_monotonic_ns();
   for (;;) {
-    /* SYNC POINT milk-read: cnt0 and write before the copy (acquire), the
-     * same after it (acquire fence); pairs with milk-publish. */
+    /* SYNC POINT (milk r1): cnt0 and write before the copy (acquire), the
+     * same after it (acquire fence); pairs with (milk w1). */
     uint64_t c1 = atomic_load_explicit(A64(&h->cnt0), memory_order_acquire);
     uint8_t w1 = atomic_load_explicit(A8(&h->write), memory_order_acquire);
     if (!w1) {
@@ -359,7 +359,7 @@ int ss_milk_read(ss_milk *m, void *dst, size_t n, int64_t budget_ns, ss_milk_pub
 int ss_milk_write(ss_milk *m, const void *src, size_t n, int64_t atime_ns) {
   if (n != m->l.frame_bytes) return EINVAL;
   ss_milk_md *h = MD(m);
-  /* SYNC POINT milk-publish: write = 1 before the pixels (release fence),
+  /* SYNC POINT (milk w1): write = 1 before the pixels (release fence),
    * cnt0 + 1 then write = 0 after them (release), then the posts. milk's
    * own writers do the same with plain stores (ImageStreamIO_UpdateIm). */
   atomic_store_explicit(A8(&h->write), 1, memory_order_relaxed);
