@@ -24,7 +24,7 @@ import pytest
 import support
 
 FUZZ = os.path.join(support.ROOT, "tests", "fuzz")
-C_HARNESSES = ("fuzz_header", "fuzz_open", "fuzz_ring", "fuzz_history", "fuzz_live")
+C_HARNESSES = ("fuzz_header", "fuzz_open", "fuzz_ring", "fuzz_history", "fuzz_live", "fuzz_milk")
 PY_HARNESSES = (
     "fuzz_py_open",
     "fuzz_py_stat",
