@@ -167,8 +167,9 @@ def test_a_dead_readers_claim_is_taken_over_and_a_live_one_is_not(tmp_path):
             assert r.claim() == 0  # the dead reader's entry is free
             w.write(np.array([1, 2], np.uint8))
             assert r.read_new(timeout=support.WAIT).tolist() == [1, 2]
-        with milk.open("claims", dir=d) as r2:
-            assert r2.claim() == 0  # released on close
+        with open(w.path, "rb") as f:
+            f.seek(w.layout.offsets["semReadPID"])
+            assert int(np.frombuffer(f.read(4), np.int32)[0]) == 0  # released on close
         w.unlink()
 
 
@@ -287,3 +288,34 @@ def test_the_directory_follows_milks_rule(tmp_path, monkeypatch):
         s.unlink()
     monkeypatch.setenv("MILK_SHM_DIR", str(tmp_path / "missing"))
     assert milk.shm_dir() in (milk.layout.DEFAULT_DIR, milk.layout.FALLBACK_DIR)
+
+
+def child_wait_for_ever(directory: str, name: str, waiting) -> str:
+    with milk.open(name, dir=directory) as s:
+        waiting.set()
+        try:
+            s.read_new(timeout=None)
+        except KeyboardInterrupt:
+            return "interrupted"
+        return "returned"
+
+
+def test_read_new_answers_ctrl_c(tmp_path):
+    d = str(tmp_path)
+    with milk.create("ctrlc", (2,), "f4", dir=d, nsem=2) as w:
+        waiting = support.SPAWN.Event()
+        child = support.Child(child_wait_for_ever, (d, "ctrlc", waiting))
+        child.wait_event(waiting)
+        table = w.layout.offsets["semReadPID"]
+
+        def claimed() -> bool:
+            with open(w.path, "rb") as f:
+                f.seek(table)
+                return child.pid in np.frombuffer(f.read(8), np.int32)
+
+        support.wait_until(claimed, what="the child's semaphore claim")
+        os.kill(child.pid, signal.SIGINT)
+        assert child.result() == "interrupted"
+        assert not claimed()  # given back on close
+        assert w.count == 0
+        w.unlink()
