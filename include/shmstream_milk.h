@@ -156,6 +156,17 @@ SS_API int ss_milk_read(ss_milk *m, void *dst, size_t n, int64_t budget_ns, ss_m
  * cnt0 + 1, write = 0, then post every semaphore below its max value and
  * the log semaphore. atime_ns < 0: the write time. */
 SS_API int ss_milk_write(ss_milk *m, const void *src, size_t n, int64_t atime_ns);
+/* The circular buffer as history: the frames with counts after `after` it
+ * still holds, oldest first, at most max, copied into dst (max *
+ * frame_bytes) with their counts. The frame of count c is in slot
+ * (CBindex - (cnt0 - c)) mod CBsize (milk's writer copies frame cnt0 + 1
+ * into slot CBindex + 1 before cnt0 goes up); the slot the next write goes
+ * to is never read, and a frame a writer reached during the copy is dropped
+ * (the caller counts it missed). *last: the cnt0 the copy was made at.
+ * EINVAL without a circular buffer of 2 frames or more; SS_EINCONSISTENT
+ * as ss_milk_read. */
+SS_API int ss_milk_read_since(ss_milk *m, uint64_t after, uint32_t max, void *dst, uint64_t *counts,
+                              uint32_t *n, uint64_t *last, int64_t budget_ns);
 SS_API uint64_t ss_milk_count(const ss_milk *m);
 SS_API int ss_milk_writing(const ss_milk *m);
 

@@ -319,3 +319,75 @@ def test_read_new_answers_ctrl_c(tmp_path):
         assert not claimed()  # given back on close
         assert w.count == 0
         w.unlink()
+
+
+def child_write_counted(directory: str, name: str, frames: int) -> None:
+    with milk.open(name, dir=directory) as s:
+        for k in range(1, frames + 1):
+            s.write(np.full(s.shape, k, s.dtype))
+
+
+def test_the_circular_buffer_reads_as_history(tmp_path):
+    d = str(tmp_path)
+    with milk.create("hist", (2, 3), "f8", dir=d, cb_size=4) as r:
+        support.Child(child_write_counted, (d, "hist", 5)).result()
+        b = r.read_since(0)
+        assert b.counts.tolist() == [3, 4, 5]  # cb_size - 1 frames kept
+        assert [int(f[0, 0]) for f in b.frames] == [3, 4, 5]
+        assert (b.missed, b.last_count) == (2, 5)
+        b = r.read_since(3, max_frames=1)
+        assert b.counts.tolist() == [4] and b.last_count == 4 and b.missed == 0
+        assert len(r.read_since(5).frames) == 0
+        r.unlink()
+    with milk.create("nocb", (2,), "f4", dir=d) as s:
+        with pytest.raises(ValueError, match="cb_size"):
+            s.read_since(0)
+        s.unlink()
+
+
+def test_iter_since_under_a_fast_writer_is_lossless_or_counted_and_never_torn(tmp_path):
+    d = str(tmp_path)
+    frames = 2000
+    with milk.create("lossless", (32, 32), "f4", dir=d, cb_size=16) as r:
+        child = support.Child(child_write_counted, (d, "lossless", frames))
+        seen = []
+        for f in r.iter_since(0, timeout=support.WAIT):
+            assert (f == f.flat[0]).all(), "torn frame"
+            seen.append(int(f.flat[0]))
+            if seen[-1] == frames:
+                break
+        child.result()
+        assert seen == sorted(set(seen)), "out of order or repeated"
+        assert len(seen) + r.missed_writes == frames
+        r.unlink()
+
+
+def child_die_mid_cb_copy(path: str, cbindex_at: int, slot_at: int, nbytes: int) -> None:
+    """milk's UpdateIm dying inside the circular buffer copy: write = 1,
+    CBindex moved to the next slot, half of it overwritten, SIGKILL."""
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+        m[WRITE_OFFSET] = 1
+        m[cbindex_at : cbindex_at + 4] = (0).to_bytes(4, "little")
+        m[slot_at : slot_at + nbytes // 2] = b"\xff" * (nbytes // 2)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_history_never_mislabels_a_slot_a_dead_writer_left_half_copied(tmp_path):
+    d = str(tmp_path)
+    with milk.create("cbdead", (16,), "u1", dir=d, cb_size=4) as w:
+        for k in (1, 2, 3):  # slots 1, 2, 3; the next write goes to slot 0
+            w.write(np.full(16, k, np.uint8))
+        slot0 = w.layout.offsets["CBimdata"]
+        child = support.Child(child_die_mid_cb_copy, (w.path, 296, slot0, 16))
+        assert child.join() == -signal.SIGKILL
+        with milk.open("cbdead", dir=d, busy_timeout=0.01) as r:
+            with pytest.raises(shmstream.InconsistentStreamError):
+                r.read_since(0)
+            w.write(np.full(16, 4, np.uint8))  # the next write recovers
+            # The dead writer left CBindex one ahead of cnt0: slots 0 and 3
+            # no longer hold frames 3 and 2. Their records say so, so they
+            # are left out and counted, never returned under a wrong count.
+            b = r.read_since(0)
+            assert b.counts.tolist() == [4] and b.frames.tolist() == [[4] * 16]
+            assert (b.missed, b.last_count) == (3, 4)
+        w.unlink()

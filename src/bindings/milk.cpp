@@ -7,6 +7,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -224,6 +225,30 @@ class Stream {
     return info_tuple(info);
   }
 
+  // The circular buffer's frames after `after` (at most max) into out
+  // (max frames) and counts (max uint64): (how many, cnt0 at the copy).
+  nb::tuple read_since_into(nb::handle out, nb::handle counts, uint64_t after, double budget_s) {
+    ss_milk *m = live("read_since");
+    Buffer b(out, true), c(counts, true);
+    uint64_t fb = l_.frame_bytes ? l_.frame_bytes : 1;
+    uint32_t max = (uint32_t)std::min<uint64_t>((uint64_t)b.view.len / fb,
+                                                (uint64_t)c.view.len / sizeof(uint64_t));
+    uint32_t n = 0;
+    uint64_t last = 0;
+    int rc;
+    {
+      nb::gil_scoped_release nogil;
+      rc = ss_milk_read_since(m, after, max, b.view.buf, (uint64_t *)c.view.buf, &n, &last,
+                              (int64_t)(budget_s * 1e9));
+    }
+    if (rc == EINVAL)
+      raise(g_value, "read_since on milk stream '" + path_ +
+                         "': it keeps no circular buffer of 2 frames or more; create it with "
+                         "cb_size >= 2");
+    if (rc) raise_milk(rc, "read_since from milk stream '" + path_ + "'");
+    return nb::make_tuple(n, last);
+  }
+
   void write(nb::handle src, int64_t atime_ns) {
     ss_milk *m = live("write");
     Buffer b(src);
@@ -359,6 +384,8 @@ NB_MODULE(_milk, m) {
       .def("layout", &Stream::layout)
       .def("read_into", &Stream::read_into, "out"_a, "budget_s"_a)
       .def("read_new_into", &Stream::read_new_into, "out"_a, "last"_a, "timeout"_a.none(),
+           "budget_s"_a)
+      .def("read_since_into", &Stream::read_since_into, "out"_a, "counts"_a, "after"_a,
            "budget_s"_a)
       .def("write", &Stream::write, "src"_a, "atime_ns"_a)
       .def("count", &Stream::count)

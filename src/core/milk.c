@@ -286,6 +286,10 @@ int ss_milk_create(const char *path, const char *name, unsigned mode, ss_milk_la
   for (unsigned i = 0; i < l->nproctrace; i++)
     *(int32_t *)(m->base + l->off_trace + (uint64_t)i * SS_MILK_TRACE_BYTES +
                  TRACE_TRIGSEM_OFF) = -1;
+  /* Our frame records name the count of the frame in their slot (milk's
+   * writer leaves them 0): all ones until a frame is there. */
+  for (unsigned i = 0; i < l->cbsize; i++)
+    *(uint64_t *)(m->base + l->off_cbmd + (uint64_t)i * SS_MILK_CBMD_BYTES) = UINT64_MAX;
   for (unsigned i = 0; i < l->nkw; i++)
     m->base[l->off_kw + (uint64_t)i * SS_MILK_KW_BYTES + offsetof(ss_milk_kw, type)] = 'N';
   /* The version last, as milk's creator does: a reader that checks it sees
@@ -365,6 +369,9 @@ int ss_milk_write(ss_milk *m, const void *src, size_t n, int64_t atime_ns) {
   atomic_store_explicit(A8(&h->write), 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   memcpy(m->base + m->l.off_data, src, n);
+  int64_t now = milk_clock_ns();
+  int64_t atime = atime_ns < 0 ? now : atime_ns;
+  uint64_t c = atomic_load_explicit(A64(&h->cnt0), memory_order_relaxed) + 1;
   if (m->l.cbsize > 0) {
     uint32_t idx = atomic_load_explicit((_Atomic uint32_t *)(void *)&h->CBindex,
                                         memory_order_relaxed) +
@@ -375,25 +382,21 @@ int ss_milk_write(ss_milk *m, const void *src, size_t n, int64_t atime_ns) {
       cycled = 1;
     }
     memcpy(m->base + m->l.off_cbdata + (uint64_t)idx * m->l.frame_bytes, src, n);
+    /* The frame's record, inside the write window: read_since trusts a
+     * slot only if its record names the count it expects (or is 0: a
+     * milk writer's). */
+    int64_t *rec = (int64_t *)(m->base + m->l.off_cbmd + (uint64_t)idx * SS_MILK_CBMD_BYTES);
+    rec[0] = (int64_t)c;
+    rec[1] = (int64_t)atomic_load_explicit(A64(&h->cnt1), memory_order_relaxed);
+    put_time(rec + 2, atime);
+    put_time(rec + 4, now);
     if (cycled) h->CBcycle++;
     atomic_store_explicit((_Atomic uint32_t *)(void *)&h->CBindex, idx, memory_order_relaxed);
   }
-  int64_t now = milk_clock_ns();
   put_time(h->writetime, now);
-  put_time(h->atime, atime_ns < 0 ? now : atime_ns);
-  uint64_t c = atomic_load_explicit(A64(&h->cnt0), memory_order_relaxed) + 1;
+  put_time(h->atime, atime);
   atomic_store_explicit(A64(&h->cnt0), c, memory_order_release);
   atomic_store_explicit(A8(&h->write), 0, memory_order_release);
-  if (m->l.cbsize > 0) {
-    uint32_t idx = h->CBindex;
-    if (idx < m->l.cbsize) {
-      int64_t *rec = (int64_t *)(m->base + m->l.off_cbmd + (uint64_t)idx * SS_MILK_CBMD_BYTES);
-      rec[0] = (int64_t)c;
-      rec[1] = (int64_t)atomic_load_explicit(A64(&h->cnt1), memory_order_relaxed);
-      put_time(rec + 2, atime_ns < 0 ? now : atime_ns);
-      put_time(rec + 4, now);
-    }
-  }
   int32_t self = (int32_t)getpid();
   for (unsigned i = 0; i < m->l.nsem; i++) {
     int v = 0;
@@ -408,6 +411,66 @@ int ss_milk_write(ss_milk *m, const void *src, size_t n, int64_t atime_ns) {
   sem_getvalue(log, &v);
   if (v < SS_MILK_SEM_MAXVAL) sem_post(log);
   return ss_milk_status(m);
+}
+
+int ss_milk_read_since(ss_milk *m, uint64_t after, uint32_t max, void *dst, uint64_t *counts,
+                       uint32_t *n, uint64_t *last, int64_t budget_ns) {
+  uint32_t size = m->l.cbsize;
+  uint64_t fb = m->l.frame_bytes;
+  *n = 0;
+  if (size < 2) return EINVAL;
+  ss_milk_md *h = MD(m);
+  int64_t start = ss_monotonic_ns();
+  for (;;) {
+    /* SYNC POINT (milk r2): cnt0, write and CBindex of one published
+     * frame, re-checked after the copies; pairs with (milk w1). */
+    uint64_t c1 = atomic_load_explicit(A64(&h->cnt0), memory_order_acquire);
+    uint8_t w1 = atomic_load_explicit(A8(&h->write), memory_order_acquire);
+    uint32_t idx = atomic_load_explicit((_Atomic uint32_t *)(void *)&h->CBindex,
+                                        memory_order_acquire);
+    if (!w1 && idx < size) {
+      uint64_t depth = c1 < size - 1 ? c1 : size - 1; /* the next write's slot is left out */
+      uint64_t first = c1 - depth + 1;
+      if (after + 1 > first) first = after + 1;
+      uint32_t k = 0;
+      for (uint64_t c = first; c <= c1 && k < max; c++, k++) {
+        uint64_t slot = (idx + size - (c1 - c) % size) % size;
+        memcpy((uint8_t *)dst + (uint64_t)k * fb, m->base + m->l.off_cbdata + slot * fb, fb);
+        counts[k] = c;
+      }
+      atomic_thread_fence(memory_order_acquire);
+      uint8_t w2 = atomic_load_explicit(A8(&h->write), memory_order_relaxed);
+      uint64_t c2 = atomic_load_explicit(A64(&h->cnt0), memory_order_relaxed);
+      if (!w2 && c2 == c1) { /* no write overlapped: CBindex and every copy are of c1 */
+        /* A slot whose record names another count holds another frame
+         * (a writer died inside the buffer copy and CBindex ran one ahead
+         * of cnt0): left out, so the caller counts it missed. */
+        uint32_t kept = 0;
+        for (uint32_t j = 0; j < k; j++) {
+          uint64_t slot = (idx + size - (c1 - counts[j]) % size) % size;
+          uint64_t rec;
+          memcpy(&rec, m->base + m->l.off_cbmd + slot * SS_MILK_CBMD_BYTES, sizeof rec);
+          if (rec != 0 && rec != counts[j]) continue;
+          if (kept != j)
+            memcpy((uint8_t *)dst + (uint64_t)kept * fb, (uint8_t *)dst + (uint64_t)j * fb, fb);
+          counts[kept++] = counts[j];
+        }
+        k = kept;
+        *n = k;
+        *last = c1;
+        return ss_milk_status(m);
+      }
+      /* A write overlapped (milk's writer moves CBindex before cnt0, so
+       * the slots may be off by one): again, with half as many frames so
+       * a fast writer cannot starve a long copy; the caller asks for the
+       * rest. */
+      if (max > 1) max /= 2;
+    }
+    int64_t now = ss_monotonic_ns();
+    if (ss_file_map_lost(m->map)) return SS_ECORRUPT;
+    if (now - start > budget_ns) return SS_EINCONSISTENT;
+    ss_backoff(start, now);
+  }
 }
 
 uint64_t ss_milk_count(const ss_milk *m) {

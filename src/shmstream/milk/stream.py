@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from ..publication import Publication
+from ..publication import FrameBatch, Publication
 from .dtypes import code_of
 from .layout import Layout, path_of, shm_dir
 
@@ -143,6 +144,53 @@ class MilkStream:
         arr = self._out(out)
         info = self._live().read_new_into(arr, self._last, timeout, self._busy)
         return self._publication(arr, info)
+
+    def read_since(self, count: int, max_frames: int | None = None) -> FrameBatch:
+        """Every frame after ``count`` that milk's circular buffer still
+        holds, oldest first (at most ``max_frames``; None: the buffer's
+        depth), as a :class:`~shmstream.FrameBatch`. ``missed`` counts the
+        frames after ``count`` already overwritten; pass ``last_count`` as
+        ``count`` to go on. The stream needs ``cb_size >= 2`` (milk's
+        ``CBsize``); the slot the next write goes to is never read, so it
+        keeps ``cb_size - 1`` frames. ``frame_ids`` and ``write_times_ns``
+        are 0: milk's writers do not record them per frame."""
+        native = self._live()
+        depth = max(1, self.layout.cbsize - 1)
+        cap = depth if max_frames is None else max(1, min(int(max_frames), depth))
+        frames = np.empty((cap, *self.shape), self.dtype)
+        counts = np.zeros(cap, np.uint64)
+        n, last = native.read_since_into(frames, counts, int(count), self._busy)
+        last = int(counts[n - 1]) if n else max(int(last), int(count))
+        missed = last - int(count) - n  # overwritten, or left out (docs/milk.md)
+        zeros = np.zeros(n, np.uint64)
+        return FrameBatch(
+            frames=frames[:n],
+            counts=counts[:n].copy(),
+            frame_ids=zeros,
+            write_times_ns=zeros.copy(),
+            missed=max(0, missed),
+            after=int(count),
+            last_count=last,
+        )
+
+    def iter_since(
+        self, count: int | None = None, timeout: float | None = None
+    ) -> Iterator[np.ndarray]:
+        """Every frame after ``count`` (None: the count now), one at a time,
+        waiting up to ``timeout`` seconds for the next one (TimeoutError);
+        frames the circular buffer lost before they were read are counted in
+        :attr:`missed_writes`."""
+        after = self.count if count is None else int(count)
+        while True:
+            batch = self.read_since(after)
+            self._missed += batch.missed
+            yield from batch.frames
+            after = batch.last_count
+            self._last = max(self._last, after)
+            if not len(batch.frames):
+                self._live().read_new_into(
+                    np.empty(self.shape, self.dtype), after, timeout, self._busy
+                )
 
     def claim(self, preferred: int | None = None) -> int:
         """Claim a semaphore in the reader PID table now (``read_new`` does it
