@@ -64,6 +64,7 @@ def _writer(kind: str, name: str, directory: str, hz: float, seconds: float, go:
 def _wakeup(kind: str, shape: tuple[int, ...], hz: float, seconds: float) -> dict[str, Any]:
     name = f"bench-milk-{uuid.uuid4().hex[:8]}"
     directory = tempfile.mkdtemp(prefix="bench-milk-")
+    s: Any
     if kind == "milk":
         s = shmstream.milk.create(name, shape, np.float32, dir=directory)
     else:
@@ -104,6 +105,7 @@ def _wakeup(kind: str, shape: tuple[int, ...], hz: float, seconds: float) -> dic
 def _read_rate(kind: str, shape: tuple[int, ...], seconds: float) -> float:
     name = f"bench-milk-{uuid.uuid4().hex[:8]}"
     directory = tempfile.mkdtemp(prefix="bench-milk-")
+    s: Any
     if kind == "milk":
         s = shmstream.milk.create(name, shape, np.float32, dir=directory)
     else:
