@@ -391,3 +391,40 @@ def test_history_never_mislabels_a_slot_a_dead_writer_left_half_copied(tmp_path)
             assert b.counts.tolist() == [4] and b.frames.tolist() == [[4] * 16]
             assert (b.missed, b.last_count) == (3, 4)
         w.unlink()
+
+
+def test_close_from_another_thread_cancels_a_wait(tmp_path):
+    import threading
+
+    with milk.create("cancel", (2,), "f4", dir=str(tmp_path)) as w:
+        r = milk.open("cancel", dir=str(tmp_path))
+        r.claim()
+        outcome: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                r.read_new(timeout=None)
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                outcome.append(exc)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        table = w.layout.offsets["semReadPID"]
+        sem = w.layout.offsets["semaphores"] + 32 * r.semaphore
+
+        def in_sem_wait() -> bool:
+            # glibc's 64-bit sem_t: the value in the low 32 bits of its
+            # first word, the number of waiters in the high 32.
+            with open(w.path, "rb") as f:
+                f.seek(sem)
+                return int.from_bytes(f.read(8), "little") >> 32 > 0
+
+        support.wait_until(in_sem_wait, what="the thread inside sem_clockwait")
+        r.close()
+        t.join(support.WAIT)
+        assert not t.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], shmstream.WaitCancelledError)
+        with open(w.path, "rb") as f:
+            f.seek(table)
+            assert int(np.frombuffer(f.read(4), np.int32)[0]) == 0  # claim given back
+        w.unlink()

@@ -8,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -82,6 +83,8 @@ nb::str text(const char *p, size_t n) {
                                    ": every semaphore of the stream is claimed by a live "
                                    "reader; create the stream with more semaphores (nsem=) or "
                                    "close a reader");
+    case SS_ECANCELLED:
+      raise(g_cancelled, what + ": the handle was closed by another thread while waiting");
     case SS_ETIMEDOUT: raise(g_timeout, what + ": no new frame before the timeout");
     case SS_ENAME: raise(g_value, what + ": a milk name is 1 to 79 bytes");
     case EINVAL:
@@ -181,23 +184,43 @@ class Stream {
   }
 
   ss_milk *live(const char *op) {
-    if (!m_)
+    if (!m_ || closing_.load(std::memory_order_relaxed))
       raise(g_handle_closed,
             std::string(op) + ": the milk stream handle '" + path_ + "' is closed; open it again");
     return m_;
   }
 
-  void close() {
+  // A call that releases the GIL holds a Use: close() from another thread
+  // meanwhile only marks the handle (a wait sees it within 100 ms and
+  // raises WaitCancelledError), and the last Use unmaps. Users are counted
+  // under the GIL.
+  struct Use {
+    Stream *s;
+    explicit Use(Stream *st) : s(st) { s->users_++; }
+    ~Use() {
+      if (--s->users_ == 0 && s->closing_.load(std::memory_order_relaxed)) s->finish_close();
+    }
+    Use(const Use &) = delete;
+    Use &operator=(const Use &) = delete;
+  };
+
+  void finish_close() {
     ss_milk *m = m_;
     m_ = nullptr;
-    nb::gil_scoped_release nogil;
-    ss_milk_close(m);
+    ss_milk_close(m);  // munmap and one CAS: quick, no GIL release needed
   }
-  bool closed() const { return m_ == nullptr; }
+
+  void close() {
+    if (!m_) return;
+    closing_.store(true, std::memory_order_relaxed);
+    if (users_ == 0) finish_close();
+  }
+  bool closed() const { return m_ == nullptr || closing_.load(std::memory_order_relaxed); }
   nb::dict layout() const { return layout_dict(l_); }
 
   nb::tuple read_into(nb::handle out, double budget_s) {
     ss_milk *m = live("read");
+    Use use(this);
     Buffer b(out, true);
     ss_milk_pubinfo info{};
     int rc;
@@ -212,9 +235,13 @@ class Stream {
   // Wait for a frame newer than `last`, then read it: one call.
   nb::tuple read_new_into(nb::handle out, uint64_t last, nb::handle timeout, double budget_s) {
     ss_milk *m = live("read_new");
+    Use use(this);
     int64_t ns = to_ns(timeout);
     Buffer b(out, true);
-    int rc = chunked(ns, [&](int64_t chunk) { return ss_milk_wait_newer(m, last, chunk); });
+    int rc = chunked(ns, [&](int64_t chunk) {
+      if (closing_.load(std::memory_order_relaxed)) return (int)SS_ECANCELLED;
+      return ss_milk_wait_newer(m, last, chunk);
+    });
     if (rc) raise_milk(rc, "read_new from milk stream '" + path_ + "'");
     ss_milk_pubinfo info{};
     {
@@ -229,6 +256,7 @@ class Stream {
   // (max frames) and counts (max uint64): (how many, cnt0 at the copy).
   nb::tuple read_since_into(nb::handle out, nb::handle counts, uint64_t after, double budget_s) {
     ss_milk *m = live("read_since");
+    Use use(this);
     Buffer b(out, true), c(counts, true);
     uint64_t fb = l_.frame_bytes ? l_.frame_bytes : 1;
     uint32_t max = (uint32_t)std::min<uint64_t>((uint64_t)b.view.len / fb,
@@ -251,6 +279,7 @@ class Stream {
 
   void write(nb::handle src, int64_t atime_ns) {
     ss_milk *m = live("write");
+    Use use(this);
     Buffer b(src);
     int rc;
     {
@@ -308,6 +337,8 @@ class Stream {
 
  private:
   ss_milk *m_;
+  int users_ = 0;
+  std::atomic<bool> closing_{false};
   ss_milk_layout l_;
   std::string path_;
 };
