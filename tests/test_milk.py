@@ -277,6 +277,10 @@ def test_names_dtypes_shapes_and_existing_files_are_checked(tmp_path):
     s.close()
     with pytest.raises(shmstream.HandleClosedError):
         s.read()
+    with milk.create("nosem", (2,), "f4", dir=d, nsem=0) as s:
+        with pytest.raises(ValueError, match="nsem"):
+            s.read_new(timeout=0)
+        s.unlink()
     assert os.listdir(d) == []  # no temporary file left behind
 
 

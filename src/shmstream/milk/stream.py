@@ -142,6 +142,11 @@ class MilkStream:
         self, timeout: float | None = None, out: np.ndarray | None = None
     ) -> Publication:
         arr = self._out(out)
+        if self.layout.nsem == 0:
+            raise ShmstreamValueError(
+                f"milk stream '{self.name}' has no semaphores to wait on (created with nsem=0); "
+                "poll with read() and count, or create it with nsem >= 1"
+            )
         info = self._live().read_new_into(arr, self._last, timeout, self._busy)
         return self._publication(arr, info)
 
