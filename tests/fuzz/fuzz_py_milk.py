@@ -12,7 +12,6 @@ Only the library's documented errors may come out (fuzzlib.ALLOWED).
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import sys
@@ -24,26 +23,25 @@ import fuzzlib as fl
 with fl.instrumented():
     import shmstream.milk
 
-_DIR = tempfile.mkdtemp(prefix="fuzz-milk-")
-atexit.register(shutil.rmtree, _DIR, True)
-
 
 def _one(data: bytes) -> None:
     try:
         shmstream.milk.parse(data[:384].ljust(384, b"\0"), len(data))
     except fl.ALLOWED:
         pass
-    path = os.path.join(_DIR, "f.im.shm")
-    with open(path, "wb") as f:
-        f.write(data)
+    # A directory per input: libFuzzer ends a campaign with _exit, so
+    # nothing registered at exit would remove a shared one.
+    directory = tempfile.mkdtemp(prefix="fuzz-milk-")
     try:
-        with shmstream.milk.open("f", dir=_DIR, busy_timeout=0.001) as s:
+        with open(os.path.join(directory, "f.im.shm"), "wb") as f:
+            f.write(data)
+        with shmstream.milk.open("f", dir=directory, busy_timeout=0.001) as s:
             frame = s.read()
             assert frame.shape == s.shape and frame.dtype == s.dtype
             assert s.layout.total_bytes == len(data)
             s.keywords  # noqa: B018 - reads every keyword record
     finally:
-        os.unlink(path)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 test_one_input = fl.guarded(_one)
