@@ -164,7 +164,8 @@ class Setup:
         self.made.append(name)
 
     def _bridge_main(self, kwargs: dict, ready: Any) -> tuple[Callable[..., None], tuple]:
-        """What a bridge process runs (benchmarks/bridge_hops.py runs a traced one)."""
+        """What a bridge process runs (a subclass may run a traced one, as the
+        removed bridge_hops diagnostic did: benchmarks/results/LOG.md)."""
         return _run_bridge, (kwargs, ready, self.stop)
 
     def _bridge(self, kwargs: dict) -> None:

@@ -523,7 +523,8 @@ class SharedMemory(Reading, Waiting, History, Status):
         self._wrote = seg.clear(self._holds_lock(), timeout)
 
     def pinned_buffer(self) -> Any:
-        """GPU streams only (not available in this build)."""
+        """GPU streams only: a stream without ``gpu_device`` has no pinned
+        buffer, so this raises :class:`GpuRequiredError`."""
         self._check_writable("allocate a pinned write buffer for")
         raise GpuRequiredError("pinned_buffer() requires a GPU-attached stream handle")
 
