@@ -1,25 +1,10 @@
 """Channels across the bridge: every message, in order, exactly once while
 both bridges live; nothing dropped when one of them dies.
 
-Exporter: the bridge is the local channel's consumer. It reads messages in
-place (``drain_zero_copy``) and keeps each one *unreleased* until the
-importing bridge acknowledges that it is in the mirror ring. So the bytes in
-flight never exceed the source ring (a slow link or a slow far consumer
-fills the ring, and the local producer's ``send`` waits, bounded by its own
-timeout); and if the exporting bridge dies, a restarted one takes over the
-consumer end, receives the unacknowledged messages again (the ring's
-at-least-once rule for a dead consumer) and the importer drops those it
-already delivered by their ring position. Messages go out in batches
-(``_wire``) with Zenoh's BLOCK congestion control on a reliable link.
-
-Importer: the bridge is the mirror channel's producer. A Zenoh callback only
-queues batches (it never blocks Zenoh); a worker thread sends each record
-into the mirror (waiting while the mirror ring is full or its consumer is
-away), records the delivered position in the status stream, and acknowledges
-it. It sends the acknowledgement again every ``HEARTBEAT_S`` so that a
-restarted exporter finds it. When the source producer closes (or dies), the
-importer closes the mirror's producer end after the last message: the far
-consumer gets ``ChannelClosedError``, as it would locally.
+The exporting bridge is the local channel's consumer and releases a
+message only once the importing bridge acknowledged it in the mirror ring
+(_channel_export.py); the importing bridge is the mirror channel's
+producer, and acknowledges what it delivered (_channel_import.py).
 
 One channel has one consumer: an exporter serves one importing bridge at a
 time; a second one is refused (logged) until the first is gone.
