@@ -7,6 +7,8 @@ see the network's losses as ``missed_writes``. Duplicates (the re-sent last
 frame, the fetched latest frame) are dropped by count; bad samples are
 counted in the status stream and dropped.
 
+How a frame's count maps to the mirror's is _count_window.py.
+
 Separate from _stream_export.py: the two sides run on different hosts and
 share only the wire format (_wire.py) and the metadata (``stream_meta``).
 """
@@ -23,19 +25,11 @@ import numpy as np
 import shmstream
 from ..errors import ShmstreamValueError
 from . import _thread, _wire
+from ._count_window import MAX_MIRROR_COUNT, mirror_count
 from ._session import undeclare_all
 from ._status import STATUS_SUFFIX, MirrorSide, StatusWriter, is_mirror
 
 log = logging.getLogger("shmstream.bridge")
-
-#: Importer: a frame whose count is at most this far below the last one
-#: mirrored is a re-send or a late frame and is dropped; one further below
-#: (or more than MAX_JUMP above) means the counts jumped, and the mirror's
-#: count goes on rising by one step of at most MAX_JUMP: no single frame,
-#: forged or not, can freeze the mirror or wrap its count.
-DUP_WINDOW = 1 << 16
-MAX_JUMP = 1 << 32
-MAX_MIRROR_COUNT = (1 << 63) - 1
 
 
 class StreamImport(MirrorSide):
@@ -150,30 +144,25 @@ class StreamImport(MirrorSide):
             if generation != self._generation:
                 self._other_generation(generation)
                 return
-            last = self._last
-            if last - DUP_WINDOW < count <= last:
-                return  # already mirrored: a re-send, the fetched latest frame, a late one
-            current = h.count
-            target = count + (self._offset or 0)
-            if self._offset is None or not current < target <= current + MAX_JUMP:
-                # The generation's first frame, a writer of the mirror beside
-                # us, or counts that jumped (forged, or a source we lost for
-                # long): the mirror's count rises by one step of at most MAX_JUMP.
-                if self._offset is not None and (count < last or target > current + MAX_JUMP):
-                    self._jumps += 1
-                    if self._jumps <= 10 or self._jumps % 1000 == 0:
-                        log.warning(
-                            "mirror %r: source count jumped from %d to %d (#%d); the mirror "
-                            "counts on from %d",
-                            self.local,
-                            last,
-                            count,
-                            self._jumps,
-                            current,
-                        )
-                target = min(max(count, current + 1), current + MAX_JUMP)
-                self._offset = target - count
-                self.status.set(count_offset=self._offset)
+            last, current = self._last, h.count
+            target, offset, jumped = mirror_count(count, last, current, self._offset)
+            if target is None:
+                return  # already mirrored
+            if jumped:
+                self._jumps += 1
+                if self._jumps <= 10 or self._jumps % 1000 == 0:
+                    log.warning(
+                        "mirror %r: source count jumped from %d to %d (#%d); the mirror "
+                        "counts on from %d",
+                        self.local,
+                        last,
+                        count,
+                        self._jumps,
+                        current,
+                    )
+            if offset is not None and offset != self._offset:
+                self._offset = offset
+                self.status.set(count_offset=offset)
             if target > MAX_MIRROR_COUNT:
                 self._bad(f"frame count {count} would take the mirror's count past 2**63")
                 return
