@@ -235,7 +235,7 @@ class ChannelExport(Export):
     def _put_status(self, alive: bool, end: int | None = None) -> None:
         # A new dict (the metadata queryable reads self.meta from Zenoh's
         # threads); "end": where the source ended, for an importer to confirm
-        # an end of stream with (ChannelImport.verify).
+        # an end of stream with (ChannelImport._confirmed_eof).
         meta = {k: v for k, v in self.meta.items() if k != "end"}
         meta["producer_alive"] = alive
         if end is not None:
