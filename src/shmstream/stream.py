@@ -544,7 +544,8 @@ class SharedMemory(Reading, Waiting, History, Status):
         self._wrote = seg.clear(self._holds_lock(), _checks.check_timeout(timeout))
 
     def pinned_buffer(self) -> Any:
-        """GPU streams only (not available in this build)."""
+        """GPU streams only: a stream without ``gpu_device`` has no pinned
+        buffer, so this raises :class:`GpuRequiredError`."""
         self._check_writable("allocate a pinned write buffer for")
         raise GpuRequiredError("pinned_buffer() requires a GPU-attached stream handle")
 
