@@ -2,7 +2,7 @@
 against shmstream's own streams, in the same run.
 
     python -m benchmarks milk [--shape 240x240] [--hz 2000] [--seconds 3]
-                              [--read-shape 128x128] [--quick]
+                              [--read-shape 128x128] [--quick] [--json PATH]
 
 1. Wake-up. A writer process publishes a float32 frame of ``--shape`` at
    ``--hz`` (absolute schedule) for ``--seconds``; the frame's first 8
@@ -32,7 +32,7 @@ import numpy as np
 
 import shmstream
 import shmstream.milk
-from ._common import fmt_hz, latency_summary, progress
+from ._common import JSON_HELP, Results, emit, fmt_hz, latency_summary, progress
 
 SPAWN = mp.get_context("spawn")
 
@@ -139,22 +139,30 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--read-shape", type=_shape, default=(128, 128))
     p.add_argument("--quick", action="store_true", help="1 s per row")
+    p.add_argument("--json", metavar="PATH", help=JSON_HELP)
     a = p.parse_args(argv)
+    res = Results("milk", argv)
     seconds = 1.0 if a.quick else a.seconds
-    print(f"machine: {os.cpu_count()} CPUs; writer {a.hz:.0f} Hz, {a.shape} float32")
-    print("| reader | frames | seen | missed | torn | wake-up p50 | p99 |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    lines = [
+        f"writer {a.hz:.0f} Hz, {a.shape} float32, {os.cpu_count()} CPUs",
+        "| reader | frames | seen | missed | torn | wake-up p50 | p99 |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for kind in ("milk", "stream"):
         progress(f"wake-up, {kind}")
         r = _wakeup(kind, a.shape, a.hz, seconds)
-        print(
+        res.add(section="wakeup", **r)
+        lines.append(
             f"| {kind} | {r['frames']} | {r['seen']} | {r['missed']} | {r['torn']} "
             f"| {r['p50_us']:.1f} us | {r['p99_us']:.1f} us |"
         )
-    print()
-    print(f"| read(out=buf) of {a.read_shape} float32 | rate |")
-    print("| --- | --- |")
+    emit(res, "\n".join(lines))
+    lines = [f"| read(out=buf) of {a.read_shape} float32 | rate |", "| --- | --- |"]
     for kind in ("milk", "stream"):
         progress(f"read rate, {kind}")
-        print(f"| {kind} | {fmt_hz(_read_rate(kind, a.read_shape, min(seconds, 1.0)))} |")
+        hz = _read_rate(kind, a.read_shape, min(seconds, 1.0))
+        res.add(section="read", kind=kind, shape=list(a.read_shape), hz=hz)
+        lines.append(f"| {kind} | {fmt_hz(hz)} |")
+    emit(res, "\n".join(lines))
+    res.save(a.json, quick=a.quick)
     return 0

@@ -123,8 +123,10 @@ def _resolve(package: str, level: int, module: str | None) -> str:
 def _private_reach_ins() -> list[str]:
     mods = _python_modules()
     modules = set(mods) | {f"shmstream.{p.stem}" for p in PKG.glob("_*.cpp")}
-    # Bindings outside the package: src/bindings/<part>.cpp -> shmstream._<part>.
-    modules |= {f"shmstream._{p.stem}" for p in (PKG.parent / "bindings").glob("*.cpp")}
+    # Extensions built from binding sources outside the package (src/bindings/).
+    modules |= {
+        ".".join(("shmstream", "_" + p.stem)) for p in (PKG.parent / "bindings").glob("*.cpp")
+    }
     found = []
     for mod, path in sorted(mods.items()):
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
