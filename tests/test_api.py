@@ -1,7 +1,8 @@
 """Module-level API: create/open/unlink/stream/list_streams/purge/stat,
 exported names, exceptions, Publication, create_from_config.
 
-Specification: /work/shared/PYSHMEM_API.md, "Module level".
+Specification: docs/API.md (pyshmem 1.4.0's module level, and what
+shmstream adds), "Make, attach, destroy" and "Inspect".
 """
 
 from __future__ import annotations

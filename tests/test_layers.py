@@ -168,8 +168,6 @@ def _private_reach_ins() -> list[str]:
     modules = set(mods) | {f"shmstream.{p.stem}" for p in PKG.glob("_*.pyi")}
     found = []
     for mod, path in sorted(mods.items()):
-        if mod.startswith("shmstream.bench"):
-            continue
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         tree = ast.parse(path.read_text())
         bound: dict[str, str] = {}  # local name -> the shmstream module it names

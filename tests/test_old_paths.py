@@ -25,7 +25,7 @@ KEPT = {
 def test_an_old_public_path_is_the_moved_module_itself(old):
     module = importlib.import_module(old)
     assert module is importlib.import_module(KEPT[old])
-    # an attribute of the package as before, so shmstream.direct.X works
+    # an attribute of the package as before, so shmstream.direct.DirectArray works
     assert getattr(shmstream, old.rpartition(".")[2]) is module
 
 

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-MODULES = ["_native", "_direct", "_channel", "_cuda"]
+MODULES = ["_native", "_direct", "_channel", "_cuda", "_milk"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

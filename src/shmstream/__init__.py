@@ -35,7 +35,7 @@ from .streams import (
 from .streams._locked_many import locked_many
 
 # Old module paths, still attributes of the package as they were before the
-# one folder per kind (``shmstream.direct.X``): each is the moved module
+# one folder per kind (``shmstream.direct.DirectArray``): each is the moved module
 # itself. The others that moved raise an ImportError naming the new place.
 from . import direct, publication, recorder, shared_array  # noqa: F401  isort: skip
 

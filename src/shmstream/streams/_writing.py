@@ -220,6 +220,7 @@ class Writing(_Handle):
         self._wrote = seg.clear(self._holds_lock(), _checks.check_timeout(timeout))
 
     def pinned_buffer(self) -> Any:
-        """GPU streams only: a CPU stream's handle raises GpuRequiredError."""
+        """GPU streams only: a stream without ``gpu_device`` has no pinned
+        buffer, so this raises :class:`GpuRequiredError`."""
         self._check_writable("allocate a pinned write buffer for")
         raise GpuRequiredError("pinned_buffer() requires a GPU-attached stream handle")
