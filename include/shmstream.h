@@ -73,7 +73,7 @@ enum ss_state {
 
 /* Status codes returned by the core: one enum for every part, so no two
  * codes collide (0 is success, errno values are > 0). The bindings turn
- * each into an exception through one table (src/shmstream/_binding.h). */
+ * each into an exception through one table (src/bindings/_binding.h). */
 enum ss_status {
   SS_OK = 0,
   /* streams and segments */

@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "src" / "shmstream"
 CORE = ROOT / "src" / "core"
+BINDINGS = ROOT / "src" / "bindings"
 BENCH = ROOT / "benchmarks"
 
 #: Lines above which a source file has several jobs (generated stubs and
@@ -52,9 +53,26 @@ def _python_modules() -> dict[str, Path]:
     return mods
 
 
+def _extension_modules() -> set[str]:
+    """The compiled modules, as CMakeLists.txt lists them (one source each)."""
+    listed = re.search(r"set\(SHMSTREAM_MODULES ([^)]*)\)", (ROOT / "CMakeLists.txt").read_text())
+    assert listed, "CMakeLists.txt lists no SHMSTREAM_MODULES"
+    return {f"shmstream.{m}" for m in listed.group(1).split()}
+
+
+def test_each_binding_source_is_one_listed_extension_and_the_package_is_python():
+    # Each .cpp of src/bindings is the extension of its name, built from the explicit
+    # list in CMakeLists.txt (a stray .cpp is neither built silently nor left out); the
+    # package folder holds Python and stubs only.
+    sources = {f"shmstream.{p.stem}" for p in BINDINGS.glob("*.cpp")}
+    assert sources == _extension_modules()
+    foreign = [p.name for p in PKG.rglob("*") if p.suffix in (".c", ".cpp", ".h", ".hpp")]
+    assert not foreign, f"C/C++ sources inside the package: {foreign}"
+
+
 def _import_graph() -> dict[str, set[str]]:
     mods = _python_modules()
-    extensions = {f"shmstream.{p.stem}" for p in PKG.glob("_*.cpp")}
+    extensions = _extension_modules()
     edges: dict[str, set[str]] = {}
     for mod, path in mods.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
@@ -122,11 +140,9 @@ def _resolve(package: str, level: int, module: str | None) -> str:
 
 def _private_reach_ins() -> list[str]:
     mods = _python_modules()
-    modules = set(mods) | {f"shmstream.{p.stem}" for p in PKG.glob("_*.cpp")}
+    modules = set(mods) | _extension_modules()
     found = []
     for mod, path in sorted(mods.items()):
-        if mod.startswith("shmstream.bench"):
-            continue
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         tree = ast.parse(path.read_text())
         bound: dict[str, str] = {}  # local name -> the shmstream module it names

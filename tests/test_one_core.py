@@ -1,4 +1,4 @@
-"""The C core exists once in a process (DESIGN.md, "Layers"): the
+"""The C core exists once in a process (CONTRIBUTING.md, "Layout"): the
 extensions link one shared library (libshmstream.so, installed next to
 them) instead of each carrying a static copy, so the core's process-wide
 state (armed crash points, cached pid, CUDA contexts, the SIGBUS guard

@@ -163,7 +163,7 @@ def test_the_sdist_holds_what_a_build_from_source_needs(release):
         "CMakeLists.txt",
         "include/shmstream.h",
         "src/core/publish.c",
-        "src/shmstream/_native.cpp",
+        "src/bindings/_native.cpp",
         "README.md",
         "LICENSE",
     ):

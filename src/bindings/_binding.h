@@ -1,4 +1,4 @@
-// Helpers shared by the extension modules (src/shmstream/_*.cpp): status
+// Helpers shared by the extension modules (src/bindings/_*.cpp): status
 // codes and errno values become Python exceptions (one table), timeouts
 // become nanoseconds, waits are chunked for Ctrl-C, buffers are borrowed
 // through the buffer protocol. Header-only: each module is its own shared
@@ -367,7 +367,7 @@ inline std::string open_detail(int rc, const ss_segment &seg) {
   return "";
 }
 
-// allow_owner uids from Python (shmstream._owners resolves names) as the
+// allow_owner uids from Python (the Python side resolves user names to uids) as the
 // core's open options; the vector must outlive the call.
 inline ss_open_opts open_opts(const std::vector<uint32_t> &uids) {
   ss_open_opts o{};

@@ -1,7 +1,7 @@
 // The Segment class behind shmstream._native.Segment: one mapped stream or
 // shared array and the calls on it, each converting arguments, releasing
 // the GIL around blocking and bulk-copy core calls, and raising on status.
-// Included once, by _native.cpp (CMake builds every _*.cpp as a module).
+// Included once, by _native.cpp (CMakeLists.txt builds each listed _<part>.cpp as a module).
 #pragma once
 
 #include <nanobind/nanobind.h>

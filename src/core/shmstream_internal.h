@@ -1,6 +1,6 @@
 /* shmstream's internal C API: the handles' definitions, the writer's
  * internals and the test-only fault injection. Used by the core
- * (src/core/), the bindings (src/shmstream/_*.cpp), the fuzzers and the
+ * (src/core/), the bindings (src/bindings/_*.cpp), the fuzzers and the
  * tests that build C; never by a program outside this repository
  * (examples/ include only the public headers). Nothing here is covered by
  * the C API's stability rule (docs/C-API.md): it may change in any release.
