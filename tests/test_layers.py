@@ -55,9 +55,10 @@ def _python_modules() -> dict[str, Path]:
 
 def _extension_modules() -> set[str]:
     """The compiled modules, as CMakeLists.txt lists them (one source each)."""
-    listed = re.search(r"set\(SHMSTREAM_MODULES ([^)]*)\)", (ROOT / "CMakeLists.txt").read_text())
+    text = (ROOT / "CMakeLists.txt").read_text()
+    listed = re.findall(r"(?:set\(|list\(APPEND )SHMSTREAM_MODULES ([^)]*)\)", text)
     assert listed, "CMakeLists.txt lists no SHMSTREAM_MODULES"
-    return {f"shmstream.{m}" for m in listed.group(1).split()}
+    return {f"shmstream.{m}" for group in listed for m in group.split()}
 
 
 def test_each_binding_source_is_one_listed_extension_and_the_package_is_python():

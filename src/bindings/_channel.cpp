@@ -110,29 +110,6 @@ NB_MODULE(_channel, m) {
       },
       "segname"_a, "capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).");
 
-  // Offsets of the ring control words and the record header, for the ABI test.
-  m.def("layout", []() {
-    nb::dict d;
-    size_t base = SS_RING_CONTROL_OFFSET;
-    d["head"] = base + offsetof(ss_ring_control, head);
-    d["tail"] = base + offsetof(ss_ring_control, tail);
-    d["producer"] = base + offsetof(ss_ring_control, producer);
-    d["consumer"] = base + offsetof(ss_ring_control, consumer);
-    d["space"] = base + offsetof(ss_ring_control, space);
-    d["space_want"] = base + offsetof(ss_ring_control, space) + offsetof(ss_ring_sleep_line, want);
-    d["notify"] = offsetof(ss_header, notify);
-    d["end_state"] = offsetof(ss_ring_end_line, state);
-    d["end_attaches"] = offsetof(ss_ring_end_line, attaches);
-    d["end_takeovers"] = offsetof(ss_ring_end_line, takeovers);
-    d["msg_type_id"] = offsetof(ss_msg_header, type_id);
-    d["msg_flags"] = offsetof(ss_msg_header, flags);
-    d["msg_meta_len"] = offsetof(ss_msg_header, meta_len);
-    d["msg_payload_off"] = offsetof(ss_msg_header, payload_off);
-    d["msg_header_bytes"] = sizeof(ss_msg_header);
-    d["ring_offset"] = SS_HEADER_BYTES;
-    return d;
-  });
-
   nb::class_<Message>(m, "Message",
                       "A received message: type_id, data (bytes) and, for arrays, .array.")
       .def_ro("type_id", &Message::type_id)

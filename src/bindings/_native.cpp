@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "_binding.h"
-#include "_fault.h"
 #include "_file_map.h"
 #include "_ndarray.h"
 #include "_segment.h"
@@ -96,9 +95,6 @@ NB_MODULE(_native, m) {
   m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
         "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
-  m.def("wait_policy_override", &ss_wait_policy_override, "wake_ns"_a = -1, "load"_a = -1,
-        "Test hook (docs/waiting.md): wake_ns >= 0 replaces the measured wake-up cost, -1 "
-        "measures it again; load 1 or 0 fixes the contention state, -1 measures it.");
   m.def(
       "segment_bytes",
       [](uint64_t payload, uint32_t slots, uint32_t history) {
@@ -108,82 +104,7 @@ NB_MODULE(_native, m) {
       },
       nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
       "Bytes of a segment with slots payload slots (history: history + 1 slots and records).");
-  def_fault_injection(m);
   m.def("monotonic_ns", &ss_monotonic_ns);
-
-  // Offsets of every documented header field, for the ABI test.
-  m.def("layout", []() {
-    nb::dict d;
-#define F(path, field) \
-  d[#field] = nb::make_tuple(offsetof(ss_header, path), sizeof(((ss_header *)0)->path))
-    F(id.magic, magic);
-    F(id.layout_version, layout_version);
-    F(id.kind, kind);
-    F(id.header_bytes, header_bytes);
-    F(id.flags, flags);
-    F(id.payload_offset, payload_offset);
-    F(id.payload_bytes, payload_bytes);
-    F(id.slot_stride, slot_stride);
-    F(id.slot_count, slot_count);
-    F(id.ndim, ndim);
-    F(id.shape, shape);
-    F(id.itemsize, itemsize);
-    F(id.creator_pid, creator_pid);
-    F(id.mode, mode);
-    F(id.creator_start_ticks, creator_start_ticks);
-    F(id.instance_id, instance_id);
-    F(id.created_ns, created_ns);
-    F(id.name_len, name_len);
-    F(id.dtype_len, dtype_len);
-    F(id.name, name);
-    F(id.dtype, dtype);
-    F(id.gpu, gpu);
-    F(id.history, history);
-    F(id.pidns_dev, pidns_dev);
-    F(id.pidns_ino, pidns_ino);
-    F(id.reserved, identity_reserved);
-    F(id.checksum, checksum);
-    F(lock.m, mutex);
-    F(lock.owner_pid, owner_pid);
-    F(lock.owner_tid, owner_tid);
-    F(lock.acquisitions, acquisitions);
-    F(pub.seq, seq);
-    F(pub.count, count);
-    F(pub.frame_id, frame_id);
-    F(pub.write_time_ns, write_time_ns);
-    F(pub.state, state);
-    F(pub.writer_pid, writer_pid);
-    F(pub.aborted, aborted);
-    F(pub.slot, slot);
-    F(pub.writer_start_ticks, writer_start_ticks);
-    F(stream.slots.seq, slot_seq);
-    F(stream.undo.count, undo_count);
-    F(stream.undo.frame_id, undo_frame_id);
-    F(stream.undo.write_time_ns, undo_write_time_ns);
-    F(stream.undo.aborted, undo_aborted);
-    F(stream.undo.slot, undo_slot);
-    F(stream.undo.state, undo_state);
-    F(notify.wake_seq, wake_seq);
-    F(notify.waiters, waiters);
-    F(notify.lock_readers, lock_readers);
-    F(notify.sleepers, sleepers);
-    F(stream.sleeper, sleeper);
-#undef F
-    return d;
-  });
-  // Offsets within one slot record of a history stream, for the ABI test.
-  m.def("slot_record_layout", []() {
-    nb::dict d;
-#define R(field) \
-  d[#field] = nb::make_tuple(offsetof(ss_slot_record, field), sizeof(((ss_slot_record *)0)->field))
-    R(seq);
-    R(count);
-    R(frame_id);
-    R(write_time_ns);
-    R(reserved_);
-#undef R
-    return d;
-  });
 
   nb::class_<Segment>(m, "Segment")
       .def_static(

@@ -19,7 +19,6 @@
 #include <tuple>
 #include <vector>
 #include "_binding.h"
-#include "_fault.h"
 #include "_ndarray.h"
 #include "shmstream.h"
 
