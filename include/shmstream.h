@@ -455,7 +455,7 @@ SS_API int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int
 
 /* Zero-copy read: locate the published frame (same freshness rule and
  * fallback as ss_read) without copying it. The caller reads
- * ss_slot(seg, frame->slot) in place, then asks ss_view_valid whether the
+ * ss_view_data(seg, frame) (below) in place, then asks ss_view_valid whether the
  * writer started overwriting that slot meanwhile (it can only after
  * slot_count - 1 newer publications, or at once with one slot). */
 typedef struct ss_frame {

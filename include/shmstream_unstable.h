@@ -9,10 +9,19 @@
 #define SHMSTREAM_UNSTABLE_H
 
 #include "shmstream.h"
+#include "shmstream_channel.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* How a handle may touch its segment (ss_segment.readonly). */
+enum ss_access {
+  SS_ACCESS_WRITE = 0,    /* mapped read-write */
+  SS_ACCESS_READONLY = 1, /* mapped read-write, opened readonly: may take the lock to read */
+  SS_ACCESS_FOREIGN = 2   /* a read-only mapping of someone else's segment
+                           * (or a peek): no lock, so no lock fallback */
+};
 
 /* ---- the wait policy (src/core/wait_policy.c, docs/waiting.md) ---------- */
 
@@ -70,6 +79,73 @@ SS_API int ss_gpu_write_locked_ex(struct ss_gpu *g, ss_segment *seg, uint64_t sr
                                   uint64_t user_stream, const ss_publish_meta *meta,
                                   int64_t timeout_ns);
 SS_API void ss_write_abort(ss_segment *seg);
+
+/* ss_write_locked_ex with its count checked, the lock held: ERANGE if
+ * meta->count is above SS_MAX_COUNT, EINVAL if it is not 0 and does not
+ * exceed the current count (a mirror's counts only grow), else the write.
+ * *count: the count after the write, or the current one on refusal. The
+ * check alone, without a write: ss_publish_count_check. */
+SS_API int ss_publish_count_check(const ss_segment *seg, uint64_t count, uint64_t *current);
+SS_API int ss_publish_locked(ss_segment *seg, const void *src, size_t n,
+                             const ss_publish_meta *meta, uint64_t *count);
+
+/* ---- a handle's state, for the binding's properties and messages -------- */
+
+/* How the handle may touch its segment: enum ss_access (0 write, 1 opened
+ * readonly, 2 a foreign read-only mapping or a peek). */
+SS_API int ss_segment_access(const ss_segment *seg);
+/* The file's permission bits (fstat at open, create or peek). */
+SS_API uint32_t ss_segment_file_mode(const ss_segment *seg);
+/* 1 while the handle maps a segment, 0 before open and after close. */
+SS_API int ss_segment_mapped(const ss_segment *seg);
+/* pub.state (enum ss_state), relaxed: what the binding tests before a fast read. */
+SS_API uint32_t ss_segment_state(const ss_segment *seg);
+
+/* The shared header's words a status report shows (docs/ABI.md, "Header"),
+ * each one load: seq and count acquire, the rest relaxed (they are
+ * informational). waiters: sleeping readers, with or without a slot. */
+typedef struct ss_segment_words {
+  uint64_t seq, count, frame_id, write_time_ns, aborted, writer_start_ticks, acquisitions;
+  uint32_t state, waiters;
+  int32_t writer_pid, owner_pid, owner_tid;
+} ss_segment_words;
+SS_API void ss_segment_words_get(const ss_segment *seg, ss_segment_words *out);
+
+/* ---- a channel handle's state (src/core/ring.c) ------------------------- */
+
+/* 1 while attached (an end held, the ring mapped); the segment under the
+ * channel (for ss_segment_* and the wait policy); the ring's bytes; the
+ * role (enum ss_role, 0 once detached); 1 while a zero-copy send is open. */
+SS_API int ss_channel_attached(const ss_channel *ch);
+SS_API const ss_segment *ss_channel_segment(const ss_channel *ch);
+SS_API uint64_t ss_channel_capacity(const ss_channel *ch);
+SS_API int ss_channel_role(const ss_channel *ch);
+SS_API int ss_channel_tx_open(const ss_channel *ch);
+/* The producer's batch (ss_channel_set_batch) and messages not yet published. */
+SS_API uint32_t ss_channel_batch(const ss_channel *ch);
+SS_API uint32_t ss_channel_pending(const ss_channel *ch);
+/* The spin before a wait sleeps (default SHMSTREAM_SPIN_US); < 0 restores it. */
+SS_API int64_t ss_channel_spin_ns(const ss_channel *ch);
+SS_API void ss_channel_set_spin_ns(ss_channel *ch, int64_t spin_ns);
+/* The consumer's read cursor (end of the last record taken) and the bytes
+ * it released: what ss_channel_release_rx moves between. */
+SS_API uint64_t ss_channel_rx_cursor(const ss_channel *ch);
+SS_API uint64_t ss_channel_rx_released(const ss_channel *ch);
+
+/* A channel segment's ring words (docs/ABI.md, "Channels"), each one
+ * relaxed load, from an attached channel's segment or a peeked one (kind
+ * checked by the caller). An end: its owner's pid and start ticks (the
+ * owner word), state, attaches, takeovers. */
+typedef struct ss_ring_end_words {
+  int32_t pid;
+  uint32_t state;
+  uint64_t start_ticks_low, attaches, takeovers;
+} ss_ring_end_words;
+typedef struct ss_ring_words {
+  uint64_t head, tail;
+  ss_ring_end_words producer, consumer;
+} ss_ring_words;
+SS_API void ss_ring_words_get(const ss_segment *seg, ss_ring_words *out);
 
 /* ---- fault injection (src/core/fault.c; tests only) --------------------- */
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import shmstream
-from shmstream import _native, _testhooks
+from shmstream import _testhooks
 
 import support
 

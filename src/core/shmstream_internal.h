@@ -15,14 +15,6 @@
 extern "C" {
 #endif
 
-/* How a handle may touch its segment (ss_segment.readonly). */
-enum ss_access {
-  SS_ACCESS_WRITE = 0,    /* mapped read-write */
-  SS_ACCESS_READONLY = 1, /* mapped read-write, opened readonly: may take the lock to read */
-  SS_ACCESS_FOREIGN = 2   /* a read-only mapping of someone else's segment
-                           * (or a peek): no lock, so no lock fallback */
-};
-
 /* ---- the wait policy's per-handle statistics (src/core/wait_policy.c) ---- */
 
 /* One handle's waits. Relaxed atomics: two threads waiting on one handle at
