@@ -37,7 +37,7 @@ def _segments() -> set[str]:
 
 
 def _header(path: str) -> bytes:
-    """The identity up to the user name's end (offsets from _native.layout())."""
+    """The identity up to the user name's end (offsets from _testhooks.layout())."""
     off, size = support.field("name")
     try:
         with open(path, "rb") as f:

@@ -1,6 +1,6 @@
 // The Channel class behind shmstream._channel.Channel: one attached end of
 // a ring, the views that pin its bytes, and the DLPack layout of a message.
-// Included once, by _channel.cpp (CMake builds every _*.cpp as a module).
+// Included once, by _channel.cpp (CMakeLists.txt builds each listed _<part>.cpp as a module).
 #pragma once
 
 #include <nanobind/nanobind.h>

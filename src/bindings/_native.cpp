@@ -1,6 +1,7 @@
 // Thin binding over the C core: converts arguments, releases the GIL around
 // blocking and bulk-copy calls, and turns status codes into exceptions.
-// No protocol logic lives here; it is all in src/core/.
+// No protocol logic lives here; it is all in src/core/, reached through
+// include/ only (the public headers and shmstream_unstable.h).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
