@@ -1,7 +1,8 @@
 """What every benchmark part shares: measurement scaffolding (calibration,
 timed runs, round-trip latencies), statistics, formatting, Markdown tables,
 progress lines, and the results document (environment, records, errors,
-tables) written with ``--json``.
+tables), written where ``results_path`` says: ``--json PATH``, or by default
+``benchmarks/results/DATE-MACHINE-PART.json``.
 
 The timed loops themselves belong to each part (a call per iteration would
 be measured too); what is here runs around them.
@@ -17,14 +18,24 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 import time
 from array import array
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 NA_HINT = "n/a (pip install shmstream[bench])"
+
+#: Where every part's raw results go by default (BENCHMARKS.md cites them).
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: Every part's ``--json`` help: where its raw results go (``results_path``).
+JSON_HELP = (
+    "write the raw results here (default: benchmarks/results/DATE-MACHINE-PART.json; "
+    "a --quick run writes none without --json)"
+)
 
 
 class BenchError(RuntimeError):
@@ -290,6 +301,16 @@ class Results:
         self.errors.append(message)
         print(f"[bench] ERROR: {message}", file=sys.stderr, flush=True)
 
+    def save(self, path: str | None, *, quick: bool, **sections: Any) -> str | None:
+        """Write the results where ``results_path`` says (``--json PATH``,
+        else the dated file in benchmarks/results/; a ``--quick`` smoke run
+        only where ``--json`` names a file) and return that path."""
+        target = results_path(self.meta["part"], path, quick=quick)
+        if target is not None:
+            self.dump(target, **sections)
+            progress(f"raw results written to {target}")
+        return target
+
     def dump(self, path: str, **sections: Any) -> None:
         self.meta["loadavg_end"] = _loadavg()
         doc = {
@@ -318,6 +339,41 @@ def machine_description() -> str:
         pass
     u = platform.uname()
     return f"{model} ({os.cpu_count()} CPUs), {u.system} {u.release} {u.machine}"
+
+
+def machine_tag(description: str | None = None) -> str:
+    """The machine in a results file's name: the CPU family and the online
+    CPUs, "epyc2c" for "AMD EPYC (2 CPUs), ...", "xeon2c" for "Intel(R)
+    Xeon(R) Processor (2 CPUs), ..."; "vm" + CPUs where no model is known."""
+    description = description or machine_description()
+    model, _, rest = description.partition(" (")
+    cpus = re.match(r"(\d+) CPUs", rest)
+    words = [
+        w
+        for w in re.sub(r"\((R|TM)\)|@.*", " ", model).lower().split()
+        if w not in ("intel", "amd", "cpu", "processor", "genuine", "authentic", "x86_64")
+    ]
+    family = re.sub(r"[^a-z0-9]", "", words[0]) if words else ""
+    return f"{family or 'vm'}{cpus.group(1) if cpus else os.cpu_count()}c"
+
+
+def results_path(part: str, path: str | None, *, quick: bool, suffix: str = ".json") -> str | None:
+    """Where a run of ``part`` writes its raw results: ``path`` (``--json``)
+    when given; else ``benchmarks/results/DATE-MACHINE-PART.json`` (today, UTC;
+    ``-2``, ``-3``... after the part's name when that day's file exists, so
+    no earlier run is overwritten); None for a ``--quick`` smoke run without
+    ``--json``, whose numbers are not results. ``suffix=""`` names a folder
+    (``benchmarks.compare_builds``)."""
+    if path:
+        return path
+    if quick:
+        return None
+    stem = f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d}-{machine_tag()}-{part}"
+    n = 1
+    while (RESULTS_DIR / f"{stem}{'' if n == 1 else f'-{n}'}{suffix}").exists():
+        n += 1
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    return str(RESULTS_DIR / f"{stem}{'' if n == 1 else f'-{n}'}{suffix}")
 
 
 def _loadavg() -> list[float] | None:

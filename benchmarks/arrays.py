@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from shmstream.shared_array import share
-from ._common import BenchError, Results, emit, fmt_ratio, median, progress, render_table
+from ._common import JSON_HELP, BenchError, Results, emit, fmt_ratio, median, progress, render_table
 from ._rawshm import raw_shm, raw_unlink
 
 METHODS = ("shmstream", "pickled", "stdlib shm")
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (--quick: 1)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: small, one worker, once")
     ap.add_argument("--start-method", default="spawn", choices=mp.get_all_start_methods())
-    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     opts = ap.parse_args(argv)
     for name, full, quick in (
         ("rows", 10_000_000, 20_000),
@@ -221,6 +221,5 @@ def main(argv: list[str]) -> int:
         f"{fmt_ratio(priv['pickled'], priv['shmstream'], digits=1)}: {verdict}"
     )
     results.meta.update(speedup=speed, memory_ratio=mem)
-    if opts.json:
-        results.dump(opts.json)
+    results.save(opts.json, quick=opts.quick)
     return 0

@@ -63,6 +63,7 @@ import numpy as np
 from . import _bridge_tasks
 from ._bridge_tasks import ACK_BYTES, SETUP_S, _run_bridge, _wait
 from ._common import (
+    JSON_HELP,
     BenchError,
     Results,
     call_quietly,
@@ -163,7 +164,8 @@ class Setup:
         self.made.append(name)
 
     def _bridge_main(self, kwargs: dict, ready: Any) -> tuple[Callable[..., None], tuple]:
-        """What a bridge process runs (benchmarks/bridge_hops.py runs a traced one)."""
+        """What a bridge process runs (a subclass may run a traced one, as the
+        removed bridge_hops diagnostic did: benchmarks/results/LOG.md)."""
         return _run_bridge, (kwargs, ready, self.stop)
 
     def _bridge(self, kwargs: dict) -> None:
@@ -344,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
         default="ping,oneway",
         help="comma-separated subset of ping,oneway (default both)",
     )
-    ap.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     return ap
 
 
@@ -402,9 +404,7 @@ def main(argv: list[str]) -> int:
         receiver.close()
         setup.close()
     _report(res, runs, impls, cfg)
-    if cfg.json:
-        res.dump(cfg.json)
-        progress(f"wrote {cfg.json}")
+    res.save(cfg.json, quick=cfg.quick)
     return 0
 
 

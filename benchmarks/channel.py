@@ -36,7 +36,7 @@ import time
 import uuid
 
 from . import _tachyon
-from ._common import Results, fmt_fields, latency_summary, median, ping_latencies
+from ._common import JSON_HELP, Results, fmt_fields, latency_summary, median, ping_latencies
 from ._iceoryx2 import node as iox_node
 from ._iceoryx2 import remove as iox_remove
 from ._iceoryx2 import run_files as iox_files
@@ -586,7 +586,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="10x fewer messages (smoke run)")
     ap.add_argument("--only", default="", help="comma-separated scenario names to run")
-    ap.add_argument("--json", help="write raw results here")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     args = ap.parse_args(argv)
     res = Results("channel", argv or [])
     scen = _scenarios(args.quick)
@@ -633,12 +633,12 @@ def main(argv=None) -> int:
             )
     _targets(summary)
     iox_remove(*iox_files(os.getpid()))
-    if args.json:
-        res.dump(
-            args.json,
-            raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},
-            median={f"{k[0]}|{k[1]}": v for k, v in summary.items()},
-        )
+    res.save(
+        args.json,
+        quick=args.quick,
+        raw={f"{k[0]}|{k[1]}": v for k, v in raw.items()},
+        median={f"{k[0]}|{k[1]}": v for k, v in summary.items()},
+    )
     return 0
 
 

@@ -11,7 +11,8 @@ alternating so that drifts of the machine hit both, with shmstream as the
 only peer. For every row the median over rounds of each build is printed
 with the ratio new / base (> 1: the new build is faster for rates, slower
 for latencies), and the geometric mean of the rate ratios. The raw per-run
-JSON files are kept under --out.
+JSON files are kept under --out (default: a dated folder in
+benchmarks/results/).
 
 ``--micro N`` adds the floor of a write + read in one process (4 floats
 and 100x100 float32), N fresh processes per build: the parts' rows move by
@@ -38,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from ._common import results_path
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("section", "scenario", "shape", "payload", "variant", "peer")
@@ -103,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", default=sys.executable, help="python with the new build")
     ap.add_argument("--parts", default="stream,channel")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default="benchmarks/compare_builds", help="raw results folder")
+    ap.add_argument(
+        "--out",
+        help="raw results folder (default: benchmarks/results/DATE-MACHINE-compare-builds/)",
+    )
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument(
         "--micro",
@@ -113,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also N processes per build of the write+read floor (MICRO)",
     )
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    folder = results_path("compare-builds", args.out, quick=False, suffix="")
+    assert folder is not None  # only a --quick run has no results path
+    out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {
         "base": args.base,

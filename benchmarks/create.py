@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 import shmstream
-from ._common import Results, emit, fmt_ratio, median, progress, render_table
+from ._common import JSON_HELP, Results, emit, fmt_ratio, median, progress, render_table
 from ._rawshm import raw_shm, raw_unlink
 
 METHODS = ("shmstream create", "stdlib + fallocate", "stdlib + first write")
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (--quick: 1)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 64 MiB, once")
-    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     opts = ap.parse_args(argv)
     gib = opts.gib if opts.gib is not None else (1 / 16 if opts.quick else 1.0)
     repeats = opts.repeats if opts.repeats is not None else (1 if opts.quick else 3)
@@ -113,6 +113,5 @@ def main(argv: list[str]) -> int:
         f"creating a {size / GIB:.2f} GiB segment in /dev/shm, median of {repeats}",
     )
     emit(results, table)
-    if opts.json:
-        results.dump(opts.json)
+    results.save(opts.json, quick=opts.quick)
     return 0

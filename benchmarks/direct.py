@@ -38,7 +38,7 @@ import numpy as np
 
 from shmstream.direct import DirectArray, io_backend
 from . import _pagecache
-from ._common import Results, fmt_ratio, progress, render_table
+from ._common import JSON_HELP, Results, fmt_ratio, progress, render_table
 
 COLS = 40
 SPAN = 30000
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated subset of: " + ", ".join(READERS),
     )
     ap.add_argument("--dir", default=None, help="where to make the file (default: the temp dir)")
-    ap.add_argument("--json", default=None, help="write the raw results here")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     for name, full, quick in (
@@ -300,10 +300,16 @@ def main(argv: list[str] | None = None) -> int:
     report.tables.append(text)
     print(text)
     print("\nseconds per pass (MB read from disk, /proc/self/io)")
-    if args.json:
-        # "argv", "tasks", "bytes", "results": what this file held before it
-        # had the common sections
-        report.dump(args.json, argv=argv, tasks=len(starts), bytes=nbytes, results=report.records)
+    # "argv", "tasks", "bytes", "results": what this file held before it
+    # had the common sections
+    report.save(
+        args.json,
+        quick=args.quick,
+        argv=argv,
+        tasks=len(starts),
+        bytes=nbytes,
+        results=report.records,
+    )
     return 0
 
 

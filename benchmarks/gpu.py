@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._common import (
+    JSON_HELP,
     Results,
     emit,
     fmt_hz,
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--matvec-n", type=int, default=4096, help="matrix size N (default 4096)")
     p.add_argument("--rounds", type=int, default=2000, help="ping-pong round trips (default 2000)")
     p.add_argument("--no-pyshmem", action="store_true", help="leave the pyshmem column out")
-    p.add_argument("--json", metavar="PATH", help="write the raw results as JSON")
+    p.add_argument("--json", metavar="PATH", help=JSON_HELP)
     args = p.parse_args(argv)
 
     import shmstream
@@ -279,10 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
 
-    if args.json:
-        # "device" ... "pingpong": what this file held before it had the
-        # common sections
-        res.dump(args.json, **results)
+    # "device" ... "pingpong": what this file held before it had the
+    # common sections
+    res.save(args.json, quick=args.quick, **results)
     return 0
 
 

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BenchError, Results, median, progress, render_table
+from ._common import JSON_HELP, BenchError, Results, median, progress, render_table
 from ._workers import Worker
 
 WRITE_READ_S = 0.2
@@ -381,7 +381,7 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="3 rounds, 0.5 s writer runs")
     ap.add_argument("--only", choices=("write-read", "recorder"), default=None)
-    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     opts = ap.parse_args(argv)
     opts.shape = tuple(int(d) for d in opts.shape.lower().split("x"))
     if opts.quick:
@@ -405,6 +405,5 @@ def main(argv: list[str]) -> int:
     except BenchError as exc:
         res.error(str(exc))
         status = 1
-    if opts.json:
-        res.dump(opts.json)
+    res.save(opts.json, quick=opts.quick)
     return status

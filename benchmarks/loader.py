@@ -34,6 +34,7 @@ import warnings
 from typing import Any, cast
 
 from ._common import (
+    JSON_HELP,
     BenchError,
     Results,
     emit,
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--quick", action="store_true", help="a smoke run: one small dataset")
     ap.add_argument("--touch", action="store_true", help="sum every batch in the consumer")
     ap.add_argument("--start-method", default=None, help="default: torch's default")
-    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     opts = ap.parse_args(argv)
     for name, full, quick in (
         ("epochs", 3, 2),
@@ -213,8 +214,7 @@ def main(argv: list[str]) -> int:
         emit(results, table)
     if opts.first_use != "none":
         emit(results, _first_use(torch, results, opts.first_use, opts.rounds))
-    if opts.json:
-        results.dump(opts.json)
+    results.save(opts.json, quick=opts.quick)
     return 0
 
 

@@ -1,21 +1,23 @@
 """Plots of the recorded benchmark results, beside their JSON:
 
-    python -m benchmarks.plot [--dir benchmarks]
+    python -m benchmarks.plot [RESULTS.json ...] [--dir benchmarks/results]
 
-reads ``stream.json``, ``channel.json`` and ``loader.json`` (what
-``python -m benchmarks PART --json`` wrote) and writes, next to them:
+reads the given results files (what ``python -m benchmarks PART`` wrote),
+or by default the newest ``DATE-MACHINE-stream.json``,
+``DATE-MACHINE-channel.json`` and ``DATE-MACHINE-loader.json`` in
+benchmarks/results/, and writes, next to each, its name with:
 
-* ``stream-latency.png`` and ``channel-latency.png``: every ping-pong row
+* ``-latency.png`` (stream and channel): every ping-pong row
   (peer, variant, payload) with its p50 and p99 marked. The parts record
   percentiles per repeat, not every round trip, so each row shows the p50,
   p95 and p99 of every repeat (a dot each) and the median over repeats
   (the bar): the spread between repeats is the machine's noise;
-* ``stream-throughput.png``: GB/s against payload size for each peer, for
-  write + read in one process and for request/response (payload bytes
+* ``-throughput.png`` (stream): GB/s against payload size for each peer,
+  for write + read in one process and for request/response (payload bytes
   moved one way a second), the median of the repeats with their range;
-* ``channel-throughput.png``: each channel scenario's rate per peer, the
-  median of the rounds and each round;
-* ``loader-epochs.png``: every epoch's time for each dataset size, per
+  (channel): each channel scenario's rate per peer, the median of the
+  rounds and each round;
+* ``-epochs.png`` (loader): every epoch's time for each dataset size, per
   regime (default: workers started each epoch; persistent), torch's
   transport beside shmstream's.
 
@@ -28,12 +30,14 @@ import argparse
 import collections
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+from ._common import RESULTS_DIR
+
 #: Bytes an element of the stream part's frames takes (float32).
 STREAM_ITEMSIZE = 4
 
@@ -270,35 +274,62 @@ def loader_epochs(doc: dict[str, Any], out: Path) -> Path | None:
     )
 
 
+#: What each part's results are plotted as: (part, suffix of the PNG, plot).
 PLOTS = [
-    ("stream.json", "stream-latency.png", stream_latency),
-    ("stream.json", "stream-throughput.png", stream_throughput),
-    ("channel.json", "channel-latency.png", channel_latency),
-    ("channel.json", "channel-throughput.png", channel_throughput),
-    ("loader.json", "loader-epochs.png", loader_epochs),
+    ("stream", "latency", stream_latency),
+    ("stream", "throughput", stream_throughput),
+    ("channel", "latency", channel_latency),
+    ("channel", "throughput", channel_throughput),
+    ("loader", "epochs", loader_epochs),
 ]
+
+
+def newest(where: Path, part: str) -> Path | None:
+    """The newest default-named results file of ``part`` in ``where``
+    (``DATE-MACHINE-PART.json`` or ``...-PART-N.json``; a variant such as
+    ``-stream-hogs.json`` is not the part's plain run)."""
+    pattern = re.compile(rf"(\d{{4}}-\d{{2}}-\d{{2}})-[a-z0-9]+-{re.escape(part)}(?:-(\d+))?\.json")
+    found = []
+    for path in where.glob(f"*-{part}*.json"):
+        m = pattern.fullmatch(path.name)
+        if m:
+            found.append((m.group(1), int(m.group(2) or 1), path))
+    return max(found)[2] if found else None
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.plot", description=__doc__.split("\n")[0]
     )
+    ap.add_argument("files", nargs="*", metavar="RESULTS.json", help="results files to plot")
     ap.add_argument(
         "--dir",
-        default=str(HERE),
-        help="where the JSON results are and the PNGs go (default: benchmarks/)",
+        default=str(RESULTS_DIR),
+        help="where to find the newest results without files (default: benchmarks/results/)",
     )
     opts = ap.parse_args(argv)
-    where = Path(opts.dir)
-    docs: dict[str, dict[str, Any] | None] = {}
-    for source, target, plot in PLOTS:
-        if source not in docs:
-            docs[source] = _load(where / source)
-        doc = docs[source]
+    if opts.files:
+        sources = [Path(f) for f in opts.files]
+    else:
+        parts = dict.fromkeys(part for part, _, _ in PLOTS)
+        sources = []
+        for part in parts:
+            path = newest(Path(opts.dir), part)
+            if path is None:
+                print(f"[plot] no {part} results in {opts.dir}, its plots skipped", file=sys.stderr)
+            else:
+                sources.append(path)
+    for source in sources:
+        doc = _load(source)
         if doc is None:
             continue
-        made = plot(doc, where / target)
-        print(f"[plot] {target}" + ("" if made else ": nothing to plot"), file=sys.stderr)
+        part = doc.get("meta", {}).get("part")
+        for name, suffix, plot in PLOTS:
+            if name != part:
+                continue
+            target = source.with_name(f"{source.stem}-{suffix}.png")
+            made = plot(doc, target)
+            print(f"[plot] {target}" + ("" if made else ": nothing to plot"), file=sys.stderr)
     return 0
 
 

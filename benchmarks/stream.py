@@ -55,7 +55,7 @@ import argparse
 import contextlib
 import sys
 
-from ._common import Results, call_quietly, progress
+from ._common import JSON_HELP, Results, call_quietly, progress
 from ._hogs import hogs
 from ._stream import fanout, loop200, pingpong, roundtrip
 from ._stream.peer import Names
@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="time per measurement (default 0.4; 0.03 with --quick)",
     )
-    p.add_argument("--json", metavar="PATH", help="write raw results and tables as JSON")
+    p.add_argument("--json", metavar="PATH", help=JSON_HELP)
     p.add_argument(
         "--huge", action="store_true", help="add a 10000x10000 float32 (400 MB) round-trip column"
     )
@@ -171,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         for w in workers:
             call_quietly(w.close)
         names.cleanup()
-        if cfg.json:
-            res.dump(cfg.json)
-            progress(f"raw results written to {cfg.json}")
+        res.save(cfg.json, quick=cfg.quick)
     if res.errors:
         print(f"{len(res.errors)} error(s):", file=sys.stderr)
         for e in res.errors:

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from shmstream.viewer import DEFAULT_FPS
-from ._common import BenchError, Results, emit, median, progress, render_table
+from ._common import JSON_HELP, BenchError, Results, emit, median, progress, render_table
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -270,7 +270,7 @@ def main(argv: list[str]) -> int:
         help=f"the server's cap (default {DEFAULT_FPS:g}, the view's own)",
     )
     ap.add_argument("--quick", action="store_true", help="1 round of 1 s")
-    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--json", metavar="PATH", help=JSON_HELP)
     opts = ap.parse_args(argv)
     opts.shape = tuple(int(d) for d in opts.shape.lower().split("x"))
     if opts.quick:
@@ -289,6 +289,5 @@ def main(argv: list[str]) -> int:
     except BenchError as exc:
         res.error(str(exc))
         status = 1
-    if opts.json:
-        res.dump(opts.json)
+    res.save(opts.json, quick=opts.quick)
     return status

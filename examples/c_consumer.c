@@ -1,6 +1,6 @@
 /* A native consumer for a shmstream channel.
  *
- *   cc -O2 -I include examples/c_consumer.c src/core/[a-z]*.c -o c_consumer -lpthread
+ *   cc -O2 -I include examples/c_consumer.c src/core/[a-z]*.c -o c_consumer -lpthread -ldl
  *   ./c_consumer NAME
  *
  * Attaches to an existing channel as its consumer, receives until the

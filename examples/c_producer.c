@@ -1,6 +1,6 @@
 /* A native producer for a shmstream channel.
  *
- *   cc -O2 -I include examples/c_producer.c src/core/[a-z]*.c -o c_producer -lpthread
+ *   cc -O2 -I include examples/c_producer.c src/core/[a-z]*.c -o c_producer -lpthread -ldl
  *   ./c_producer NAME COUNT SIZE          bytes messages, type_id = i,
  *                                         byte j of message i = (i + j) & 255
  *   ./c_producer NAME COUNT --frames N    float32[N] array messages (Python

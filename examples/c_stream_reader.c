@@ -4,7 +4,7 @@
  * a consistent snapshot) -- the same rule Python's read_new follows.
  *
  * Build from the repository root (the core is plain C11, no Python):
- *   cc -O2 -Iinclude examples/c_stream_reader.c src/core/[a-z]*.c -lpthread -o c_stream_reader
+ *   cc -O2 -I include examples/c_stream_reader.c src/core/[a-z]*.c -o c_stream_reader -lpthread -ldl
  *   ./c_stream_reader cam/left 1000         # name, frames to read
  *
  * A frame k is expected to hold the value k everywhere with frame_id k (what

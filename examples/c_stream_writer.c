@@ -2,7 +2,7 @@
  * frames that any Python process reads with shmstream.open(name).
  *
  * Build from the repository root (the core is plain C11, no Python):
- *   cc -O2 -Iinclude examples/c_stream_writer.c src/core/[a-z]*.c -lpthread -o c_stream_writer
+ *   cc -O2 -I include examples/c_stream_writer.c src/core/[a-z]*.c -o c_stream_writer -lpthread -ldl
  *   ./c_stream_writer cam/left 1000        # name, frames
  *
  * Frame k is filled with the value k and carries frame_id k, so a reader

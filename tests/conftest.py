@@ -219,7 +219,7 @@ def _loader_pool_files(tokens: set[str]) -> set[str]:
 
 @pytest.fixture
 def no_loader_pool_left(monkeypatch):
-    """The pools the test's shmstream.torch.DataLoaders made are gone when it
+    """The pools the test's DataLoaders (shmstream.torch) made are gone when it
     ends. Scoped to them: other processes (a concurrent test run) use
     /dev/shm meanwhile. The loader modules use it for every test."""
     import gc

@@ -242,11 +242,14 @@ def test_a_negative_or_nan_timeout_raises_ValueError(shm, timeout):
         shm.wait_for_count(after=5, timeout=timeout)
 
 
-@pytest.mark.parametrize("after", [-1, "x", None], ids=repr)
-def test_a_bad_count_for_wait_for_count_and_read_after_raises_ValueError(shm, after):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    "after,error", [(-1, ValueError), (2**64, ValueError), ("x", TypeError), (None, TypeError)]
+)
+def test_a_bad_count_for_wait_for_count_and_read_after_is_refused(shm, after, error):
+    # a count of the wrong type is a TypeError, as read_since's (issue 37)
+    with pytest.raises(error, match="after must be"):
         shm.wait_for_count(after=after, timeout=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(error, match="after must be"):
         shm.read_after(after, timeout=0)
 
 

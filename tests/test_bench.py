@@ -5,17 +5,20 @@ part, and that none of them is installed with the library.
 Speed is never asserted here (it lives in BENCHMARKS.md), and neither is a
 benchmark's table text: these tests check that the measurement scaffolding
 counts what it says, that every part runs with ``--quick`` and writes its
-JSON, and that it leaves nothing in /dev/shm. They import ``benchmarks``
+JSON, that results go to benchmarks/results/ named by date and machine, and
+that it leaves nothing in /dev/shm. They import ``benchmarks``
 from the checkout root (pytest's ``pythonpath``).
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib.metadata
 import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +143,58 @@ def test_results_json_has_the_common_sections_and_the_part_ones(tmp_path):
         doc["meta"]
     )
     assert doc["records"] == [{"a": 1}] and doc["raw"] == {"k": [1]}
+
+
+# ---- where results go -----------------------------------------------------------
+
+#: A results file's name: DATE-MACHINE-PART[-variant].ext (BENCHMARKS.md).
+RESULT_NAME = re.compile(r"\d{4}-\d{2}-\d{2}-[a-z]+\d+c-[a-z0-9-]+(\.(json|txt|png))?")
+
+
+def test_results_go_to_a_dated_file_per_machine_that_no_later_run_overwrites(tmp_path, monkeypatch):
+    monkeypatch.setattr(_common, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(_common, "machine_description", lambda: "AMD EPYC (2 CPUs), Linux")
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    first = _common.results_path("stream", None, quick=False)
+    assert first == str(tmp_path / "results" / f"{today}-epyc2c-stream.json")
+    Path(first).write_text("{}")
+    assert _common.results_path("stream", None, quick=False).endswith(
+        f"{today}-epyc2c-stream-2.json"
+    )
+    assert _common.results_path("stream", "mine.json", quick=False) == "mine.json"
+    assert _common.results_path("stream", None, quick=True) is None  # a smoke run is no result
+    assert _common.results_path("stream", "q.json", quick=True) == "q.json"
+
+
+def test_a_part_run_without_json_writes_its_results_into_benchmarks_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(_common, "RESULTS_DIR", tmp_path)
+    assert _bench.main(["create", "--gib", "0.0625", "--repeats", "1"]) == 0
+    (written,) = tmp_path.iterdir()
+    assert RESULT_NAME.fullmatch(written.name) and written.name.endswith("-create.json")
+    assert json.loads(written.read_text())["meta"]["part"] == "create"
+
+
+def test_every_result_file_is_in_benchmarks_results_named_by_date_and_machine():
+    stray = [
+        p.name for p in (ROOT / "benchmarks").glob("*") if p.suffix in (".json", ".txt", ".png")
+    ]
+    assert stray == [], "raw results belong in benchmarks/results/"
+    names = [p.name for p in (ROOT / "benchmarks" / "results").iterdir() if p.name != "LOG.md"]
+    assert names and [n for n in names if not RESULT_NAME.fullmatch(n)] == []
+
+
+def test_plot_reads_the_newest_plain_run_of_each_part(tmp_path):
+    from benchmarks import plot
+
+    for name in (
+        "2026-11-22-xeon2c-stream.json",
+        "2026-11-24-epyc2c-stream.json",
+        "2026-11-24-epyc2c-stream-2.json",
+        "2026-11-25-epyc2c-stream-hogs.json",  # a variant, not the plain run
+    ):
+        (tmp_path / name).write_text("{}")
+    assert plot.newest(tmp_path, "stream") == tmp_path / "2026-11-24-epyc2c-stream-2.json"
+    assert plot.newest(tmp_path, "channel") is None
 
 
 def test_every_stream_peer_has_rows_the_scenarios_can_compare():
@@ -302,3 +357,16 @@ def test_the_installed_package_holds_no_benchmark_code():
         or p.startswith("bench")
     ]
     assert bench_files == []
+
+
+def test_the_docs_list_every_benchmark_part():
+    # docs/API.md's `shmstream bench` row and README's `--help` line name the
+    # parts; a new part (create, view) must not be missing from either.
+    parts = set(_bench.known_parts())
+    api = (ROOT / "docs" / "API.md").read_text(encoding="utf-8")
+    row = next(line for line in api.splitlines() if line.startswith("| `shmstream bench"))
+    listed = re.search(r"against its peers: (.*?) or `all`", row).group(1)
+    assert set(re.findall(r"`([a-z]+)`", listed)) == parts
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = next(x for x in readme.splitlines() if "python -m benchmarks --help" in x)
+    assert set(line.split("the parts:")[1].replace(",", " ").split()) == parts

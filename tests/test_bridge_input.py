@@ -27,8 +27,14 @@ zenoh = pytest.importorskip(
 from test_bridge import SHAPE, Pair, _frame, _status_until  # noqa: E402
 
 import shmstream  # noqa: E402
-from shmstream.bridge import Bridge, _keys, _wire, mirror_status, status_name  # noqa: E402
-from shmstream.bridge._session import make_config  # noqa: E402
+from shmstream.bridge import (  # noqa: E402
+    Bridge,
+    _keys,
+    _wire,
+    make_config,
+    mirror_status,
+    status_name,
+)
 
 import support  # noqa: E402
 from bridge_util import BridgeProc, auth, endpoint, free_port  # noqa: E402

@@ -14,6 +14,7 @@ import pytest
 
 import shmstream
 from shmstream.bridge import _keys, _wire
+from shmstream.bridge._count_window import DUP_WINDOW, MAX_JUMP, mirror_count
 from shmstream.bridge._status import STATUS_DTYPE, StatusWriter, mirror_status, status_name
 
 NAMES = [
@@ -146,6 +147,28 @@ def test_channel_batches_parse_and_bad_ones_are_refused():
     ):
         with pytest.raises(_wire.BadSample):
             list(_wire.iter_records(payload, count, most))
+
+
+def test_a_mirror_counts_on_from_the_source_and_drops_what_it_has():
+    # The generation's first frame sets the offset: the source's count, or
+    # the mirror's next one where the mirror is already past it.
+    assert mirror_count(5, 0, 0, None) == (5, 0, False)
+    assert mirror_count(5, 0, 100, None) == (101, 96, False)
+    # Next frames keep the offset; a re-send or a late frame is dropped.
+    assert mirror_count(8, 5, 101, 96) == (104, 96, False)
+    for resent in (8, 7, 8 - DUP_WINDOW + 1):
+        assert mirror_count(resent, 8, 104, 96)[0] is None
+
+
+def test_no_frame_can_freeze_a_mirror_or_wrap_its_count():
+    """A forged count near 2**64 moves the mirror by one step of at most
+    MAX_JUMP (no more), and the genuine frame after it is not taken for a
+    duplicate of it: the mirror counts on by one."""
+    target, offset, jumped = mirror_count(2**64 - 2, 10, 10, 0)
+    assert (target, jumped) == (10 + MAX_JUMP, True)
+    assert mirror_count(11, 2**64 - 2, target, offset) == (target + 1, target + 1 - 11, True)
+    # A count far below the last one (the source was lost for long, or lied).
+    assert mirror_count(3, 10 + DUP_WINDOW, 50, 0) == (51, 48, True)
 
 
 def test_status_stream_reports_and_survives_a_restarted_importer(make_name):

@@ -353,3 +353,65 @@ def test_an_array_named_like_a_loader_pool_is_listed_as_an_array(make_name, caps
     finally:
         del arr
         shmstream.unlink(name)
+
+
+def _shmstream(*args, cwd=None):
+    """The real ``shmstream`` command (its console entry, as a user runs it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "shmstream", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=cwd,
+    )
+
+
+def test_unlink_of_a_directory_entry_says_why_and_exits_1_removing_the_rest():
+    # list skips a directory with shmstream's prefix; unlink of it was a raw
+    # "[Errno 21] Is a directory". In a private /dev/shm: nobody else's files.
+    reason = support.private_shm_available()
+    if reason:
+        pytest.skip(reason)
+    proc = support.run_in_private_shm(
+        """
+        import os, subprocess, sys
+        import shmstream
+        os.mkdir("/dev/shm/shmstream-adir")
+        shmstream.create("other", shape=(2,)).close()
+        p = subprocess.run([sys.executable, "-m", "shmstream", "unlink", "/shmstream-adir",
+                            "other"], capture_output=True, text=True)
+        print(p.returncode, "|", p.stdout, "|", p.stderr)
+        print("left:", sorted(os.listdir("/dev/shm")))
+        os.rmdir("/dev/shm/shmstream-adir")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("1 |"), out
+    assert "/shmstream-adir is a directory in /dev/shm, not a shared-memory object" in out
+    assert "rmdir" in out and "Is a directory" not in out
+    assert "unlinked 'other'" in out and "left: ['shmstream-adir']" in out
+
+
+def test_record_wait_says_that_it_waits_and_for_how_long(name, tmp_path):
+    proc = _shmstream("record", name, "-o", str(tmp_path / "rec"), "--wait", "0.2")
+    assert proc.returncode == 1
+    assert f"waiting up to 0.2 s for stream {name!r} to be created" in proc.stderr
+    assert "record waited 0.2 s for it to be created" in proc.stderr
+    without = _shmstream("record", name, "-o", str(tmp_path / "rec"))
+    assert without.returncode == 1 and "waiting" not in without.stderr
+
+
+def test_bench_help_outside_a_checkout_exits_0_saying_where_the_benchmarks_are(tmp_path):
+    proc = _shmstream("bench", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "python -m benchmarks" in proc.stdout and "checkout" in proc.stdout
+    run = _shmstream("bench", "stream", cwd=tmp_path)  # not help: still the usage error
+    assert run.returncode == 2 and "checkout" in run.stderr
+
+
+def test_stat_help_names_every_kind_it_accepts():
+    proc = _shmstream("stat", "--help")
+    assert proc.returncode == 0
+    assert "DataLoader slot pool" in " ".join(proc.stdout.split())

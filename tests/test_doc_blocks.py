@@ -11,8 +11,9 @@ on the line before the fence, invisible once rendered:
 Each program runs as a script file in a fresh process, in an empty
 directory, with a private, empty /dev/shm (a tmpfs in its own mount
 namespace, as tests/test_full_shm.py does), so the names the docs use
-("cam/left") never meet another process's, and whatever a block leaves
-there goes with the namespace.
+("cam/left") never meet another process's. What a program leaves in that
+/dev/shm fails the test, as the suite fails on leftovers: a reader who
+runs the block leaves nothing behind either.
 """
 
 from __future__ import annotations
@@ -84,14 +85,31 @@ def test_a_runnable_doc_block_runs(source, tmp_path):
         pytest.skip(f"doc blocks run with a private /dev/shm; {reason}")
     script = tmp_path / "block.py"  # a file, so spawned children can import __main__
     script.write_text(source)
+    runner = tmp_path / "run_block.py"  # the block, then what it left in the private /dev/shm
+    runner.write_text(_RUNNER)
     proc = run_in_private_shm(
         size="1g",
         timeout=300,
-        path=str(script),
+        path=str(runner),
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": ""},
     )
-    assert proc.returncode == 0, (
-        f"exit {proc.returncode}\n--- block ---\n{textwrap.indent(source, '  ')}"
-        f"--- stdout ---\n{proc.stdout[-2000:]}--- stderr ---\n{proc.stderr[-3000:]}"
+    head, _, left = proc.stdout.rpartition(_LEFT)
+    shown = (
+        f"\n--- block ---\n{textwrap.indent(source, '  ')}"
+        f"--- stdout ---\n{head[-2000:]}--- stderr ---\n{proc.stderr[-3000:]}"
     )
+    assert proc.returncode == 0, f"exit {proc.returncode}{shown}"
+    assert left.strip() == "[]", f"the block left {left.strip()} in /dev/shm{shown}"
+
+
+_LEFT = "\n-- left in /dev/shm: "
+
+#: Runs block.py, then prints what is in the (private) /dev/shm.
+_RUNNER = f"""
+import os, subprocess, sys
+rc = subprocess.run([sys.executable, "block.py"]).returncode
+sys.stdout.flush()
+print({_LEFT!r} + repr(sorted(os.listdir("/dev/shm"))), flush=True)
+sys.exit(rc)
+"""

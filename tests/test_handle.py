@@ -2,7 +2,8 @@
 write_view, close, unlink generations, read-only handles, freshness,
 notify, describe, to_config, DLPack and asyncio.
 
-Specification: /work/shared/PYSHMEM_API.md, "SharedMemory handle".
+Specification: docs/API.md (pyshmem 1.4.0's handle, and what shmstream
+adds), from "Handle attributes" to "Lock".
 Locking is in test_locking.py, crashes in test_crash.py, misuse in
 test_bad_input.py.
 """

@@ -5,6 +5,7 @@ Python involved (examples/c_stream_writer.c, examples/c_stream_reader.c)."""
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,3 +90,28 @@ def test_c_reader_follows_a_python_writer_with_whole_frames_and_exact_miss_count
     assert got == 50
     assert got + missed == last - first
     shmstream.unlink(name)
+
+
+def test_the_C_examples_and_C_API_md_give_one_build_line_and_it_builds(tmp_path):
+    doc = Path(ROOT, "docs", "C-API.md").read_text(encoding="utf-8")
+    line = re.search(r"`(cc [^`]*prog\.c[^`]*)`", doc).group(1)
+    for example in ("c_stream_writer", "c_stream_reader", "c_producer", "c_consumer"):
+        source = Path(ROOT, "examples", f"{example}.c").read_text(encoding="utf-8")
+        assert line.replace("prog", f"examples/{example}", 1).replace(
+            "-o prog", f"-o {example}"
+        ) in " ".join(source.split()), example
+    if support.c_compiler() is None:
+        pytest.skip("no C compiler on PATH")
+    out = str(tmp_path / "prog")
+    proc = subprocess.run(  # the documented line itself, from the repository root
+        [
+            "sh",
+            "-c",
+            line.replace("prog.c", "examples/c_stream_writer.c").replace("-o prog", f"-o {out}"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and os.access(out, os.X_OK), proc.stderr

@@ -335,7 +335,13 @@ inline const StatusRow kStatusTable[] = {
     // -- the direct-I/O reader ($name is the file's path)
     {SS_DIRECT_ESHORT, nullptr, nullptr, &g_value,
      "file '$name' has $detail; check shape, dtype and offset"},
-    {SS_DIRECT_ENOTREG, nullptr, nullptr, &g_value, "'$name' is not a regular file"},
+    {SS_DIRECT_ENOTREG, nullptr, nullptr, &g_value,
+     "'$name' is not a regular file (a directory, a device or a pipe); give DirectArray the "
+     "path of an array file"},
+    {ENOENT, "DirectArray", nullptr, nullptr,
+     "no file '$name'; DirectArray reads an existing array file (write one with "
+     "arr.tofile(path), or give np.save's file with its header's offset)",
+     Raise::OsWhat},
     {SS_DIRECT_ECLOSED, nullptr, nullptr, &g_value,
      "read from a closed DirectArray ('$name'); open a new one to read again"},
     {SS_DIRECT_ERANGE, nullptr, nullptr, &g_index,

@@ -31,6 +31,7 @@ NB_MODULE(_channel, m) {
   m.attr("ROLE_PRODUCER") = (int)SS_ROLE_PRODUCER;
   m.attr("ROLE_CONSUMER") = (int)SS_ROLE_CONSUMER;
   m.attr("MIN_CAPACITY") = SS_CHANNEL_MIN_CAPACITY;
+  m.attr("MAX_CAPACITY") = SS_CHANNEL_MAX_CAPACITY;
   m.attr("MSG_HEADER_BYTES") = SS_MSG_HEADER_BYTES;
   m.attr("MSG_ALIGN") = SS_MSG_ALIGN;
   m.attr("MSG_ARRAY") = (int)SS_MSG_ARRAY;

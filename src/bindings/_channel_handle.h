@@ -303,6 +303,14 @@ class Channel {
   }
   bool producer() const { return ss_channel_role(ch) == SS_ROLE_PRODUCER; }
 
+  // A send while this end's zero-copy send is open: the loan's state, not
+  // the end's role, is wrong (LoanStateError).
+  [[noreturn]] void raise_loan_open(const char *op) const {
+    raise(g_loan, std::string(op) + " on channel '" + name_ +
+                      "': a zero-copy send on it is already open; end its 'with "
+                      "send_zero_copy(...)' block first");
+  }
+
   [[noreturn]] void raise_status(int rc, const char *op) {
     std::string detail = rc == SS_EROLE && ss_channel_tx_open(ch)
                              ? " (a zero-copy send is still open)"
@@ -377,6 +385,7 @@ class Channel {
   void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send");
     if (!producer()) raise(g_role, "send on the consumer end of '" + name_ + "'");
+    if (ss_channel_tx_open(ch)) raise_loan_open("send");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {
@@ -397,6 +406,7 @@ class Channel {
   size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send_many");
     if (!producer()) raise(g_role, "send_many on the consumer end of '" + name_ + "'");
+    if (ss_channel_tx_open(ch)) raise_loan_open("send_many");
     nb::object seq = nb::steal(PySequence_Fast(items.ptr(),
                                                "send_many takes a sequence of "
                                                "bytes-like objects"));
@@ -437,8 +447,7 @@ class Channel {
   nb::object loan(size_t nbytes, nb::handle meta, int64_t timeout_ns) {
     check_open("send_zero_copy");
     if (!producer()) raise(g_role, "send_zero_copy on the consumer end of '" + name_ + "'");
-    if (ss_channel_tx_open(ch))
-      raise(g_loan, "a zero-copy send on '" + name_ + "' is already open");
+    if (ss_channel_tx_open(ch)) raise_loan_open("send_zero_copy");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {

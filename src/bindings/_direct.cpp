@@ -108,6 +108,7 @@ class Reader {
 
 NB_MODULE(_direct, m) {
   m.doc() = "Direct-I/O array reader core (use shmstream.DirectArray).";
+  load_error_types();  // its errors are shmstream.errors' classes, as every module's
   nb::class_<Reader>(m, "Reader")
       .def(nb::init<std::string, uint64_t, uint64_t, bool, uint64_t>(), "path"_a, "offset"_a,
            "nbytes"_a, "use_page_cache"_a = true,

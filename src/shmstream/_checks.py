@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import os
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -26,6 +28,8 @@ from .errors import (
 
 #: The largest value of a shared 64-bit counter (count, frame id, time).
 MAX_U64 = 2**64 - 1
+#: The largest value of a 32-bit field (a channel message's type id, a batch).
+MAX_U32 = 2**32 - 1
 
 #: The rule every name follows (streams, channels, shared arrays, loader
 #: slots): the C core's ss_segment_name() says the same.
@@ -57,8 +61,11 @@ def check_name(name: Any, what: str = "stream") -> str:
     return name
 
 
-def check_int(what: str, value: Any, minimum: int | None = None) -> int:
-    """An integer (a bool, a float or a string is refused, not truncated)."""
+def check_int(what: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer (a bool, a float or a string is refused, not truncated)
+    in [minimum, maximum]: a value the binding's C type cannot hold never
+    reaches it (nanobind's TypeError would name neither the argument nor
+    the range)."""
     if isinstance(value, (bool, np.bool_)):
         raise ShmstreamTypeError(f"{what} must be an integer, not {value!r}")
     try:
@@ -69,15 +76,38 @@ def check_int(what: str, value: Any, minimum: int | None = None) -> int:
         ) from None
     if minimum is not None and checked < minimum:
         raise ShmstreamValueError(f"{what} must be >= {minimum}, got {checked}")
+    if maximum is not None and checked > maximum:
+        raise ShmstreamValueError(f"{what} must be <= {maximum}, got {checked}")
+    return checked
+
+
+def _check_unsigned(what: str, value: Any, bits: int, minimum: int = 0) -> int:
+    checked = check_int(what, value)
+    if not minimum <= checked < 2**bits:
+        raise ShmstreamValueError(f"{what} must be in [{minimum}, 2**{bits}), got {checked}")
     return checked
 
 
 def check_u64(what: str, value: Any, minimum: int = 0) -> int:
     """An integer in [minimum, 2**64): the type of every shared counter."""
-    checked = check_int(what, value)
-    if not minimum <= checked <= MAX_U64:
-        raise ShmstreamValueError(f"{what} must be in [{minimum}, 2**64), got {checked}")
-    return checked
+    return _check_unsigned(what, value, 64, minimum)
+
+
+def check_u32(what: str, value: Any) -> int:
+    """An integer in [0, 2**32): a channel message's ``type_id``."""
+    return _check_unsigned(what, value, 32)
+
+
+def check_path(what: str, path: Any) -> str:
+    """A file or directory path: a str or an os.PathLike (bytes are
+    decoded as the file system does)."""
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        raise ShmstreamTypeError(
+            f"{what} must be a path (str or os.PathLike), not {type(path).__name__} {path!r}"
+        ) from None
+    return os.fsdecode(text)
 
 
 def check_count(value: Any) -> int:
@@ -128,17 +158,10 @@ def check_dtype(dtype: Any) -> np.dtype:
 
 
 def check_after(after: Any) -> int:
-    """A count to wait past: a non-negative integer (ValueError otherwise,
-    as documented for read_after and wait_for_count)."""
-    try:
-        value = operator.index(after)
-    except TypeError:
-        raise ShmstreamValueError(
-            f"after must be an integer, not {type(after).__name__} {after!r}"
-        ) from None
-    if value < 0:
-        raise ShmstreamValueError(f"after must be non-negative, got {value}")
-    return value
+    """A count to wait past (read_after, wait_for_count): the rule of every
+    count argument, :func:`check_u64` (TypeError for a non-integer, as for
+    read_since's ``count``; ValueError outside [0, 2**64))."""
+    return check_u64("after", after)
 
 
 def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
@@ -156,6 +179,38 @@ def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
     if math.isnan(value) or value < 0:
         raise ShmstreamValueError(f"{what} must be >= 0 seconds, math.inf or None, got {timeout!r}")
     return value
+
+
+def check_positive_seconds(what: str, value: Any) -> float:
+    """A duration that must be > 0 seconds (``is_stale``'s ``max_age``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ShmstreamTypeError(
+            f"{what} must be a number of seconds, not {type(value).__name__} {value!r}"
+        )
+    seconds = float(value)
+    if not seconds > 0:  # NaN too
+        raise ShmstreamValueError(f"{what} must be positive, got {value!r}")
+    return seconds
+
+
+def check_lockables(streams: Any) -> tuple[Any, ...]:
+    """``locked_many``'s streams: a collection of handles, each with a
+    ``name`` and ``locked(timeout=, poll_interval=)``."""
+    if isinstance(streams, (str, bytes)):
+        streams = [streams]  # refused below, as one item
+    try:
+        handles = tuple(streams)
+    except TypeError:
+        raise ShmstreamTypeError(
+            f"streams must be a sequence of stream handles, not {type(streams).__name__}"
+        ) from None
+    for handle in handles:
+        if not (hasattr(handle, "name") and callable(getattr(handle, "locked", None))):
+            raise ShmstreamTypeError(
+                "streams must hold stream handles (objects with name and locked(), as "
+                f"shmstream.open returns), not {type(handle).__name__} {handle!r}"
+            )
+    return handles
 
 
 def spin_ns(spin_us: Any) -> int:
@@ -213,6 +268,38 @@ Casting = Literal["unsafe", "same_kind", "safe", "equiv", "no"]
 CASTINGS: tuple[Casting, ...] = ("unsafe", "same_kind", "safe", "equiv", "no")
 
 
+def check_casting(casting: Any) -> Casting:
+    """A handle's ``casting`` rule, checked when it is set (not at the
+    next write)."""
+    for rule in CASTINGS:
+        if isinstance(casting, str) and casting == rule:
+            return rule
+    raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
+
+
+def check_config(config: Any, keys: tuple[str, ...], required: tuple[str, ...]) -> dict:
+    """A configuration dict (``create_from_config``): a mapping with the
+    ``required`` keys and no key outside ``keys`` (a misspelt key would
+    otherwise be dropped without a word)."""
+    if not isinstance(config, Mapping):
+        raise ShmstreamTypeError(
+            f"config must be a dict like to_config() returns, not {type(config).__name__}"
+        )
+    missing = [k for k in required if k not in config]
+    if missing:
+        raise ShmstreamValueError(
+            f"config lacks {', '.join(map(repr, missing))}; a config needs "
+            f"{', '.join(map(repr, required))} (to_config() writes every key)"
+        )
+    unknown = [k for k in config if k not in keys]
+    if unknown:
+        raise ShmstreamValueError(
+            f"config has unknown key(s) {', '.join(map(repr, unknown))}; the keys are "
+            f"{', '.join(map(repr, keys))}"
+        )
+    return dict(config)
+
+
 def check_cast(
     have: np.dtype | None, dtype: np.dtype, name: str, casting: str, what: str = ""
 ) -> None:
@@ -224,9 +311,8 @@ def check_cast(
     rule can vouch for)."""
     if casting == "unsafe":
         return
-    if casting not in CASTINGS:
-        raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
-    if have is None or not np.can_cast(have, dtype, casting=casting):  # narrowed above
+    rule = check_casting(casting)
+    if have is None or not np.can_cast(have, dtype, casting=rule):
         raise ShmstreamTypeError(
             f"writing {what or have} to stream {name!r} ({dtype}) is not a {casting!r} cast (it "
             f"could lose values); convert it yourself, or set the handle's casting to "
@@ -240,6 +326,11 @@ def coerce_write(
     """What a write publishes from ``value``: np.asarray(value, dtype) (the
     "unsafe" default, pyshmem's), or under a strict ``casting`` rule only
     what NumPy casts by that rule; the shape must be the stream's."""
+    if value is None:  # np.asarray(None) is an object array: say what write takes
+        raise ShmstreamTypeError(
+            f"value must be an array of shape {shape} and dtype {dtype} (or anything "
+            f"np.asarray converts to one) to write to stream {name!r}, not None"
+        )
     if casting != "unsafe":
         check_cast(np.asarray(value).dtype, dtype, name, casting)
     try:

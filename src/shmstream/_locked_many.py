@@ -31,15 +31,15 @@ class _LockedMany:
     def __enter__(self) -> tuple[Any, ...]:
         from contextlib import ExitStack
 
-        handles = tuple(self._streams)
+        handles = _checks.check_lockables(self._streams)
         ordered = sorted(handles, key=_handle_name)
         for previous, current in itertools.pairwise(ordered):
             if previous.name == current.name:
                 raise ShmstreamValueError("locked_many() requires unique stream names")
         timeout = self._timeout
         timeout = _checks.check_timeout(timeout)
-        poll_interval = float(self._poll_interval)
-        if not math.isfinite(poll_interval) or poll_interval <= 0.0:
+        poll_interval = _checks.check_positive_seconds("poll_interval", self._poll_interval)
+        if not math.isfinite(poll_interval):
             raise ShmstreamValueError("poll_interval must be positive")
         deadline = None if timeout is None or math.isinf(timeout) else time.monotonic() + timeout
         if all(type(handle) is SharedMemory for handle in ordered):

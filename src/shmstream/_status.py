@@ -10,8 +10,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from . import _proc
-from .errors import ShmstreamValueError
+from . import _checks, _proc
 from .publication import STATE_NAMES
 
 if TYPE_CHECKING:
@@ -98,9 +97,7 @@ class Status(_Handle):
     def is_stale(self, max_age: float) -> bool:
         """True if the last write is older than ``max_age`` seconds (always
         True before the first write)."""
-        if not max_age > 0:
-            raise ShmstreamValueError("max_age must be positive")
-        return self.age > float(max_age)
+        return self.age > _checks.check_positive_seconds("max_age", max_age)
 
     def producer_alive(self) -> bool:
         """Whether the process that created the stream still runs (checked

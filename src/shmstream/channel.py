@@ -23,12 +23,19 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
 from . import _channel, _checks, _dtypes, _native, _space
-from .errors import ChannelClosedError, CorruptStreamError, ShmstreamTypeError, ShmstreamValueError
+from .errors import (
+    ChannelClosedError,
+    ChannelRoleError,
+    CorruptStreamError,
+    ShmstreamError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
 
 __all__ = [
     "channel",
@@ -246,7 +253,7 @@ class _End:
 
     @spin_ns.setter
     def spin_ns(self, value: int) -> None:
-        self._ch.spin_ns = value
+        self._ch.spin_ns = _checks.check_int("spin_ns", value, minimum=-(2**63), maximum=2**63 - 1)
 
     @property
     def spin_policy(self) -> dict:
@@ -286,11 +293,34 @@ class _End:
         state = "closed" if self.closed else f"capacity={self.capacity}"
         return f"<{type(self).__name__} {self.name!r} {state}>"
 
+    #: The calls of the other end, which this end refuses by name.
+    _OTHER_END: tuple[str, frozenset[str]] = ("", frozenset())
+
+    if not TYPE_CHECKING:  # type checkers keep flagging a missing attribute
+
+        def __getattr__(self, attr: str) -> Any:
+            # Only for names the class lacks: a call of the other end is a
+            # ChannelRoleError (an AttributeError, so hasattr() stays False).
+            other, calls = type(self)._OTHER_END
+            if attr in calls:
+                exc = ChannelRoleError(
+                    f"{attr} belongs to the {other} end of channel {self.name!r}, and this is "
+                    f"the {'consumer' if other == 'producer' else 'producer'} end; call it on a "
+                    f"{other} (shmstream.open_channel({self.name!r}, role={other!r}))"
+                )
+                exc.name, exc.obj = attr, self
+                raise exc
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+
 
 class ChannelProducer(_End):
     """The sending end of a channel."""
 
     __slots__ = ()
+    _OTHER_END = (
+        "consumer",
+        frozenset(("recv", "drain", "recv_zero_copy", "drain_dlpack", "drain_zero_copy")),
+    )
 
     @property
     def batch(self) -> int:
@@ -300,7 +330,7 @@ class ChannelProducer(_End):
 
     @batch.setter
     def batch(self, value: int) -> None:
-        self._ch.batch = _checks.check_int("batch", value, minimum=1)
+        self._ch.batch = _checks.check_int("batch", value, minimum=1, maximum=_checks.MAX_U32)
 
     def send(self, obj: Any, type_id: int = 0, timeout: float | None = None) -> None:
         """Copy ``obj`` (bytes, any buffer, an ndarray, or a DLPack tensor)
@@ -312,13 +342,23 @@ class ChannelProducer(_End):
             meta = _array_meta(obj.dtype, obj.shape)
             if obj.dtype.kind in "mM" or obj.dtype.itemsize == 0:
                 obj = obj.reshape(-1).view(np.uint8) if obj.dtype.itemsize else b""
-            self._ch.send(obj, type_id, meta, timeout)
+            try:
+                self._ch.send(obj, type_id, meta, timeout)
+            except ShmstreamError:
+                raise
+            except TypeError:  # the binding's u32 refused type_id: say which argument
+                _checks.check_u32("type_id", type_id)
+                raise
             return
         try:
             self._ch.send(obj, type_id, None, timeout)
             return
+        except ShmstreamError:
+            raise
         except TypeError:
-            pass  # not a buffer: a DLPack tensor?
+            # Not a buffer (a DLPack tensor?), or a type_id the binding's u32
+            # refuses: checked here, off the hot path.
+            type_id = _checks.check_u32("type_id", type_id)
         payload = _dlpack_payload(obj)
         if payload is None:
             raise ShmstreamTypeError(
@@ -336,6 +376,12 @@ class ChannelProducer(_End):
         """Send a sequence of messages in one native call, all with ``type_id``:
         bytes-like objects, or ndarrays that all share one dtype and shape.
         Sizes are checked before anything is written."""
+        type_id = _checks.check_u32("type_id", type_id)
+        if not isinstance(items, Sequence) or isinstance(items, (str, bytes, bytearray)):
+            raise ShmstreamTypeError(
+                f"items must be a sequence (a list or a tuple) of bytes-like objects or "
+                f"ndarrays, not {type(items).__name__}"
+            )
         if len(items) and isinstance(items[0], np.ndarray):
             first = items[0]
             dt, shp = first.dtype, first.shape
@@ -350,7 +396,14 @@ class ChannelProducer(_End):
                     self.send(a, type_id, timeout)
                 return len(items)
             return self._ch.send_many(items, type_id, _array_meta(dt, shp), timeout)
-        return self._ch.send_many(items, type_id, None, timeout)
+        try:
+            return self._ch.send_many(items, type_id, None, timeout)
+        except ShmstreamError:
+            raise
+        except TypeError as exc:  # an item without the buffer protocol; nothing was sent
+            raise ShmstreamTypeError(
+                f"items must be bytes-like objects or ndarrays of one dtype and shape ({exc})"
+            ) from None
 
     def send_zero_copy(
         self,
@@ -365,6 +418,7 @@ class ChannelProducer(_End):
         ``n`` ring bytes (or, with ``dtype`` and ``shape``, an ndarray view);
         the message is committed when the block ends normally and rolled back
         if it raises. Views must not outlive the block."""
+        type_id = _checks.check_u32("type_id", type_id)
         if dtype is None and shape is None:
             if nbytes is None:
                 raise ShmstreamTypeError("send_zero_copy needs nbytes, or dtype and shape")
@@ -405,6 +459,10 @@ class ChannelConsumer(_End):
     """The receiving end of a channel."""
 
     __slots__ = ()
+    _OTHER_END = (
+        "producer",
+        frozenset(("send", "send_many", "send_zero_copy", "flush", "batch", "consumer_pid")),
+    )
 
     def recv(self, timeout: float | None = None) -> Message:
         """The next message, copied out (``.type_id``, ``.data``, ``.array``).
@@ -416,7 +474,7 @@ class ChannelConsumer(_End):
     def drain(self, max_messages: int = 1024, timeout: float | None = 0.0) -> list:
         """Up to ``max_messages`` messages that are there now (an empty list if
         none; with a timeout, waits for the first one)."""
-        return self._ch.drain(max_messages, timeout)
+        return self._ch.drain(_max_messages(max_messages), timeout)
 
     def recv_zero_copy(self, timeout: float | None = None) -> ZeroCopyMessage:
         """``with rx.recv_zero_copy() as msg:`` the next message read in place:
@@ -432,14 +490,14 @@ class ChannelConsumer(_End):
         tensor made from it, is gone. A message without a DLPack layout
         (structured or string dtypes) ends the batch unconsumed; met first,
         it raises BufferError: take it with :meth:`recv_zero_copy`."""
-        return self._ch.drain_capsules(max_messages, timeout)
+        return self._ch.drain_capsules(_max_messages(max_messages), timeout)
 
     def drain_zero_copy(
         self, max_messages: int = 1024, timeout: float | None = 0.0
     ) -> ZeroCopyBatch:
         """``with rx.drain_zero_copy(n) as msgs:`` up to n messages read in
         place; released (unless views hold them) when the block ends."""
-        return ZeroCopyBatch(self._ch.drain_views(max_messages, timeout))
+        return ZeroCopyBatch(self._ch.drain_views(_max_messages(max_messages), timeout))
 
     def __iter__(self) -> Iterator[Message]:
         """Messages until the producer closes the channel (or dies)."""
@@ -453,6 +511,10 @@ class ChannelConsumer(_End):
     def producer_pid(self) -> int:
         """pid of the attached producer, 0 if none."""
         return self._ch.end_info(_channel.ROLE_PRODUCER)[0]
+
+
+def _max_messages(value: Any) -> int:
+    return _checks.check_u64("max_messages", value)
 
 
 _END_STATES = ("none", "attached", "closed")
@@ -513,10 +575,12 @@ def channel(
     FileExistsError if the name exists (attach with ``open_channel``)."""
     _checks.check_name(name, "channel")
     capacity = _checks.check_int("capacity", capacity)
-    if capacity < _channel.MIN_CAPACITY or capacity & (capacity - 1):
+    if not _channel.MIN_CAPACITY <= capacity <= _channel.MAX_CAPACITY or capacity & (capacity - 1):
         raise ShmstreamValueError(
-            f"capacity must be a power of two >= {_channel.MIN_CAPACITY} bytes, not {capacity}"
+            f"capacity must be a power of two from {_channel.MIN_CAPACITY} to 2**40 bytes, "
+            f"not {capacity}"
         )
+    mode = _checks.check_mode(mode)
     with _space.room_for(
         name,
         "channel",

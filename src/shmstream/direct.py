@@ -31,6 +31,9 @@ DEFAULT_CACHE_BYTES: int = _direct.DEFAULT_CACHE_BYTES
 #: "pread" (docs/direct.md, "Threads: io_uring per thread vs a thread pool").
 io_backend = _direct.io_backend
 
+#: The largest file size (off_t): offset + array bytes must fit in it.
+_MAX_FILE_BYTES = 2**63 - 1
+
 # Filesystems (by st_dev) already warned about: one warning each per process.
 _warned_devices: set[int] = set()
 _warn_lock = threading.Lock()
@@ -109,12 +112,17 @@ class DirectArray:
             raise ShmstreamTypeError(f"dtype {dt} has no size; give a sized dtype such as 'S8'")
         self._shape = _checks.check_shape(shape, max_ndim=None)
         self._dtype = dt
-        self._offset = _checks.check_int("offset", offset, minimum=0)
+        self._offset = _checks.check_int("offset", offset, minimum=0, maximum=_MAX_FILE_BYTES)
         cache_bytes = _checks.check_int(
             "cache_bytes (0 turns the block cache off)", cache_bytes, minimum=0
         )
-        self._path = os.fspath(path)
+        self._path = _checks.check_path("path", path)
         self._nbytes = math.prod(self._shape) * dt.itemsize
+        if self._offset + self._nbytes > _MAX_FILE_BYTES:
+            raise ShmstreamValueError(
+                f"offset {self._offset} + {self._nbytes} array bytes (shape {self._shape} of "
+                f"{dt}) is more than any file holds (2**63 - 1 bytes); check shape and offset"
+            )
         self._closed = False
         self._tail = self._shape[1:]
         self._row1 = self._row_bytes(1) if self._shape else 0  # bytes of one row of axis 0

@@ -187,9 +187,10 @@ class LoanStateError(ShmstreamError, RuntimeError):
     ``write_view``."""
 
 
-class ChannelRoleError(ShmstreamError, RuntimeError):
+class ChannelRoleError(ShmstreamError, AttributeError):
     """The call belongs to the other end of the channel (``send`` on the
-    consumer, ``recv`` on the producer)."""
+    consumer, ``recv`` on the producer). An AttributeError, as for any
+    method an object lacks: ``hasattr(rx, "send")`` is False."""
 
 
 class AlreadyStartedError(ShmstreamError, RuntimeError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import math
 import numbers
 import queue
@@ -30,7 +31,12 @@ from typing import Any
 import numpy as np
 
 from . import _checks
-from .errors import NoCpuMirrorError, ShmstreamTypeError, ShmstreamValueError
+from .errors import (
+    NoCpuMirrorError,
+    ShmstreamFileNotFoundError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
 from .recording import Recording, RecordingWriter, load_recording
 from .stream import create as _create
 from .stream import open as _open
@@ -208,7 +214,14 @@ def _open_for_reading(
         except FileNotFoundError:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise
+                if not wait:
+                    raise
+                exc = ShmstreamFileNotFoundError(
+                    f"stream {name!r} does not exist: record waited {wait:g} s for it to be "
+                    f"created; create it with shmstream.create({name!r}, ...), or wait longer"
+                )
+                exc.errno = errno.ENOENT
+                raise exc from None
             nap = pause if left is None else min(pause, left)
             if stop is not None and stop.wait(nap):
                 raise
@@ -258,6 +271,7 @@ def record(
     stream that does not exist yet to be created (0, the default: it must
     exist). Returns the :class:`RecordStats`."""
     _checks.check_name(name)
+    path = _checks.check_path("path", path)
     limit = None if frames is None else _checks.check_int("frames", frames, minimum=1)
     duration = _checks.check_timeout(seconds, "seconds")
     start_count = None if since is None else _checks.check_u64("since", since)
@@ -383,6 +397,7 @@ def replay(
     is replayed is a :class:`CorruptStreamError` (nothing of the cut part
     is published)."""
     _checks.check_name(name)
+    path = _checks.check_path("path", path)
     pace = _check_rate(rate)  # the arguments before the files
     rec = load_recording(path)
     handle, created = _target(rec, name, history)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _dtypes
+from . import _checks, _dtypes
 from ._npyfile import MappedNpy, NpyAppender
 from .errors import (
     CorruptStreamError,
@@ -68,7 +68,7 @@ class RecordingWriter:
         description: dict[str, Any] | None = None,
         overwrite: bool = False,
     ) -> None:
-        self.path = Path(path)
+        self.path = Path(_checks.check_path("path", path))
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         _prepare_directory(self.path, overwrite)
@@ -181,7 +181,7 @@ class Recording:
     to its last sync."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = Path(_checks.check_path("path", path))
         self.info = _read_description(self.path)
         self.shape, self.dtype, described = _check_description(self.path, self.info)
         self._frames_file = _map_npy(self.path, "frames.npy")

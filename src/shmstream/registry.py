@@ -42,7 +42,7 @@ from typing import Any
 from . import _checks, _dtypes, _loader_pool, _native, _proc
 from . import channel as _channel_mod
 from ._space import SHM_DIR
-from .errors import CorruptStreamError
+from .errors import CorruptStreamError, ShmstreamOSError
 from .gpu import device as _gpu_device
 from .publication import STATE_NAMES
 
@@ -504,7 +504,8 @@ def remove(name: str) -> bool:
     by that name. A user name comes first: ``"a\\\\b"`` removes the object
     of that name if there is one, else the one ``list`` shows so
     (``"a\\b"``). A FIFO or link with shmstream's prefix is unlinked (never
-    followed); a directory raises IsADirectoryError."""
+    followed); a directory raises ShmstreamOSError (errno EISDIR) that
+    says so."""
     if not isinstance(name, str):
         _checks.check_name(name, "shared-memory object")  # the TypeError
     try:
@@ -522,6 +523,14 @@ def _unlink_file(segname: str) -> bool:
         os.unlink(SHM_DIR + segname)
     except FileNotFoundError:
         return False
+    except IsADirectoryError:
+        shown = printable(segname)
+        raise ShmstreamOSError(
+            errno.EISDIR,
+            f"{shown} is a directory in {SHM_DIR}, not a shared-memory object (shmstream list "
+            f"skips it); shmstream removes no directories: if nothing uses it, remove it "
+            f"with rmdir or rm -r {SHM_DIR}{shown}",
+        ) from None
     return True
 
 

@@ -405,6 +405,7 @@ def share(
     Raises FileExistsError if ``name`` is taken, OSError(ENOSPC) if
     /dev/shm is full.
     """
+    mode = _checks.check_mode(mode)
     if isinstance(array, np.ma.MaskedArray):
         raise ShmstreamTypeError(
             "share() does not share masked arrays (the mask would be lost); "

@@ -75,6 +75,10 @@ _gpu_open: Callable[..., Any] | None = None
 GPU_SLOTS = 2  # replaced by the GPU layer's device slot count when it registers
 
 
+#: The keys of a stream's configuration (to_config, create_from_config).
+CONFIG_KEYS = ("name", "shape", "dtype", "gpu_device", "cpu_mirror", "notify", "slots", "history")
+
+
 def register_gpu(create_fn: Callable[..., Any], open_fn: Callable[..., Any], slots: int) -> None:
     """Called by shmstream.gpu at import: where GPU streams are made."""
     global _gpu_create, _gpu_open, GPU_SLOTS
@@ -164,7 +168,7 @@ class SharedMemory(Reading, Waiting, History, Status):
         _checks.check_name(name)
         dims = _checks.check_shape(shape)
         dt = _checks.check_dtype(dtype)
-        if dt.subdtype is not None:  # 'f4,(2,)' -> base dtype, longer shape
+        if dt.subdtype is not None:  # '(2,)f4' -> base dtype, longer shape
             dims = dims + tuple(dt.shape)
             dt = dt.base
         if len(dims) > _native.MAX_NDIM:
@@ -172,7 +176,7 @@ class SharedMemory(Reading, Waiting, History, Status):
                 f"shape {dims} has {len(dims)} dimensions; at most {_native.MAX_NDIM} are supported"
             )
         expected = math.prod(dims) * dt.itemsize
-        if size is not None and (isinstance(size, bool) or int(size) != expected):
+        if size is not None and _checks.check_int("size", size, minimum=0) != expected:
             raise ShmstreamValueError(
                 f"size does not match shape and dtype: expected {expected}, got {size}"
             )
@@ -238,7 +242,10 @@ class SharedMemory(Reading, Waiting, History, Status):
     @classmethod
     def create_from_config(cls, config: dict[str, Any]) -> SharedMemory:
         """Create a stream from a :meth:`to_config` dict (or a hand-written
-        one with ``name`` and ``shape``; ``dtype`` defaults to float32)."""
+        one with ``name`` and ``shape``; ``dtype`` defaults to float32).
+        A missing ``name`` or ``shape``, or a key :meth:`to_config` does not
+        write, is a ValueError naming it."""
+        config = _checks.check_config(config, CONFIG_KEYS, ("name", "shape"))
         return create(
             config["name"],
             shape=config["shape"],
@@ -392,10 +399,19 @@ class SharedMemory(Reading, Waiting, History, Status):
 
     # -- writing --
 
-    #: How write() converts what is not of the stream's dtype: "unsafe" (the
-    #: default: pyshmem's np.asarray(value, dtype)), or a strict NumPy rule,
-    #: "same_kind" or "safe", under which a lossy conversion is a TypeError.
-    casting: str = "unsafe"
+    _casting: str = "unsafe"
+
+    @property
+    def casting(self) -> str:
+        """How write() converts what is not of the stream's dtype: "unsafe"
+        (the default: pyshmem's np.asarray(value, dtype)), or a strict NumPy
+        rule, "same_kind" or "safe", under which a lossy conversion is a
+        TypeError. Checked when set: another value is a ValueError."""
+        return self._casting
+
+    @casting.setter
+    def casting(self, value: str) -> None:
+        self._casting = _checks.check_casting(value)
 
     def _coerce(self, value: Any) -> np.ndarray:
         # The slow path of write() (docs/API.md, "Writing").
@@ -426,7 +442,10 @@ class SharedMemory(Reading, Waiting, History, Status):
             # Fast case: a C-contiguous ndarray of the stream's dtype and
             # shape, checked and published in one native call; anything
             # else (None back) takes the checked path below.
-            wrote = seg.put(value, frame_id, timeout)
+            try:
+                wrote = seg.put(value, frame_id, timeout)
+            except TypeError:  # None, or a frame_id of a wrong type: the checked path says
+                wrote = None
             if wrote is not None:
                 self._wrote = wrote
                 return
@@ -435,6 +454,7 @@ class SharedMemory(Reading, Waiting, History, Status):
             return
         seg = self._check_writable("write to")  # raises: closed or read-only
         value, frame_id = self._write_args(value, frame_id)
+        timeout = _checks.check_timeout(timeout)
         self._wrote = seg.write(value, frame_id, self._holds_lock(), timeout)
 
     def _write_args(self, value: Any, frame_id: int | None) -> tuple[np.ndarray, int | None]:
@@ -460,6 +480,7 @@ class SharedMemory(Reading, Waiting, History, Status):
             if write_time_ns is None
             else _checks.check_u64("write_time_ns", write_time_ns, minimum=1)
         )
+        timeout = _checks.check_timeout(timeout)
         self._wrote = seg.write(value, frame_id, self._holds_lock(), timeout, count, write_time_ns)
 
     def write_locked(self, value: Any, *, frame_id: int | None = None) -> None:
@@ -520,10 +541,11 @@ class SharedMemory(Reading, Waiting, History, Status):
         """Zero the payload; counts as a write. Waits up to ``timeout``
         seconds (None: for ever) for the write lock, as :meth:`write`."""
         seg = self._check_writable("clear")
-        self._wrote = seg.clear(self._holds_lock(), timeout)
+        self._wrote = seg.clear(self._holds_lock(), _checks.check_timeout(timeout))
 
     def pinned_buffer(self) -> Any:
-        """GPU streams only (not available in this build)."""
+        """GPU streams only: a stream without ``gpu_device`` has no pinned
+        buffer, so this raises :class:`GpuRequiredError`."""
         self._check_writable("allocate a pinned write buffer for")
         raise GpuRequiredError("pinned_buffer() requires a GPU-attached stream handle")
 

@@ -702,11 +702,13 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 "shm_slots",
                 shm_slots if shm_slots is not None else (self.prefetch_factor or 2) + 2,
                 minimum=1,
+                maximum=2**31 - 1,  # far beyond any pool /dev/shm holds; the native create takes it
             )
             max_bytes = _checks.check_int(
                 "shm_max_bytes",
                 _loader_pool.default_max_bytes() if shm_max_bytes is None else shm_max_bytes,
                 minimum=0,
+                maximum=2**63 - 1,  # an int64 word of the pool's head
             )
             self._shm_nslots = per_worker * self.num_workers
             self._shm_max_bytes = max_bytes

@@ -32,8 +32,9 @@ missing.
 
 from __future__ import annotations
 
-from ._bridge import Bridge, remote_exports
+from ._bridge import Bridge
 from ._keys import DEFAULT_PREFIX
+from ._remote_exports import remote_exports
 from ._session import ZENOH_HINT, make_config, zenoh_available
 from ._status import STATUS_DTYPE, STATUS_SUFFIX, mirror_status, status_name
 

@@ -151,6 +151,17 @@ def close_session(session: Any) -> None:
         pass
 
 
+def undeclare_all(objs: Any) -> None:
+    """Undeclare each Zenoh declaration of ``objs`` (None: not declared);
+    one whose session is closed already is passed over."""
+    for obj in objs:
+        try:
+            if obj is not None:
+                obj.undeclare()
+        except Exception:  # noqa: BLE001 - session already closed
+            pass
+
+
 @atexit.register
 def _close_all() -> None:
     for session in list(_open_sessions.values()):

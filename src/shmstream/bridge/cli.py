@@ -186,10 +186,16 @@ def add_bridge_parser(sub: Any) -> None:
     add_session_arguments(p)
 
 
-def auth_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of Bridge / remote_exports for --password-file,
-    --tls-* and --insecure."""
+def session_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of Bridge / remote_exports for the options of
+    add_session_arguments: the Zenoh session's (--config, --listen,
+    --connect, --key-prefix) and who may connect (--password-file, --tls-*,
+    --insecure)."""
     return {
+        "config": args.config,
+        "listen": args.listen,
+        "connect": args.connect,
+        "key_prefix": args.key_prefix,
         "password_file": args.password_file,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
@@ -210,14 +216,7 @@ def print_remote(args: argparse.Namespace) -> int:
     from . import remote_exports
 
     try:
-        found = remote_exports(
-            config=args.config,
-            listen=args.listen,
-            connect=args.connect,
-            key_prefix=args.key_prefix,
-            timeout=args.timeout,
-            **auth_arguments(args),
-        )
+        found = remote_exports(timeout=args.timeout, **session_arguments(args))
     except ImportError as exc:
         return _missing_zenoh(exc)
     except NoPeerError as exc:
@@ -294,13 +293,9 @@ def cmd_bridge(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             remote_namespace=args.remote_namespace,
             local_prefix=args.local_prefix,
-            key_prefix=args.key_prefix,
-            config=args.config,
-            listen=args.listen,
-            connect=args.connect,
             unlink_on_close=args.unlink_on_exit,
             spin_us=args.spin_us,
-            **auth_arguments(args),
+            **session_arguments(args),
             max_mirrors=args.max_mirrors,
             max_mirror_bytes=args.max_mirror_bytes,
         )

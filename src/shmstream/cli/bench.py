@@ -4,7 +4,8 @@ The benchmarks are not part of the installed package: they live in the
 top-level ``benchmarks/`` folder of shmstream's source tree and run from a
 checkout as ``python -m benchmarks [PART] [options]``. This command is a
 shortcut for that: it looks for the checkout in the current directory and
-its parents, and elsewhere says how to run them (exit status 2).
+its parents, and elsewhere says how to run them (exit status 2; 0 for
+``shmstream bench --help``, whose answer that is).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def main(argv: Sequence[str]) -> int:
     directory with ``argv``; 2 (and how to run them) outside one."""
     root = find_checkout()
     if root is None:
+        if any(a in ("-h", "--help") for a in argv):
+            print(NOT_IN_CHECKOUT)  # asked for help: this is it (exit 0, as every --help)
+            return 0
         print(NOT_IN_CHECKOUT, file=sys.stderr)
         return 2
     if root not in sys.path:

@@ -11,8 +11,9 @@ from typing import Any
 
 from .. import registry
 from ..bridge import cli as bridge_cli  # no zenoh import until it is used
+from ..errors import ShmstreamOSError
 from ..registry import KINDS, printable, readable, remove, survey
-from ._common import PROG, fmt_bytes, package
+from ._common import PROG, fmt_bytes, one_line, package
 
 
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -39,7 +40,12 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     stat_p = sub.add_parser(
         "stat", help="print an object's metadata, read from its header without attaching"
     )
-    stat_p.add_argument("name", metavar="NAME", help="stream, channel or shared array name")
+    stat_p.add_argument(
+        "name",
+        metavar="NAME",
+        help="name of a stream, channel, shared array or DataLoader slot pool, as "
+        "'shmstream list' shows it",
+    )
     stat_p.add_argument(
         "--json",
         action="store_true",
@@ -50,7 +56,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "unlink",
         aliases=["rm"],
         help="destroy objects by name; exit status 0 whether or not each existed "
-        "(a missing name is reported on stderr), 1 for an invalid name",
+        "(a missing name is reported on stderr), 1 for an invalid name or an entry it "
+        "cannot remove (a directory: each is named on stderr, the other names are removed)",
     )
     unlink_p.add_argument(
         "names",
@@ -156,13 +163,20 @@ def cmd_stat(args: argparse.Namespace) -> int:
 
 
 def cmd_unlink(args: argparse.Namespace) -> int:
+    status = 0
     for name in args.names:
         typed = printable(name, backslash=False)  # echoed as typed, control characters escaped
-        if remove(name):
+        try:
+            removed = remove(name)
+        except ShmstreamOSError as exc:  # e.g. a directory: the other names still go
+            print(f"{PROG}: {one_line(exc)}", file=sys.stderr)
+            status = 1
+            continue
+        if removed:
             print(f"unlinked '{typed}'")
         else:
             print(f"nothing named '{typed}' to unlink", file=sys.stderr)
-    return 0
+    return status
 
 
 def cmd_purge(args: argparse.Namespace) -> int:

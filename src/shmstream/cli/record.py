@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._common import fmt_rate, number, package, status_line
+from ._common import PROG, fmt_rate, number, package, status_line
 from ._progress import create_progress
 
 
@@ -119,6 +119,16 @@ def cmd_record(args: argparse.Namespace) -> int:
         )
         shown.append(1)
 
+    if args.wait and args.name not in package().list_streams():
+        # record waits without a word otherwise: say so (a missing name is
+        # the usual typo, and waiting for ever on it looks like a hang)
+        print(
+            f"{PROG} record: waiting "
+            + ("for ever" if math.isinf(args.wait) else f"up to {args.wait:g} s")
+            + f" for stream {args.name!r} to be created (Ctrl-C stops)",
+            file=sys.stderr,
+            flush=True,
+        )
     st = package().record(
         args.name,
         args.output,

@@ -21,12 +21,11 @@ from ..errors import (
     InconsistentStreamError,
     LoanStateError,
     NotLockOwnerError,
-    ShmstreamTypeError,
-    ShmstreamValueError,
 )
 from ..publication import Publication
 from ..stream import SharedMemory
-from .device import DL_CODE, CudaArray, SlotOwner, cuda_torch, numpy_dtype, torch_dtype
+from ._values import dlpack_source, new_result, torch_source
+from .device import DL_CODE, CudaArray, SlotOwner, cuda_torch, torch_dtype
 
 
 class GpuSharedMemory(SharedMemory):
@@ -73,107 +72,24 @@ class GpuSharedMemory(SharedMemory):
         """An unattached handle of a mirrored stream reads the mirror."""
         return self._gs is None and self.cpu_mirror
 
-    # -- results and sources --
+    # -- results and sources (the caller's objects, checked in _values) --
 
     def _result(self, out: Any) -> tuple[Any, int, int]:
         """(array, device pointer, stream it is ordered on)."""
-        torch = cuda_torch()
-        if out is not None:
-            return self._check_device_out(out, torch)
-        if torch is not None:
-            t = torch.empty(
-                self.shape, dtype=torch_dtype(torch, self.dtype), device=self.gpu_device
-            )
-            return t, int(t.data_ptr()), int(torch.cuda.current_stream(self._ordinal).cuda_stream)
-        buf = _cuda.DeviceBuffer.alloc(self.size, self._ordinal)
-        return CudaArray(buf, self.shape, self.dtype), int(buf.ptr), 0
-
-    def _check_device_out(self, out: Any, torch: Any) -> tuple[Any, int, int]:
-        if isinstance(out, np.ndarray):
-            raise ShmstreamValueError(
-                "out must be a CUDA array on a GPU-attached handle (a torch CUDA "
-                "tensor or a CudaArray); NumPy out= works for CPU reads only"
-            )
-        if torch is not None and isinstance(out, torch.Tensor):
-            if (
-                not out.is_cuda
-                or out.device.index != self._ordinal
-                or tuple(out.shape) != self.shape
-                or out.dtype != torch_dtype(torch, self.dtype)
-                or not out.is_contiguous()
-            ):
-                raise ShmstreamValueError(
-                    f"out must be a contiguous {self.dtype} CUDA tensor of shape "
-                    f"{self.shape} on {self.gpu_device}"
-                )
-            return (
-                out,
-                int(out.data_ptr()),
-                int(torch.cuda.current_stream(self._ordinal).cuda_stream),
-            )
-        if isinstance(out, CudaArray):
-            if out.shape != self.shape or out.dtype != self.dtype:
-                raise ShmstreamValueError(
-                    f"out must have shape {self.shape} and dtype {self.dtype}"
-                )
-            return out, out.data_ptr, 0
-        raise ShmstreamTypeError(
-            f"out must be a torch CUDA tensor or a CudaArray, not {type(out).__name__}"
-        )
+        return new_result(out, self.shape, self.dtype, self._ordinal, self.size)
 
     def _source(self, value: Any) -> tuple[int, Any, int, Any]:
         """(kind, address or host array, user stream, keep-alive) of a write."""
         torch = sys.modules.get("torch")  # a NumPy write never imports torch
         if torch is not None and isinstance(value, torch.Tensor):
-            t = value.detach()
-            if tuple(t.shape) != self.shape:
-                raise ShmstreamValueError(f"expected shape {self.shape}, got {tuple(t.shape)}")
-            want = torch_dtype(torch, self.dtype)
-            if t.dtype != want:  # the CPU handle's casting rule, the same check
-                _checks.check_cast(
-                    numpy_dtype(t.dtype), self.dtype, self.name, self.casting, what=str(t.dtype)
-                )
-            if t.is_cuda:
-                t = t.to(dtype=want).contiguous()
-                stream = torch.cuda.current_stream(t.device).cuda_stream
-                return _cuda.SRC_DEVICE, int(t.data_ptr()), int(stream), t
-            t = t.to(dtype=want).contiguous()
-            host = t.numpy()
-            return (_cuda.SRC_PINNED if _torch_pinned(t) else _cuda.SRC_HOST), host, 0, t
+            return torch_source(torch, value, self.shape, self.dtype, self.name, self.casting)
         if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack_device__"):
             dev_type, _ = value.__dlpack_device__()
             if dev_type in (_cuda.kDLCUDA, _cuda.kDLCUDAManaged):
-                return self._dlpack_source(value)
+                return dlpack_source(value, int(self._gs.stream), self.shape, self.dtype)
         array = self._coerce(value)
         pinned = self._pinned is not None and np.shares_memory(array, self._pinned_np())
         return (_cuda.SRC_PINNED if pinned else _cuda.SRC_HOST), array, 0, None
-
-    def _dlpack_source(self, value: Any) -> tuple[int, Any, int, Any]:
-        stream = int(self._gs.stream)
-        try:
-            capsule = value.__dlpack__(stream=stream)
-        except TypeError:
-            capsule = value.__dlpack__()
-        imp = _cuda.DLImport.take(capsule)
-        want = (DL_CODE[self.dtype.kind], self.dtype.itemsize * 8, 1)
-        shape = tuple(imp.shape)
-        if shape != self.shape or tuple(imp.dtype) != want:
-            imp.release()
-            raise ShmstreamValueError(
-                f"expected a {self.dtype} CUDA array of shape {self.shape}, got DLPack "
-                f"dtype {tuple(imp.dtype)} shape {shape}"
-            )
-        strides = imp.strides
-        if strides is not None:
-            expect, step = [], 1
-            for dim in reversed(shape):
-                expect.append(step)
-                step *= dim
-            if any(d > 1 and s != e for d, s, e in zip(shape, strides, reversed(expect))):
-                imp.release()
-                raise ShmstreamValueError("a DLPack source must be C-contiguous")
-        # No user stream to order against: the write waits for its copy.
-        return _cuda.SRC_DEVICE, int(imp.ptr), 0, imp
 
     def _pinned_np(self) -> np.ndarray:
         pinned = self._pinned
@@ -489,14 +405,6 @@ class GpuSharedMemory(SharedMemory):
             # The creator frees its device buffer once this handle lets go.
             gs.release_owned()
         super().unlink()
-
-
-def _torch_pinned(t: Any) -> bool:
-    """t.is_pinned(), False where torch cannot tell (a CPU-only build)."""
-    try:
-        return bool(t.is_pinned())
-    except RuntimeError:
-        return False
 
 
 class _SlotBuffer:

@@ -1,0 +1,79 @@
+"""``remote_exports``: what the bridges reachable from here export, read
+from their liveliness tokens by a short-lived session of its own.
+
+Separate from the Bridge: it makes no bridge, exports and imports nothing
+(``shmstream list --remote``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import NoPeerError
+from . import _auth, _keys
+from ._session import close_session, make_config, open_session, peer_count
+
+
+def remote_exports(
+    *,
+    config: Any = None,
+    listen: Sequence[str] = (),
+    connect: Sequence[str] = (),
+    key_prefix: str = _keys.DEFAULT_PREFIX,
+    timeout: float = 2.0,
+    password_file: Any = None,
+    tls_cert: Any = None,
+    tls_key: Any = None,
+    tls_ca: Any = None,
+    insecure: bool = False,
+) -> list[dict[str, str]]:
+    """What bridges reachable with this configuration export now (from their
+    Zenoh liveliness tokens): a sorted list of ``{namespace, kind, name,
+    key, bridge}``; empty when the bridges reached export nothing.
+    NoPeerError when no Zenoh peer or router answered within ``timeout``
+    (nothing is reachable with these endpoints, or none let us in).
+    Authentication as for :class:`Bridge`: InsecureBridgeError without it
+    unless ``insecure=True``."""
+    keys = _keys.Keys(key_prefix, "-")
+    cfg = make_config(
+        config,
+        listen,
+        connect,
+        password_file=password_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+    )
+    auth = _auth.require(cfg, insecure, "remote_exports (shmstream list --remote)")
+    if auth == "none" and _auth.reaches_out(cfg):
+        _auth.warn_insecure("shmstream list --remote", cfg)
+    session = open_session(cfg)
+    try:
+        found = []
+        for reply in session.liveliness().get(keys.live_all(), timeout=timeout):
+            if reply.ok is None:
+                continue
+            parsed = keys.parse_live(str(reply.ok.key_expr))
+            if parsed is None:
+                continue
+            ns_chunk, bridge_id, kind, name = parsed
+            found.append(
+                {
+                    "namespace": _keys.decode(ns_chunk),
+                    "kind": kind,
+                    "name": name,
+                    "key": keys.data(name, ns_chunk),
+                    "bridge": bridge_id,
+                }
+            )
+        if not found and peer_count(session) == 0:
+            where = ", ".join(connect) if connect else "multicast scouting"
+            raise NoPeerError(
+                f"nobody answered within {timeout:g} s ({where}): no Zenoh peer or router is "
+                "reachable, or none let us in; is a bridge running there, the port open, and "
+                "are the password file or TLS certificates the bridge's? (see docs/bridge.md)"
+            )
+    finally:
+        close_session(session)
+    return sorted(found, key=lambda e: (e["namespace"], e["name"], e["kind"], e["bridge"]))

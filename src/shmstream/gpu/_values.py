@@ -1,0 +1,128 @@
+"""What a GPU stream's handle takes in and hands out: the device array a
+read fills (the caller's ``out=`` checked, or a new one) and the source of
+a write (a torch tensor, a DLPack CUDA array), each as the device pointer
+and CUDA stream the core copies with.
+
+Separate from handle.py: these are checks and conversions of the caller's
+objects against a stream's shape and dtype, which need none of the handle's
+state; the handle keeps the protocol (attach, write, read, wait).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _checks, _cuda
+from ..errors import ShmstreamTypeError, ShmstreamValueError
+from .device import DL_CODE, CudaArray, cuda_torch, numpy_dtype, torch_dtype
+
+
+def new_result(
+    out: Any, shape: tuple[int, ...], dtype: np.dtype, ordinal: int, size: int
+) -> tuple[Any, int, int]:
+    """(array, device pointer, stream it is ordered on) of a read into
+    ``out``, or into a new tensor (a CudaArray without torch)."""
+    torch = cuda_torch()
+    if out is not None:
+        return device_out(out, torch, shape, dtype, ordinal)
+    if torch is not None:
+        t = torch.empty(shape, dtype=torch_dtype(torch, dtype), device=f"cuda:{ordinal}")
+        return t, int(t.data_ptr()), int(torch.cuda.current_stream(ordinal).cuda_stream)
+    buf = _cuda.DeviceBuffer.alloc(size, ordinal)
+    return CudaArray(buf, shape, dtype), int(buf.ptr), 0
+
+
+def device_out(
+    out: Any, torch: Any, shape: tuple[int, ...], dtype: np.dtype, ordinal: int
+) -> tuple[Any, int, int]:
+    """``out=`` of a read on a GPU-attached handle, checked: a contiguous
+    CUDA tensor or CudaArray of the stream's shape and dtype."""
+    if isinstance(out, np.ndarray):
+        raise ShmstreamValueError(
+            "out must be a CUDA array on a GPU-attached handle (a torch CUDA "
+            "tensor or a CudaArray); NumPy out= works for CPU reads only"
+        )
+    if torch is not None and isinstance(out, torch.Tensor):
+        if (
+            not out.is_cuda
+            or out.device.index != ordinal
+            or tuple(out.shape) != shape
+            or out.dtype != torch_dtype(torch, dtype)
+            or not out.is_contiguous()
+        ):
+            raise ShmstreamValueError(
+                f"out must be a contiguous {dtype} CUDA tensor of shape {shape} on cuda:{ordinal}"
+            )
+        return (
+            out,
+            int(out.data_ptr()),
+            int(torch.cuda.current_stream(ordinal).cuda_stream),
+        )
+    if isinstance(out, CudaArray):
+        if out.shape != shape or out.dtype != dtype:
+            raise ShmstreamValueError(f"out must have shape {shape} and dtype {dtype}")
+        return out, out.data_ptr, 0
+    raise ShmstreamTypeError(
+        f"out must be a torch CUDA tensor or a CudaArray, not {type(out).__name__}"
+    )
+
+
+def torch_source(
+    torch: Any, value: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, casting: str
+) -> tuple[int, Any, int, Any]:
+    """(kind, address or host array, user stream, keep-alive) of a write of
+    the torch tensor ``value``, cast under the CPU handle's casting rule."""
+    t = value.detach()
+    if tuple(t.shape) != shape:
+        raise ShmstreamValueError(f"expected shape {shape}, got {tuple(t.shape)}")
+    want = torch_dtype(torch, dtype)
+    if t.dtype != want:  # the CPU handle's casting rule, the same check
+        _checks.check_cast(numpy_dtype(t.dtype), dtype, name, casting, what=str(t.dtype))
+    if t.is_cuda:
+        t = t.to(dtype=want).contiguous()
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        return _cuda.SRC_DEVICE, int(t.data_ptr()), int(stream), t
+    t = t.to(dtype=want).contiguous()
+    host = t.numpy()
+    return (_cuda.SRC_PINNED if _torch_pinned(t) else _cuda.SRC_HOST), host, 0, t
+
+
+def dlpack_source(
+    value: Any, stream: int, shape: tuple[int, ...], dtype: np.dtype
+) -> tuple[int, Any, int, Any]:
+    """The same for a CUDA array given by DLPack (taken on ``stream``): it
+    must be C-contiguous, of the stream's shape and dtype."""
+    try:
+        capsule = value.__dlpack__(stream=stream)
+    except TypeError:
+        capsule = value.__dlpack__()
+    imp = _cuda.DLImport.take(capsule)
+    want = (DL_CODE[dtype.kind], dtype.itemsize * 8, 1)
+    got = tuple(imp.shape)
+    if got != shape or tuple(imp.dtype) != want:
+        imp.release()
+        raise ShmstreamValueError(
+            f"expected a {dtype} CUDA array of shape {shape}, got DLPack "
+            f"dtype {tuple(imp.dtype)} shape {got}"
+        )
+    strides = imp.strides
+    if strides is not None:
+        expect, step = [], 1
+        for dim in reversed(got):
+            expect.append(step)
+            step *= dim
+        if any(d > 1 and s != e for d, s, e in zip(got, strides, reversed(expect))):
+            imp.release()
+            raise ShmstreamValueError("a DLPack source must be C-contiguous")
+    # No user stream to order against: the write waits for its copy.
+    return _cuda.SRC_DEVICE, int(imp.ptr), 0, imp
+
+
+def _torch_pinned(t: Any) -> bool:
+    """t.is_pinned(), False where torch cannot tell (a CPU-only build)."""
+    try:
+        return bool(t.is_pinned())
+    except RuntimeError:
+        return False
