@@ -222,6 +222,7 @@ QUICK_ARGS = {
     "gpu": [],
     "history": [],
     "loader": [],
+    "milk": [],
     "stream": [],
     "view": [],
 }

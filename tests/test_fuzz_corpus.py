@@ -24,7 +24,7 @@ import pytest
 import support
 
 FUZZ = os.path.join(support.ROOT, "tests", "fuzz")
-C_HARNESSES = ("fuzz_header", "fuzz_open", "fuzz_ring", "fuzz_history", "fuzz_live")
+C_HARNESSES = ("fuzz_header", "fuzz_open", "fuzz_ring", "fuzz_history", "fuzz_live", "fuzz_milk")
 PY_HARNESSES = (
     "fuzz_py_open",
     "fuzz_py_stat",
@@ -32,6 +32,7 @@ PY_HARNESSES = (
     "fuzz_py_shared_array",
     "fuzz_py_loader",
     "fuzz_py_bridge_wire",
+    "fuzz_py_milk",
 )
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 

@@ -12,7 +12,7 @@ import pytest
 
 import shmstream
 
-MODULES = ["_native", "_direct", "_channel", "_cuda"]
+MODULES = ["_native", "_direct", "_channel", "_cuda", "_milk"]
 PKG_DIR = os.path.dirname(os.path.abspath(shmstream.__file__))
 SRC_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "shmstream"

@@ -20,8 +20,8 @@ OUT=${SS_FUZZ_OUT:-$ROOT/build/fuzz}
 PY=${PYTHON:-python3}
 export PATH=$PATH:/usr/lib/llvm-19/bin
 CLANG=${CLANG:-clang-19}
-C_HARNESSES="fuzz_header fuzz_open fuzz_ring fuzz_history fuzz_live"
-PY_HARNESSES="fuzz_py_open fuzz_py_stat fuzz_py_recv fuzz_py_shared_array fuzz_py_loader fuzz_py_bridge_wire"
+C_HARNESSES="fuzz_header fuzz_open fuzz_ring fuzz_history fuzz_live fuzz_milk"
+PY_HARNESSES="fuzz_py_open fuzz_py_stat fuzz_py_recv fuzz_py_shared_array fuzz_py_loader fuzz_py_bridge_wire fuzz_py_milk"
 WANT=${*:-$C_HARNESSES $PY_HARNESSES}
 
 # Every segment a harness makes carries this tag (fz_name, fuzzlib.fuzz_name):

@@ -1,0 +1,355 @@
+"""The handle of a milk/CACAO ImageStreamIO stream (docs/milk.md).
+
+A milk stream is a file in milk's directory (:func:`~shmstream.milk.layout.shm_dir`)
+that milk's library and shmstream both open. Reads copy the frame between
+two looks at milk's write flag and frame counter (cnt0) and retry a copy
+that overlapped a write; ``read_new`` waits on a semaphore this process
+claims in the stream's reader PID table, as milk's readers do, and
+``write`` follows milk's publish sequence so CACAO processes blocked in
+their semaphore wait wake up. All of it is one native call (shmstream._milk).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import _milk
+from ..errors import (
+    HandleClosedError,
+    ShmstreamFileExistsError,
+    ShmstreamFileNotFoundError,
+    ShmstreamTypeError,
+    ShmstreamValueError,
+)
+from ..publication import FrameBatch, Publication
+from .dtypes import code_of
+from .layout import Layout, path_of, shm_dir
+
+#: How long a read waits, by default, for a writer that holds the write
+#: flag before it gives up with InconsistentStreamError.
+BUSY_TIMEOUT = 0.1
+
+
+class MilkStream:
+    """An open milk stream: ``read``, ``read_new``, ``read_publication``,
+    ``write``, ``count``, ``missed_writes``, ``shape``, ``dtype``, keywords.
+
+    Made by :func:`shmstream.milk.open` and :func:`shmstream.milk.create`.
+    ``shape`` is NumPy's (C order): milk's ``size[]`` reversed, so milk's
+    x axis (size[0]) is the last one.
+    """
+
+    def __init__(self, native: Any, name: str, path: str, busy_timeout: float) -> None:
+        self._native = native
+        self.name = name
+        self.path = path
+        self.layout = Layout.from_dict(native.layout())
+        self._busy = float(busy_timeout)
+        self._last = native.count()
+        self._missed = 0
+
+    # -- description -------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.layout.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.layout.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.layout.frame_bytes
+
+    @property
+    def count(self) -> int:
+        """milk's frame counter cnt0: writes published so far."""
+        return int(self._live().count())
+
+    @property
+    def missed_writes(self) -> int:
+        """Writes published after one this handle read and before the next
+        one it read (``read_new`` and ``read`` both count)."""
+        return self._missed
+
+    @property
+    def writing(self) -> bool:
+        """milk's write flag: a writer is between ``write = 1`` and ``write = 0``."""
+        return bool(self._live().writing())
+
+    @property
+    def semaphore(self) -> int | None:
+        """The index this process claimed in the reader PID table, or None."""
+        i = self._live().claimed()
+        return None if i < 0 else int(i)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._native.closed)
+
+    # -- reading -----------------------------------------------------------
+
+    def _out(self, out: np.ndarray | None) -> np.ndarray:
+        if out is None:
+            return np.empty(self.shape, self.dtype)
+        if not isinstance(out, np.ndarray):
+            raise ShmstreamTypeError(f"out must be a NumPy array, not {type(out).__name__}")
+        if out.dtype != self.dtype or out.nbytes != self.nbytes or not out.flags.c_contiguous:
+            raise ShmstreamValueError(
+                f"out must be a C-contiguous {self.dtype} array of shape {self.shape}"
+            )
+        return out
+
+    def _seen(self, cnt0: int) -> int:
+        missed = max(0, cnt0 - self._last - 1) if cnt0 > self._last else 0
+        self._missed += missed
+        self._last = max(self._last, cnt0)
+        return missed
+
+    def _publication(self, arr: np.ndarray, info: tuple[int, int, int, int]) -> Publication:
+        cnt0, cnt1, wtime, _atime = info
+        missed = self._seen(cnt0)
+        return Publication(arr, cnt0, cnt1, wtime / 1e9, missed)
+
+    def read(self, out: np.ndarray | None = None) -> np.ndarray:
+        """A copy of the current frame, never torn by a writer that raises
+        milk's write flag (docs/milk.md, "Reading")."""
+        arr = self._out(out)
+        info = self._live().read_into(arr, self._busy)
+        self._seen(info[0])
+        return arr
+
+    def read_publication(self, out: np.ndarray | None = None) -> Publication:
+        """Like :meth:`read`, with milk's cnt0 as ``count``, cnt1 as
+        ``frame_id`` and writetime (milk's clock, CLOCK_TAI) as ``write_time``."""
+        arr = self._out(out)
+        return self._publication(arr, self._live().read_into(arr, self._busy))
+
+    def read_new(self, timeout: float | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The first frame newer than the last one this handle saw (its last
+        read or write, or the count at open); waits on this process's
+        semaphore (claimed on first use) at most ``timeout`` seconds
+        (None: for ever). TimeoutError when none comes."""
+        return self.read_new_publication(timeout, out).payload
+
+    def read_new_publication(
+        self, timeout: float | None = None, out: np.ndarray | None = None
+    ) -> Publication:
+        arr = self._out(out)
+        if self.layout.nsem == 0:
+            raise ShmstreamValueError(
+                f"milk stream '{self.name}' has no semaphores to wait on (created with nsem=0); "
+                "poll with read() and count, or create it with nsem >= 1"
+            )
+        info = self._live().read_new_into(arr, self._last, timeout, self._busy)
+        return self._publication(arr, info)
+
+    def read_since(self, count: int, max_frames: int | None = None) -> FrameBatch:
+        """Every frame after ``count`` that milk's circular buffer still
+        holds, oldest first (at most ``max_frames``; None: the buffer's
+        depth), as a :class:`~shmstream.FrameBatch`. ``missed`` counts the
+        frames after ``count`` already overwritten; pass ``last_count`` as
+        ``count`` to go on. The stream needs ``cb_size >= 2`` (milk's
+        ``CBsize``); the slot the next write goes to is never read, so it
+        keeps ``cb_size - 1`` frames. ``frame_ids`` and ``write_times_ns``
+        are 0: milk's writers do not record them per frame."""
+        native = self._live()
+        depth = max(1, self.layout.cbsize - 1)
+        cap = depth if max_frames is None else max(1, min(int(max_frames), depth))
+        frames = np.empty((cap, *self.shape), self.dtype)
+        counts = np.zeros(cap, np.uint64)
+        n, last = native.read_since_into(frames, counts, int(count), self._busy)
+        last = int(counts[n - 1]) if n else max(int(last), int(count))
+        missed = last - int(count) - n  # overwritten, or left out (docs/milk.md)
+        zeros = np.zeros(n, np.uint64)
+        return FrameBatch(
+            frames=frames[:n],
+            counts=counts[:n].copy(),
+            frame_ids=zeros,
+            write_times_ns=zeros.copy(),
+            missed=max(0, missed),
+            after=int(count),
+            last_count=last,
+        )
+
+    def iter_since(
+        self, count: int | None = None, timeout: float | None = None
+    ) -> Iterator[np.ndarray]:
+        """Every frame after ``count`` (None: the count now), one at a time,
+        waiting up to ``timeout`` seconds for the next one (TimeoutError);
+        frames the circular buffer lost before they were read are counted in
+        :attr:`missed_writes`."""
+        after = self.count if count is None else int(count)
+        while True:
+            batch = self.read_since(after)
+            self._missed += batch.missed
+            yield from batch.frames
+            after = batch.last_count
+            self._last = max(self._last, after)
+            if not len(batch.frames):
+                self._live().read_new_into(
+                    np.empty(self.shape, self.dtype), after, timeout, self._busy
+                )
+
+    def claim(self, preferred: int | None = None) -> int:
+        """Claim a semaphore in the reader PID table now (``read_new`` does it
+        on first use): this process's entry, ``preferred`` if free, else the
+        first free one; a dead reader's entry is free."""
+        return int(self._live().claim(-1 if preferred is None else int(preferred)))
+
+    def release(self) -> None:
+        """Give the claimed semaphore back (close does too)."""
+        self._live().release()
+
+    # -- writing -------------------------------------------------------------
+
+    def write(self, array: Any, atime: float | None = None) -> None:
+        """Publish a frame as milk's writers do: write flag, pixels, circular
+        buffer, times, cnt0 + 1, flag down, then post every semaphore.
+        ``atime`` (seconds, milk's clock) is the acquisition time; None: now."""
+        arr = np.asarray(array)
+        if arr.shape != self.shape:
+            raise ShmstreamValueError(f"frame of shape {arr.shape}; the stream's is {self.shape}")
+        if arr.dtype != self.dtype:
+            raise ShmstreamValueError(f"frame of dtype {arr.dtype}; the stream's is {self.dtype}")
+        arr = np.ascontiguousarray(arr)
+        self._live().write(arr, -1 if atime is None else int(atime * 1e9))
+        self._last = max(self._last, self._native.count())
+
+    # -- keywords ------------------------------------------------------------
+
+    @property
+    def keywords(self) -> dict[str, tuple[Any, str]]:
+        """milk's keywords as ``{name: (value, comment)}`` (int, float or str)."""
+        native = self._live()
+        out: dict[str, tuple[Any, str]] = {}
+        for i in range(self.layout.nkw):
+            name, kind, value, comment, _cnt = native.keyword(i)
+            if kind in "LDS" and name:
+                out[name] = (value, comment)
+        return out
+
+    def set_keyword(self, name: str, value: int | float | str, comment: str = "") -> None:
+        """Write keyword ``name`` (up to 15 bytes) in its slot, or the first
+        unused one; int -> 'L', float -> 'D', str (up to 15 bytes) -> 'S'."""
+        native = self._live()
+        if not isinstance(name, str) or not name or len(name.encode()) > 15:
+            raise ShmstreamValueError(f"a milk keyword name is 1 to 15 bytes, not {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ShmstreamTypeError(f"a keyword value is an int, float or str, not {value!r}")
+        if isinstance(value, str) and len(value.encode()) > 15:
+            raise ShmstreamValueError("a milk keyword string is at most 15 bytes")
+        kind = "L" if isinstance(value, int) else "D" if isinstance(value, float) else "S"
+        free = None
+        for i in range(self.layout.nkw):
+            kname, kkind, _v, _c, _n = native.keyword(i)
+            if kkind in "LDS" and kname == name:
+                native.set_keyword(i, name, kind, value, comment)
+                return
+            if free is None and kkind not in "LDS":
+                free = i
+        if free is None:
+            raise ShmstreamValueError(
+                f"all {self.layout.nkw} keyword slots of milk stream '{self.name}' are used; "
+                "create it with more (nkw=)"
+            )
+        native.set_keyword(free, name, kind, value, comment)
+
+    # -- lifetime ------------------------------------------------------------
+
+    def _live(self) -> Any:
+        if self._native.closed:
+            raise HandleClosedError(
+                f"milk stream '{self.name}' is closed; open it again with shmstream.milk.open"
+            )
+        return self._native
+
+    def close(self) -> None:
+        """Release the semaphore claim and unmap; idempotent."""
+        self._native.close()
+
+    def unlink(self) -> None:
+        """Remove the stream's file (handles keep their mapping)."""
+        unlink(self.name, os.path.dirname(self.path))
+
+    def __enter__(self) -> MilkStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"count={self.count}"
+        return f"<MilkStream '{self.name}' {self.shape} {self.dtype} {state} at {self.path}>"
+
+
+def open(name: str, *, dir: str | None = None, busy_timeout: float = BUSY_TIMEOUT) -> MilkStream:
+    """Open milk stream ``name`` (the file ``<dir>/<name>.im.shm``; ``dir``
+    defaults to milk's: :func:`shm_dir`)."""
+    path = path_of(name, dir)
+    try:
+        native = _milk.Stream.open(path)
+    except ShmstreamFileNotFoundError:
+        raise ShmstreamFileNotFoundError(
+            errno.ENOENT,
+            f"no milk stream '{name}' ({path}); create it with shmstream.milk.create or milk, "
+            "or point MILK_SHM_DIR (or dir=) at the directory that holds it",
+        ) from None
+    return MilkStream(native, name, path, busy_timeout)
+
+
+def create(
+    name: str,
+    shape: int | tuple[int, ...],
+    dtype: Any = np.float32,
+    *,
+    dir: str | None = None,
+    nsem: int = 10,
+    nkw: int = 16,
+    cb_size: int = 0,
+    mode: int = 0o600,
+    busy_timeout: float = BUSY_TIMEOUT,
+) -> MilkStream:
+    """Create milk stream ``name`` that milk's library opens: 1 to 3 axes
+    (NumPy's order), a dtype milk has (:data:`~shmstream.milk.dtypes.CODE_TO_DTYPE`),
+    ``nsem`` reader semaphores (milk's default 10), ``nkw`` keyword slots,
+    ``cb_size`` frames of milk's fast circular buffer (0: none). The file is
+    created ``mode`` (0600: only this user; milk itself makes 0666)."""
+    shp = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not 1 <= len(shp) <= 3 or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shp):
+        raise ShmstreamValueError(f"a milk stream has 1 to 3 axes of at least 1, not {shape!r}")
+    if any(s >= 2**32 for s in shp):
+        raise ShmstreamValueError(f"a milk axis is below 2**32 elements, not {shape!r}")
+    code = code_of(dtype)
+    path = path_of(name, dir)
+    try:
+        native = _milk.Stream.create(
+            path, name, [int(s) for s in shp[::-1]], code, nsem, nkw, cb_size, mode
+        )
+    except ShmstreamFileExistsError:
+        raise ShmstreamFileExistsError(
+            errno.EEXIST,
+            f"milk stream '{name}' exists ({path}); open it with shmstream.milk.open, "
+            "or unlink it first",
+        ) from None
+    return MilkStream(native, name, path, busy_timeout)
+
+
+def unlink(name: str, dir: str | None = None) -> None:
+    """Remove milk stream ``name``'s file."""
+    path = path_of(name, dir)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        raise ShmstreamFileNotFoundError(
+            errno.ENOENT, f"no milk stream '{name}' ({path})"
+        ) from None
+
+
+__all__ = ["BUSY_TIMEOUT", "MilkStream", "create", "open", "shm_dir", "unlink"]
