@@ -73,7 +73,7 @@ enum ss_state {
 
 /* Status codes returned by the core: one enum for every part, so no two
  * codes collide (0 is success, errno values are > 0). The bindings turn
- * each into an exception through one table (src/shmstream/_binding.h). */
+ * each into an exception through one table (src/bindings/_binding.h). */
 enum ss_status {
   SS_OK = 0,
   /* streams and segments */
@@ -455,7 +455,7 @@ SS_API int ss_read(ss_segment *seg, void *dst, size_t n, int64_t timeout_ns, int
 
 /* Zero-copy read: locate the published frame (same freshness rule and
  * fallback as ss_read) without copying it. The caller reads
- * ss_slot(seg, frame->slot) in place, then asks ss_view_valid whether the
+ * ss_view_data(seg, frame) (below) in place, then asks ss_view_valid whether the
  * writer started overwriting that slot meanwhile (it can only after
  * slot_count - 1 newer publications, or at once with one slot). */
 typedef struct ss_frame {

@@ -37,7 +37,7 @@ def _segments() -> set[str]:
 
 
 def _header(path: str) -> bytes:
-    """The identity up to the user name's end (offsets from _native.layout())."""
+    """The identity up to the user name's end (offsets from _testhooks.layout())."""
     off, size = support.field("name")
     try:
         with open(path, "rb") as f:
@@ -56,15 +56,36 @@ def _stored_name(head: bytes) -> str:
     return head[name_off : name_off + min(n, name_size - 1)].decode("utf-8", "replace")
 
 
-def _creator_gone_or_me(head: bytes) -> bool:
+def _creator_pid(head: bytes) -> int | None:
+    off, size = support.field("creator_pid")
+    if len(head) < off + size:
+        return None  # truncated: nobody can be using it
+    return int.from_bytes(head[off : off + size], "little", signed=True)
+
+
+def _identity(segname: str) -> tuple[str, int | None]:
+    """(stored user name, creator pid) of a leftover segment: read from its
+    bytes at the compiled offsets, or, in an install without the suite's
+    hooks (the release wheel, tests/test_release.py), from the core's peek."""
+    try:
+        from shmstream import _testhooks  # noqa: F401 - the offsets' source
+    except ImportError:
+        from shmstream import _native
+
+        try:
+            seg = _native.Segment.peek(segname)
+        except Exception:  # noqa: BLE001 - an unreadable leftover: nobody's
+            return "", None
+        return seg.name, seg.creator_pid
+    head = _header(os.path.join(support.SHM_DIR, segname))
+    return _stored_name(head), _creator_pid(head)
+
+
+def _creator_gone_or_me(pid: int | None) -> bool:
     """True if the segment's creator is this process or no longer runs; a
     segment whose creator still runs elsewhere belongs to a concurrent
     process, not to this suite."""
-    off, size = support.field("creator_pid")
-    if len(head) < off + size:
-        return True  # truncated: nobody can be using it
-    pid = int.from_bytes(head[off : off + size], "little", signed=True)
-    if pid == os.getpid() or pid <= 0:
+    if pid is None or pid == os.getpid() or pid <= 0:
         return True
     try:
         os.kill(pid, 0)
@@ -81,8 +102,7 @@ def no_segments_left_behind():
     yield
     ours, unattributed = [], []
     for segname in sorted(_segments() - before):
-        head = _header(os.path.join(support.SHM_DIR, segname))
-        stored = _stored_name(head)
+        stored, creator = _identity(segname)
         if segname.startswith(support.SEGMENT_PREFIX + SESSION_TOKEN) or stored.startswith(
             SESSION_TOKEN
         ):
@@ -91,7 +111,7 @@ def no_segments_left_behind():
             segname.removeprefix(support.SEGMENT_PREFIX)
         ):
             continue  # a concurrent run of this suite names its segments so
-        elif _creator_gone_or_me(head):
+        elif _creator_gone_or_me(creator):
             unattributed.append(segname)
     for segname in ours:  # certainly this session's: clean up
         try:

@@ -1,5 +1,5 @@
 """The on-memory layout is an ABI: docs/ABI.md, the compiled header
-(``_native.layout()``) and the raw bytes of a live segment must agree.
+(``_testhooks.layout()``) and the raw bytes of a live segment must agree.
 
 The field tables of docs/ABI.md are parsed (rows ``| offset | size | field
 | ... |``) and compared with the layout compiled into the extension; then a
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import shmstream
-from shmstream import _native
+from shmstream import _native, _testhooks
 
 import support
 
@@ -44,7 +44,7 @@ def documented_fields() -> dict[str, tuple[int, int]]:
 
 
 def compiled_fields() -> dict[str, tuple[int, int]]:
-    return {k: (int(v[0]), int(v[1])) for k, v in _native.layout().items()}
+    return {k: (int(v[0]), int(v[1])) for k, v in _testhooks.layout().items()}
 
 
 # ---- the document and the compiled layout ---------------------------------------
@@ -292,7 +292,7 @@ def documented_record_fields() -> dict[str, tuple[int, int]]:
 
 
 def test_abi_md_documents_the_slot_record_as_compiled():
-    compiled = {k: (int(v[0]), int(v[1])) for k, v in _native.slot_record_layout().items()}
+    compiled = {k: (int(v[0]), int(v[1])) for k, v in _testhooks.slot_record_layout().items()}
     compiled["reserved"] = compiled.pop("reserved_")
     assert documented_record_fields() == compiled
     assert sum(size for _, size in compiled.values()) == 64

@@ -464,7 +464,9 @@ def test_a_ring_position_off_the_record_grid_is_refused(name):
 
 
 def test_layout_offsets_are_the_documented_ones():
-    lay = _channel.layout()
+    # the release wheel has no test hooks (tests/test_release.py runs this file)
+    hooks = pytest.importorskip("shmstream._testhooks", reason="a build without test hooks")
+    lay = hooks.channel_layout()
     assert lay == {
         "head": 2240,
         "tail": 2304,

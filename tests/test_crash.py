@@ -315,7 +315,7 @@ def test_a_reader_that_died_waiting_for_the_lock_does_not_slow_writers_down(name
     # next write notices the stale announcement and clears it.
     h = shmstream.create(name, shape=(4,), dtype=np.float32)
     try:
-        offset, size = shmstream._native.layout()["lock_readers"]
+        offset, size = support.field("lock_readers")
         path = "/dev/shm" + h.segment
         with open(path, "r+b") as f:
             f.seek(offset)

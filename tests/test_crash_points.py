@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import shmstream
-from shmstream import _native
+from shmstream import _testhooks
 from shmstream.errors import ChannelClosedError
 
 import support
@@ -106,7 +106,7 @@ def test_docs_abi_lists_exactly_the_cores_crash_points():
     section = text[text.index("### Crash points") :]
     section = section[: section.index("\n## ")]
     documented = re.findall(r"^\| `([a-z_.0-9]+)` \|", section, flags=re.M)
-    assert documented == _native.fault_points()
+    assert documented == _testhooks.fault_points()
 
 
 def test_every_stream_and_channel_point_is_tested_here():
@@ -118,12 +118,12 @@ def test_every_stream_and_channel_point_is_tested_here():
         | set(HISTORY_POINTS)
         | set(HISTORY_REPAIR_POINTS)
     )
-    assert covered == set(_native.fault_points())
+    assert covered == set(_testhooks.fault_points())
 
 
 def test_an_unknown_crash_point_is_refused():
     with pytest.raises(ValueError, match="unknown crash point"):
-        _native.fault_arm("stream.nowhere")
+        _testhooks.fault_arm("stream.nowhere")
 
 
 # ---- children ---------------------------------------------------------------------------
@@ -159,14 +159,14 @@ def child_write_then_die(stream_name, mode, point, progress, last_good):
         k += 1
         h.write(frame(k), frame_id=k)
     last_good.value = k  # shared memory: still there after the SIGKILL
-    _native.fault_arm(point)
+    _testhooks.fault_arm(point)
     write_one(h, mode, k + 1)
     return "survived"  # the point was never reached
 
 
 def child_repair_then_die(stream_name, point):
     h = shmstream.open(stream_name)
-    _native.fault_arm(point)
+    _testhooks.fault_arm(point)
     h.write(frame(999), frame_id=999)  # takes the dead writer's lock over
     return "survived"
 
@@ -391,7 +391,7 @@ def child_history_write_then_die(stream_name, point, progress, last_good):
         k += 1
         h.write(frame(k), frame_id=k)
     last_good.value = k
-    _native.fault_arm(point)
+    _testhooks.fault_arm(point)
     h.write(frame(MARK + k + 1), frame_id=MARK + k + 1)
     return "survived"
 
@@ -512,7 +512,7 @@ def test_a_process_killed_while_repairing_a_history_stream_leaves_the_history_wh
 
 def child_sleep_then_die(stream_name, point):
     h = shmstream.open(stream_name)
-    _native.fault_arm(point)
+    _testhooks.fault_arm(point)
     h.read_new(timeout=support.WAIT)  # claims a sleeper slot, sleeps, is woken, releases it
     return "survived"
 
@@ -548,7 +548,7 @@ def test_a_reader_killed_claiming_or_releasing_its_sleeper_slot_leaves_no_phanto
 
 def test_a_full_sleeper_table_of_dead_owners_is_taken_over_by_the_next_sleeper(name):
     h = shmstream.create(name, shape=(4,), dtype=np.int64)
-    offset, size = _native.layout()["sleeper"]
+    offset, size = _testhooks.layout()["sleeper"]
     dead = 0x7FFFFFF0  # a pid that does not run (pid_max is far below)
     support.patch_bytes(
         support.segment_path(name), offset, (dead | (1 << 32)).to_bytes(8, "little") * (size // 8)
@@ -585,7 +585,7 @@ def child_producer_die(chan, point, zero_copy):
     tx = shmstream.open_channel(chan, role="producer")
     for i in range(K):
         tx.send(i.to_bytes(4, "little"))
-    _native.fault_arm(point)  # one core: the arming covers channels too
+    _testhooks.fault_arm(point)  # one core: the arming covers channels too
     if point == "ring.detach":
         tx.close()
     else:
@@ -597,7 +597,7 @@ def child_consumer_die(chan, point, zero_copy):
     rx = shmstream.open_channel(chan, role="consumer")
     for i in range(K):
         assert int.from_bytes(rx.recv(timeout=support.WAIT).data, "little") == i
-    _native.fault_arm(point)  # one core: the arming covers channels too
+    _testhooks.fault_arm(point)  # one core: the arming covers channels too
     if point == "ring.detach":
         rx.close()
     elif zero_copy:

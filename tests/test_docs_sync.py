@@ -37,8 +37,8 @@ def _code_files() -> list[str]:
         "src/core/*.c",
         "src/core/*.h",
         "include/*.h",
-        "src/shmstream/*.cpp",
-        "src/shmstream/*.h",
+        "src/bindings/*.cpp",
+        "src/bindings/*.h",
         "src/shmstream/**/*.py",
     ]
     out: set[str] = set()
@@ -99,7 +99,7 @@ SCANNED = [
 ]
 SUFFIXES = (".c", ".h", ".cpp", ".py", ".pyi", ".md", ".txt", ".toml")
 #: Paths named on purpose that are not in this repository (another project's).
-EXTERNAL = {"include/dlpack/dlpack.h"}  # dmlc/dlpack, vendored in src/shmstream/_dlpack.h
+EXTERNAL = {"include/dlpack/dlpack.h"}  # dmlc/dlpack, vendored in src/bindings/_dlpack.h
 
 _REPO_PATH = re.compile(
     r"(?<![\w/.-])((?:src|include|tests|docs|examples|tools|benchmarks)/[\w./*-]*[\w*/])"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import shmstream
-from shmstream import _native
+from shmstream import _native, _testhooks
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def test_stat_reports_the_gpu_fields(name):
 
 def test_a_performance_mode_segment_has_no_cpu_slot(name):
     seg = make_gpu_segment(name, mirror=False)
-    layout = _native.layout()
+    layout = _testhooks.layout()
     assert layout["gpu"] == (1456, 512)
     import os
 

@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "src" / "shmstream"
 CORE = ROOT / "src" / "core"
+BINDINGS = ROOT / "src" / "bindings"
 BENCH = ROOT / "benchmarks"
 
 #: Lines above which a source file has several jobs (generated stubs and
@@ -52,9 +53,72 @@ def _python_modules() -> dict[str, Path]:
     return mods
 
 
+def _extension_modules() -> set[str]:
+    """The compiled modules, as CMakeLists.txt lists them (one source each)."""
+    text = (ROOT / "CMakeLists.txt").read_text()
+    listed = re.findall(r"(?:set\(|list\(APPEND )SHMSTREAM_MODULES ([^)]*)\)", text)
+    assert listed, "CMakeLists.txt lists no SHMSTREAM_MODULES"
+    return {f"shmstream.{m}" for group in listed for m in group.split()}
+
+
+def test_each_binding_source_is_one_listed_extension_and_the_package_is_python():
+    # Each .cpp of src/bindings is the extension of its name, built from the explicit
+    # list in CMakeLists.txt (a stray .cpp is neither built silently nor left out); the
+    # package folder holds Python and stubs only.
+    sources = {f"shmstream.{p.stem}" for p in BINDINGS.glob("*.cpp")}
+    assert sources == _extension_modules()
+    foreign = [p.name for p in PKG.rglob("*") if p.suffix in (".c", ".cpp", ".h", ".hpp")]
+    assert not foreign, f"C/C++ sources inside the package: {foreign}"
+
+
+def _binding_lines():
+    for path in sorted(BINDINGS.glob("*")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            yield f"{path.name}:{i}", line
+
+
+def test_the_binding_includes_only_public_headers():
+    # The binding calls the C API: include/ (the stable headers and the
+    # unstable one) and its own helpers, never src/core's headers.
+    allowed = {p.name for p in (ROOT / "include").glob("*.h")} | {
+        p.name for p in BINDINGS.glob("*.h")
+    }
+    bad = [
+        f"{where}: {m.group(1)}"
+        for where, line in _binding_lines()
+        if (m := re.match(r'\s*#\s*include\s*"([^"]+)"', line)) and m.group(1) not in allowed
+    ]
+    assert not bad, f"the binding includes non-public headers: {bad}"
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert re.search(
+        r"target_include_directories\(shmstream_core PUBLIC include PRIVATE src/core\)", cmake
+    )
+
+
+def test_the_binding_reads_no_shared_word_itself():
+    # Header and ring words are read by core accessors with the core's
+    # memory orders (include/shmstream_unstable.h); a handle is opaque.
+    pattern = re.compile(r"->(pub|lock|notify|stream)\.|hdr\(\)|seg\.id\b|->ctl\b|\bctl->|\.pos\.")
+    bad = [f"{where}: {line.strip()}" for where, line in _binding_lines() if pattern.search(line)]
+    assert not bad, "the binding reads shared words itself: " + "; ".join(bad)
+
+
+def test_the_binding_checks_no_limit_of_the_core():
+    # One owner per limit: the core refuses (segment.c, publish.c), the
+    # Python API checks first with the constants the binding exports. A
+    # comparison with SS_MAX_* in the binding is a second copy. (Bounds of
+    # bytes read from shared memory, such as a message's DLPack dims in
+    # _channel_handle.h, are input checks, not limits of create.)
+    limit = re.compile(
+        r"[<>]=?\s*SS_MAX_(SLOTS|HISTORY|DTYPE_BYTES|COUNT)\b|size\(\) > SS_MAX_NDIM"
+    )
+    bad = [f"{where}: {line.strip()}" for where, line in _binding_lines() if limit.search(line)]
+    assert not bad, "the binding repeats a limit of the core: " + "; ".join(bad)
+
+
 def _import_graph() -> dict[str, set[str]]:
     mods = _python_modules()
-    extensions = {f"shmstream.{p.stem}" for p in PKG.glob("_*.pyi")}
+    extensions = _extension_modules()
     edges: dict[str, set[str]] = {}
     for mod, path in mods.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
@@ -165,7 +229,7 @@ def _resolve(package: str, level: int, module: str | None) -> str:
 
 def _private_reach_ins() -> list[str]:
     mods = _python_modules()
-    modules = set(mods) | {f"shmstream.{p.stem}" for p in PKG.glob("_*.pyi")}
+    modules = set(mods) | _extension_modules()
     found = []
     for mod, path in sorted(mods.items()):
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]

@@ -70,7 +70,7 @@ def test_python_sources_are_in_ruff_format_layout():
 # clang-format's output differs between major versions; the test extra pins
 # the PyPI wheel of this one (clang-format==19.1.*), as Debian's clang-format-19.
 CLANG_FORMAT_MAJOR = 19
-C_DIRS = ["src/core", "src/shmstream", "include", "examples", "tests", "benchmarks/c"]
+C_DIRS = ["src/core", "src/bindings", "include", "examples", "tests", "benchmarks/c"]
 
 
 def _clang_format() -> str | None:

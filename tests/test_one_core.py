@@ -1,4 +1,4 @@
-"""The C core exists once in a process (DESIGN.md, "Layers"): the
+"""The C core exists once in a process (CONTRIBUTING.md, "Layout"): the
 extensions link one shared library (libshmstream.so, installed next to
 them) instead of each carrying a static copy, so the core's process-wide
 state (armed crash points, cached pid, CUDA contexts, the SIGBUS guard
@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 import shmstream
-from shmstream import _channel, _native
+from shmstream import _channel, _native, _testhooks
 
 PKG_DIR = os.path.dirname(os.path.abspath(shmstream.__file__))
 EXTENSIONS = sorted(glob.glob(os.path.join(PKG_DIR, "_*.so")))
@@ -54,7 +54,9 @@ def nm():
 def test_the_package_ships_one_core_library_and_its_extensions():
     assert os.path.isfile(LIBRARY), f"no {LIBRARY}: the core must be built as a shared library"
     names = {os.path.basename(p).split(".")[0] for p in EXTENSIONS}
-    assert {"_native", "_channel", "_direct", "_cuda"} <= names
+    # _testhooks: the suite's hooks, in a build from a checkout (the release
+    # wheel has none: tests/test_release.py)
+    assert {"_native", "_channel", "_direct", "_cuda", "_testhooks"} <= names
 
 
 def test_only_the_library_defines_the_cores_symbols(nm):
@@ -92,7 +94,15 @@ def test_the_library_exports_only_the_api(nm):
 
 
 def test_one_arming_for_every_module():
-    # The crash points are one table: only _native exposes them, and they
-    # cover the channel's points (tests/test_crash_points.py arms those).
-    assert not hasattr(_channel, "fault_arm")
-    assert any(p.startswith("ring.") for p in _native.fault_points())
+    # The crash points are one table: only the test hooks expose them, and
+    # they cover the channel's points (tests/test_crash_points.py arms those).
+    assert not hasattr(_channel, "fault_arm") and not hasattr(_native, "fault_arm")
+    assert any(p.startswith("ring.") for p in _testhooks.fault_points())
+
+
+def test_the_production_extensions_carry_no_test_hook():
+    hooks = {"fault_arm", "fault_disarm", "fault_points", "wait_policy_override", "layout"}
+    hooks |= {"slot_record_layout", "channel_layout"}
+    for module in (_native, _channel):
+        assert not hooks & set(dir(module)), module.__name__
+    assert hooks <= set(dir(_testhooks))

@@ -82,7 +82,7 @@ def test_every_failure_status_has_a_row_in_the_bindings_table_or_says_the_core_t
     """The bindings raise per-call messages from one table (_binding.h); a
     status without a row falls back to ss_strerror's sentence there. The
     codes that may do so are the ones that are not failures."""
-    with open(support.ROOT + "/src/shmstream/_binding.h", encoding="utf-8") as f:
+    with open(support.ROOT + "/src/bindings/_binding.h", encoding="utf-8") as f:
         binding = f.read()
     table = binding[binding.index("kStatusTable[] = {") :]
     table = table[: table.index("\n};")]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import shmstream
-from shmstream import _native
+from shmstream import _testhooks
 
 import support
 
@@ -28,7 +28,7 @@ EDGES = [1024 << j for j in range(16)]
 @pytest.fixture(autouse=True)
 def _measured_policy():
     yield
-    _native.wait_policy_override(-1, -1)
+    _testhooks.wait_policy_override(-1, -1)
 
 
 def predicted_budget(hist: list[int], wake_ns: int, cap_ns: int, price: int = PRICE) -> int:
@@ -54,7 +54,7 @@ def predicted_budget(hist: list[int], wake_ns: int, cap_ns: int, price: int = PR
 
 
 def test_a_fresh_handle_spins_the_wake_cost_then_sleeps_at_once_for_a_slow_producer(name):
-    _native.wait_policy_override(200_000, 0)  # W = 200 us, a spare core
+    _testhooks.wait_policy_override(200_000, 0)  # W = 200 us, a spare core
     with shmstream.create(name, shape=(1,), dtype=np.int64), shmstream.open(name) as r:
         out = np.empty(1, np.int64)
         with pytest.raises(TimeoutError):
@@ -77,7 +77,7 @@ def test_an_injected_wake_cost_leads_to_the_predicted_budget(name):
     with shmstream.create(name, shape=(1,), dtype=np.int64), shmstream.open(name) as r:
         out = np.empty(1, np.int64)
         # history: timeouts of 3 ms (bucket [2.1, 4.2) ms)
-        _native.wait_policy_override(1_000_000, 0)
+        _testhooks.wait_policy_override(1_000_000, 0)
         for _ in range(3):
             with pytest.raises(TimeoutError):
                 r.read_new(out=out, timeout=0.003, spin_us=0)
@@ -89,7 +89,7 @@ def test_an_injected_wake_cost_leads_to_the_predicted_budget(name):
             (100_000, 0, False),
             (1, 0, False),
         ):
-            _native.wait_policy_override(wake_ns, load)
+            _testhooks.wait_policy_override(wake_ns, load)
             hist = r.spin_policy["histogram"]
             price = 1 if load else PRICE
             want = predicted_budget(hist, wake_ns, price * wake_ns, price)
@@ -102,7 +102,7 @@ def test_an_injected_wake_cost_leads_to_the_predicted_budget(name):
 
 def test_with_a_fast_peer_waits_end_in_the_spin(name):
     # W = 2 ms, a spare core: a prompt answer comes well within the 20 ms cap
-    _native.wait_policy_override(2_000_000, 0)
+    _testhooks.wait_policy_override(2_000_000, 0)
     n = 200
     with shmstream.create(name, shape=(1,), dtype=np.int64) as w, shmstream.open(name) as r:
 
@@ -128,7 +128,7 @@ def test_with_a_fast_peer_waits_end_in_the_spin(name):
 
 
 def test_a_channel_waits_under_the_same_policy(channel_pair):
-    _native.wait_policy_override(300_000, 0)
+    _testhooks.wait_policy_override(300_000, 0)
     tx, rx = channel_pair
     with pytest.raises(TimeoutError):
         rx.recv(timeout=0.02)
@@ -157,7 +157,7 @@ def test_with_a_hog_on_every_core_a_waiting_reader_does_not_spin(name):
     # "about 12 ms" (bucket [8.4, 16.7) ms) would spin 16.7 ms of each 20 ms
     # wait below, far more CPU than the test allows; without one (cap W)
     # they sleep at once.
-    _native.wait_policy_override(5_000_000, -1)
+    _testhooks.wait_policy_override(5_000_000, -1)
     hogs = [
         subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE)
         for _ in range(os.cpu_count() or 1)

@@ -130,6 +130,8 @@ int ss_gpu_create(ss_segment *seg, ss_create_args *args, int ordinal, ss_gpu **o
     ss_cuda_set_err("ss_gpu_create needs SS_FLAG_GPU in the create flags");
     return SS_ENOTGPU;
   }
+  /* ss_segment_create's limit, before any CUDA work or a read of the shape */
+  if (args->ndim > SS_MAX_NDIM) return EINVAL;
   uint64_t payload = args->payload_bytes;
   if (payload == 0) {
     payload = args->itemsize;

@@ -10,6 +10,7 @@
  * Protocol and labels: docs/ABI.md, "Publish", "Repair after a death" and
  * "History". */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <string.h>
 
 #include "internal.h"
@@ -254,6 +255,22 @@ void ss_write_locked_ex(ss_segment *seg, const void *src, size_t n, const ss_pub
   uint32_t w = ss_write_begin(seg);
   copy_payload(ss_slot(seg, w), src, n);
   publish(seg, SS_STATE_VALID, meta);
+}
+
+int ss_publish_count_check(const ss_segment *seg, uint64_t count, uint64_t *current) {
+  *current = atomic_load_explicit(&seg->hdr->pub.count, memory_order_relaxed);
+  if (count > SS_MAX_COUNT) return ERANGE;
+  if (count && count <= *current) return EINVAL;
+  return SS_OK;
+}
+
+int ss_publish_locked(ss_segment *seg, const void *src, size_t n, const ss_publish_meta *meta,
+                      uint64_t *count) {
+  int rc = ss_publish_count_check(seg, meta->count, count);
+  if (rc) return rc;
+  ss_write_locked_ex(seg, src, n, meta);
+  *count = atomic_load_explicit(&seg->hdr->pub.count, memory_order_relaxed);
+  return SS_OK;
 }
 
 void ss_write_locked(ss_segment *seg, const void *src, size_t n, const uint64_t *frame_id) {

@@ -538,6 +538,40 @@ void ss_channel_commit_rx(ss_channel *ch) {
 
 ss_channel *ss_channel_new(void) { return calloc(1, sizeof(ss_channel)); }
 
+/* ---- the handle's state, for the binding (include/shmstream_unstable.h) - */
+
+int ss_channel_attached(const ss_channel *ch) { return ch->role != 0 && ch->ctl != NULL; }
+const ss_segment *ss_channel_segment(const ss_channel *ch) { return &ch->seg; }
+uint64_t ss_channel_capacity(const ss_channel *ch) { return ch->capacity; }
+int ss_channel_role(const ss_channel *ch) { return ch->role; }
+int ss_channel_tx_open(const ss_channel *ch) { return ch->tx_open; }
+uint32_t ss_channel_batch(const ss_channel *ch) { return ch->batch; }
+uint32_t ss_channel_pending(const ss_channel *ch) { return ch->pending; }
+int64_t ss_channel_spin_ns(const ss_channel *ch) { return ch->spin_ns; }
+void ss_channel_set_spin_ns(ss_channel *ch, int64_t spin_ns) {
+  ch->spin_ns = spin_ns < 0 ? ss_default_spin_ns() : spin_ns;
+}
+uint64_t ss_channel_rx_cursor(const ss_channel *ch) { return ch->rd; }
+uint64_t ss_channel_rx_released(const ss_channel *ch) { return ch->tail; }
+
+static void end_words(const ss_ring_end_line *e, ss_ring_end_words *out) {
+  uint64_t o = atomic_load_explicit(&e->owner, memory_order_relaxed);
+  out->pid = (int32_t)(o & 0xffffffffu);
+  out->start_ticks_low = o >> 32;
+  out->state = atomic_load_explicit(&e->state, memory_order_relaxed);
+  out->attaches = atomic_load_explicit(&e->attaches, memory_order_relaxed);
+  out->takeovers = atomic_load_explicit(&e->takeovers, memory_order_relaxed);
+}
+
+void ss_ring_words_get(const ss_segment *seg, ss_ring_words *out) {
+  const ss_ring_control *ctl = (const ss_ring_control *)((const uint8_t *)seg->hdr +
+                                                         SS_RING_CONTROL_OFFSET);
+  out->head = atomic_load_explicit(&ctl->head.pos, memory_order_relaxed);
+  out->tail = atomic_load_explicit(&ctl->tail.pos, memory_order_relaxed);
+  end_words(&ctl->producer, &out->producer);
+  end_words(&ctl->consumer, &out->consumer);
+}
+
 void ss_channel_free(ss_channel *ch) {
   if (!ch) return;
   if (ch->seg.base) ss_channel_close(ch);

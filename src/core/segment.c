@@ -399,6 +399,31 @@ uint32_t ss_segment_slot_count(const ss_segment *seg) { return seg->id.slot_coun
 const char *ss_segment_segname(const ss_segment *seg) { return seg->segname; }
 uint32_t ss_segment_owner_uid(const ss_segment *seg) { return seg->owner_uid; }
 
+int ss_segment_access(const ss_segment *seg) { return (int)seg->readonly; }
+uint32_t ss_segment_file_mode(const ss_segment *seg) { return seg->file_mode; }
+int ss_segment_mapped(const ss_segment *seg) { return seg->hdr != NULL; }
+uint32_t ss_segment_state(const ss_segment *seg) {
+  return atomic_load_explicit(&seg->hdr->pub.state, memory_order_relaxed);
+}
+
+void ss_segment_words_get(const ss_segment *seg, ss_segment_words *out) {
+  const ss_header *h = seg->hdr;
+  out->seq = atomic_load_explicit(&h->pub.seq, memory_order_acquire);
+  out->count = atomic_load_explicit(&h->pub.count, memory_order_acquire);
+  out->frame_id = atomic_load_explicit(&h->pub.frame_id, memory_order_relaxed);
+  out->write_time_ns = atomic_load_explicit(&h->pub.write_time_ns, memory_order_relaxed);
+  out->aborted = atomic_load_explicit(&h->pub.aborted, memory_order_relaxed);
+  out->writer_start_ticks = atomic_load_explicit(&h->pub.writer_start_ticks, memory_order_relaxed);
+  out->acquisitions = atomic_load_explicit(&h->lock.acquisitions, memory_order_relaxed);
+  out->state = atomic_load_explicit(&h->pub.state, memory_order_relaxed);
+  out->writer_pid = atomic_load_explicit(&h->pub.writer_pid, memory_order_relaxed);
+  out->owner_pid = atomic_load_explicit(&h->lock.owner_pid, memory_order_relaxed);
+  out->owner_tid = atomic_load_explicit(&h->lock.owner_tid, memory_order_relaxed);
+  out->waiters = (uint32_t)__builtin_popcountll(
+                     atomic_load_explicit(&h->notify.sleepers, memory_order_relaxed)) +
+                 atomic_load_explicit(&h->notify.waiters, memory_order_relaxed);
+}
+
 uint64_t ss_segment_count(const ss_segment *seg) {
   return atomic_load_explicit(&seg->hdr->pub.count, memory_order_acquire);
 }

@@ -1,32 +1,21 @@
-/* shmstream's internal C API: the handles' definitions, the writer's
- * internals and the test-only fault injection. Used by the core
- * (src/core/), the bindings (src/shmstream/_*.cpp), the fuzzers and the
- * tests that build C; never by a program outside this repository
- * (examples/ include only the public headers). Nothing here is covered by
- * the C API's stability rule (docs/C-API.md): it may change in any release.
+/* shmstream's internal C API: the handles' definitions (ss_segment,
+ * ss_channel) and what only the core needs. Used by the core (src/core/),
+ * the fuzzers and the tests that build C; never by the Python binding
+ * (src/bindings/ includes only include/) nor by a program outside this
+ * repository. Nothing here is covered by the C API's stability rule
+ * (docs/C-API.md): it may change in any release.
  */
 #ifndef SHMSTREAM_INTERNAL_H
 #define SHMSTREAM_INTERNAL_H
 
 #include "shmstream.h"
+#include "shmstream_unstable.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* How a handle may touch its segment (ss_segment.readonly). */
-enum ss_access {
-  SS_ACCESS_WRITE = 0,    /* mapped read-write */
-  SS_ACCESS_READONLY = 1, /* mapped read-write, opened readonly: may take the lock to read */
-  SS_ACCESS_FOREIGN = 2   /* a read-only mapping of someone else's segment
-                           * (or a peek): no lock, so no lock fallback */
-};
-
-/* ---- the wait policy (src/core/wait_policy.c, docs/waiting.md) ---------- */
-
-/* Histogram buckets of wait lengths: 0: < 1024 ns; j in 1..15:
- * [2^(9+j), 2^(10+j)) ns; 16: longer. */
-#define SS_WAIT_BUCKETS 17
+/* ---- the wait policy's per-handle statistics (src/core/wait_policy.c) ---- */
 
 /* One handle's waits. Relaxed atomics: two threads waiting on one handle at
  * once only blur the statistics. */
@@ -43,22 +32,6 @@ typedef struct ss_wait_stats {
   SS_ATOMIC(uint64_t) preempted;     /* spins cut short: the core was taken from them */
   SS_ATOMIC(uint64_t) contended;     /* waits that began while the process saw contention */
 } ss_wait_stats;
-
-/* What Segment.spin_policy shows. */
-typedef struct ss_wait_policy_info {
-  int64_t wake_ns;    /* the process's measured (or injected) wake-up cost */
-  int64_t seen_wake_ns; /* this handle's observed wake-up cost (0: none yet); W is it if known */
-  int64_t cap_ns;     /* the longest spin the policy allows now: 10 W, or W contended */
-  int contended;      /* the process's current view: 1 contended, 0 not */
-  int64_t budget_ns;  /* the budget chosen for this handle's last wait */
-  uint32_t hist[SS_WAIT_BUCKETS];
-  uint64_t waits, spun, caught, slept, slept_at_once, preempted, contended_waits;
-} ss_wait_policy_info;
-
-SS_API void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out);
-/* Test hook: wake_ns >= 0 replaces the measured W (0: never spin), -1
- * measures it (again); load 1: contended, 0: not, -1: measure. */
-SS_API void ss_wait_policy_override(int64_t wake_ns, int load);
 
 /* A mapped segment. Local to one process; never placed in shared memory. */
 struct ss_segment {
@@ -91,52 +64,6 @@ struct ss_segment {
   uint32_t owner_uid;
   uint32_t file_mode;
 };
-
-SS_API uint8_t *ss_slot(const ss_segment *seg, uint32_t slot);
-
-/* ---- the writer's steps (src/core/publish.c) ------------------------------ */
-
-/* ss_write_begin returns the slot the caller fills (ss_slot(seg, slot)),
- * under the lock; ss_write_end publishes it, ss_write_abort marks it
- * aborted. */
-SS_API uint32_t ss_write_begin(ss_segment *seg);
-SS_API uint32_t ss_published_slot(const ss_segment *seg);
-/* 1 while a writer is filling a slot or replacing the metadata (or died
- * doing either: the next lock holder repairs it). */
-SS_API int ss_write_in_flight(const ss_segment *seg);
-SS_API void ss_write_end(ss_segment *seg, const uint64_t *frame_id);
-
-/* ss_write_end with explicit metadata, for a mirror of another stream or a
- * replay: write_time_ns 0 means now; count 0 means count + 1, otherwise it
- * is the new count and must exceed the current one (the caller checks,
- * holding the lock; a smaller value is raised to count + 1). */
-typedef struct ss_publish_meta {
-  const uint64_t *frame_id; /* NULL keeps the previous frame id */
-  uint64_t write_time_ns;
-  uint64_t count;
-} ss_publish_meta;
-SS_API void ss_write_end_ex(ss_segment *seg, const ss_publish_meta *meta);
-SS_API void ss_write_locked_ex(ss_segment *seg, const void *src, size_t n,
-                               const ss_publish_meta *meta);
-/* ss_gpu_write_locked (shmstream_cuda.h) with explicit metadata, as above. */
-struct ss_gpu;
-SS_API int ss_gpu_write_locked_ex(struct ss_gpu *g, ss_segment *seg, uint64_t src, int src_kind,
-                                  uint64_t user_stream, const ss_publish_meta *meta,
-                                  int64_t timeout_ns);
-SS_API void ss_write_abort(ss_segment *seg);
-
-/* ---- fault injection (src/core/fault.c; tests only) --------------------- */
-
-/* Arm the crash point `point` (docs/ABI.md, "Crash points"): the nth time
- * this process passes it, it raises SIGKILL on itself (SS_FAULT_SIGKILL) or
- * calls _exit(SS_FAULT_EXIT_CODE) (SS_FAULT_EXIT). EINVAL for an unknown
- * point. The environment variable SHMSTREAM_CRASH_AT="point[:nth[:exit]]"
- * arms a point when the core is loaded. */
-enum ss_fault_action { SS_FAULT_SIGKILL = 0, SS_FAULT_EXIT = 1 };
-#define SS_FAULT_EXIT_CODE 86
-SS_API int ss_fault_arm(const char *point, uint32_t nth, int action);
-SS_API void ss_fault_disarm(void);
-SS_API const char *const *ss_fault_points(size_t *n);
 
 /* ---- channels (src/core/ring.c) ----------------------------------------- */
 

@@ -1,6 +1,6 @@
 /* Status codes as text: what a C program prints after a failed call.
  * The one table of the codes' meanings; the Python bindings raise richer,
- * per-call messages (src/shmstream/_binding.h) and fall back to this text
+ * per-call messages (src/bindings/_binding.h) and fall back to this text
  * for a status their table has no row for. */
 #define _GNU_SOURCE
 #include <string.h>

@@ -36,8 +36,6 @@ def peek(segname: str) -> dict:
     capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).
     """
 
-def layout() -> dict: ...
-
 class Message:
     """A received message: type_id, data (bytes) and, for arrays, .array."""
 

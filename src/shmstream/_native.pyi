@@ -95,30 +95,12 @@ def proc_start_ticks(pid: int) -> int:
 
 def default_spin_ns() -> int: ...
 
-def wait_policy_override(wake_ns: int = -1, load: int = -1) -> None:
-    """
-    Test hook (docs/waiting.md): wake_ns >= 0 replaces the measured wake-up cost, -1 measures it again; load 1 or 0 fixes the contention state, -1 measures it.
-    """
-
 def segment_bytes(payload: int, slots: int, history: int = 0) -> int:
     """
     Bytes of a segment with slots payload slots (history: history + 1 slots and records).
     """
 
-def fault_arm(point: str, nth: int = 1, exit: bool = False) -> None:
-    """
-    Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.
-    """
-
-def fault_disarm() -> None: ...
-
-def fault_points() -> list: ...
-
 def monotonic_ns() -> int: ...
-
-def layout() -> dict: ...
-
-def slot_record_layout() -> dict: ...
 
 class Segment:
     @staticmethod

@@ -217,9 +217,9 @@ def _live() -> None:
     6 last complete, 7 truncate to offset % 8 pages."""
     import random
 
-    from shmstream import _native
+    from shmstream import _testhooks
 
-    at = {k: v[0] for k, v in _native.layout().items()}
+    at = {k: v[0] for k, v in _testhooks.layout().items()}
 
     def step(op: int, offset: int, data: bytes = b"") -> bytes:
         return struct.pack("<BHB", op, offset, len(data)) + data

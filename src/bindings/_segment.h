@@ -1,7 +1,7 @@
 // The Segment class behind shmstream._native.Segment: one mapped stream or
 // shared array and the calls on it, each converting arguments, releasing
 // the GIL around blocking and bulk-copy core calls, and raising on status.
-// Included once, by _native.cpp (CMake builds every _*.cpp as a module).
+// Included once, by _native.cpp (CMakeLists.txt builds each listed _<part>.cpp as a module).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -19,7 +19,6 @@
 #include <tuple>
 #include <vector>
 #include "_binding.h"
-#include "_fault.h"
 #include "_ndarray.h"
 #include "shmstream.h"
 
@@ -45,23 +44,34 @@ const char *kind_text(int kind) {
 
 class Segment {
  public:
-  ss_segment seg{};
+  // The opaque handle of the C API (include/shmstream.h); its fields are
+  // read through the core's accessors.
+  ss_segment *seg = new_handle();
 
-  ~Segment() { ss_segment_close(&seg); }
+  Segment() = default;
+  Segment(const Segment &) = delete;
+  Segment &operator=(const Segment &) = delete;
+  ~Segment() { ss_segment_free(seg); }
 
-  std::string name() const { return std::string(seg.id.name, seg.id.name_len); }
-  const ss_header *hdr() const { return seg.hdr; }
-  ss_header *hdr() { return seg.hdr; }
-  size_t payload_bytes() const { return (size_t)seg.id.payload_bytes; }
+  static ss_segment *new_handle() {
+    ss_segment *s = ss_segment_new();
+    if (!s) throw std::bad_alloc();
+    return s;
+  }
+
+  // The identity as validated at open (never re-read from shared memory).
+  const ss_identity &id() const { return *ss_segment_identity(seg); }
+  std::string name() const { return std::string(id().name, id().name_len); }
+  size_t payload_bytes() const { return (size_t)id().payload_bytes; }
 
   // "stream" or "shared array": the kind the error messages name.
-  const char *kind_name() const { return kind_text(seg.id.kind); }
+  const char *kind_name() const { return kind_text(id().kind); }
 
   [[noreturn]] void raise_status(int rc, const char *op, std::string detail = "") {
     const char *when = "";
-    uint32_t state = hdr()->pub.state.load(std::memory_order_relaxed);
+    uint32_t state = ss_segment_state(seg);
     if (rc == SS_ECORRUPT) {
-      when = corrupt_when(&seg, &detail);
+      when = corrupt_when(seg, &detail);
     } else if (state == SS_STATE_ABANDONED) {
       when = "abandoned";
     } else if (rc == SS_EINCONSISTENT && state != SS_STATE_ABORTED && state != SS_STATE_VALID) {
@@ -73,26 +83,28 @@ class Segment {
 
   // Returns true if the lock was taken over from a dead owner.
   bool lock(int64_t timeout_ns) {
-    int rc = ss_lock(&seg, 0);
+    int rc = ss_lock(seg, 0);
     if (rc == SS_ETIMEDOUT && timeout_ns != 0)
-      rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_lock(&seg, chunk); });
+      rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_lock(seg, chunk); });
     if (rc == SS_OK) return false;
     if (rc == SS_EOWNERDEAD) return true;
-    if (rc == SS_ECORRUPT && !*corrupt_when(&seg, nullptr))
+    if (rc == SS_ECORRUPT && !*corrupt_when(seg, nullptr))
       ssb::raise_status(
-          rc, {kind_name(), name(), "lock", "bad lock", std::to_string(ss_lock_word_tid(&seg))});
-    raise_status(rc, "lock", std::to_string(hdr()->lock.owner_pid.load()));
+          rc, {kind_name(), name(), "lock", "bad lock", std::to_string(ss_lock_word_tid(seg))});
+    ss_segment_words w;
+    ss_segment_words_get(seg, &w);
+    raise_status(rc, "lock", std::to_string(w.owner_pid));
   }
 
   void unlock() {
-    int rc = ss_unlock(&seg);
+    int rc = ss_unlock(seg);
     if (rc) raise_status(rc, "unlock");
   }
 
   // After a bulk access: a file that shrank under it (src/core/guard.c)
   // made it touch zero pages; the call fails.
   void check_mapping(const char *op) {
-    if (ss_segment_status(&seg) != SS_OK) raise_status(SS_ECORRUPT, op);
+    if (ss_segment_status(seg) != SS_OK) raise_status(SS_ECORRUPT, op);
   }
 
   void check_len(const Buffer &b, const char *what) {
@@ -116,29 +128,23 @@ class Segment {
   uint64_t publish(const void *src, const uint64_t *frame_id, bool locked, int64_t timeout_ns,
                    uint64_t count = 0, uint64_t write_time_ns = 0) {
     if (!locked) lock(timeout_ns);
-    uint64_t now = hdr()->pub.count.load(std::memory_order_relaxed);
-    if (count > SS_MAX_COUNT) {
-      if (!locked) unlock();
-      raise(g_value, "count " + std::to_string(count) + " is above " +
-                         std::to_string(SS_MAX_COUNT) +
-                         " (2**63 - 1), the largest count a write may set: the count must "
-                         "still grow after it");
-    }
-    if (count && count <= now) {
-      if (!locked) unlock();
-      raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name() +
-                         "' (" + std::to_string(now) + "): a mirror's counts only grow");
-    }
+    // The count check and the write are one core call (the core owns the
+    // limit); the lock is ours to take and give back.
     ss_publish_meta meta{frame_id, write_time_ns, count};
+    uint64_t c = 0;
+    int rc;
     if (payload_bytes() >= kGilFreeCopyBytes) {
       nb::gil_scoped_release nogil;
-      ss_write_locked_ex(&seg, src, payload_bytes(), &meta);
+      rc = ss_publish_locked(seg, src, payload_bytes(), &meta, &c);
     } else {
-      ss_write_locked_ex(&seg, src, payload_bytes(), &meta);
+      rc = ss_publish_locked(seg, src, payload_bytes(), &meta, &c);
+    }
+    if (rc) {
+      if (!locked) unlock();
+      raise_count(rc, count, c, name());
     }
     // Without the caller's lock, unlock() reports a shrunk file (ss_unlock).
     if (locked) check_mapping("write");
-    uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
     if (!locked) unlock();
     return c;
   }
@@ -168,7 +174,7 @@ class Segment {
                      int64_t spin_ns) {
     char *data = spec.data_of(dst, true);
     if (!data || (!spin_us.is_none() && !spin_ns_of(spin_us, &spin_ns)) ||
-        hdr()->pub.state.load(std::memory_order_relaxed) != SS_STATE_VALID)
+        ss_segment_state(seg) != SS_STATE_VALID)
       return nb::none();
     return nb::int_(read_new_bytes(data, after, to_ns(timeout), spin_ns).count);
   }
@@ -177,10 +183,10 @@ class Segment {
     if (!locked) lock(timeout_ns);
     {
       nb::gil_scoped_release nogil;
-      ss_clear_locked(&seg);
+      ss_clear_locked(seg);
     }
     if (locked) check_mapping("clear");
-    uint64_t c = hdr()->pub.count.load(std::memory_order_relaxed);
+    uint64_t c = ss_segment_count(seg);
     if (!locked) unlock();
     return c;
   }
@@ -199,14 +205,14 @@ class Segment {
     int rc;
     if (holds_lock || payload_bytes() < kGilFreeCopyBytes) {
       // Fast path with the GIL held: a small copy, retried a few times.
-      rc = ss_read(&seg, dst, payload_bytes(), 0, holds_lock, &info);
+      rc = ss_read(seg, dst, payload_bytes(), 0, holds_lock, &info);
       if (rc == SS_ETIMEDOUT && timeout_ns != 0)
         rc = chunked(timeout_ns, [&](int64_t chunk) {
-          return ss_read(&seg, dst, payload_bytes(), chunk, 0, &info);
+          return ss_read(seg, dst, payload_bytes(), chunk, 0, &info);
         });
     } else {
       rc = chunked(timeout_ns, [&](int64_t chunk) {
-        return ss_read(&seg, dst, payload_bytes(), chunk, 0, &info);
+        return ss_read(seg, dst, payload_bytes(), chunk, 0, &info);
       });
     }
     if (rc) raise_status(rc, "read");
@@ -221,10 +227,10 @@ class Segment {
     Buffer b(dst, true);
     check_len(b, "destination");
     ss_pubinfo info{};
-    int rc = holds_lock ? ss_read_last_complete(&seg, b.view.buf, payload_bytes(), 0, 1, &info)
+    int rc = holds_lock ? ss_read_last_complete(seg, b.view.buf, payload_bytes(), 0, 1, &info)
                         : chunked(timeout_ns, [&](int64_t chunk) {
-                            return ss_read_last_complete(&seg, b.view.buf, payload_bytes(), chunk,
-                                                         0, &info);
+                            return ss_read_last_complete(seg, b.view.buf, payload_bytes(), chunk, 0,
+                                                         &info);
                           });
     if (rc) raise_status(rc, "read_last_complete");
     return {info.count, info.frame_id, info.write_time_ns, info.state};
@@ -233,15 +239,15 @@ class Segment {
   // Raises InconsistentStreamError if the published frame is aborted, or
   // its writer died mid-write (the trylock takes over and repairs).
   void check_writer() {
-    int rc = ss_check_writer(&seg);
+    int rc = ss_check_writer(seg);
     if (rc) raise_status(rc, "read");
   }
 
   // One chunk of waiting; between chunks, look for a writer that died
   // mid-write (its frame is then marked abandoned and we stop waiting).
   int wait_chunk(uint64_t after, int64_t chunk, int64_t spin_ns, uint64_t *c) {
-    int r = ss_wait_count(&seg, after, chunk, spin_ns, c);
-    if (r == SS_ETIMEDOUT && ss_check_writer(&seg) == SS_EINCONSISTENT) return SS_EINCONSISTENT;
+    int r = ss_wait_count(seg, after, chunk, spin_ns, c);
+    if (r == SS_ETIMEDOUT && ss_check_writer(seg) == SS_EINCONSISTENT) return SS_EINCONSISTENT;
     return r;
   }
 
@@ -277,11 +283,11 @@ class Segment {
     ss_frame frame{};
     int rc = wait_new ? chunked_spinning(timeout_ns, spin_ns,
                                          [&](int64_t chunk, int64_t spin) {
-                                           return ss_read_new_view(&seg, after, chunk, spin, &info,
+                                           return ss_read_new_view(seg, after, chunk, spin, &info,
                                                                    &frame);
                                          })
                       : chunked(timeout_ns, [&](int64_t chunk) {
-                          return ss_view_begin(&seg, chunk, holds_lock, &info, &frame);
+                          return ss_view_begin(seg, chunk, holds_lock, &info, &frame);
                         });
     if (rc) raise_status(rc, wait_new ? "read_new" : "read");
     return {frame.slot, frame.slot_seq, info.count, info.frame_id, info.write_time_ns};
@@ -326,7 +332,7 @@ class Segment {
   std::tuple<nb::object, nb::object, uint64_t> read_since(uint64_t after, uint32_t max_frames,
                                                           int64_t timeout_ns, int64_t spin_ns,
                                                           nb::handle out) {
-    uint32_t depth = ss_history_depth(&seg);
+    uint32_t depth = ss_history_depth(seg);
     std::vector<ss_history_frame> f(depth + 1);
     uint32_t n = 0;
     uint64_t last = after;
@@ -337,7 +343,7 @@ class Segment {
       check_room(b, 1);
       ss_pubinfo info{};
       int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
-        return ss_read_new_complete(&seg, b.view.buf, payload_bytes(), after, chunk, spin, &info);
+        return ss_read_new_complete(seg, b.view.buf, payload_bytes(), after, chunk, spin, &info);
       });
       if (rc) raise_status(rc, "read_new");
       f[0] = ss_history_frame{{0, 0}, info.count, info.frame_id, info.write_time_ns};
@@ -349,7 +355,7 @@ class Segment {
       // core knows how many it located.
       HistoryDst dst{this, out, {}, {}};
       int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
-        return ss_history_read(&seg, after, max_frames, chunk, spin, f.data(), &HistoryDst::room,
+        return ss_history_read(seg, after, max_frames, chunk, spin, f.data(), &HistoryDst::room,
                                &dst, &n, &last);
       });
       if (dst.error) throw std::move(*dst.error);  // raised while making the room
@@ -387,11 +393,11 @@ class Segment {
   // meta (n, 5): count, frame_id, write_time_ns, slot, slot_seq.
   std::tuple<nb::object, uint64_t> locate(uint64_t after, uint32_t max_frames, int64_t timeout_ns,
                                           int64_t spin_ns) {
-    std::vector<ss_history_frame> f(ss_history_depth(&seg) + 1);
+    std::vector<ss_history_frame> f(ss_history_depth(seg) + 1);
     uint32_t n = 0;
     uint64_t last = after;
     int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
-      return ss_history_locate(&seg, after, max_frames, chunk, spin, f.data(), &n, &last);
+      return ss_history_locate(seg, after, max_frames, chunk, spin, f.data(), &n, &last);
     });
     if (rc) raise_status(rc, "read_new");
     return {meta_array(f, n, true), last};
@@ -408,7 +414,7 @@ class Segment {
   ss_pubinfo read_new_bytes(void *dst, uint64_t after, int64_t timeout_ns, int64_t spin_ns) {
     ss_pubinfo info{};
     int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {
-      return ss_read_new(&seg, dst, payload_bytes(), after, chunk, spin, &info);
+      return ss_read_new(seg, dst, payload_bytes(), after, chunk, spin, &info);
     });
     if (rc) raise_status(rc, "read_new");
     return info;
@@ -436,12 +442,12 @@ nb::str text_of(const std::string &bytes) {
 
 // peek by segment name; errors name it with anything outside printable
 // ASCII as '?' (a file name in /dev/shm can hold any bytes).
-Segment *peek_segment(const std::string &segname) {
+Segment *peek_segment(const std::string segname) {
   std::string shown = segname;
   for (char &c : shown)
     if ((unsigned char)c < 0x20 || (unsigned char)c > 0x7e) c = '?';
   Segment *s = make_segment();
-  int rc = segname.find('\0') == std::string::npos ? ss_segment_peek(&s->seg, segname.c_str())
+  int rc = segname.find('\0') == std::string::npos ? ss_segment_peek(s->seg, segname.c_str())
                                                    : (int)SS_ENAME;
   check_open_rc(s, rc, shown, 0, "peek");
   return s;

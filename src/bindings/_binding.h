@@ -1,4 +1,4 @@
-// Helpers shared by the extension modules (src/shmstream/_*.cpp): status
+// Helpers shared by the extension modules (src/bindings/_*.cpp): status
 // codes and errno values become Python exceptions (one table), timeouts
 // become nanoseconds, waits are chunked for Ctrl-C, buffers are borrowed
 // through the buffer protocol. Header-only: each module is its own shared
@@ -21,7 +21,7 @@
 #include "shmstream.h"
 #include "shmstream_channel.h"
 #include "shmstream_direct.h"
-#include "shmstream_internal.h" /* src/core: the handles by value, the writer steps */
+#include "shmstream_unstable.h" /* the writer steps, the handles' state */
 
 namespace ssb {
 
@@ -39,9 +39,9 @@ constexpr int64_t kSignalCheckNs = 100'000'000;
 // read it from _native.NAME_RULE.
 // A handle's wait policy state (docs/waiting.md) as a dict, for
 // Segment.spin_policy and Channel.spin_policy.
-inline nb::dict wait_policy_dict(const ss_segment &seg) {
+inline nb::dict wait_policy_dict(const ss_segment *seg) {
   ss_wait_policy_info w;
-  ss_wait_policy_info_get(&seg, &w);
+  ss_wait_policy_info_get(seg, &w);
   nb::dict d;
   d["wake_ns"] = w.wake_ns;
   d["seen_wake_ns"] = w.seen_wake_ns;
@@ -305,6 +305,11 @@ inline const StatusRow kStatusTable[] = {
      "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
     {EINVAL, "channel", "create", &g_value,
      "capacity must be a power of two between 4096 and 2**40 bytes"},
+    // the core's limits of a segment header; shmstream.create checks each
+    // first and names the argument, so only a direct caller meets this one
+    {EINVAL, nullptr, "create", &g_value,
+     "cannot create $kind '$name': its shape, slots, history or dtype description is outside "
+     "the limits of a segment header (MAX_NDIM, MAX_SLOTS, MAX_HISTORY, MAX_DTYPE_BYTES)"},
     {ESTALE, "channel", nullptr, &g_corrupt,
      "channel '$name' was removed and created again while attaching; retry"},
     // -- who may open a segment (docs/ABI.md, "Owner and PID namespace")
@@ -360,9 +365,9 @@ inline std::string user_text(uint32_t uid) {
   return out;
 }
 
-inline std::string open_detail(int rc, const ss_segment &seg) {
+inline std::string open_detail(int rc, const ss_segment *seg) {
   if (rc == SS_EOWNER)
-    return user_text(seg.owner_uid) + ", not by this process's effective " +
+    return user_text(ss_segment_owner_uid(seg)) + ", not by this process's effective " +
            user_text((uint32_t)geteuid());
   if (rc == SS_EPIDNS) {
     uint32_t dev = 0;
@@ -373,7 +378,7 @@ inline std::string open_detail(int rc, const ss_segment &seg) {
   return "";
 }
 
-// allow_owner uids from Python (shmstream._owners resolves names) as the
+// allow_owner uids from Python (the Python side resolves user names to uids) as the
 // core's open options; the vector must outlive the call.
 inline ss_open_opts open_opts(const std::vector<uint32_t> &uids) {
   ss_open_opts o{};
@@ -421,11 +426,26 @@ inline std::string fill(const char *text, const ErrorContext &c) {
                      " (status " + std::to_string(rc) + ")");
 }
 
+// An explicit count the core refused (ss_publish_count_check: ERANGE above
+// SS_MAX_COUNT, EINVAL not above the current count `now`): one message for
+// streams and GPU streams.
+[[noreturn]] inline void raise_count(int rc, uint64_t count, uint64_t now,
+                                     const std::string &name) {
+  if (rc == ERANGE)
+    raise(g_value, "count " + std::to_string(count) + " is above " + std::to_string(SS_MAX_COUNT) +
+                       " (2**63 - 1), the largest count a write may set: the count must still "
+                       "grow after it");
+  if (rc == EINVAL)
+    raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name +
+                       "' (" + std::to_string(now) + "): a mirror's counts only grow");
+  raise_os(rc, "write '" + name + "'");
+}
+
 // The row of an SS_ECORRUPT that an open handle met: "shrunk" (a bus error
 // was caught in its mapping), "changed" (its header was rewritten; *detail
 // names the field) or "" (the segment was bad from the start).
 inline const char *corrupt_when(const ss_segment *seg, std::string *detail) {
-  if (!seg->hdr) return "";
+  if (!ss_segment_mapped(seg)) return "";
   if (ss_segment_status(seg) != SS_OK) return "shrunk";
   if (const char *field = ss_identity_changed(seg)) {
     if (detail) *detail = field;

@@ -1,6 +1,7 @@
 // Thin binding over the C core: converts arguments, releases the GIL around
 // blocking and bulk-copy calls, and turns status codes into exceptions.
-// No protocol logic lives here; it is all in src/core/.
+// No protocol logic lives here; it is all in src/core/, reached through
+// include/ only (the public headers and shmstream_unstable.h).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -18,7 +19,6 @@
 #include <vector>
 
 #include "_binding.h"
-#include "_fault.h"
 #include "_file_map.h"
 #include "_ndarray.h"
 #include "_segment.h"
@@ -27,6 +27,16 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 using namespace ssb;
+
+namespace {
+// The header words a status report shows, read by the core (one load each,
+// its memory orders; include/shmstream_unstable.h).
+ss_segment_words words(const Segment &s) {
+  ss_segment_words w;
+  ss_segment_words_get(s.seg, &w);
+  return w;
+}
+}  // namespace
 
 NB_MODULE(_native, m) {
   m.doc() = "shmstream C core binding (internal; use the shmstream package)";
@@ -96,9 +106,6 @@ NB_MODULE(_native, m) {
   m.def("proc_start_ticks", &ss_proc_start_ticks, "pid"_a,
         "Start time of pid in clock ticks since boot (/proc/<pid>/stat field 22), 0 if unknown.");
   m.def("default_spin_ns", &ss_default_spin_ns);
-  m.def("wait_policy_override", &ss_wait_policy_override, "wake_ns"_a = -1, "load"_a = -1,
-        "Test hook (docs/waiting.md): wake_ns >= 0 replaces the measured wake-up cost, -1 "
-        "measures it again; load 1 or 0 fixes the contention state, -1 measures it.");
   m.def(
       "segment_bytes",
       [](uint64_t payload, uint32_t slots, uint32_t history) {
@@ -108,82 +115,7 @@ NB_MODULE(_native, m) {
       },
       nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
       "Bytes of a segment with slots payload slots (history: history + 1 slots and records).");
-  def_fault_injection(m);
   m.def("monotonic_ns", &ss_monotonic_ns);
-
-  // Offsets of every documented header field, for the ABI test.
-  m.def("layout", []() {
-    nb::dict d;
-#define F(path, field) \
-  d[#field] = nb::make_tuple(offsetof(ss_header, path), sizeof(((ss_header *)0)->path))
-    F(id.magic, magic);
-    F(id.layout_version, layout_version);
-    F(id.kind, kind);
-    F(id.header_bytes, header_bytes);
-    F(id.flags, flags);
-    F(id.payload_offset, payload_offset);
-    F(id.payload_bytes, payload_bytes);
-    F(id.slot_stride, slot_stride);
-    F(id.slot_count, slot_count);
-    F(id.ndim, ndim);
-    F(id.shape, shape);
-    F(id.itemsize, itemsize);
-    F(id.creator_pid, creator_pid);
-    F(id.mode, mode);
-    F(id.creator_start_ticks, creator_start_ticks);
-    F(id.instance_id, instance_id);
-    F(id.created_ns, created_ns);
-    F(id.name_len, name_len);
-    F(id.dtype_len, dtype_len);
-    F(id.name, name);
-    F(id.dtype, dtype);
-    F(id.gpu, gpu);
-    F(id.history, history);
-    F(id.pidns_dev, pidns_dev);
-    F(id.pidns_ino, pidns_ino);
-    F(id.reserved, identity_reserved);
-    F(id.checksum, checksum);
-    F(lock.m, mutex);
-    F(lock.owner_pid, owner_pid);
-    F(lock.owner_tid, owner_tid);
-    F(lock.acquisitions, acquisitions);
-    F(pub.seq, seq);
-    F(pub.count, count);
-    F(pub.frame_id, frame_id);
-    F(pub.write_time_ns, write_time_ns);
-    F(pub.state, state);
-    F(pub.writer_pid, writer_pid);
-    F(pub.aborted, aborted);
-    F(pub.slot, slot);
-    F(pub.writer_start_ticks, writer_start_ticks);
-    F(stream.slots.seq, slot_seq);
-    F(stream.undo.count, undo_count);
-    F(stream.undo.frame_id, undo_frame_id);
-    F(stream.undo.write_time_ns, undo_write_time_ns);
-    F(stream.undo.aborted, undo_aborted);
-    F(stream.undo.slot, undo_slot);
-    F(stream.undo.state, undo_state);
-    F(notify.wake_seq, wake_seq);
-    F(notify.waiters, waiters);
-    F(notify.lock_readers, lock_readers);
-    F(notify.sleepers, sleepers);
-    F(stream.sleeper, sleeper);
-#undef F
-    return d;
-  });
-  // Offsets within one slot record of a history stream, for the ABI test.
-  m.def("slot_record_layout", []() {
-    nb::dict d;
-#define R(field) \
-  d[#field] = nb::make_tuple(offsetof(ss_slot_record, field), sizeof(((ss_slot_record *)0)->field))
-    R(seq);
-    R(count);
-    R(frame_id);
-    R(write_time_ns);
-    R(reserved_);
-#undef R
-    return d;
-  });
 
   nb::class_<Segment>(m, "Segment")
       .def_static(
@@ -191,18 +123,9 @@ NB_MODULE(_native, m) {
           [](const std::string &name, int kind, std::vector<uint64_t> shape, uint64_t itemsize,
              const std::string &dtype, int flags, int mode, uint64_t payload_bytes, uint32_t slots,
              uint32_t history) {
-            if (history > SS_MAX_HISTORY)
-              raise(g_value, "history must be 0 to " + std::to_string(SS_MAX_HISTORY) + ", not " +
-                                 std::to_string(history));
-            if (slots < 1 || slots > SS_MAX_SLOTS)
-              raise(g_value, "slots must be 1 to " + std::to_string(SS_MAX_SLOTS) + ", not " +
-                                 std::to_string(slots));
-            if (shape.size() > SS_MAX_NDIM)
-              raise(g_value,
-                    "at most " + std::to_string(SS_MAX_NDIM) + " dimensions are supported");
-            if (dtype.size() > SS_MAX_DTYPE_BYTES)
-              raise(g_value, "dtype description is longer than " +
-                                 std::to_string(SS_MAX_DTYPE_BYTES) + " bytes");
+            // The limits (shape, slots, history, dtype) are the core's: it
+            // refuses them (EINVAL) and the Python API checked them first,
+            // naming the argument (shmstream/_checks.py, from the constants above).
             Segment *s = make_segment();
             ss_create_args a{};
             a.name = name.c_str();
@@ -219,7 +142,7 @@ NB_MODULE(_native, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_segment_create(&s->seg, &a);
+              rc = ss_segment_create(s->seg, &a);
             }
             check_open_rc(s, rc, name, kind, "create");
             return s;
@@ -236,7 +159,7 @@ NB_MODULE(_native, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), (uint32_t)kind, readonly,
+              rc = ss_segment_open_ex(s->seg, name.data(), name.size(), (uint32_t)kind, readonly,
                                       &opts);
             }
             check_open_rc(s, rc, name, kind, "open");
@@ -259,42 +182,41 @@ NB_MODULE(_native, m) {
           "segname"_a, nb::rv_policy::take_ownership,
           "peek by the file name's bytes (os.fsencode of a name listed in /dev/shm).")
       .def_prop_ro("name", [](Segment &s) { return text_of(s.name()); })
-      .def_prop_ro("segname", [](Segment &s) { return text_of(s.seg.segname); })
-      .def_prop_ro("kind", [](Segment &s) { return s.seg.id.kind; })
-      .def_prop_ro("flags", [](Segment &s) { return s.seg.id.flags; })
+      .def_prop_ro("segname", [](Segment &s) { return text_of(ss_segment_segname(s.seg)); })
+      .def_prop_ro("kind", [](Segment &s) { return s.id().kind; })
+      .def_prop_ro("flags", [](Segment &s) { return s.id().flags; })
       .def_prop_ro("shape",
                    [](Segment &s) {
                      nb::list l;
-                     for (uint32_t i = 0; i < s.seg.id.ndim; i++) l.append(s.seg.id.shape[i]);
+                     for (uint32_t i = 0; i < s.id().ndim; i++) l.append(s.id().shape[i]);
                      return nb::tuple(l);
                    })
-      .def_prop_ro("itemsize", [](Segment &s) { return s.seg.id.itemsize; })
+      .def_prop_ro("itemsize", [](Segment &s) { return s.id().itemsize; })
       .def_prop_ro("dtype",
                    [](Segment &s) {
         // Another process wrote these bytes: undecodable ones become U+FFFD,
         // and the dtype parser then refuses the text with its own message.
-                     PyObject *t = PyUnicode_DecodeUTF8(s.seg.id.dtype, s.seg.id.dtype_len,
-                                                        "replace");
+                     PyObject *t = PyUnicode_DecodeUTF8(s.id().dtype, s.id().dtype_len, "replace");
                      if (!t) throw nb::python_error();
                      return nb::steal<nb::str>(t);
                    })
-      .def_prop_ro("payload_bytes", [](Segment &s) { return s.seg.id.payload_bytes; })
-      .def_prop_ro("creator_pid", [](Segment &s) { return s.seg.id.creator_pid; })
-      .def_prop_ro("creator_start_ticks", [](Segment &s) { return s.seg.id.creator_start_ticks; })
-      .def_prop_ro("created_ns", [](Segment &s) { return s.seg.id.created_ns; })
-      .def_prop_ro("mode", [](Segment &s) { return s.seg.id.mode; })
+      .def_prop_ro("payload_bytes", [](Segment &s) { return s.id().payload_bytes; })
+      .def_prop_ro("creator_pid", [](Segment &s) { return s.id().creator_pid; })
+      .def_prop_ro("creator_start_ticks", [](Segment &s) { return s.id().creator_start_ticks; })
+      .def_prop_ro("created_ns", [](Segment &s) { return s.id().created_ns; })
+      .def_prop_ro("mode", [](Segment &s) { return s.id().mode; })
       // The file's owner and permission bits, from fstat at open or peek.
-      .def_prop_ro("owner_uid", [](Segment &s) { return s.seg.owner_uid; })
-      .def_prop_ro("file_mode", [](Segment &s) { return s.seg.file_mode; })
+      .def_prop_ro("owner_uid", [](Segment &s) { return ss_segment_owner_uid(s.seg); })
+      .def_prop_ro("file_mode", [](Segment &s) { return ss_segment_file_mode(s.seg); })
       // The creator's PID namespace inode (0: unknown), and whether it is
       // this process's: 1 yes, 0 no, -1 unknown (docs/ABI.md).
-      .def_prop_ro("pidns_ino", [](Segment &s) { return s.seg.id.pidns_ino; })
-      .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.seg.id); })
+      .def_prop_ro("pidns_ino", [](Segment &s) { return s.id().pidns_ino; })
+      .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.id()); })
       .def_prop_ro("instance_id",
                    [](Segment &s) {
                      static const char hex[] = "0123456789abcdef";
                      std::string out;
-                     for (uint8_t b : s.seg.id.instance_id) {
+                     for (uint8_t b : s.id().instance_id) {
                        out += hex[b >> 4];
                        out += hex[b & 15];
                      }
@@ -302,60 +224,38 @@ NB_MODULE(_native, m) {
                    })
       .def_prop_ro(
           "gpu_area",
-          [](Segment &s) { return nb::bytes((const char *)s.seg.id.gpu, sizeof s.seg.id.gpu); })
-      .def_prop_ro("readonly", [](Segment &s) { return (int)s.seg.readonly; })
-      .def_prop_ro("count",
-                   [](Segment &s) { return s.hdr()->pub.count.load(std::memory_order_acquire); })
+          [](Segment &s) { return nb::bytes((const char *)s.id().gpu, sizeof s.id().gpu); })
+      .def_prop_ro("readonly", [](Segment &s) { return ss_segment_access(s.seg); })
+      .def_prop_ro("count", [](Segment &s) { return ss_segment_count(s.seg); })
       // pyshmem's write sequence: odd while a write is in progress, which
       // here is the filling slot's seqlock or the metadata update.
       .def_prop_ro("seq",
-                   [](Segment &s) {
-                     return s.hdr()->pub.seq.load(std::memory_order_acquire) |
-                            (uint64_t)ss_write_in_flight(&s.seg);
-                   })
-      .def_prop_ro("frame_id",
-                   [](Segment &s) { return s.hdr()->pub.frame_id.load(std::memory_order_relaxed); })
+                   [](Segment &s) { return words(s).seq | (uint64_t)ss_write_in_flight(s.seg); })
+      .def_prop_ro("frame_id", [](Segment &s) { return words(s).frame_id; })
+      .def_prop_ro("write_time_ns", [](Segment &s) { return words(s).write_time_ns; })
+      .def_prop_ro("state", [](Segment &s) { return ss_segment_state(s.seg); })
       .def_prop_ro(
-          "write_time_ns",
-          [](Segment &s) { return s.hdr()->pub.write_time_ns.load(std::memory_order_relaxed); })
-      .def_prop_ro("state",
-                   [](Segment &s) { return s.hdr()->pub.state.load(std::memory_order_relaxed); })
-      .def_prop_ro(
-          "read_state", [](Segment &s) { return ss_read_state(&s.seg); },
+          "read_state", [](Segment &s) { return ss_read_state(s.seg); },
           "The state a read finds now (ss_read_state): 'state', or abandoned while a write is "
           "in flight and the lock's owner died. Changes nothing.")
+      .def_prop_ro("writer_pid", [](Segment &s) { return words(s).writer_pid; })
+      .def_prop_ro("writer_start_ticks", [](Segment &s) { return words(s).writer_start_ticks; })
+      .def_prop_ro("aborted", [](Segment &s) { return words(s).aborted; })
+      .def_prop_ro("owner_pid", [](Segment &s) { return words(s).owner_pid; })
+      .def_prop_ro("owner_tid", [](Segment &s) { return words(s).owner_tid; })
       .def_prop_ro(
-          "writer_pid",
-          [](Segment &s) { return s.hdr()->pub.writer_pid.load(std::memory_order_relaxed); })
-      .def_prop_ro("writer_start_ticks",
-                   [](Segment &s) {
-                     return s.hdr()->pub.writer_start_ticks.load(std::memory_order_relaxed);
-                   })
-      .def_prop_ro("aborted",
-                   [](Segment &s) { return s.hdr()->pub.aborted.load(std::memory_order_relaxed); })
-      .def_prop_ro(
-          "owner_pid",
-          [](Segment &s) { return s.hdr()->lock.owner_pid.load(std::memory_order_relaxed); })
-      .def_prop_ro(
-          "owner_tid",
-          [](Segment &s) { return s.hdr()->lock.owner_tid.load(std::memory_order_relaxed); })
-      .def_prop_ro(
-          "lock_word_tid", [](Segment &s) { return ss_lock_word_tid(&s.seg); },
+          "lock_word_tid", [](Segment &s) { return ss_lock_word_tid(s.seg); },
           "The thread the lock's mutex word names as its owner (0: free).")
-      .def_prop_ro(
-          "acquisitions",
-          [](Segment &s) { return s.hdr()->lock.acquisitions.load(std::memory_order_relaxed); })
-      .def_prop_ro(
-          "waiters",
-          [](Segment &s) {
+      .def_prop_ro("acquisitions", [](Segment &s) { return words(s).acquisitions; })
+      .def_prop_ro("waiters",
+                   [](Segment &s) {
         // readers asleep: the sleeper bits, and those without a slot
-            return __builtin_popcountll(s.hdr()->notify.sleepers.load(std::memory_order_relaxed)) +
-                   s.hdr()->notify.waiters.load(std::memory_order_relaxed);
-          })
+                     return words(s).waiters;
+                   })
       .def("publication",
            [](Segment &s) {
              ss_pubinfo info{};
-             ss_publication(&s.seg, &info);  // count, frame id, time of one publication
+             ss_publication(s.seg, &info);  // count, frame id, time of one publication
              return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
            })
       .def(
@@ -374,17 +274,17 @@ NB_MODULE(_native, m) {
           "Publish src (frame_id None keeps the previous frame id; count and write_time_ns 0: "
           "count + 1 and now). Returns the new count.")
       .def(
-          "write_begin", [](Segment &s) { return ss_write_begin(&s.seg); },
+          "write_begin", [](Segment &s) { return ss_write_begin(s.seg); },
           "Start a write (lock held); returns the slot to fill.")
       .def(
           "write_end",
           [](Segment &s, std::optional<uint64_t> frame_id) {
-            ss_write_end(&s.seg, frame_id ? &*frame_id : nullptr);
+            ss_write_end(s.seg, frame_id ? &*frame_id : nullptr);
             s.check_mapping("write_end");
-            return s.hdr()->pub.count.load(std::memory_order_relaxed);
+            return ss_segment_count(s.seg);
           },
           "frame_id"_a = nb::none())
-      .def("write_abort", [](Segment &s) { ss_write_abort(&s.seg); })
+      .def("write_abort", [](Segment &s) { ss_write_abort(s.seg); })
       .def(
           "clear",
           [](Segment &s, bool locked, nb::handle timeout) {
@@ -457,9 +357,9 @@ NB_MODULE(_native, m) {
       .def(
           "view_valid",
           [](Segment &s, uint32_t slot, uint64_t slot_seq) {
-            if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
+            if (slot >= s.id().slot_count) raise(g_index, "no such slot");
             ss_frame f{slot, slot_seq};
-            bool valid = ss_view_valid(&s.seg, &f);
+            bool valid = ss_view_valid(s.seg, &f);
             s.check_mapping("read_view");  // a shrunk file is not an overwrite
             return valid;
           },
@@ -475,10 +375,10 @@ NB_MODULE(_native, m) {
           [](Segment &s, uint32_t slot) {
         // A writable byte view of one slot; it keeps this Segment (and so
         // the mapping) alive for as long as the view exists.
-            if (slot >= s.seg.id.slot_count) raise(g_index, "no such slot");
+            if (slot >= s.id().slot_count) raise(g_index, "no such slot");
             nb::handle owner = nb::find(&s);
             size_t shape[1] = {s.payload_bytes()};
-            return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(&s.seg, slot), 1, shape,
+            return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(s.seg, slot), 1, shape,
                                                                 owner);
           },
           "slot"_a = 0, nb::rv_policy::reference_internal)
@@ -488,10 +388,10 @@ NB_MODULE(_native, m) {
           "wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the "
           "histogram of wait lengths and the counters waits, spun, caught, slept, "
           "slept_at_once, preempted, contended_waits.")
-      .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(&s.seg); })
-      .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(&s.seg); })
-      .def_prop_ro("slot_count", [](Segment &s) { return s.seg.id.slot_count; })
-      .def_prop_ro("history", [](Segment &s) { return ss_history_depth(&s.seg); })
+      .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(s.seg); })
+      .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(s.seg); })
+      .def_prop_ro("slot_count", [](Segment &s) { return s.id().slot_count; })
+      .def_prop_ro("history", [](Segment &s) { return ss_history_depth(s.seg); })
       .def(
           "read_since",
           [](Segment &s, uint64_t after, uint32_t max_frames, nb::handle timeout, int64_t spin_ns,
@@ -525,16 +425,16 @@ NB_MODULE(_native, m) {
             auto *row = (const uint64_t *)b.view.buf;
             nb::list out;
             for (size_t i = 0; i < n; i++, row += 5) {
-              if (row[3] >= s.seg.id.slot_count) raise(g_index, "no such slot");
+              if (row[3] >= s.id().slot_count) raise(g_index, "no such slot");
               ss_frame f{(uint32_t)row[3], row[4]};
-              out.append((bool)ss_view_valid(&s.seg, &f));
+              out.append((bool)ss_view_valid(s.seg, &f));
             }
             s.check_mapping("read_since_view");
             return out;
           },
           "meta"_a, "For each row of locate()'s meta: True while its slot still holds that frame.")
       .def(
-          "cancel", [](Segment &s) { ss_cancel(&s.seg); },
+          "cancel", [](Segment &s) { ss_cancel(s.seg); },
           "Make this handle's waiters give up (RuntimeError) and wake them.")
-      .def("wake", [](Segment &s) { ss_wake_all(&s.seg); });
+      .def("wake", [](Segment &s) { ss_wake_all(s.seg); });
 }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -92,47 +93,22 @@ NB_MODULE(_channel, m) {
   m.def(
       "peek",
       [](const std::string &segname) {
-        ss_segment seg{};
-        int rc = ss_segment_peek(&seg, segname.c_str());
-        if (rc == SS_OK && seg.id.kind != SS_KIND_CHANNEL) rc = SS_EKIND;
-        if (rc != SS_OK) {
-          ss_segment_close(&seg);
-          ssb::raise_status(rc, {"channel", segname, "peek", "", ""});
-        }
-        ss_ring_control *ctl = (ss_ring_control *)((uint8_t *)seg.hdr + SS_RING_CONTROL_OFFSET);
+        std::unique_ptr<ss_segment, void (*)(ss_segment *)> seg(ss_segment_new(), ss_segment_free);
+        if (!seg) throw std::bad_alloc();
+        int rc = ss_segment_peek(seg.get(), segname.c_str());
+        if (rc == SS_OK && ss_segment_identity(seg.get())->kind != SS_KIND_CHANNEL) rc = SS_EKIND;
+        if (rc != SS_OK) ssb::raise_status(rc, {"channel", segname, "peek", "", ""});
+        ss_ring_words w;
+        ss_ring_words_get(seg.get(), &w);
         nb::dict d;
-        d["capacity"] = seg.id.payload_bytes;
-        d["head"] = ctl->head.pos.load();
-        d["tail"] = ctl->tail.pos.load();
-        d["producer"] = end_info(ctl, SS_ROLE_PRODUCER);
-        d["consumer"] = end_info(ctl, SS_ROLE_CONSUMER);
-        ss_segment_close(&seg);
+        d["capacity"] = ss_segment_payload_bytes(seg.get());
+        d["head"] = w.head;
+        d["tail"] = w.tail;
+        d["producer"] = end_info(w, SS_ROLE_PRODUCER);
+        d["consumer"] = end_info(w, SS_ROLE_CONSUMER);
         return d;
       },
       "segname"_a, "capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).");
-
-  // Offsets of the ring control words and the record header, for the ABI test.
-  m.def("layout", []() {
-    nb::dict d;
-    size_t base = SS_RING_CONTROL_OFFSET;
-    d["head"] = base + offsetof(ss_ring_control, head);
-    d["tail"] = base + offsetof(ss_ring_control, tail);
-    d["producer"] = base + offsetof(ss_ring_control, producer);
-    d["consumer"] = base + offsetof(ss_ring_control, consumer);
-    d["space"] = base + offsetof(ss_ring_control, space);
-    d["space_want"] = base + offsetof(ss_ring_control, space) + offsetof(ss_ring_sleep_line, want);
-    d["notify"] = offsetof(ss_header, notify);
-    d["end_state"] = offsetof(ss_ring_end_line, state);
-    d["end_attaches"] = offsetof(ss_ring_end_line, attaches);
-    d["end_takeovers"] = offsetof(ss_ring_end_line, takeovers);
-    d["msg_type_id"] = offsetof(ss_msg_header, type_id);
-    d["msg_flags"] = offsetof(ss_msg_header, flags);
-    d["msg_meta_len"] = offsetof(ss_msg_header, meta_len);
-    d["msg_payload_off"] = offsetof(ss_msg_header, payload_off);
-    d["msg_header_bytes"] = sizeof(ss_msg_header);
-    d["ring_offset"] = SS_HEADER_BYTES;
-    return d;
-  });
 
   nb::class_<Message>(m, "Message",
                       "A received message: type_id, data (bytes) and, for arrays, .array.")
@@ -242,7 +218,7 @@ NB_MODULE(_channel, m) {
             int rc = SS_ENAME;
             if (name.find('\0') == std::string::npos) {
               nb::gil_scoped_release nogil;
-              rc = ss_channel_create(&c->ch, name.c_str(), capacity, role, (uint32_t)mode);
+              rc = ss_channel_create(c->ch, name.c_str(), capacity, role, (uint32_t)mode);
             }
             check_create_rc(c, rc, name, true);
             return c;
@@ -257,7 +233,7 @@ NB_MODULE(_channel, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_channel_open_ex(&c->ch, name.data(), name.size(), role, &opts);
+              rc = ss_channel_open_ex(c->ch, name.data(), name.size(), role, &opts);
             }
             check_create_rc(c, rc, name, false);
             return c;
@@ -265,33 +241,36 @@ NB_MODULE(_channel, m) {
           "name"_a, "role"_a, "allow_owners"_a = std::vector<uint32_t>(),
           nb::rv_policy::take_ownership)
       .def_prop_ro("name", [](Channel &c) { return c.name_; })
-      .def_prop_ro("segname", [](Channel &c) { return std::string(c.ch.seg.segname); })
-      .def_prop_ro("capacity", [](Channel &c) { return c.ch.capacity; })
-      .def_prop_ro("role", [](Channel &c) { return c.ch.role; })
+      .def_prop_ro(
+          "segname",
+          [](Channel &c) { return std::string(ss_segment_segname(ss_channel_segment(c.ch))); })
+      .def_prop_ro("capacity", [](Channel &c) { return ss_channel_capacity(c.ch); })
+      .def_prop_ro("role", [](Channel &c) { return ss_channel_role(c.ch); })
       .def_prop_ro("closed", [](Channel &c) { return !c.attached(); })
       .def(
           "max_message",
-          [](Channel &c, uint32_t meta_len) { return ss_channel_max_message(&c.ch, meta_len); },
+          [](Channel &c, uint32_t meta_len) { return ss_channel_max_message(c.ch, meta_len); },
           "meta_len"_a = 0)
       .def_prop_rw(
-          "batch", [](Channel &c) { return c.ch.batch; },
-          [](Channel &c, uint32_t b) { ss_channel_set_batch(&c.ch, b); })
+          "batch", [](Channel &c) { return ss_channel_batch(c.ch); },
+          [](Channel &c, uint32_t b) { ss_channel_set_batch(c.ch, b); })
       .def_prop_rw(
-          "spin_ns", [](Channel &c) { return c.ch.spin_ns; },
-          [](Channel &c, int64_t s) { c.ch.spin_ns = s < 0 ? ss_default_spin_ns() : s; })
+          "spin_ns", [](Channel &c) { return ss_channel_spin_ns(c.ch); },
+          [](Channel &c, int64_t s) { ss_channel_set_spin_ns(c.ch, s); })
       .def_prop_ro(
-          "spin_policy", [](Channel &c) { return wait_policy_dict(c.ch.seg); },
+          "spin_policy", [](Channel &c) { return wait_policy_dict(ss_channel_segment(c.ch)); },
           "This end's wait policy (docs/waiting.md), as Segment.spin_policy.")
-      .def_prop_ro("head", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->head.pos.load() : 0; })
-      .def_prop_ro("tail", [](Channel &c) { return c.ch.ctl ? c.ch.ctl->tail.pos.load() : 0; })
-      .def_prop_ro("pending", [](Channel &c) { return c.ch.pending; })
+      .def_prop_ro("head", [](Channel &c) { return ring_words(c).head; })
+      .def_prop_ro("tail", [](Channel &c) { return ring_words(c).tail; })
+      .def_prop_ro("pending", [](Channel &c) { return ss_channel_pending(c.ch); })
       .def_prop_ro("pinned", [](Channel &c) { return c.pins.size(); })
       .def(
           "end_info",
           [](Channel &c, int role) {
         // (pid, state, attaches, takeovers, alive) of one end, for stat and tests.
-            if (!c.ch.ctl) raise(g_handle_closed, "channel is closed");
-            return end_info(c.ch.ctl, role);
+            if (!ss_segment_mapped(ss_channel_segment(c.ch)))
+              raise(g_handle_closed, "channel is closed");
+            return end_info(ring_words(c), role);
           },
           "role"_a)
       .def("peer_status",
@@ -299,7 +278,7 @@ NB_MODULE(_channel, m) {
         // 0 ok, or the negative status (dead / closed), and the peer's pid.
              if (!c.attached()) raise(g_handle_closed, "channel is closed");
              int32_t pid = 0;
-             int rc = ss_channel_peer_status(&c.ch, &pid);
+             int rc = ss_channel_peer_status(c.ch, &pid);
              return nb::make_tuple(rc, pid);
            })
       .def(
@@ -323,12 +302,12 @@ NB_MODULE(_channel, m) {
       .def(
           "commit",
           [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
-            if (!c.ch.tx_open) raise(g_loan, "no zero-copy send is open");
-            ss_channel_commit_tx(&c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
+            if (!ss_channel_tx_open(c.ch)) raise(g_loan, "no zero-copy send is open");
+            ss_channel_commit_tx(c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
           },
           "nbytes"_a, "type_id"_a = 0, "array"_a = false)
-      .def("rollback", [](Channel &c) { ss_channel_rollback_tx(&c.ch); })
-      .def("flush", [](Channel &c) { ss_channel_flush(&c.ch); })
+      .def("rollback", [](Channel &c) { ss_channel_rollback_tx(c.ch); })
+      .def("flush", [](Channel &c) { ss_channel_flush(c.ch); })
       .def(
           "recv", [](Channel &c, nb::handle timeout) { return c.recv(to_ns(timeout)); },
           "timeout"_a = nb::none())
@@ -352,5 +331,5 @@ NB_MODULE(_channel, m) {
           },
           "max_messages"_a, "timeout"_a.none() = 0.0)
       .def("close", &Channel::close)
-      .def("cancel", [](Channel &c) { ss_channel_cancel(&c.ch); });
+      .def("cancel", [](Channel &c) { ss_channel_cancel(c.ch); });
 }

@@ -1,6 +1,6 @@
 // The Channel class behind shmstream._channel.Channel: one attached end of
 // a ring, the views that pin its bytes, and the DLPack layout of a message.
-// Included once, by _channel.cpp (CMake builds every _*.cpp as a module).
+// Included once, by _channel.cpp (CMakeLists.txt builds each listed _<part>.cpp as a module).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -277,22 +277,31 @@ struct Message {
 
 class Channel {
  public:
-  ss_channel ch{};
+  ss_channel *ch = new_handle();  // the C API's opaque handle
   std::string name_;
   // Records read but not yet released, in ring order: (end, released).
   std::deque<std::pair<uint64_t, bool>> pins;
   uint64_t unreleased = 0;  // freed by views but not yet published as tail
 
-  ~Channel() { ss_channel_close(&ch); }
+  Channel() = default;
+  Channel(const Channel &) = delete;
+  Channel &operator=(const Channel &) = delete;
+  ~Channel() { ss_channel_free(ch); }
 
-  bool attached() const { return ch.role != 0 && ch.ctl != nullptr; }
+  static ss_channel *new_handle() {
+    ss_channel *c = ss_channel_new();
+    if (!c) throw std::bad_alloc();
+    return c;
+  }
+
+  bool attached() const { return ss_channel_attached(ch) != 0; }
   void check_open(const char *what) const {
     if (!attached())
       raise(g_handle_closed, std::string(what) + " on channel '" + name_ +
                                  "', which is closed; attach again with shmstream.open_channel('" +
                                  name_ + "')");
   }
-  bool producer() const { return ch.role == SS_ROLE_PRODUCER; }
+  bool producer() const { return ss_channel_role(ch) == SS_ROLE_PRODUCER; }
 
   // A send while this end's zero-copy send is open: the loan's state, not
   // the end's role, is wrong (LoanStateError).
@@ -303,8 +312,10 @@ class Channel {
   }
 
   [[noreturn]] void raise_status(int rc, const char *op) {
-    std::string detail = rc == SS_EROLE && ch.tx_open ? " (a zero-copy send is still open)" : "";
-    const char *when = rc == SS_ECORRUPT ? corrupt_when(&ch.seg, &detail) : "";
+    std::string detail = rc == SS_EROLE && ss_channel_tx_open(ch)
+                             ? " (a zero-copy send is still open)"
+                             : "";
+    const char *when = rc == SS_ECORRUPT ? corrupt_when(ss_channel_segment(ch), &detail) : "";
     if (!*when) when = producer() ? "producer" : "consumer";
     ssb::raise_status(rc, {"channel", name_, op, when, detail});
   }
@@ -313,30 +324,30 @@ class Channel {
   // the first chunk.
   template <class F>
   int chunked(int64_t timeout_ns, F &&fn) {
-    int64_t spin = ch.spin_ns;
+    int64_t spin = ss_channel_spin_ns(ch);
     bool first = true;
     int rc;
     try {
       rc = ssb::chunked(timeout_ns, [&](int64_t chunk) {
-        if (!first) ch.spin_ns = 0;
+        if (!first) ss_channel_set_spin_ns(ch, 0);
         first = false;
         return fn(chunk);
       });
     } catch (...) {
-      ch.spin_ns = spin;
+      ss_channel_set_spin_ns(ch, spin);
       throw;
     }
-    ch.spin_ns = spin;
+    ss_channel_set_spin_ns(ch, spin);
     return rc;
   }
 
   // ---- producer ----
 
   void acquire_tx(size_t size, uint32_t meta_len, int64_t timeout_ns, void **payload, void **meta) {
-    int rc = ss_channel_acquire_tx(&ch, size, meta_len, 0, payload, meta);
+    int rc = ss_channel_acquire_tx(ch, size, meta_len, 0, payload, meta);
     if (rc == SS_ETIMEDOUT && timeout_ns != 0)
       rc = chunked(timeout_ns, [&](int64_t chunk) {
-        return ss_channel_acquire_tx(&ch, size, meta_len, chunk, payload, meta);
+        return ss_channel_acquire_tx(ch, size, meta_len, chunk, payload, meta);
       });
     if (rc) raise_status(rc, "send");
   }
@@ -345,13 +356,14 @@ class Channel {
     if (meta_len > SS_MSG_MAX_META)
       raise(g_value, "array description of " + std::to_string(meta_len) +
                          " bytes is too long for a message header");
-    uint64_t max = ss_channel_max_message(&ch, (uint32_t)meta_len);
+    uint64_t max = ss_channel_max_message(ch, (uint32_t)meta_len);
     if (size > max)
       raise(g_value, "message of " + std::to_string(size) +
                          " bytes is larger than the "
                          "ring of '" +
                          name_ + "' can hold (at most " + std::to_string(max) +
-                         " bytes per message with capacity " + std::to_string(ch.capacity) +
+                         " bytes per message with capacity " +
+                         std::to_string(ss_channel_capacity(ch)) +
                          "); create the channel with a larger capacity");
   }
 
@@ -367,13 +379,13 @@ class Channel {
     } else if (n) {
       std::memcpy(payload, src, n);
     }
-    ss_channel_commit_tx(&ch, n, type_id, meta_len ? SS_MSG_ARRAY : 0);
+    ss_channel_commit_tx(ch, n, type_id, meta_len ? SS_MSG_ARRAY : 0);
   }
 
   void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send");
     if (!producer()) raise(g_role, "send on the consumer end of '" + name_ + "'");
-    if (ch.tx_open) raise_loan_open("send");
+    if (ss_channel_tx_open(ch)) raise_loan_open("send");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {
@@ -394,7 +406,7 @@ class Channel {
   size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
     check_open("send_many");
     if (!producer()) raise(g_role, "send_many on the consumer end of '" + name_ + "'");
-    if (ch.tx_open) raise_loan_open("send_many");
+    if (ss_channel_tx_open(ch)) raise_loan_open("send_many");
     nb::object seq = nb::steal(PySequence_Fast(items.ptr(),
                                                "send_many takes a sequence of "
                                                "bytes-like objects"));
@@ -409,7 +421,7 @@ class Channel {
       ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
     }
     // Check every size first: nothing is written if one can never fit.
-    uint64_t max = ss_channel_max_message(&ch, (uint32_t)ml);
+    uint64_t max = ss_channel_max_message(ch, (uint32_t)ml);
     for (Py_ssize_t i = 0; i < n; i++) {
       Py_ssize_t len = PyBytes_CheckExact(it[i]) ? PyBytes_GET_SIZE(it[i]) : -1;
       if (len < 0) {
@@ -427,7 +439,7 @@ class Channel {
         send_one(b.view.buf, (size_t)b.view.len, mp, ml, type_id, timeout_ns);
       }
     }
-    ss_channel_flush(&ch);
+    ss_channel_flush(ch);
     return (size_t)n;
   }
 
@@ -435,7 +447,7 @@ class Channel {
   nb::object loan(size_t nbytes, nb::handle meta, int64_t timeout_ns) {
     check_open("send_zero_copy");
     if (!producer()) raise(g_role, "send_zero_copy on the consumer end of '" + name_ + "'");
-    if (ch.tx_open) raise_loan_open("send_zero_copy");
+    if (ss_channel_tx_open(ch)) raise_loan_open("send_zero_copy");
     const char *mp = nullptr;
     size_t ml = 0;
     if (!meta.is_none()) {
@@ -456,10 +468,10 @@ class Channel {
   // ---- consumer ----
 
   int acquire_rx(int64_t timeout_ns, ss_msg *m) {
-    int rc = ss_channel_acquire_rx(&ch, 0, m);
+    int rc = ss_channel_acquire_rx(ch, 0, m);
     if (rc == SS_ETIMEDOUT) flush_release();  // the producer may wait for that room
     if (rc == SS_ETIMEDOUT && timeout_ns != 0)
-      rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_channel_acquire_rx(&ch, chunk, m); });
+      rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_channel_acquire_rx(ch, chunk, m); });
     return rc;
   }
 
@@ -470,11 +482,11 @@ class Channel {
 
   // After copying a message out: release it now unless views pin earlier ones.
   void done_copied() {
-    ss_channel_skip_rx(&ch);
+    ss_channel_skip_rx(ch);
     if (pins.empty())
-      ss_channel_release_rx(&ch, ch.rd);
+      ss_channel_release_rx(ch, ss_channel_rx_cursor(ch));
     else
-      pins.emplace_back(ch.rd, true);
+      pins.emplace_back(ss_channel_rx_cursor(ch), true);
   }
 
   static nb::object copy_out(const ss_msg &m, nb::object *meta) {
@@ -532,18 +544,18 @@ class Channel {
     if (!drain_first("drain", max, timeout_ns, &m)) return out;
     for (;;) {
       out.append(nb::cast(copied(m)));
-      ss_channel_skip_rx(&ch);
-      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+      ss_channel_skip_rx(ch);
+      if (out.size() >= max || ss_channel_acquire_rx(ch, 0, &m) != SS_OK) break;
     }
     if (pins.empty())
-      ss_channel_release_rx(&ch, ch.rd);
+      ss_channel_release_rx(ch, ss_channel_rx_cursor(ch));
     else
-      pins.emplace_back(ch.rd, true);
+      pins.emplace_back(ss_channel_rx_cursor(ch), true);
     return out;
   }
 
   RxMessage pinned(const ss_msg &m) {
-    ss_channel_skip_rx(&ch);
+    ss_channel_skip_rx(ch);
     pins.emplace_back(m.end, false);
     Pin *p = new Pin{nb::borrow(nb::find(this)), this, m.end};
     RxMessage r;
@@ -566,7 +578,7 @@ class Channel {
     if (!drain_first("drain_zero_copy", max, timeout_ns, &m)) return out;
     for (;;) {
       out.append(nb::cast(pinned(m)));
-      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+      if (out.size() >= max || ss_channel_acquire_rx(ch, 0, &m) != SS_OK) break;
     }
     return out;
   }
@@ -586,12 +598,12 @@ class Channel {
         if (out.size() == 0) raise_layout(why, m.size);
         break;
       }
-      ss_channel_skip_rx(&ch);
+      ss_channel_skip_rx(ch);
       pins.emplace_back(m.end, false);
       nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end},
                                 nb::rv_policy::take_ownership);
       out.append(dl_message(m.data, l, pin, false));
-      if (out.size() >= max || ss_channel_acquire_rx(&ch, 0, &m) != SS_OK) break;
+      if (out.size() >= max || ss_channel_acquire_rx(ch, 0, &m) != SS_OK) break;
     }
     return out;
   }
@@ -610,37 +622,46 @@ class Channel {
     // Publish the tail when nothing is pinned any more or an eighth of the
     // ring is free to give back: not once per view (each publish may wake
     // the producer), and always before this end waits (flush_release).
-    if (pins.empty() || unreleased - ch.tail >= ch.capacity / 8) flush_release();
+    if (pins.empty() || unreleased - ss_channel_rx_released(ch) >= ss_channel_capacity(ch) / 8)
+      flush_release();
   }
 
   void flush_release() {
-    if (unreleased > ch.tail) ss_channel_release_rx(&ch, unreleased);
+    if (unreleased > ss_channel_rx_released(ch)) ss_channel_release_rx(ch, unreleased);
   }
 
   void close() {
-    if (ch.role == SS_ROLE_CONSUMER) flush_release();
-    ss_channel_cancel(&ch);  // wake our own waiters in other threads
-    ss_channel_detach(&ch);
+    if (ss_channel_role(ch) == SS_ROLE_CONSUMER) flush_release();
+    ss_channel_cancel(ch);  // wake our own waiters in other threads
+    ss_channel_detach(ch);
     // The mapping stays until the last view (Pin) is gone: see ~Channel.
   }
 };
 
 Pin::~Pin() { chan->unpin(end); }
 
-// (pid, state, attaches, takeovers, alive) of one end of a ring.
-nb::tuple end_info(ss_ring_control *ctl, int role) {
-  ss_ring_end_line *e = role == SS_ROLE_PRODUCER ? &ctl->producer : &ctl->consumer;
-  uint64_t o = e->owner.load();
-  bool alive = o && ss_proc_alive((int32_t)(o & 0xffffffffu), o >> 32);
-  return nb::make_tuple((int32_t)(o & 0xffffffffu), e->state.load(), e->attaches.load(),
-                        e->takeovers.load(), alive);
+// (pid, state, attaches, takeovers, alive) of one end of a ring, from the
+// ring words the core read (ss_ring_words_get).
+nb::tuple end_info(const ss_ring_words &w, int role) {
+  const ss_ring_end_words &e = role == SS_ROLE_PRODUCER ? w.producer : w.consumer;
+  bool alive = e.pid && ss_proc_alive(e.pid, e.start_ticks_low);
+  return nb::make_tuple(e.pid, e.state, e.attaches, e.takeovers, alive);
+}
+
+// The ring words of a channel that is still mapped (attached, or detached
+// with views alive); zeros once it is closed.
+ss_ring_words ring_words(const Channel &c) {
+  ss_ring_words w{};
+  const ss_segment *seg = ss_channel_segment(c.ch);
+  if (ss_segment_mapped(seg)) ss_ring_words_get(seg, &w);
+  return w;
 }
 
 void check_create_rc(Channel *c, int rc, const std::string &name, bool creating) {
   if (rc == SS_OK) return;
   std::string detail = rc == SS_ENAME       ? name_rule()
                        : rc == SS_EATTACHED ? (creating ? "end" : "end of that role")
-                                            : ssb::open_detail(rc, c->ch.seg);
+                                            : ssb::open_detail(rc, ss_channel_segment(c->ch));
   delete c;
   ssb::raise_status(rc, {"channel", name, creating ? "create" : "open", "", detail});
 }

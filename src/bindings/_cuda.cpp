@@ -30,8 +30,7 @@ namespace {
 using namespace ssb;
 
 [[noreturn]] void raise_rc(int rc, const std::string &name, const ss_segment *seg, const char *op) {
-  bool abandoned = seg && seg->hdr &&
-                   seg->hdr->pub.state.load(std::memory_order_relaxed) == SS_STATE_ABANDONED;
+  bool abandoned = seg && ss_segment_mapped(seg) && ss_segment_state(seg) == SS_STATE_ABANDONED;
   ssb::raise_status(rc, {"GPU stream", name, op, abandoned ? "abandoned" : "", ss_cuda_error()});
 }
 
@@ -50,18 +49,24 @@ std::string hex(const uint8_t *b, size_t n) {
 // mapping sees) and a reference on the process-wide attachment.
 class GpuStream {
  public:
-  ss_segment seg{};
+  ss_segment *seg = new_handle();  // the C API's opaque handle
   ss_gpu *gpu = nullptr;
   std::string name;
 
-  ~GpuStream() { close(); }
+  GpuStream() = default;
+  GpuStream(const GpuStream &) = delete;
+  GpuStream &operator=(const GpuStream &) = delete;
+  ~GpuStream() {
+    close();
+    ss_segment_free(seg);
+  }
 
   void close() {
     if (gpu) {
       ss_gpu_detach(gpu);
       gpu = nullptr;
     }
-    if (seg.base) ss_segment_close(&seg);
+    if (ss_segment_mapped(seg)) ss_segment_close(seg);
   }
 
   ss_gpu *g(const char *op) {
@@ -69,16 +74,22 @@ class GpuStream {
     return gpu;
   }
 
-  [[noreturn]] void fail(int rc, const char *op) { raise_rc(rc, name, &seg, op); }
+  [[noreturn]] void fail(int rc, const char *op) { raise_rc(rc, name, seg, op); }
 
-  uint64_t count() const { return seg.hdr->pub.count.load(std::memory_order_relaxed); }
+  static ss_segment *new_handle() {
+    ss_segment *s = ss_segment_new();
+    if (!s) throw std::bad_alloc();
+    return s;
+  }
+  const ss_identity &id() const { return *ss_segment_identity(seg); }
+
+  uint64_t count() const { return ss_segment_count(seg); }
   // An explicit count (a mirror's or a replay's; 0: count + 1) must exceed
-  // the current one; the caller holds the stream lock.
+  // the current one (the core checks); the caller holds the stream lock.
   void check_count(uint64_t c) const {
-    uint64_t now = count();
-    if (c && c <= now)
-      raise(g_value, "count " + std::to_string(c) + " does not exceed the count of '" + name +
-                         "' (" + std::to_string(now) + "): a mirror's counts only grow");
+    uint64_t now = 0;
+    int rc = ss_publish_count_check(seg, c, &now);
+    if (rc) raise_count(rc, c, now, name);
   }
 };
 
@@ -183,7 +194,6 @@ NB_MODULE(_cuda, m) {
           "create",
           [](const std::string &name, std::vector<uint64_t> shape, uint64_t itemsize,
              const std::string &dtype, int flags, int mode, int ordinal) {
-            if (shape.size() > SS_MAX_NDIM) raise(g_value, "too many dimensions");
             auto *s = new GpuStream();
             s->name = name;
             ss_create_args a{};
@@ -198,7 +208,7 @@ NB_MODULE(_cuda, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_gpu_create(&s->seg, &a, ordinal, &s->gpu);
+              rc = ss_gpu_create(s->seg, &a, ordinal, &s->gpu);
             }
             if (rc) {
               delete s;
@@ -217,9 +227,9 @@ NB_MODULE(_cuda, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_segment_open_ex(&s->seg, name.data(), name.size(), SS_KIND_STREAM, readonly,
+              rc = ss_segment_open_ex(s->seg, name.data(), name.size(), SS_KIND_STREAM, readonly,
                                       &opts);
-              if (rc == SS_OK) rc = ss_gpu_attach(&s->seg, ordinal, &s->gpu);
+              if (rc == SS_OK) rc = ss_gpu_attach(s->seg, ordinal, &s->gpu);
             }
             if (rc == SS_EOWNER || rc == SS_EPIDNS) {
               std::string detail = ssb::open_detail(rc, s->seg);
@@ -238,18 +248,18 @@ NB_MODULE(_cuda, m) {
       .def("release_owned",
            [](GpuStream &s) {
         // The creator gives its device buffer up (unlink).
-             if (s.seg.hdr) ss_gpu_release_owned(s.seg.id.instance_id);
+             if (ss_segment_mapped(s.seg)) ss_gpu_release_owned(s.id().instance_id);
            })
       .def_prop_ro("closed", [](GpuStream &s) { return s.gpu == nullptr; })
       .def_prop_ro("ordinal", [](GpuStream &s) { return ss_gpu_ordinal(s.g("use")); })
       .def_prop_ro("stream", [](GpuStream &s) { return ss_gpu_stream(s.g("use")); })
       .def_prop_ro("owner", [](GpuStream &s) { return (bool)ss_gpu_is_owner(s.g("use")); })
-      .def_prop_ro("instance_id", [](GpuStream &s) { return hex(s.seg.id.instance_id, 16); })
-      .def_prop_ro("payload_bytes", [](GpuStream &s) { return s.seg.id.payload_bytes; })
+      .def_prop_ro("instance_id", [](GpuStream &s) { return hex(s.id().instance_id, 16); })
+      .def_prop_ro("payload_bytes", [](GpuStream &s) { return s.id().payload_bytes; })
       .def("slot_ptr",
            [](GpuStream &s, uint32_t slot) { return ss_gpu_slot_ptr(s.g("use"), slot); })
       .def("published_ptr",
-           [](GpuStream &s) { return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(&s.seg)); })
+           [](GpuStream &s) { return ss_gpu_slot_ptr(s.g("use"), ss_published_slot(s.seg)); })
       .def(
           "write",
           [](GpuStream &s, uint64_t src, int kind, uint64_t user_stream,
@@ -262,7 +272,7 @@ NB_MODULE(_cuda, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_gpu_write_locked_ex(g, &s.seg, src, kind, user_stream, &meta, t);
+              rc = ss_gpu_write_locked_ex(g, s.seg, src, kind, user_stream, &meta, t);
             }
             if (rc) s.fail(rc, "write");
             return s.count();
@@ -280,7 +290,7 @@ NB_MODULE(_cuda, m) {
             Py_buffer view{};
             if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0)
               throw nb::python_error();
-            if ((uint64_t)view.len != s.seg.id.payload_bytes) {
+            if ((uint64_t)view.len != s.id().payload_bytes) {
               PyBuffer_Release(&view);
               raise(g_value, "source buffer of " + std::to_string(view.len) +
                                  " bytes does not match the payload of '" + s.name + "'");
@@ -290,7 +300,7 @@ NB_MODULE(_cuda, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_gpu_write_locked_ex(g, &s.seg, (uint64_t)(uintptr_t)view.buf,
+              rc = ss_gpu_write_locked_ex(g, s.seg, (uint64_t)(uintptr_t)view.buf,
                                           pinned ? SS_GPU_SRC_PINNED : SS_GPU_SRC_HOST, 0, &meta,
                                           t);
             }
@@ -308,7 +318,7 @@ NB_MODULE(_cuda, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_gpu_clear_locked(g, &s.seg, t);
+              rc = ss_gpu_clear_locked(g, s.seg, t);
             }
             if (rc) s.fail(rc, "clear");
             return s.count();
@@ -323,7 +333,7 @@ NB_MODULE(_cuda, m) {
         // A read waits in chunks (Ctrl-C); each chunk is a whole snapshot
         // attempt, so a timed-out chunk leaves nothing half done.
             int rc = chunked(to_ns(timeout), [&](int64_t chunk) {
-              return ss_gpu_read(g, &s.seg, dst, user_stream, chunk, holds_lock, &info);
+              return ss_gpu_read(g, s.seg, dst, user_stream, chunk, holds_lock, &info);
             });
             if (rc) s.fail(rc, "read");
             return std::make_tuple(info.count, info.frame_id, info.write_time_ns);
@@ -338,7 +348,7 @@ NB_MODULE(_cuda, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_gpu_view_begin(g, &s.seg, user_stream, t, &ptr);
+              rc = ss_gpu_view_begin(g, s.seg, user_stream, t, &ptr);
             }
             if (rc) s.fail(rc, "write_view");
             return ptr;
@@ -352,13 +362,13 @@ NB_MODULE(_cuda, m) {
             int rc;
             {
               nb::gil_scoped_release nogil;
-              rc = ss_gpu_view_commit(g, &s.seg, user_stream, fid);
+              rc = ss_gpu_view_commit(g, s.seg, user_stream, fid);
             }
             if (rc) s.fail(rc, "write_view");
             return s.count();
           },
           "user_stream"_a = 0, "frame_id"_a = nb::none())
-      .def("view_abort", [](GpuStream &s) { ss_gpu_view_abort(s.g("write to"), &s.seg); });
+      .def("view_abort", [](GpuStream &s) { ss_gpu_view_abort(s.g("write to"), s.seg); });
 
   nb::class_<DeviceBuffer>(m, "DeviceBuffer")
       .def_static(
