@@ -204,13 +204,9 @@ DOTTED_ALLOWED = {
     # that it is gone
     "shmstream.bench",
     # placeholders in prose and in test_layers' made-up sources ("shmstream.x",
-    # "shmstream._native.x"), and the made-up module those sources import
+    # "shmstream._native.x")
     "shmstream.x",
     "shmstream._native.x",
-    "shmstream.loader",
-    # gone; named by a comment in src/shmstream/_binding.h, which the binding's
-    # move to src/bindings/ (issue 33, item 2) rewrites: drop after that merge
-    "shmstream._owners",
     # old module paths that raise naming their new place (common/_moved.py;
     # tests/test_old_paths.py checks that they raise), and a made-up name
     # that test imports to see it plainly missing
