@@ -173,8 +173,10 @@ def test_a_create_larger_than_the_free_space_is_refused_at_once_for_every_kind()
         import errno, importlib, os
         import numpy as np
         import shmstream
-        stream, channel, shared_array = (importlib.import_module(f"shmstream.{m}")
-                                         for m in ("stream", "channel", "shared_array"))
+        stream, channel, shared_array = (
+            importlib.import_module(f"shmstream.{m}")
+            for m in ("streams.shared_memory", "channels.ends", "arrays.shared_array")
+        )
 
         class NoCreate:  # the native module, but a create must not be reached
             def __init__(self, real, cls):
