@@ -407,7 +407,6 @@ PY_FOLDERS = ("streams", "channels", "arrays", "loader", "recording", "common", 
 #: only shrinks).
 NOT_YET_SPLIT = {
     "loader/_loader_pool.py",
-    "loader/torch.py",
 }
 
 
