@@ -6,7 +6,7 @@ main process (``shmstream.loader._batch.Descriptor``) and its decode path
     python tests/fuzz/fuzz_py_loader.py [libFuzzer flags] CORPUS_DIR...
 
 Each input gets a fresh pool (two slots) and a real descriptor made by the
-worker's packing path (``_SlotCollate._pack``) for a small batch; the input
+worker's packing path (``_worker.SlotCollate._pack``) for a small batch; the input
 then replaces its fields. Input: [control byte: bit 0 slot index, 1
 generation, 2 sequence, 3 used bytes, 4 metas, 5 structure are replaced,
 bit 6 fresh][k i64][gen i64][seq i64][used i64][nmetas]{pos i64, dtype,
