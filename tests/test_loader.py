@@ -23,6 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import shmstream.torch as st  # noqa: E402
+from shmstream.loader import _batch, _worker  # noqa: E402
 from shmstream.loader import _loader_pool as lp  # noqa: E402
 from shmstream.torch import DataLoader, ShmTransportWarning  # noqa: E402
 
@@ -466,7 +467,7 @@ def test_the_pin_memory_thread_path_builds_the_batch_and_frees_the_slot(monkeypa
     loader = DataLoader(ds, batch_size=4, num_workers=1)
     it = iter(loader)
     _, desc = it._get_data()  # the raw item from the worker queue (torch's method)
-    assert isinstance(desc, st._Descriptor)
+    assert isinstance(desc, _batch.Descriptor)
     if not torch.accelerator.is_available():
         monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self.clone())
     b = torch.utils.data._utils.pin_memory.pin_memory(desc)
@@ -605,7 +606,7 @@ def test_the_first_batch_of_a_new_slot_is_stacked_straight_into_it():
     # The slot was sized from the samples before collating (no private
     # collate then copy): the batch's bytes, whole pages.
     (path,) = slot_files(loader)
-    need = st._collated_bytes([ds[i] for i in range(8)])
+    need = _worker._collated_bytes([ds[i] for i in range(8)])
     assert need > 8 * 1000 * 4 and os.stat(path).st_size == lp.capacity_for(need) < need + 4096
     del b
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """atheris harness: the DataLoader slot descriptor a worker sends to the
-main process (``shmstream.torch._Descriptor``) and its decode path
+main process (``shmstream.loader._batch.Descriptor``) and its decode path
 (``_received`` + ``unwrap``: claim the slot, build tensors over its bytes).
 
     python tests/fuzz/fuzz_py_loader.py [libFuzzer flags] CORPUS_DIR...
 
 Each input gets a fresh pool (two slots) and a real descriptor made by the
-worker's packing path (``_SlotCollate._pack``) for a small batch; the input
+worker's packing path (``_worker.SlotCollate._pack``) for a small batch; the input
 then replaces its fields. Input: [control byte: bit 0 slot index, 1
 generation, 2 sequence, 3 used bytes, 4 metas, 5 structure are replaced,
 bit 6 fresh][k i64][gen i64][seq i64][used i64][nmetas]{pos i64, dtype,
@@ -30,8 +30,7 @@ from torch.utils.data import default_collate
 import fuzzlib as fl
 
 with fl.instrumented():
-    from shmstream import torch as sstorch
-    from shmstream.loader import _loader_pool
+    from shmstream.loader import _batch, _loader_pool, _worker
 
 DTYPES = (torch.float32, torch.uint8, torch.int64, torch.float16, torch.bool, torch.complex64)
 
@@ -77,7 +76,7 @@ def _touch(obj: object) -> None:
 
 
 def _unwrap(pool: _loader_pool.Pool, data: bytes) -> None:
-    coll = sstorch._SlotCollate(default_collate)
+    coll = _worker.SlotCollate(default_collate)
     coll.token, coll.instance_id = pool.token, pool.instance_id
     client = coll._attach()
     samples = [torch.arange(4, dtype=torch.float32) + i for i in range(2)]
@@ -107,7 +106,7 @@ def _unwrap(pool: _loader_pool.Pool, data: bytes) -> None:
 
 def _one(data: bytes) -> None:
     pool = _loader_pool.Pool(2, 1 << 20)
-    sstorch._pools[pool.token] = pool
+    _batch.pools[pool.token] = pool
     try:
         _unwrap(pool, data)
     except RuntimeError as exc:
@@ -115,7 +114,7 @@ def _one(data: bytes) -> None:
             raise
     finally:
         gc.collect()  # tensors over the slot hand it back
-        sstorch._clients.pop(pool.token, None)
+        _worker._clients.pop(pool.token, None)
         pool.destroy()
 
 

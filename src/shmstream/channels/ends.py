@@ -16,26 +16,38 @@ the consumer closes, or dies while the producer waits for room, ``send``
 raises ``ChannelBrokenError`` (a ``BrokenPipeError``). A new process can take
 over a dead end with ``open_channel(name, role=...)``. The ring layout and
 protocol are in docs/ABI.md ("Channels").
+
+This file holds the two ends and the functions that make, open and unlink
+a channel; what a record carries (message types, array metadata, DLPack
+dtypes, zero-copy loans) is in ``_messages.py``.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from .. import _channel, _native
-from ..common import _checks, _dtypes, _space
+from ..common import _checks, _space
 from ..errors import (
     ChannelClosedError,
     ChannelRoleError,
-    CorruptStreamError,
     ShmstreamError,
     ShmstreamTypeError,
     ShmstreamValueError,
+)
+from ._messages import (
+    DLPackDtype,
+    Loan,
+    Message,
+    ZeroCopyBatch,
+    ZeroCopyMessage,
+    array_meta,
+    describe,
+    dlpack_payload,
 )
 
 __all__ = [
@@ -50,173 +62,8 @@ __all__ = [
     "describe",
 ]
 
-Message = _channel.Message
-ZeroCopyMessage = _channel.ZeroCopyMessage
 
 _ROLES = {"producer": _channel.ROLE_PRODUCER, "consumer": _channel.ROLE_CONSUMER}
-_CACHE_LIMIT = 1024
-_meta_cache: dict = {}  # (dtype, shape) -> record metadata bytes
-_desc_cache: dict = {}  # record metadata bytes -> (dtype, shape)
-
-
-# ---- array metadata (docs/ABI.md: u32 ndim, u32 dtype_len, u64 shape[ndim], dtype text)
-
-
-class DLPackDtype(NamedTuple):
-    """The element type of an array message whose dtype NumPy has no name
-    for (bfloat16, the float8 kinds): its DLPack type code and bits, one
-    lane. :func:`describe` gives one; ``torch.from_dlpack(msg)`` reads such
-    a message (copied or zero-copy) and ``msg.data`` has its bytes."""
-
-    code: int
-    bits: int
-
-    @property
-    def itemsize(self) -> int:
-        return self.bits // 8
-
-    @property
-    def name(self) -> str:
-        known = _DLPACK_NAMES.get((self.code, self.bits))
-        return known or f"DLPack dtype (code {self.code}, {self.bits} bits)"
-
-
-#: DLPack (code, bits) -> the name frameworks give it, for messages.
-_DLPACK_NAMES = {(4, 16): "bfloat16"}
-
-
-def _meta_of(text: str, shape: tuple) -> bytes:
-    if len(shape) > _native.MAX_NDIM:
-        raise ShmstreamValueError(f"at most {_native.MAX_NDIM} dimensions travel in a message")
-    raw = text.encode()
-    meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(raw), *shape) + raw
-    if len(meta) > _channel.MAX_META:
-        raise ShmstreamValueError(f"dtype {text} is too complex to describe in a message header")
-    return meta
-
-
-def _array_meta(dtype: np.dtype, shape: tuple) -> bytes:
-    key = (dtype, shape)
-    meta = _meta_cache.get(key)
-    if meta is None:
-        meta = _meta_of(_dtypes.encode(_dtypes.normalize(dtype)), shape)
-        if len(_meta_cache) < _CACHE_LIMIT:
-            _meta_cache[key] = meta
-    return meta
-
-
-def _dtype_of_text(text: str) -> np.dtype | DLPackDtype:
-    dl = _channel.dlpack_dtype(text) if text.startswith(_channel.DLPACK_TEXT_PREFIX) else None
-    if dl is not None:
-        return DLPackDtype(*dl)
-    return _dtypes.decode(text)
-
-
-def describe(meta: bytes) -> tuple[np.dtype | DLPackDtype, tuple[int, ...]]:
-    """The (dtype, shape) that an array message's ``meta`` header describes
-    (``ZeroCopyMessage.meta``, a received record's meta): a NumPy dtype, or
-    a :class:`DLPackDtype` for one NumPy has no name for (bfloat16). The
-    header was written by another process: an unreadable one raises
-    CorruptStreamError."""
-    desc = _desc_cache.get(meta)
-    if desc is None:
-        try:
-            ndim, dlen = struct.unpack_from("<II", meta)
-            shape = struct.unpack_from(f"<{ndim}Q", meta, 8)
-            dtype = _dtype_of_text(bytes(meta[8 + 8 * ndim : 8 + 8 * ndim + dlen]).decode())
-        except Exception as exc:  # noqa: BLE001 - written by another process: untrusted
-            raise CorruptStreamError(
-                f"message carries an unreadable array description: {exc}"
-            ) from None
-        desc = (dtype, tuple(shape))
-        if len(_desc_cache) < _CACHE_LIMIT:
-            _desc_cache[bytes(meta)] = desc
-    return desc
-
-
-def _decode(meta: bytes, data: Any) -> np.ndarray:
-    dtype, shape = describe(meta)
-    if isinstance(dtype, DLPackDtype):
-        raise ShmstreamTypeError(
-            f"this message holds {dtype.name}, which NumPy has no dtype for: read it with "
-            "torch.from_dlpack(msg) (a received or a zero-copy message), or take its raw "
-            "bytes from msg.data"
-        )
-    if dtype.itemsize == 0 or math.prod(shape) == 0:
-        return np.empty(shape, dtype)
-    return np.frombuffer(data, dtype=dtype).reshape(shape)
-
-
-_channel.set_decoder(_decode)
-
-
-class ZeroCopyBatch(list):
-    """Messages from ``drain_zero_copy``; released when the block ends."""
-
-    def __enter__(self) -> ZeroCopyBatch:
-        return self
-
-    def __exit__(self, *exc: Any) -> Literal[False]:
-        _channel.release_all(self)  # one native call for the batch
-        self.clear()
-        return False
-
-
-class _Loan:
-    """``with tx.send_zero_copy(...) as buf``: commit on exit, roll back on error."""
-
-    __slots__ = ("_ch", "_nbytes", "_meta", "_type_id", "_timeout", "_dtype", "_shape", "_view")
-
-    def __init__(self, ch, nbytes, meta, type_id, timeout, dtype, shape):
-        self._ch, self._nbytes, self._meta = ch, nbytes, meta
-        self._type_id, self._timeout = type_id, timeout
-        self._dtype, self._shape, self._view = dtype, shape, None
-
-    def __enter__(self) -> Any:
-        raw = self._ch.loan(self._nbytes, self._meta, self._timeout)
-        if self._dtype is None:
-            self._view = raw
-        elif self._dtype.itemsize == 0 or self._nbytes == 0:
-            self._view = np.empty(self._shape, self._dtype)
-        else:
-            self._view = np.frombuffer(raw, dtype=self._dtype).reshape(self._shape)
-        return self._view
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
-        view, self._view = self._view, None
-        if isinstance(view, memoryview):
-            try:
-                view.release()
-            except BufferError:
-                pass  # the caller made views of it; they must not outlive the block
-        if exc_type is None:
-            self._ch.commit(self._nbytes, self._type_id, self._meta is not None)
-        else:
-            self._ch.rollback()
-        return False
-
-
-def _dlpack_payload(obj: Any) -> tuple[Any, bytes | None] | None:
-    """What send() sends for a DLPack tensor: (an ndarray, None) when NumPy
-    has its dtype, else (its bytes, their array header). The dtype is read
-    from the tensor's own DLPack description (bfloat16 needs no NumPy).
-    None: obj is no DLPack tensor."""
-    if not hasattr(obj, "__dlpack__") or isinstance(obj, (bytes, bytearray, memoryview)):
-        return None
-    try:
-        text, shape, data = _channel.dlpack_import(obj)
-    except TypeError:  # nanobind could not import it: not a DLPack tensor it knows
-        return None
-    if not text.startswith(_channel.DLPACK_TEXT_PREFIX):
-        if data is None:  # strided: NumPy's view of it, made contiguous by send
-            return np.from_dlpack(obj), None
-        return np.frombuffer(data, np.dtype(text)).reshape(shape), None
-    if data is None:
-        name = _dtype_of_text(text).name  # type: ignore[union-attr]
-        raise ShmstreamValueError(
-            f"a {name} tensor is sent from C-contiguous memory: call .contiguous() first"
-        )
-    return data, _meta_of(text, tuple(shape))
 
 
 # ---- the two ends -------------------------------------------------------------
@@ -340,7 +187,7 @@ class ChannelProducer(_End):
         if isinstance(obj, np.ndarray):
             if not obj.flags.c_contiguous:
                 obj = np.ascontiguousarray(obj)
-            meta = _array_meta(obj.dtype, obj.shape)
+            meta = array_meta(obj.dtype, obj.shape)
             if obj.dtype.kind in "mM" or obj.dtype.itemsize == 0:
                 obj = obj.reshape(-1).view(np.uint8) if obj.dtype.itemsize else b""
             try:
@@ -360,7 +207,7 @@ class ChannelProducer(_End):
             # Not a buffer (a DLPack tensor?), or a type_id the binding's u32
             # refuses: checked here, off the hot path.
             type_id = _checks.check_u32("type_id", type_id)
-        payload = _dlpack_payload(obj)
+        payload = dlpack_payload(obj)
         if payload is None:
             raise ShmstreamTypeError(
                 f"send takes bytes, a buffer, an ndarray or a DLPack tensor, not {type(obj).__name__}"
@@ -396,7 +243,7 @@ class ChannelProducer(_End):
                 for a in items:  # mixed arrays: one by one, each with its own header
                     self.send(a, type_id, timeout)
                 return len(items)
-            return self._ch.send_many(items, type_id, _array_meta(dt, shp), timeout)
+            return self._ch.send_many(items, type_id, array_meta(dt, shp), timeout)
         try:
             return self._ch.send_many(items, type_id, None, timeout)
         except ShmstreamError:
@@ -414,7 +261,7 @@ class ChannelProducer(_End):
         dtype: Any = None,
         shape: Any = None,
         timeout: float | None = None,
-    ) -> _Loan:
+    ) -> Loan:
         """``with tx.send_zero_copy(n) as buf:`` fill a writable memoryview of
         ``n`` ring bytes (or, with ``dtype`` and ``shape``, an ndarray view);
         the message is committed when the block ends normally and rolled back
@@ -425,7 +272,7 @@ class ChannelProducer(_End):
                 raise ShmstreamTypeError("send_zero_copy needs nbytes, or dtype and shape")
             n = _checks.check_int("nbytes", nbytes, minimum=0)
             self._check_fits(n, None)
-            return _Loan(self._ch, n, None, type_id, timeout, None, None)
+            return Loan(self._ch, n, None, type_id, timeout, None, None)
         dt = _checks.check_dtype(dtype if dtype is not None else np.uint8)
         shp = _checks.check_shape(() if shape is None else shape)
         n = math.prod(shp) * dt.itemsize
@@ -433,9 +280,9 @@ class ChannelProducer(_End):
             raise ShmstreamValueError(
                 f"nbytes={nbytes} does not match shape {shp} of {dt} ({n} bytes)"
             )
-        meta = _array_meta(dt, shp)
+        meta = array_meta(dt, shp)
         self._check_fits(n, meta)
-        return _Loan(self._ch, n, meta, type_id, timeout, dt, shp)
+        return Loan(self._ch, n, meta, type_id, timeout, dt, shp)
 
     def _check_fits(self, n: int, meta: bytes | None) -> None:
         most = self._ch.max_message(len(meta) if meta else 0)
