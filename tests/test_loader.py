@@ -462,8 +462,9 @@ def test_pin_memory_true_works():
 def test_the_pin_memory_thread_path_builds_the_batch_and_frees_the_slot(monkeypatch):
     # torch's pin thread calls pin_memory(item) on what the workers send;
     # for our descriptor that builds the batch from the slot, pins it (a
-    # copy) and frees the slot at once.
-    ds = Rows(n=8)
+    # copy) and frees the slot at once. One batch in all, so that no later
+    # batch of the worker can take the freed slot before it is looked at.
+    ds = Rows(n=4)
     loader = DataLoader(ds, batch_size=4, num_workers=1)
     it = iter(loader)
     _, desc = it._get_data()  # the raw item from the worker queue (torch's method)
