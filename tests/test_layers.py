@@ -399,22 +399,13 @@ def test_no_source_file_is_over_800_lines():
 
 
 #: Lines above which a module of the package's Python surface has several
-#: jobs (issue 33). Held for the folders split so far; the lead moves the
-#: global MAX_LINES when the rest are split.
+#: jobs (issue 33): split it by job.
 MAX_PY_LINES = 500
-PY_FOLDERS = ("streams", "channels", "arrays", "loader", "recording", "common", "registry")
-#: Still over, to be split by job (each entry must still be over: the list
-#: only shrinks).
-NOT_YET_SPLIT: set[str] = set()
 
 
-def test_no_module_of_the_split_folders_is_over_500_lines():
-    paths = [*PKG.glob("*.py"), *(p for f in PY_FOLDERS for p in (PKG / f).rglob("*.py"))]
+def test_no_module_of_the_package_is_over_500_lines():
+    paths = list(PKG.rglob("*.py"))
     assert len(paths) > 30
     sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in paths}
-    long = sorted(
-        f"{p} ({n})" for p, n in sizes.items() if n > MAX_PY_LINES and p not in NOT_YET_SPLIT
-    )
-    assert not long, f"modules over {MAX_PY_LINES} lines: {long}"
-    split = sorted(p for p in NOT_YET_SPLIT if sizes[p] <= MAX_PY_LINES)
-    assert not split, f"under {MAX_PY_LINES} lines now, take them off NOT_YET_SPLIT: {split}"
+    long = sorted(f"{p} ({n})" for p, n in sizes.items() if n > MAX_PY_LINES)
+    assert not long, f"modules over {MAX_PY_LINES} lines (split them by job): {long}"
