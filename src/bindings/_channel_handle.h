@@ -311,6 +311,24 @@ class Channel {
                       "send_zero_copy(...)' block first");
   }
 
+  // What every send checks first: an open producer end with no zero-copy
+  // send in progress.
+  void check_sender(const char *op) {
+    check_open(op);
+    if (!producer()) raise(g_role, std::string(op) + " on the consumer end of '" + name_ + "'");
+    if (ss_channel_tx_open(ch)) raise_loan_open(op);
+  }
+
+  // The array metadata bytes of a send (None: a bytes message, no metadata).
+  static void meta_bytes(nb::handle meta, const char *&mp, size_t &ml) {
+    mp = nullptr;
+    ml = 0;
+    if (meta.is_none()) return;
+    mp = PyBytes_AsString(meta.ptr());
+    if (!mp) throw nb::python_error();
+    ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
+  }
+
   [[noreturn]] void raise_status(int rc, const char *op) {
     std::string detail = rc == SS_EROLE && ss_channel_tx_open(ch)
                              ? " (a zero-copy send is still open)"
@@ -383,16 +401,10 @@ class Channel {
   }
 
   void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
-    check_open("send");
-    if (!producer()) raise(g_role, "send on the consumer end of '" + name_ + "'");
-    if (ss_channel_tx_open(ch)) raise_loan_open("send");
-    const char *mp = nullptr;
-    size_t ml = 0;
-    if (!meta.is_none()) {
-      mp = PyBytes_AsString(meta.ptr());
-      if (!mp) throw nb::python_error();
-      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
-    }
+    check_sender("send");
+    const char *mp;
+    size_t ml;
+    meta_bytes(meta, mp, ml);
     if (PyBytes_CheckExact(obj.ptr())) {
       send_one(PyBytes_AS_STRING(obj.ptr()), (size_t)PyBytes_GET_SIZE(obj.ptr()), mp, ml, type_id,
                timeout_ns);
@@ -404,22 +416,16 @@ class Channel {
 
   // All items carry the same array metadata `meta` (None for bytes messages).
   size_t send_many(nb::handle items, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
-    check_open("send_many");
-    if (!producer()) raise(g_role, "send_many on the consumer end of '" + name_ + "'");
-    if (ss_channel_tx_open(ch)) raise_loan_open("send_many");
+    check_sender("send_many");
     nb::object seq = nb::steal(PySequence_Fast(items.ptr(),
                                                "send_many takes a sequence of "
                                                "bytes-like objects"));
     if (!seq.is_valid()) throw nb::python_error();
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
     PyObject **it = PySequence_Fast_ITEMS(seq.ptr());
-    const char *mp = nullptr;
-    size_t ml = 0;
-    if (!meta.is_none()) {
-      mp = PyBytes_AsString(meta.ptr());
-      if (!mp) throw nb::python_error();
-      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
-    }
+    const char *mp;
+    size_t ml;
+    meta_bytes(meta, mp, ml);
     // Check every size first: nothing is written if one can never fit.
     uint64_t max = ss_channel_max_message(ch, (uint32_t)ml);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -445,16 +451,10 @@ class Channel {
 
   // Zero-copy send: a writable byte view of the loan; commit or rollback.
   nb::object loan(size_t nbytes, nb::handle meta, int64_t timeout_ns) {
-    check_open("send_zero_copy");
-    if (!producer()) raise(g_role, "send_zero_copy on the consumer end of '" + name_ + "'");
-    if (ss_channel_tx_open(ch)) raise_loan_open("send_zero_copy");
-    const char *mp = nullptr;
-    size_t ml = 0;
-    if (!meta.is_none()) {
-      mp = PyBytes_AsString(meta.ptr());
-      if (!mp) throw nb::python_error();
-      ml = (size_t)PyBytes_GET_SIZE(meta.ptr());
-    }
+    check_sender("send_zero_copy");
+    const char *mp;
+    size_t ml;
+    meta_bytes(meta, mp, ml);
     check_size(nbytes, ml);
     void *payload, *mpp;
     acquire_tx(nbytes, (uint32_t)ml, timeout_ns, &payload, &mpp);
