@@ -11,8 +11,10 @@ counters, never on sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -303,25 +305,37 @@ def test_the_channel_import_queue_is_bounded_and_counts_its_drops(pair, spawn):
         rx.close()
 
 
-def test_what_a_full_import_queue_dropped_is_sent_again(pair):
-    """Samples a full queue drops are counted in dropped_samples, and the
-    importer asks the exporter to send again past what it delivered: every
-    message still arrives, once, in order."""
-    pair.importer.stop()  # one channel, one importer: this test's runs here
-    name = pair.name("resend")
+@contextlib.contextmanager
+def _in_process_import(pair: Pair, what: str) -> Iterator[tuple[Any, str, Any]]:
+    """A channel of the pair's exporter imported by a bridge in this process
+    (so a test can reach its mirror), as (producer end, mirror name, the
+    import's mirror object). The pair's own importer is stopped: one channel
+    has one importer."""
+    pair.importer.stop()
+    name = pair.name(what)
     tx = shmstream.channel(name, 4096)
     prefix = pair.local_prefix + "in-process/"
     local = prefix + name
     pair.mirrors.append(local)
-    with Bridge(
-        imports=[name],
-        remote_namespace=pair.namespace,
-        local_prefix=prefix,
-        connect=[pair.ep],
-        **auth(),
-    ) as bridge:
-        bridge.wait_for_import(local, timeout=WAIT)
-        mirror = bridge._locals[local].mirror
+    try:
+        with Bridge(
+            imports=[name],
+            remote_namespace=pair.namespace,
+            local_prefix=prefix,
+            connect=[pair.ep],
+            **auth(),
+        ) as bridge:
+            bridge.wait_for_import(local, timeout=WAIT)
+            yield tx, local, bridge._locals[local].mirror
+    finally:
+        tx.close()
+
+
+def test_what_a_full_import_queue_dropped_is_sent_again(pair):
+    """Samples a full queue drops are counted in dropped_samples, and the
+    importer asks the exporter to send again past what it delivered: every
+    message still arrives, once, in order."""
+    with _in_process_import(pair, "resend") as (tx, local, mirror):
         rx = shmstream.open_channel(local)
         try:
             tx.send(b"first", type_id=100)
@@ -341,28 +355,13 @@ def test_what_a_full_import_queue_dropped_is_sent_again(pair):
             assert st["lost_messages"] == 0 and st["bad_samples"] == 0
         finally:
             rx.close()
-    tx.close()
 
 
 def test_an_import_worker_that_dies_shows_in_mirror_status(pair):
     """A worker stopped by an unexpected error (here the mirror's send
     raising) is logged and mirror_status says importer_alive False, where it
     said all was well."""
-    pair.importer.stop()  # one channel, one importer: this test's runs here
-    name = pair.name("dies")
-    tx = shmstream.channel(name, 4096)
-    prefix = pair.local_prefix + "in-process/"
-    local = prefix + name
-    pair.mirrors.append(local)
-    with Bridge(
-        imports=[name],
-        remote_namespace=pair.namespace,
-        local_prefix=prefix,
-        connect=[pair.ep],
-        **auth(),
-    ) as bridge:
-        bridge.wait_for_import(local, timeout=WAIT)
-        mirror = bridge._locals[local].mirror
+    with _in_process_import(pair, "dies") as (tx, local, mirror):
 
         class Broken:
             def __init__(self, real: Any) -> None:
@@ -383,7 +382,6 @@ def test_an_import_worker_that_dies_shows_in_mirror_status(pair):
             assert st["failed"]
         finally:
             mirror.tx = real
-    tx.close()
 
 
 # ---- streams ---------------------------------------------------------------------
