@@ -13,10 +13,13 @@ b. matrix-vector pipeline: a float32 N x N matrix kept in a stream; each step
    ``y = M @ v`` with torch. Hz and GFLOP/s (2 N^2 per step).
 c. cross-process ping-pong: 64 KiB float32 payloads echoed by a spawned
    process through two GPU streams; round trips/s, p50 and p99 latency.
+d. bandwidth reference: a device-to-device copy of the 10000x10000 float32
+   payload (torch ``copy_``) beside each library's 10000x10000 round trip
+   counted per copy (a round trip is two payload copies), in payload GB/s.
 
 Needs a CUDA device and torch (the tensors and the matmul); pyshmem is
-optional (its column says n/a without it). STATUS: written on a machine
-without a GPU; never run. docs/gpu.md says how to run it.
+optional (its column says n/a without it). tools/gpu_check.sh runs it on a
+GPU machine with the device tests (docs/gpu.md).
 
 Method: each rate is taken over about ``--seconds`` after a calibration
 that also warms up (``_common.loop_rate``), with the device synchronised at
@@ -93,6 +96,14 @@ def _roundtrip(impl: str, size: int, mirror: bool, seconds: float, torch: Any) -
     finally:
         h.close()
         lib.unlink(name)
+
+
+def _d2d(size: int, seconds: float, torch: Any) -> float:
+    """Copies per second of one size x size float32 buffer into another on
+    the device: the bandwidth a payload copy can reach."""
+    src = torch.rand(size, size, device="cuda:0")
+    dst = torch.empty_like(src)
+    return loop_rate(_synced(lambda: dst.copy_(src), torch.cuda.synchronize), seconds)
 
 
 def _matvec(impl: str, n: int, resident: bool, seconds: float, torch: Any) -> float:
@@ -245,6 +256,31 @@ def main(argv: list[str] | None = None) -> int:
             left=2,
         ),
     )
+
+    if SIZES[-1] in sizes:
+        size = SIZES[-1]
+        nbytes = size * size * 4
+        ref = _d2d(size, seconds, torch) * nbytes / 1e9
+        results["d2d_gbs"] = ref
+        res.add(section="d", impl="torch copy_", size=size, gbs=ref)
+        rows = [["device-to-device copy (torch)", f"{ref:.1f}", "100%"]]
+        for entry in results["roundtrip"]:
+            if entry["size"] != size or entry["cpu_mirror"]:
+                continue
+            for i, hz in entry["hz"].items():
+                per_copy = 2 * hz * nbytes / 1e9
+                res.add(section="d", impl=i, size=size, gbs=per_copy)
+                rows.append(
+                    [f"{i} round trip, per copy", f"{per_copy:.1f}", f"{per_copy / ref:.0%}"]
+                )
+        emit(
+            res,
+            render_table(
+                ["copy", "GB/s", "of d2d"],
+                rows,
+                f"d. bandwidth reference, {size}x{size} float32 (payload GB/s per copy)",
+            ),
+        )
 
     n = args.matvec_n
     rows = []

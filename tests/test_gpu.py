@@ -93,3 +93,23 @@ def test_a_gpu_stream_with_cpu_mirror_is_readable_as_numpy_from_a_cpu_handle(nam
         cpu.close()
     finally:
         h.close()
+
+
+def test_torch_default_stream_is_handed_to_the_core_as_the_legacy_stream():
+    """torch names its default stream 0, which the core reads as "no stream
+    to order against"; the legacy stream's handle (1) orders our copies
+    after torch's work (a missing wait found on an H200)."""
+    from shmstream.gpu._values import CU_STREAM_LEGACY, torch_stream
+
+    class Stream:
+        cuda_stream = 0
+
+    class Torch:
+        class cuda:
+            @staticmethod
+            def current_stream(device):
+                return Stream
+
+    assert torch_stream(Torch, 0) == CU_STREAM_LEGACY == 1
+    Stream.cuda_stream = 0x55AA00
+    assert torch_stream(Torch, 0) == 0x55AA00

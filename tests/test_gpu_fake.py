@@ -44,7 +44,9 @@ def run(fake_driver: str, body: str) -> str:
     script = f"import numpy as np, shmstream, sys, os\nNAME = {name!r}\n"
     script += "try:\n" + textwrap.indent(textwrap.dedent(body), "    ")
     script += "\nfinally:\n    shmstream.unlink(NAME)\n"
-    env = dict(os.environ, SHMSTREAM_LIBCUDA=fake_driver)
+    # CUDA_VISIBLE_DEVICES="": on a machine with a real GPU, torch must not
+    # use it (the fake driver's "device pointers" are host memory).
+    env = dict(os.environ, SHMSTREAM_LIBCUDA=fake_driver, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
         [sys.executable, "-c", script],
         env=env,
@@ -328,12 +330,25 @@ def test_a_dead_creator_makes_payload_reads_fail_clearly(fake_driver):
         """
         import subprocess
         child = (
-            "import shmstream, numpy as np\\n"
+            "import shmstream, numpy as np, sys\\n"
             f"h = shmstream.create({NAME!r}, shape=(2,), gpu_device='cuda:0', cpu_mirror=True)\\n"
             "h.write(np.array([5, 6], np.float32))\\n"
+            "print('ready', flush=True)\\n"
+            "sys.stdin.read()\\n"  # alive until the parent closes our stdin
         )
-        subprocess.run([sys.executable, "-c", child], check=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert p.stdout.readline() == "ready\\n"
+        early = shmstream.open(NAME, gpu_device="cuda:0")  # attached while the creator lives
+        p.stdin.close()
+        assert p.wait(30) == 0
         from shmstream import GpuStreamGoneError
+        try:
+            early.read()
+            raise AssertionError("read a dead creator's device buffer")
+        except GpuStreamGoneError as exc:
+            assert "exited" in str(exc)
         try:
             shmstream.open(NAME, gpu_device="cuda:0")
             raise AssertionError("attached to a dead creator's device buffer")

@@ -240,6 +240,15 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   if ((rc = ss_gpu_area_validate(seg))) return rc;
   const ss_gpu_area *a = area_of(seg);
   const uint8_t *inst = seg->id.instance_id;
+  /* Before the cache: an attachment this process made while the creator
+   * lived must not be handed out again once it is gone. */
+  if (creator_gone(seg)) {
+    ss_cuda_set_err(
+        "the process that created this GPU stream (pid %d) has exited; its device "
+        "buffer was freed with it",
+        (int)seg->id.creator_pid);
+    return SS_EGPUGONE;
+  }
   pthread_mutex_lock(&g_list_mu);
   for (ss_gpu *g = g_list; g; g = g->next) {
     if (g->pid == getpid() && memcmp(g->instance_id, inst, 16) == 0 && !g->owner_released) {
@@ -267,13 +276,6 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
       ss_cuda_set_err("the stream's device buffer is on cuda:%d of this process, not cuda:%d",
                       right, ordinal);
     return SS_ENOTGPU;
-  }
-  if (creator_gone(seg)) {
-    ss_cuda_set_err(
-        "the process that created this GPU stream (pid %d) has exited; its device "
-        "buffer was freed with it",
-        (int)seg->id.creator_pid);
-    return SS_EGPUGONE;
   }
   if ((rc = ss_cuda_push(ordinal))) return rc;
   ss_gpu *g = new_gpu(ordinal);

@@ -19,6 +19,21 @@ from ..common import _checks
 from ..errors import ShmstreamTypeError, ShmstreamValueError
 from .device import DL_CODE, CudaArray, cuda_torch, numpy_dtype, torch_dtype
 
+#: The driver API's handle of the legacy default stream (``CU_STREAM_LEGACY``).
+CU_STREAM_LEGACY = 0x1
+
+
+def torch_stream(torch: Any, device: Any) -> int:
+    """The handle of torch's current stream on ``device`` for the core.
+
+    torch reports its default stream as 0, which the core reads as "no user
+    stream" (nothing to order against); the legacy default stream's own
+    handle orders our copies after the work torch queued there. Found on an
+    H200: with 0, a write copied a recycled source buffer before torch had
+    filled it, and a racing reader got frame k-1's bytes under frame k's id.
+    """
+    return int(torch.cuda.current_stream(device).cuda_stream) or CU_STREAM_LEGACY
+
 
 def new_result(
     out: Any, shape: tuple[int, ...], dtype: np.dtype, ordinal: int, size: int
@@ -30,7 +45,7 @@ def new_result(
         return device_out(out, torch, shape, dtype, ordinal)
     if torch is not None:
         t = torch.empty(shape, dtype=torch_dtype(torch, dtype), device=f"cuda:{ordinal}")
-        return t, int(t.data_ptr()), int(torch.cuda.current_stream(ordinal).cuda_stream)
+        return t, int(t.data_ptr()), torch_stream(torch, ordinal)
     buf = _cuda.DeviceBuffer.alloc(size, ordinal)
     return CudaArray(buf, shape, dtype), int(buf.ptr), 0
 
@@ -56,11 +71,7 @@ def device_out(
             raise ShmstreamValueError(
                 f"out must be a contiguous {dtype} CUDA tensor of shape {shape} on cuda:{ordinal}"
             )
-        return (
-            out,
-            int(out.data_ptr()),
-            int(torch.cuda.current_stream(ordinal).cuda_stream),
-        )
+        return out, int(out.data_ptr()), torch_stream(torch, ordinal)
     if isinstance(out, CudaArray):
         if out.shape != shape or out.dtype != dtype:
             raise ShmstreamValueError(f"out must have shape {shape} and dtype {dtype}")
@@ -83,8 +94,7 @@ def torch_source(
         _checks.check_cast(numpy_dtype(t.dtype), dtype, name, casting, what=str(t.dtype))
     if t.is_cuda:
         t = t.to(dtype=want).contiguous()
-        stream = torch.cuda.current_stream(t.device).cuda_stream
-        return _cuda.SRC_DEVICE, int(t.data_ptr()), int(stream), t
+        return _cuda.SRC_DEVICE, int(t.data_ptr()), torch_stream(torch, t.device), t
     t = t.to(dtype=want).contiguous()
     host = t.numpy()
     return (_cuda.SRC_PINNED if _torch_pinned(t) else _cuda.SRC_HOST), host, 0, t

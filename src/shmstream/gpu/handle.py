@@ -2,7 +2,7 @@
 for the design): a :class:`shmstream.SharedMemory` whose payload copies go
 through the CUDA half of the core.
 
-STATUS: written without a GPU; the device paths are unverified.
+The device paths ran on an NVIDIA H200 (docs/gpu.md, "Runs on a GPU").
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..errors import (
 from ..streams._waiting import remaining
 from ..streams.publication import Publication
 from ..streams.shared_memory import SharedMemory
-from ._values import dlpack_source, new_result, torch_source
+from ._values import dlpack_source, new_result, torch_source, torch_stream
 from .device import DL_CODE, CudaArray, SlotOwner, cuda_torch, torch_dtype
 
 
@@ -185,7 +185,7 @@ class GpuSharedMemory(SharedMemory):
         torch = cuda_torch()
         if torch is None:
             return 0
-        return int(torch.cuda.current_stream(self._ordinal).cuda_stream)
+        return torch_stream(torch, self._ordinal)
 
     def _begin_write_view(self, frame_id: int | None, what: str) -> Any:
         self._check_writable("write to")
