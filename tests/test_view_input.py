@@ -369,3 +369,18 @@ def test_the_install_hint_gives_the_checkout_and_the_released_form():
     for said in (" ".join(out.split()), VIEW_HINT):  # help text is wrapped
         assert 'pip install ".[view]" from a checkout' in said
         assert 'pip install "shmstream[view]"' in said
+
+
+def test_max_sockets_reaches_the_server_from_the_command_line(monkeypatch):
+    import shmstream.viewer
+
+    got = {}
+    monkeypatch.setattr(shmstream.viewer, "view", lambda *a, **kw: got.update(kw))
+    assert cli.main(["view", "--max-sockets", "3"]) == 0
+    assert got["max_sockets"] == 3
+    assert cli.main(["view", "--max-sockets", "0"]) == 2
+    v = shmstream.viewer.Viewer(max_sockets=3)  # and the server is built with it
+    try:
+        assert v.app.max_sockets == 3
+    finally:
+        v.close()

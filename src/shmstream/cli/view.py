@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..viewer import DEFAULT_FPS
+from ..viewer import DEFAULT_FPS, DEFAULT_MAX_SOCKETS
 from ._common import number
 
 
@@ -52,6 +52,14 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         metavar="PX",
         help="image sides longer than this are strided down (default 1024)",
     )
+    view_p.add_argument(
+        "--max-sockets",
+        type=number(minimum=1, above=False, kind=int),
+        default=DEFAULT_MAX_SOCKETS,
+        metavar="N",
+        help=f"pages served pictures at once, at most (default {DEFAULT_MAX_SOCKETS}); "
+        "one more is told the viewer is busy",
+    )
     view_p.add_argument("--open", action="store_true", help="open the page in a browser")
     return {"view": cmd_view}
 
@@ -68,6 +76,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         port=args.port,
         fps=args.fps,
         max_side=args.max_side,
+        max_sockets=args.max_sockets,
         open_browser=args.open,
     )
     return 0

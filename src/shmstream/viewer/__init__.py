@@ -183,6 +183,7 @@ def view(
     port: int = 0,
     fps: float = DEFAULT_FPS,
     max_side: int = DEFAULT_MAX_SIDE,
+    max_sockets: int = DEFAULT_MAX_SOCKETS,
     block: bool = True,
     open_browser: bool = False,
 ) -> Viewer:
@@ -192,9 +193,18 @@ def view(
     ``recording`` a recording directory to play back; the page lists every
     segment either way. At
     most ``fps`` pictures a second go to each page, sides longer than
-    ``max_side`` are strided down. ``block=False`` returns the running
+    ``max_side`` are strided down, at most ``max_sockets`` pages get
+    pictures at once. ``block=False`` returns the running
     :class:`Viewer` at once; otherwise serves until Ctrl-C."""
-    viewer = Viewer(name, recording=recording, host=host, port=port, fps=fps, max_side=max_side)
+    viewer = Viewer(
+        name,
+        recording=recording,
+        host=host,
+        port=port,
+        fps=fps,
+        max_side=max_side,
+        max_sockets=max_sockets,
+    )
     print(f"shmstream view: {viewer.url}  (Ctrl-C to stop)", flush=True)
     if viewer.waiting:
         print(f"shmstream view: no stream {name!r} yet; the page waits for it", flush=True)
