@@ -363,6 +363,21 @@ def test_a_writer_killed_during_large_device_writes_leaves_readers_a_clear_answe
     h.close()
 
 
+def _run_seeing(visible, code):
+    """stdout of ``code`` in a fresh interpreter with CUDA_VISIBLE_DEVICES=visible."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_cuda_visible_devices_names_the_device_by_uuid_in_another_process(name):
     from shmstream import _cuda
 
@@ -375,17 +390,8 @@ def test_cuda_visible_devices_names_the_device_by_uuid_in_another_process(name):
         f"r = shmstream.open({name!r}, gpu_device=True)\n"
         "print(r.read().tolist())\n"
     )
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": uuid_name}
-    out = subprocess.run(
-        [sys.executable, "-c", read],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str([float(i) for i in range(8)])
+    out = _run_seeing(uuid_name, read)
+    assert out.strip() == str([float(i) for i in range(8)])
     hidden = (
         "import shmstream\n"
         f"r = shmstream.open({name!r})\n"  # no device visible: a handle without one
@@ -395,15 +401,6 @@ def test_cuda_visible_devices_names_the_device_by_uuid_in_another_process(name):
         "except RuntimeError as e:\n"
         "    print('refused:', e)\n"
     )
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run(
-        [sys.executable, "-c", hidden],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "refused:" in out.stdout and "gpu_device" in out.stdout
+    out = _run_seeing("", hidden)
+    assert "refused:" in out and "gpu_device" in out
     h.close()
