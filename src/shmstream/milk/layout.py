@@ -26,12 +26,26 @@ SUFFIX = ".im.shm"
 def shm_dir() -> str:
     """The directory milk uses: ``$MILK_SHM_DIR`` if it names a directory,
     else ``/milk/shm`` if it exists, else ``/tmp`` (ImageStreamIO_shmdirname)."""
+    return listed_dir() or FALLBACK_DIR
+
+
+def listed_dir() -> str | None:
+    """milk's own directory (``$MILK_SHM_DIR`` or ``/milk/shm``) if it
+    exists: where ``shmstream list`` looks. None when milk would fall back
+    to /tmp, which holds everybody's files and is not searched."""
     env = os.environ.get("MILK_SHM_DIR")
     if env and os.path.isdir(env):
         return env
     if os.path.isdir(DEFAULT_DIR):
         return DEFAULT_DIR
-    return FALLBACK_DIR
+    return None
+
+
+def instance_id(inode: int, creation_ns: int) -> str:
+    """Which file a stream is, in the form of a shmstream stream's instance
+    id (hex; its first 16 digits, milk's creationtime, tell one creation
+    from the next, the rest is the inode)."""
+    return f"{creation_ns & 0xFFFFFFFFFFFFFFFF:016x}{inode & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def path_of(name: str, directory: str | None = None) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..common import _checks
+from ..common import _checks, _kinds
 from ..errors import (
     NoCpuMirrorError,
     ShmstreamFileNotFoundError,
@@ -187,6 +187,11 @@ def _open_for_reading(
 def _open_cpu(name: str) -> Any:
     try:
         return _open(name, readonly=True, gpu_device=False)
+    except FileNotFoundError:
+        outside = _kinds.outside(name)  # no such stream: "milk:NAME" is milk's
+        if outside is None or outside.open_reader is None:
+            raise
+        return outside.open_reader(name)
     except NoCpuMirrorError:
         raise NoCpuMirrorError(
             f"cannot record GPU stream {name!r}: it has no CPU mirror, and recording reads "
