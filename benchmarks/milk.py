@@ -6,8 +6,9 @@
                               [--quick] [--json PATH]
 
 milk's library is used when ``$MILK_IMAGESTREAMIO`` names its install
-prefix (``include/ImageStreamIO/ImageStreamIO.h``, ``lib/libImageStreamIO.so``)
-or ``pkg-config`` knows ``ImageStreamIO``: benchmarks/c/milk_peer.c is then
+prefix (``$MILK_IMAGESTREAMIO/include/ImageStreamIO/ImageStreamIO.h``,
+``$MILK_IMAGESTREAMIO/lib/libImageStreamIO.so``: what milk's cmake
+install makes) or ``pkg-config`` knows ``ImageStreamIO``: benchmarks/c/milk_peer.c is then
 built against it. Without it the rows that need it say n/a and the
 comparison is with shmstream's own streams.
 

@@ -3,7 +3,8 @@
  * (ImageStreamIO_getsemwaitindex, then a semaphore wait) and a writer that
  * publishes as they do (write = 1, the pixels, ImageStreamIO_UpdateIm).
  * Built by benchmarks/milk.py only when it finds the library
- * ($MILK_IMAGESTREAMIO, a prefix with include/ImageStreamIO/ and lib/):
+ * ($MILK_IMAGESTREAMIO, its install prefix: $MILK_IMAGESTREAMIO/include/ImageStreamIO/
+ * holds the headers, $MILK_IMAGESTREAMIO/lib the library):
  *
  *   cc -O2 -I$P/include/ImageStreamIO benchmarks/c/milk_peer.c \
  *      -L$P/lib -lImageStreamIO -Wl,-rpath,$P/lib -o milk_peer
