@@ -2,8 +2,8 @@
 (milk-org/ImageStreamIO) and against shmstream's own streams, in one run.
 
     python -m benchmarks milk [--shape 240x240] [--hz 2000] [--seconds 3]
-                              [--read-shape 128x128] [--read-hz 10000]
-                              [--quick] [--json PATH]
+                              [--rounds 1] [--read-shape 128x128]
+                              [--read-hz 10000] [--quick] [--json PATH]
 
 milk's library is used when ``$MILK_IMAGESTREAMIO`` names its install
 prefix (``$MILK_IMAGESTREAMIO/include/ImageStreamIO/ImageStreamIO.h``,
@@ -17,11 +17,15 @@ comparison is with shmstream's own streams.
    bytes carry CLOCK_MONOTONIC at the write, the rest the frame number.
    A reader in another process takes each new frame; its latency is its
    clock after the wake minus the stamp. Rows: ``shmstream.milk`` (our
-   reader: semaphore wait, write flag + cnt0 check; this process), ``milk C``
+   reader: semaphore wait, write flag + cnt0 check; this process),
+   ``shmstream core C`` (the same wait and read in C, without Python:
+   benchmarks/c/milk_core_reader.c, built from this checkout), ``milk C``
    (milk's ImageStreamIO_semtimedwait on the semaphore
    ImageStreamIO_getsemwaitindex gave, then a copy), both on frames our
-   writer publishes; ``shmstream.milk <- milk C`` (milk's own writer,
-   ImageStreamIO_UpdateIm, read by ours); ``stream`` (a shmstream stream:
+   writer publishes; ``shmstream.milk <- milk C`` and ``milk C <- milk C``
+   (milk's own writer, ImageStreamIO_UpdateIm, read by ours and by milk's;
+   its stamp is taken after the pixels are filled, ours before the write
+   call, so compare readers on the same writer); ``stream`` (a shmstream stream:
    futex wait, seqlock). Every frame read is checked whole: torn counts
    the ones that are not (it must stay 0 for ours; milk's C reader has no
    check of its own, so its count is what milk's protocol gives).
@@ -41,10 +45,12 @@ comparison is with shmstream's own streams.
 from __future__ import annotations
 
 import argparse
+import glob
 import math
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -107,6 +113,22 @@ def build_milk_peer(workdir: str) -> tuple[str | None, str]:
     if r.returncode != 0:
         return None, f"building milk_peer.c against {where} failed: {r.stderr.strip()[:300]}"
     return out, where
+
+
+def build_core_reader(workdir: str) -> str | None:
+    """benchmarks/c/milk_core_reader.c built from this checkout's C core
+    (src/core/), or None without a compiler or the sources."""
+    root = os.path.dirname(HERE)
+    core = sorted(glob.glob(os.path.join(root, "src", "core", "*.c")))
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not core or cc is None:
+        return None
+    out = os.path.join(workdir, "milk_core_reader")
+    src = os.path.join(HERE, "c", "milk_core_reader.c")
+    inc = os.path.join(root, "include")
+    cmd = [cc, "-O2", "-std=c11", f"-I{inc}", src, *core, "-o", out, "-lpthread", "-ldl"]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return out if r.returncode == 0 else None
 
 
 def _peer(peer: str, directory: str, *args: Any) -> subprocess.Popen:
@@ -190,10 +212,17 @@ def _summary(row: str, total: int, lat: list[int], torn: int) -> dict[str, Any]:
     }
 
 
+def _c_latencies(out: str) -> tuple[list[int], int]:
+    """milk_peer wakeup's lines: (latencies in ns, torn frames)."""
+    pairs = [line.split() for line in out.splitlines() if line.strip()]
+    return [int(p[0]) for p in pairs], sum(int(p[1]) for p in pairs)
+
+
 def _read_python(s: Any, total: int) -> tuple[list[int], int]:
     lat, torn, count = [], 0, 0
+    got = np.empty(s.shape, s.dtype)  # one buffer, as milk's C reader copies into one
     while count < total:
-        got = s.read_new(timeout=10.0)
+        s.read_new(timeout=10.0, out=got)
         now = time.monotonic_ns()
         flat = got.reshape(-1)
         lat.append(now - int(flat.view(np.int64)[0]))
@@ -207,21 +236,28 @@ def _wakeup(row: str, shape: tuple[int, ...], hz: float, seconds: float, peer: s
     scene = _Scene(kind, shape)
     total = int(hz * seconds)
     try:
-        if row == "shmstream.milk <- milk C":
+        if row.endswith("<- milk C"):  # milk's own writer
+            if row.startswith("milk C"):
+                reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
+                _ready(reader)
             writer = _peer(peer, scene.dir, "write", scene.name, hz, seconds)  # type: ignore[arg-type]
-            lat, torn = _read_python(scene.s, total)
+            if row.startswith("milk C"):
+                lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
+            else:
+                lat, torn = _read_python(scene.s, total)
             writer.communicate(timeout=30)
             return _summary(row, total, lat, torn)
         go = SPAWN.Event()
         proc = SPAWN.Process(target=_writer, args=(kind, scene.name, scene.dir, hz, seconds, go))
         proc.start()
-        if row == "milk C":
-            reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
+        if row in ("milk C", "shmstream core C"):
+            if row == "milk C":
+                reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
+            else:  # peer: the core reader, which takes the file's path
+                reader = _peer(peer, scene.dir, scene.s.path, total)  # type: ignore[arg-type]
             _ready(reader)
             go.set()
-            out, _ = reader.communicate(timeout=seconds + 60)
-            pairs = [line.split() for line in out.splitlines() if line.strip()]
-            lat, torn = [int(p[0]) for p in pairs], sum(int(p[1]) for p in pairs)
+            lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
         else:
             go.set()
             lat, torn = _read_python(scene.s, total)
@@ -386,6 +422,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--read-shape", type=_shape, default=(128, 128))
     p.add_argument("--read-hz", type=float, default=10000.0)
+    p.add_argument(
+        "--rounds", type=int, default=1, help="wake-up rounds, interleaved (medians shown)"
+    )
     p.add_argument("--quick", action="store_true", help="1 s per row")
     p.add_argument("--json", metavar="PATH", help=JSON_HELP)
     a = p.parse_args(argv)
@@ -397,21 +436,43 @@ def main(argv: list[str]) -> int:
         res.add(section="library", found=peer is not None, where=where)
         lines = [
             f"milk's library: {where if peer else NA + ' (' + where + ')'}",
-            f"writer {a.hz:.0f} Hz, {a.shape} float32, {os.cpu_count()} CPUs",
+            f"writer {a.hz:.0f} Hz, {a.shape} float32, {os.cpu_count()} CPUs, "
+            f"{a.rounds} round(s) of {seconds:g} s a row (p50, p99: medians of the rounds)",
             "| reader | frames | seen | missed | torn | wake-up p50 | p99 |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
-        for row in ("shmstream.milk", "milk C", "shmstream.milk <- milk C", "stream"):
-            if peer is None and "milk C" in row:
-                res.add(section="wakeup", reader=row, skipped=where)
+        core = build_core_reader(workdir)
+        rows = (
+            "shmstream.milk",
+            "shmstream core C",
+            "milk C",
+            "shmstream.milk <- milk C",
+            "milk C <- milk C",
+            "stream",
+        )
+        binaries = {row: core if row == "shmstream core C" else peer for row in rows}
+        runs: dict[str, list[dict[str, Any]]] = {
+            row: [] for row in rows if binaries[row] is not None or " C" not in row
+        }
+        for k in range(a.rounds):  # every other round in reverse: drifting load hits all rows
+            for row in list(runs) if k % 2 == 0 else list(runs)[::-1]:
+                progress(f"wake-up, {row}, round {k + 1} of {a.rounds}")
+                r = _wakeup(row, a.shape, a.hz, seconds, binaries[row])
+                res.add(section="wakeup", round=k + 1, **r)
+                runs[row].append(r)
+        for row in rows:
+            if row not in runs:
+                why = where if row != "shmstream core C" else "no C compiler or core sources"
+                res.add(section="wakeup", reader=row, skipped=why)
                 lines.append(f"| {row} | {NA} | | | | | |")
                 continue
-            progress(f"wake-up, {row}")
-            r = _wakeup(row, a.shape, a.hz, seconds, peer)
-            res.add(section="wakeup", **r)
+            rs = runs[row]
+            total = {key: sum(r[key] for r in rs) for key in ("frames", "seen", "missed", "torn")}
+            p50 = statistics.median(r["p50_us"] for r in rs)
+            p99 = statistics.median(r["p99_us"] for r in rs)
             lines.append(
-                f"| {row} | {r['frames']} | {r['seen']} | {r['missed']} | {r['torn']} "
-                f"| {_us(r['p50_us'])} | {_us(r['p99_us'])} |"
+                f"| {row} | {total['frames']} | {total['seen']} | {total['missed']} "
+                f"| {total['torn']} | {_us(p50)} | {_us(p99)} |"
             )
         emit(res, "\n".join(lines))
         lines = [
