@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _milk
 from ..common import _kinds
-from ..errors import CorruptStreamError, ShmstreamFileNotFoundError
+from ..errors import ShmstreamFileNotFoundError
 from .dtypes import dtype_of
 from .layout import SUFFIX, instance_id, listed_dir, path_of, shm_dir
 from .stream import MilkStream
@@ -116,7 +116,7 @@ def _survey() -> tuple[list[Record], list[tuple[str, str]]]:
             found.append(_record(f[: -len(SUFFIX)], path))
         except FileNotFoundError:
             continue  # removed since the listing
-        except (CorruptStreamError, ValueError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - one bad file never stops a listing
             odd.append((path, f"not a milk stream shmstream reads: {exc}"))
     return found, odd
 
