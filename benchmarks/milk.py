@@ -86,12 +86,12 @@ def _milk_flags() -> tuple[list[str], str] | None:
             check=False,
         )
         if r.returncode == 0:
-            flags = r.stdout.split()
-            inc = [f[2:] for f in flags if f.startswith("-I")]
-            libs = [f[2:] for f in flags if f.startswith("-L")]
-            flags += [f"-I{os.path.join(i, 'ImageStreamIO')}" for i in inc]
-            flags += [f"-Wl,-rpath,{d}" for d in libs]
-            return flags, "pkg-config ImageStreamIO"
+            words = r.stdout.split()
+            incs = [w[2:] for w in words if w.startswith("-I")]
+            libs = [w[2:] for w in words if w.startswith("-L")]
+            words += [f"-I{os.path.join(i, 'ImageStreamIO')}" for i in incs]
+            words += [f"-Wl,-rpath,{d}" for d in libs]
+            return words, "pkg-config ImageStreamIO"
     return None
 
 
@@ -506,19 +506,21 @@ def main(argv: list[str]) -> int:
         emit(res, "\n".join(lines))
         if peer is not None:
             progress("interop, every datatype")
-            rows = _interop(peer)
-            for r in rows:
-                res.add(section="interop", **r)
+            checks = _interop(peer)
+            for c in checks:
+                res.add(section="interop", **c)
             bad = [
-                r for r in rows if r["milk_to_shmstream"] != "ok" or r["shmstream_to_milk"] != "ok"
+                c
+                for c in checks
+                if c["milk_to_shmstream"] != "ok" or c["shmstream_to_milk"] != "ok"
             ]
             lines = [
-                f"interop: {len(rows)} streams (13 datatypes x 1-D, 2-D, 3-D, circular buffer "
-                f"of 4), each way: {len(rows) - len(bad)} ok",
+                f"interop: {len(checks)} streams (13 datatypes x 1-D, 2-D, 3-D, circular buffer "
+                f"of 4), each way: {len(checks) - len(bad)} ok",
                 *(
-                    f"  datatype {r['datatype']} {r['shape']}: milk->shmstream "
-                    f"{r['milk_to_shmstream']}, shmstream->milk {r['shmstream_to_milk']}"
-                    for r in bad
+                    f"  datatype {c['datatype']} {c['shape']}: milk->shmstream "
+                    f"{c['milk_to_shmstream']}, shmstream->milk {c['shmstream_to_milk']}"
+                    for c in bad
                 ),
             ]
             emit(res, "\n".join(lines))
