@@ -177,9 +177,10 @@ class MilkStream:
             self._pix = self._live().pixels().view(self.dtype).reshape(self.shape)
         return self._pix
 
-    def _wait_newer(self, timeout: float | None) -> None:
+    def _wait_newer(self, timeout: float | None, after: int | None = None) -> None:
+        """Wait until cnt0 exceeds ``after`` (None: the last count this handle saw)."""
         self._no_semaphores()
-        self._live().wait_newer(self._last, timeout)
+        self._live().wait_newer(self._last if after is None else after, timeout)
 
     def _no_semaphores(self) -> None:
         if self.layout.nsem == 0:
@@ -245,7 +246,7 @@ class MilkStream:
         if out is not None:
             cap = min(cap, self._batch_out(out))
         if timeout is not None and native.count() <= int(count):
-            self._wait_newer(timeout)
+            self._wait_newer(timeout, int(count))
         frames = np.empty((cap, *self.shape), self.dtype) if out is None else out[:cap]
         counts = np.zeros(cap, np.uint64)
         if self.history:
