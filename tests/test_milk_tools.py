@@ -127,9 +127,6 @@ def test_list_and_stat_show_milk_streams_marked_as_milk(milk_dir, ctx, spawn):
     finally:
         done.set()
         holder.result()
-    # purge leaves milk's files alone: they are another program's
-    assert "milk:wfs" not in shmstream.purge(kinds=["milk"])
-    assert os.path.exists(os.path.join(milk_dir, "wfs.im.shm"))
 
 
 def test_a_missing_milk_stream_is_a_clear_error(milk_dir):
