@@ -209,7 +209,11 @@ class MilkStream:
         read or write, or the count at open); waits on this process's
         semaphore (claimed on first use) at most ``timeout`` seconds
         (None: for ever). TimeoutError when none comes."""
-        return self.read_new_publication(timeout, out).payload
+        arr = self._out(out)
+        self._no_semaphores()
+        # one native call waits and copies; no Publication to build (the hot loop)
+        self._seen(self._live().read_new_into(arr, self._last, timeout, self._busy)[0])
+        return arr
 
     def read_new_publication(
         self, timeout: float | None = None, out: np.ndarray | None = None
