@@ -1,6 +1,6 @@
 """milk streams seen by the rest of shmstream (docs/milk.md, "The command,
-the viewer, record and the bridge"): ``shmstream list`` and ``stat`` run
-as commands in child processes, ``shmstream view`` answered on its picture
+the viewer, record and the bridge"): ``shmstream list``, ``stat`` and
+``watch`` run as commands in child processes, ``shmstream view`` answered on its picture
 socket and its table, ``shmstream record`` then ``replay``, and a bridge
 that exports a milk stream to another bridge process.
 
@@ -155,6 +155,22 @@ def test_a_shmstream_stream_of_the_same_name_comes_first(milk_dir, spawn):
     finally:
         s.close()
         shmstream.unlink("milk:twin")
+
+
+def test_watch_follows_a_milk_stream(milk_dir, ctx, spawn):
+    made, stop = ctx.Event(), ctx.Event()
+    writer = spawn(child_write_until, milk_dir, "w", made, stop)
+    writer.wait_event(made)
+    try:
+        out = cli("watch", "milk:w", "--count", "2", "--interval", "0.2")
+    finally:
+        stop.set()
+    writer.result()
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith("milk:w  count ") for line in lines)
+    assert "producer alive" in lines[-1] and "age " in lines[-1]
+    assert int(lines[-1].split()[2]) > 1  # the count went on while it watched
 
 
 # ---- view -------------------------------------------------------------------------

@@ -67,18 +67,6 @@ def stream_meta(h: Any, name: str) -> dict[str, Any]:
     return meta
 
 
-def _open_source(name: str) -> Any:
-    """The stream ``name`` to export, read-only: a shmstream stream, else
-    (``milk:NAME``) a stream of a kind that lives outside /dev/shm."""
-    try:
-        return shmstream.open(name, readonly=True)
-    except FileNotFoundError:
-        outside = _kinds.outside(name)
-        if outside is None or outside.open_reader is None:
-            raise
-        return outside.open_reader(name)
-
-
 def _write_time_ns(seconds: float) -> int:
     # seconds may be a NumPy float, whose round() need not give an int.
     return int(round(seconds * 1e9))  # noqa: RUF046
@@ -97,7 +85,8 @@ class StreamExport(Export):
         spin_us: float | None = None,
     ) -> None:
         self.name = name
-        self.h = _open_source(name)
+        # a stream, or (no stream of that name) milk's stream "milk:NAME"
+        self.h = _kinds.open_reader(name, lambda n: shmstream.open(n, readonly=True))
         self.source_kind = getattr(self.h, "kind", "stream")  # "milk" for milk's streams
         try:
             self.h.spin_us = spin_us

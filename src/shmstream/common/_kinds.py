@@ -93,6 +93,19 @@ def outside(name: str) -> Kind | None:
     )
 
 
+def open_reader(name: str, open_stream: Callable[[str], Any]) -> Any:
+    """``open_stream(name)``; when no shmstream object has that name and a
+    kind that lives outside /dev/shm claims its prefix ("milk:NAME"), that
+    kind's reader instead (a shmstream object of the exact name comes first)."""
+    try:
+        return open_stream(name)
+    except FileNotFoundError:
+        kind = outside(name)
+        if kind is None or kind.open_reader is None:
+            raise
+        return kind.open_reader(name)
+
+
 def outside_survey(
     wanted: set[str] | None = None,
 ) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:

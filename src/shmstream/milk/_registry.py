@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import time
 from stat import S_ISREG
 from typing import Any
 
@@ -20,7 +19,7 @@ from .. import _milk
 from ..common import _kinds
 from ..errors import ShmstreamFileNotFoundError
 from .dtypes import dtype_of
-from .layout import SUFFIX, instance_id, listed_dir, path_of, shm_dir
+from .layout import SUFFIX, instance_id, listed_dir, path_of, shm_dir, unix_ns
 from .stream import MilkStream
 from .stream import open as open_milk
 
@@ -59,12 +58,6 @@ class Record:
         }
 
 
-def _tai_offset_ns() -> int:
-    """CLOCK_TAI minus CLOCK_REALTIME (37 s where the kernel was told the
-    leap seconds, else 0): milk stamps its times with CLOCK_TAI."""
-    return time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns()
-
-
 def _record(name: str, path: str) -> Record:
     d = _milk.peek(path)
     perm = int(d["file_mode"]) & 0o7777
@@ -73,7 +66,7 @@ def _record(name: str, path: str) -> Record:
         segname=path,
         instance_id=instance_id(int(d["inode"]), int(d["creationtime_ns"])),
         creator_pid=int(d["creatorPID"]),
-        created_ns=int(d["creationtime_ns"]) - _tai_offset_ns(),
+        created_ns=unix_ns(int(d["creationtime_ns"])),
         mode=perm,
         file_mode=perm,
         owner_uid=int(d["file_uid"]),
@@ -136,7 +129,7 @@ def _stat(record: Record, kind: str) -> dict[str, Any]:
         "size": int(d["frame_bytes"]),
         "count": int(d["cnt0"]),
         "frame_id": int(d["cnt1"]),
-        "write_time": (write_ns - _tai_offset_ns()) / 1e9 if write_ns else 0.0,
+        "write_time": unix_ns(write_ns) / 1e9 if write_ns else 0.0,
         "writing": bool(d["write"]),
         "history": cb - 1 if cb >= 2 else 0,
         "cb_size": cb,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import numpy as np
 
@@ -39,6 +40,12 @@ def listed_dir() -> str | None:
     if os.path.isdir(DEFAULT_DIR):
         return DEFAULT_DIR
     return None
+
+
+def unix_ns(milk_ns: int) -> int:
+    """A time milk stamped (CLOCK_TAI: 37 s ahead of UNIX time where the
+    kernel was told the leap seconds, else equal) as UNIX nanoseconds."""
+    return milk_ns - (time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns())
 
 
 def instance_id(inode: int, creation_ns: int) -> str:

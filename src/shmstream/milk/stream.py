@@ -12,7 +12,9 @@ their semaphore wait wake up. All of it is one native call (shmstream._milk).
 from __future__ import annotations
 
 import errno
+import math
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,7 +32,7 @@ from ..errors import (
 from ..streams.publication import FrameBatch, Publication
 from ._views import MilkReadView
 from .dtypes import code_of
-from .layout import Layout, instance_id, path_of, shm_dir
+from .layout import Layout, instance_id, path_of, shm_dir, unix_ns
 
 #: How long a read waits, by default, for a writer that holds the write
 #: flag before it gives up with InconsistentStreamError.
@@ -118,6 +120,19 @@ class MilkStream:
         """Writes published after one this handle read and before the next
         one it read (``read_new`` and ``read`` both count)."""
         return self._missed
+
+    @property
+    def total_missed_writes(self) -> int:
+        """:attr:`missed_writes` under the stream API's other name."""
+        return self._missed
+
+    @property
+    def age(self) -> float:
+        """Seconds since milk's writetime of the last frame; ``inf`` before
+        the first (read from the file, as ``stat`` does)."""
+        self._live()
+        ns = int(_milk.peek(self.path)["writetime_ns"])
+        return math.inf if not ns else max(0.0, time.time() - unix_ns(ns) / 1e9)
 
     @property
     def writing(self) -> bool:

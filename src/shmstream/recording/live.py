@@ -185,13 +185,8 @@ def _open_for_reading(
 
 
 def _open_cpu(name: str) -> Any:
-    try:
-        return _open(name, readonly=True, gpu_device=False)
-    except FileNotFoundError:
-        outside = _kinds.outside(name)  # no such stream: "milk:NAME" is milk's
-        if outside is None or outside.open_reader is None:
-            raise
-        return outside.open_reader(name)
+    try:  # a stream, or (no stream of that name) milk's stream "milk:NAME"
+        return _kinds.open_reader(name, lambda n: _open(n, readonly=True, gpu_device=False))
     except NoCpuMirrorError:
         raise NoCpuMirrorError(
             f"cannot record GPU stream {name!r}: it has no CPU mirror, and recording reads "
