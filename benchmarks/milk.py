@@ -1,28 +1,57 @@
-"""milk/CACAO streams: wake-up latency and read rate of ``shmstream.milk``
-against shmstream's own streams, in the same run.
+"""milk/CACAO streams: ``shmstream.milk`` against milk's own C library
+(milk-org/ImageStreamIO) and against shmstream's own streams, in one run.
 
     python -m benchmarks milk [--shape 240x240] [--hz 2000] [--seconds 3]
-                              [--read-shape 128x128] [--quick] [--json PATH]
+                              [--rounds 1] [--read-shape 128x128]
+                              [--read-hz 10000] [--quick] [--json PATH]
+
+milk's library is used when ``$MILK_IMAGESTREAMIO`` names its install
+prefix (``$MILK_IMAGESTREAMIO/include/ImageStreamIO/ImageStreamIO.h``,
+``$MILK_IMAGESTREAMIO/lib/libImageStreamIO.so``: what milk's cmake
+install makes) or ``pkg-config`` knows ``ImageStreamIO``: benchmarks/c/milk_peer.c is then
+built against it. Without it the rows that need it say n/a and the
+comparison is with shmstream's own streams.
 
 1. Wake-up. A writer process publishes a float32 frame of ``--shape`` at
    ``--hz`` (absolute schedule) for ``--seconds``; the frame's first 8
-   bytes carry ``time.monotonic_ns()`` at the write, the rest the frame
-   number. The reader (this process) calls ``read_new`` in a loop; the
-   latency is its clock after the call minus the stamp. Rows: a milk
-   stream (``shmstream.milk``: semaphore wait, write flag + cnt0 check) and
-   a shmstream stream (futex wait, seqlock). Every frame read is checked
-   whole: a torn frame is counted (it must stay 0). milk's own C reader is
-   not in this run (it needs milk's library; docs/milk.md).
-2. Read rate. ``read(out=buf)`` of a ``--read-shape`` float32 frame in a
-   loop for about a second, one process, both kinds.
+   bytes carry CLOCK_MONOTONIC at the write, the rest the frame number.
+   A reader in another process takes each new frame; its latency is its
+   clock after the wake minus the stamp. Rows: ``shmstream.milk`` (our
+   reader: semaphore wait, write flag + cnt0 check; this process),
+   ``shmstream core C`` (the same wait and read in C, without Python:
+   benchmarks/c/milk_core_reader.c, built from this checkout), ``milk C``
+   (milk's ImageStreamIO_semtimedwait on the semaphore
+   ImageStreamIO_getsemwaitindex gave, then a copy), both on frames our
+   writer publishes; ``shmstream.milk <- milk C`` and ``milk C <- milk C``
+   (milk's own writer, ImageStreamIO_UpdateIm, read by ours and by milk's;
+   its stamp is taken after the pixels are filled, ours before the write
+   call, so compare readers on the same writer); ``stream`` (a shmstream stream:
+   futex wait, seqlock). Every frame read is checked whole: torn counts
+   the ones that are not (it must stay 0 for ours; milk's C reader has no
+   check of its own, so its count is what milk's protocol gives).
+2. Read by milk's library. Our writer (another process) publishes
+   ``--read-shape`` float32 frames at ``--read-hz``, then as fast as it
+   can, for ``--seconds`` each; milk's C reader wakes on each post and
+   copies the frame. Rows: frames written, woken, copied, missed (cnt0
+   steps it did not see), the rate it copied at. And ``read(out=buf)``
+   in a loop, one process, for shmstream.milk and a stream.
+3. Interop (with milk's library): every milk datatype, 1-D to 3-D, with a
+   circular buffer of 4: a stream milk makes and writes (5 frames,
+   keywords) read by shmstream.milk (pixels, circular buffer frames by
+   count, keywords), and one shmstream.milk makes and writes read by milk's
+   library (the same). Rows say ok or what differed.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import math
 import multiprocessing as mp
 import os
 import shutil
+import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -35,12 +64,97 @@ import shmstream.milk
 from ._common import JSON_HELP, Results, emit, fmt_hz, latency_summary, progress
 
 SPAWN = mp.get_context("spawn")
+HERE = os.path.dirname(os.path.abspath(__file__))
+NA = "n/a"
+
+
+# ---- milk's library ------------------------------------------------------------------
+
+
+def _milk_flags() -> tuple[list[str], str] | None:
+    """Compiler flags for milk's library and where it was found, or None."""
+    prefix = os.environ.get("MILK_IMAGESTREAMIO")
+    if prefix:
+        inc, lib = os.path.join(prefix, "include", "ImageStreamIO"), os.path.join(prefix, "lib")
+        if os.path.exists(os.path.join(inc, "ImageStreamIO.h")):
+            return [f"-I{inc}", f"-L{lib}", "-lImageStreamIO", f"-Wl,-rpath,{lib}"], prefix
+    if shutil.which("pkg-config"):
+        r = subprocess.run(
+            ["pkg-config", "--cflags", "--libs", "ImageStreamIO"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if r.returncode == 0:
+            words = r.stdout.split()
+            incs = [w[2:] for w in words if w.startswith("-I")]
+            libs = [w[2:] for w in words if w.startswith("-L")]
+            words += [f"-I{os.path.join(i, 'ImageStreamIO')}" for i in incs]
+            words += [f"-Wl,-rpath,{d}" for d in libs]
+            return words, "pkg-config ImageStreamIO"
+    return None
+
+
+def build_milk_peer(workdir: str) -> tuple[str | None, str]:
+    """Build benchmarks/c/milk_peer.c against milk's library: (its path, or
+    None, and why not)."""
+    found = _milk_flags()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if found is None:
+        return None, "milk's library not found (set MILK_IMAGESTREAMIO to its install prefix)"
+    if cc is None:
+        return None, "no C compiler"
+    flags, where = found
+    out = os.path.join(workdir, "milk_peer")
+    src = os.path.join(HERE, "c", "milk_peer.c")
+    r = subprocess.run(
+        [cc, "-O2", src, *flags, "-o", out], capture_output=True, text=True, check=False
+    )
+    if r.returncode != 0:
+        return None, f"building milk_peer.c against {where} failed: {r.stderr.strip()[:300]}"
+    return out, where
+
+
+def build_core_reader(workdir: str) -> str | None:
+    """benchmarks/c/milk_core_reader.c built from this checkout's C core
+    (src/core/), or None without a compiler or the sources."""
+    root = os.path.dirname(HERE)
+    core = sorted(glob.glob(os.path.join(root, "src", "core", "*.c")))
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not core or cc is None:
+        return None
+    out = os.path.join(workdir, "milk_core_reader")
+    src = os.path.join(HERE, "c", "milk_core_reader.c")
+    inc = os.path.join(root, "include")
+    cmd = [cc, "-O2", "-std=c11", f"-I{inc}", src, *core, "-o", out, "-lpthread", "-ldl"]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return out if r.returncode == 0 else None
+
+
+def _peer(peer: str, directory: str, *args: Any) -> subprocess.Popen:
+    return subprocess.Popen(
+        [peer, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MILK_SHM_DIR": directory},
+    )
+
+
+def _ready(proc: subprocess.Popen) -> None:
+    line = proc.stdout.readline() if proc.stdout else ""
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"milk_peer did not start: {line!r} {proc.communicate()[1]!r}")
+
+
+# ---- writers (other processes) -----------------------------------------------------------
 
 
 def _open(kind: str, name: str, directory: str) -> Any:
-    if kind == "milk":
-        return shmstream.milk.open(name, dir=directory)
-    return shmstream.open(name)
+    if kind == "stream":
+        return shmstream.open(name)
+    return shmstream.milk.open(name, dir=directory)
 
 
 def _writer(kind: str, name: str, directory: str, hz: float, seconds: float, go: Any) -> int:
@@ -48,68 +162,142 @@ def _writer(kind: str, name: str, directory: str, hz: float, seconds: float, go:
     frame = np.zeros(s.shape, np.float32)
     stamp = frame.reshape(-1).view(np.int64)
     go.wait()
-    n = int(hz * seconds)
+    n = int(hz * seconds) if hz else 1 << 62  # hz 0: as fast as it can, for `seconds`
     start = time.monotonic()
-    for k in range(1, n + 1):
-        due = start + k / hz
+    k = 0
+    while k < n:
+        k += 1
+        due = start + k / hz if hz else start
         while time.monotonic() < due:
             pass  # absolute schedule: a late writer catches up
+        if not hz and time.monotonic() - start >= seconds:
+            k -= 1
+            break
         frame.fill(k)
         stamp[0] = time.monotonic_ns()
         s.write(frame)
     s.close()
-    return n
+    return k
 
 
-def _wakeup(kind: str, shape: tuple[int, ...], hz: float, seconds: float) -> dict[str, Any]:
-    name = f"bench-milk-{uuid.uuid4().hex[:8]}"
-    directory = tempfile.mkdtemp(prefix="bench-milk-")
-    s: Any
-    if kind == "milk":
-        s = shmstream.milk.create(name, shape, np.float32, dir=directory)
-    else:
-        s = shmstream.create(name, shape=shape, dtype=np.float32)
+class _Scene:
+    """A stream of one kind in a private milk directory, removed at the end."""
+
+    def __init__(self, kind: str, shape: tuple[int, ...]) -> None:
+        self.kind = kind
+        self.name = f"bench-milk-{uuid.uuid4().hex[:8]}"
+        self.dir = tempfile.mkdtemp(prefix="bench-milk-")
+        if kind == "stream":
+            self.s: Any = shmstream.create(self.name, shape=shape, dtype=np.float32)
+        else:
+            self.s = shmstream.milk.create(self.name, shape, np.float32, dir=self.dir)
+
+    def close(self) -> None:
+        self.s.close()
+        if self.kind == "stream":
+            shmstream.unlink(self.name)
+        else:
+            self.s.unlink()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _summary(row: str, total: int, lat: list[int], torn: int) -> dict[str, Any]:
+    return {
+        "reader": row,
+        "frames": total,
+        "seen": len(lat),
+        "missed": total - len(lat),
+        "torn": torn,
+        **(latency_summary(lat) if lat else {"p50_us": float("nan"), "p99_us": float("nan")}),
+    }
+
+
+def _c_latencies(out: str) -> tuple[list[int], int]:
+    """milk_peer wakeup's lines: (latencies in ns, torn frames)."""
+    pairs = [line.split() for line in out.splitlines() if line.strip()]
+    return [int(p[0]) for p in pairs], sum(int(p[1]) for p in pairs)
+
+
+def _read_python(s: Any, total: int) -> tuple[list[int], int]:
+    lat, torn, count = [], 0, 0
+    got = np.empty(s.shape, s.dtype)  # one buffer, as milk's C reader copies into one
+    while count < total:
+        s.read_new(timeout=10.0, out=got)
+        now = time.monotonic_ns()
+        flat = got.reshape(-1)
+        lat.append(now - int(flat.view(np.int64)[0]))
+        torn += int(not (flat[2:] == flat[2]).all())
+        count = int(flat[2])
+    return lat, torn
+
+
+def _wakeup(row: str, shape: tuple[int, ...], hz: float, seconds: float, peer: str | None):
+    kind = "stream" if row == "stream" else "milk"
+    scene = _Scene(kind, shape)
+    total = int(hz * seconds)
+    try:
+        if row.endswith("<- milk C"):  # milk's own writer
+            if row.startswith("milk C"):
+                reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
+                _ready(reader)
+            writer = _peer(peer, scene.dir, "write", scene.name, hz, seconds)  # type: ignore[arg-type]
+            if row.startswith("milk C"):
+                lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
+            else:
+                lat, torn = _read_python(scene.s, total)
+            writer.communicate(timeout=30)
+            return _summary(row, total, lat, torn)
+        go = SPAWN.Event()
+        proc = SPAWN.Process(target=_writer, args=(kind, scene.name, scene.dir, hz, seconds, go))
+        proc.start()
+        if row in ("milk C", "shmstream core C"):
+            if row == "milk C":
+                reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
+            else:  # peer: the core reader, which takes the file's path
+                reader = _peer(peer, scene.dir, scene.s.path, total)  # type: ignore[arg-type]
+            _ready(reader)
+            go.set()
+            lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
+        else:
+            go.set()
+            lat, torn = _read_python(scene.s, total)
+        proc.join(30)
+        return _summary(row, total, lat, torn)
+    finally:
+        scene.close()
+
+
+# ---- read by milk's library ----------------------------------------------------------------
+
+
+def _read_by_milk(shape: tuple[int, ...], hz: float, seconds: float, peer: str) -> dict:
+    scene = _Scene("milk", shape)
     try:
         go = SPAWN.Event()
-        total = int(hz * seconds)
-        proc = SPAWN.Process(target=_writer, args=(kind, name, directory, hz, seconds, go))
+        proc = SPAWN.Process(target=_writer, args=("milk", scene.name, scene.dir, hz, seconds, go))
         proc.start()
-        lat, torn, seen, count = [], 0, 0, 0
+        reader = _peer(peer, scene.dir, "follow", scene.name, seconds)
+        _ready(reader)
         go.set()
-        while count < total:
-            got = s.read_new(timeout=10.0)
-            now = time.monotonic_ns()
-            flat = got.reshape(-1)
-            lat.append(now - int(flat.view(np.int64)[0]))
-            torn += int(not (flat[2:] == flat[2]).all())
-            seen += 1
-            count = int(flat[2])
+        out, _ = reader.communicate(timeout=seconds + 60)
         proc.join(30)
+        woken, copied, missed, took = out.split()
         return {
-            "kind": kind,
-            "frames": total,
-            "seen": seen,
-            "missed": total - seen,
-            "torn": torn,
-            **latency_summary(lat),
+            "writer_hz": hz,
+            "written": scene.s.count,
+            "woken": int(woken),
+            "copied": int(copied),
+            "missed": int(missed),
+            "seconds": float(took),
+            "hz": int(copied) / float(took) if float(took) else float("nan"),
         }
     finally:
-        s.close()
-        if kind == "milk":
-            s.unlink()
-        else:
-            shmstream.unlink(name)
-        shutil.rmtree(directory, ignore_errors=True)
+        scene.close()
 
 
 def _read_rate(kind: str, shape: tuple[int, ...], seconds: float) -> float:
-    name = f"bench-milk-{uuid.uuid4().hex[:8]}"
-    directory = tempfile.mkdtemp(prefix="bench-milk-")
-    s: Any
-    if kind == "milk":
-        s = shmstream.milk.create(name, shape, np.float32, dir=directory)
-    else:
-        s = shmstream.create(name, shape=shape, dtype=np.float32)
+    scene = _Scene(kind, shape)
+    s = scene.s
     try:
         s.write(np.ones(shape, np.float32))
         buf = np.empty(shape, np.float32)
@@ -120,16 +308,111 @@ def _read_rate(kind: str, shape: tuple[int, ...], seconds: float) -> float:
             n += 100
         return n / (time.perf_counter() - start)
     finally:
-        s.close()
-        if kind == "milk":
-            s.unlink()
-        else:
-            shmstream.unlink(name)
+        scene.close()
+
+
+# ---- interop ---------------------------------------------------------------------------
+
+
+def _pattern(nbytes: int, k: int) -> np.ndarray:
+    """Frame k's bytes as milk_peer's ``make`` writes them."""
+    return ((np.arange(nbytes) * 7 + k * 13 + 1) % 256).astype(np.uint8)
+
+
+def _milk_to_us(peer: str, directory: str, code: int, shape: tuple[int, ...]) -> str:
+    name = f"io{code}x{len(shape)}"
+    size = [*shape[::-1], 1, 1][:3]
+    r = subprocess.run(
+        [peer, "make", name, str(code), str(len(shape)), *map(str, size), "4", "5"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MILK_SHM_DIR": directory},
+        check=False,
+    )
+    if r.returncode != 0:
+        return f"milk could not make it: {r.stderr.strip()}"
+    with shmstream.milk.open(name, dir=directory) as s:
+        if s.shape != shape or s.dtype != shmstream.milk.CODE_TO_DTYPE[code]:
+            return f"shape/dtype {s.shape} {s.dtype}"
+        if s.read().view(np.uint8).tobytes() != _pattern(s.nbytes, 5).tobytes():
+            return "pixels differ"
+        batch = s.read_since(0)
+        want = [_pattern(s.nbytes, k).tobytes() for k in (3, 4, 5)]
+        if (
+            batch.counts.tolist() != [3, 4, 5]
+            or [f.view(np.uint8).tobytes() for f in batch.frames] != want
+        ):
+            return f"circular buffer: counts {batch.counts.tolist()}"
+        if s.keywords != {"KL": (42, "an int64"), "KD": (1.5, ""), "KS": ("hello", "")}:
+            return f"keywords {s.keywords}"
+        s.unlink()
+    return "ok"
+
+
+def _us_to_milk(peer: str, directory: str, code: int, shape: tuple[int, ...]) -> str:
+    name = f"io{code}y{len(shape)}"
+    dt = shmstream.milk.CODE_TO_DTYPE[code]
+    with shmstream.milk.create(name, shape, dt, dir=directory, cb_size=4, nkw=4) as s:
+        for k in range(1, 6):
+            s.write(_pattern(s.nbytes, k).view(dt).reshape(shape))
+        s.set_keyword("KL", 42, "an int64")
+        s.set_keyword("KS", "hello")
+        r = subprocess.run(
+            [peer, "dump", name],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MILK_SHM_DIR": directory},
+            check=False,
+        )
+        s.unlink()
+    if r.returncode != 0:
+        return f"milk could not open it: {r.stderr.strip()}"
+    lines = r.stdout.splitlines()
+    md = lines[0].split()
+    got_size = [int(x) for x in md[3 : 3 + len(shape)]]
+    if int(md[1]) != code or int(md[2]) != len(shape) or got_size != list(shape[::-1]):
+        return f"metadata {lines[0]}"
+    if int(md[6]) != 5 or lines[1] != "px " + _pattern(s.nbytes, 5).tobytes().hex():
+        return "pixels or cnt0 differ"
+    cb = {int(p[2]): p[3] for p in (line.split() for line in lines if line.startswith("cb "))}
+    want = {k: _pattern(s.nbytes, k).tobytes().hex() for k in (2, 3, 4, 5)}
+    if cb != want:
+        return f"circular buffer records {sorted(cb)}"
+    kws = [line for line in lines if line.startswith("kw ")]
+    if kws != ["kw KL L 42 an int64", "kw KS S hello "]:
+        return f"keywords {kws}"
+    return "ok"
+
+
+def _interop(peer: str) -> list[dict[str, Any]]:
+    directory = tempfile.mkdtemp(prefix="bench-milk-io-")
+    rows = []
+    try:
+        for code, dt in sorted(shmstream.milk.CODE_TO_DTYPE.items()):
+            for shape in ((7,), (3, 5), (2, 3, 4)):
+                rows.append(
+                    {
+                        "datatype": code,
+                        "dtype": str(np.dtype(dt)),
+                        "shape": list(shape),
+                        "milk_to_shmstream": _milk_to_us(peer, directory, code, shape),
+                        "shmstream_to_milk": _us_to_milk(peer, directory, code, shape),
+                    }
+                )
+    finally:
         shutil.rmtree(directory, ignore_errors=True)
+    return rows
+
+
+# ---- the run ---------------------------------------------------------------------------
 
 
 def _shape(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.lower().split("x"))
+
+
+def _us(v: float) -> str:
+    return NA if math.isnan(v) else f"{v:.1f} us"
 
 
 def main(argv: list[str]) -> int:
@@ -138,31 +421,110 @@ def main(argv: list[str]) -> int:
     p.add_argument("--hz", type=float, default=2000.0)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--read-shape", type=_shape, default=(128, 128))
+    p.add_argument("--read-hz", type=float, default=10000.0)
+    p.add_argument(
+        "--rounds", type=int, default=1, help="wake-up rounds, interleaved (medians shown)"
+    )
     p.add_argument("--quick", action="store_true", help="1 s per row")
     p.add_argument("--json", metavar="PATH", help=JSON_HELP)
     a = p.parse_args(argv)
     res = Results("milk", argv)
     seconds = 1.0 if a.quick else a.seconds
-    lines = [
-        f"writer {a.hz:.0f} Hz, {a.shape} float32, {os.cpu_count()} CPUs",
-        "| reader | frames | seen | missed | torn | wake-up p50 | p99 |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for kind in ("milk", "stream"):
-        progress(f"wake-up, {kind}")
-        r = _wakeup(kind, a.shape, a.hz, seconds)
-        res.add(section="wakeup", **r)
-        lines.append(
-            f"| {kind} | {r['frames']} | {r['seen']} | {r['missed']} | {r['torn']} "
-            f"| {r['p50_us']:.1f} us | {r['p99_us']:.1f} us |"
+    workdir = tempfile.mkdtemp(prefix="bench-milk-peer-")
+    try:
+        peer, where = build_milk_peer(workdir)
+        res.add(section="library", found=peer is not None, where=where)
+        lines = [
+            f"milk's library: {where if peer else NA + ' (' + where + ')'}",
+            f"writer {a.hz:.0f} Hz, {a.shape} float32, {os.cpu_count()} CPUs, "
+            f"{a.rounds} round(s) of {seconds:g} s a row (p50, p99: medians of the rounds)",
+            "| reader | frames | seen | missed | torn | wake-up p50 | p99 |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        core = build_core_reader(workdir)
+        rows = (
+            "shmstream.milk",
+            "shmstream core C",
+            "milk C",
+            "shmstream.milk <- milk C",
+            "milk C <- milk C",
+            "stream",
         )
-    emit(res, "\n".join(lines))
-    lines = [f"| read(out=buf) of {a.read_shape} float32 | rate |", "| --- | --- |"]
-    for kind in ("milk", "stream"):
-        progress(f"read rate, {kind}")
-        hz = _read_rate(kind, a.read_shape, min(seconds, 1.0))
-        res.add(section="read", kind=kind, shape=list(a.read_shape), hz=hz)
-        lines.append(f"| {kind} | {fmt_hz(hz)} |")
-    emit(res, "\n".join(lines))
+        binaries = {row: core if row == "shmstream core C" else peer for row in rows}
+        runs: dict[str, list[dict[str, Any]]] = {
+            row: [] for row in rows if binaries[row] is not None or " C" not in row
+        }
+        for k in range(a.rounds):  # every other round in reverse: drifting load hits all rows
+            for row in list(runs) if k % 2 == 0 else list(runs)[::-1]:
+                progress(f"wake-up, {row}, round {k + 1} of {a.rounds}")
+                r = _wakeup(row, a.shape, a.hz, seconds, binaries[row])
+                res.add(section="wakeup", round=k + 1, **r)
+                runs[row].append(r)
+        for row in rows:
+            if row not in runs:
+                why = where if row != "shmstream core C" else "no C compiler or core sources"
+                res.add(section="wakeup", reader=row, skipped=why)
+                lines.append(f"| {row} | {NA} | | | | | |")
+                continue
+            rs = runs[row]
+            total = {key: sum(r[key] for r in rs) for key in ("frames", "seen", "missed", "torn")}
+            p50 = statistics.median(r["p50_us"] for r in rs)
+            p99 = statistics.median(r["p99_us"] for r in rs)
+            lines.append(
+                f"| {row} | {total['frames']} | {total['seen']} | {total['missed']} "
+                f"| {total['torn']} | {_us(p50)} | {_us(p99)} |"
+            )
+        emit(res, "\n".join(lines))
+        lines = [
+            f"shmstream.milk writer (another process), {a.read_shape} float32, read by "
+            "milk's library (semaphore wait + copy)",
+            "| writer | written | woken | copied | missed | rate |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for hz in (a.read_hz, 0.0):
+            what = f"{hz:.0f} Hz" if hz else "as fast as it can"
+            if peer is None:
+                lines.append(f"| {what} | {NA} | | | | |")
+                continue
+            progress(f"read by milk's library, writer {what}")
+            r = _read_by_milk(a.read_shape, hz, seconds, peer)
+            res.add(section="read_by_milk", shape=list(a.read_shape), **r)
+            lines.append(
+                f"| {what} | {r['written']} | {r['woken']} | {r['copied']} | {r['missed']} "
+                f"| {fmt_hz(r['hz'])} |"
+            )
+        lines += [
+            "",
+            f"| read(out=buf) of {a.read_shape} float32, one process | rate |",
+            "| --- | --- |",
+        ]
+        for kind in ("milk", "stream"):
+            progress(f"read rate, {kind}")
+            hz = _read_rate(kind, a.read_shape, min(seconds, 1.0))
+            res.add(section="read", kind=kind, shape=list(a.read_shape), hz=hz)
+            lines.append(f"| {kind} | {fmt_hz(hz)} |")
+        emit(res, "\n".join(lines))
+        if peer is not None:
+            progress("interop, every datatype")
+            checks = _interop(peer)
+            for c in checks:
+                res.add(section="interop", **c)
+            bad = [
+                c
+                for c in checks
+                if c["milk_to_shmstream"] != "ok" or c["shmstream_to_milk"] != "ok"
+            ]
+            lines = [
+                f"interop: {len(checks)} streams (13 datatypes x 1-D, 2-D, 3-D, circular buffer "
+                f"of 4), each way: {len(checks) - len(bad)} ok",
+                *(
+                    f"  datatype {c['datatype']} {c['shape']}: milk->shmstream "
+                    f"{c['milk_to_shmstream']}, shmstream->milk {c['shmstream_to_milk']}"
+                    for c in bad
+                ),
+            ]
+            emit(res, "\n".join(lines))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     res.save(a.json, quick=a.quick)
     return 0

@@ -182,6 +182,38 @@ SS_API void ss_milk_release(ss_milk *m);
  * semaphore (claims one first). */
 SS_API int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns);
 
+/* A zero-copy look at the frame (read_view): waits up to about budget_ns
+ * for the write flag to be down with cnt0 steady around the metadata copy
+ * into *info; the pixels at ss_milk_data(m) are then that frame for as long
+ * as ss_milk_view_valid(m, info->cnt0) says so afterwards (no write began
+ * and cnt0 did not move). SS_EINCONSISTENT as ss_milk_read. */
+SS_API int ss_milk_view_begin(ss_milk *m, int64_t budget_ns, ss_milk_pubinfo *info);
+SS_API int ss_milk_view_valid(const ss_milk *m, uint64_t cnt0);
+SS_API void *ss_milk_data(const ss_milk *m);
+/* Which file the handle maps (its inode at open and its creationtime) and
+ * the creatorPID it holds now. */
+SS_API void ss_milk_identity(const ss_milk *m, uint64_t *ino, int64_t *creation_ns,
+                             int32_t *creator);
+
+/* What `shmstream list` and `stat` show of a milk file, read with pread
+ * (never mapped, never written): its layout (as ss_milk_open checks it)
+ * and the live words of the metadata block, copied once. */
+typedef struct ss_milk_peek_info {
+  uint64_t cnt0, cnt1, cbcycle, inode, file_bytes;
+  int64_t creation_ns, write_ns, atime_ns; /* milk's clock (CLOCK_TAI) */
+  int32_t creator_pid, owner_pid;
+  uint32_t cbindex, file_mode, file_uid;
+  uint8_t write;
+  uint32_t npids; /* entries of the reader PID table copied into pids */
+} ss_milk_peek_info;
+
+/* Peek at the file at path: SS_OK with *layout and *info filled, and the
+ * first min(nsem, max_pids) entries of semReadPID copied into pids; the
+ * statuses of ss_milk_layout_parse, ENODEV for a file that is not a
+ * regular one, or an errno. */
+SS_API int ss_milk_peek(const char *path, ss_milk_layout *layout, ss_milk_peek_info *info,
+                        int32_t *pids, uint32_t max_pids);
+
 /* Keyword i (< nkw): copied out / written (the cnt word goes up). */
 SS_API int ss_milk_kw_get(const ss_milk *m, uint32_t i, ss_milk_kw *out);
 SS_API int ss_milk_kw_set(ss_milk *m, uint32_t i, const ss_milk_kw *kw);

@@ -343,9 +343,18 @@ def test_the_circular_buffer_reads_as_history(tmp_path):
         assert b.counts.tolist() == [4] and b.last_count == 4 and b.missed == 0
         assert len(r.read_since(5).frames) == 0
         r.unlink()
-    with milk.create("nocb", (2,), "f4", dir=d) as s:
-        with pytest.raises(ValueError, match="cb_size"):
-            s.read_since(0)
+    with milk.create("nocb", (2,), "f4", dir=d) as s, milk.open("nocb", dir=d) as r:
+        # without a circular buffer: the current frame, as a stream without history
+        assert len(r.read_since(0).frames) == 0  # nothing written yet
+        with pytest.raises(TimeoutError):
+            r.read_since(0, timeout=0.01)
+        for k in (1, 2, 3):
+            s.write(np.full(2, k, np.float32))
+        b = r.read_since(1)
+        assert b.counts.tolist() == [3] and b.frames.tolist() == [[3, 3]]
+        assert (b.missed, b.last_count) == (1, 3)
+        with pytest.raises(TimeoutError):  # a count past 3, not past what r saw (0)
+            r.read_since(3, timeout=0.01)
         s.unlink()
 
 

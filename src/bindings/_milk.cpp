@@ -3,6 +3,7 @@
 // file, waits in 100 ms slices (Ctrl-C) and raises. The API, the directory
 // milk uses and the dtype map live in shmstream/milk/.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -232,6 +233,17 @@ class Stream {
     return info_tuple(info);
   }
 
+  // Wait for a frame newer than `last` (read_new_view: the view follows).
+  void wait_newer(uint64_t last, nb::handle timeout) {
+    ss_milk *m = live("read_new_view");
+    Use use(this);
+    int rc = chunked(to_ns(timeout), [&](int64_t chunk) {
+      if (closing_.load(std::memory_order_relaxed)) return (int)SS_ECANCELLED;
+      return ss_milk_wait_newer(m, last, chunk);
+    });
+    if (rc) raise_milk(rc, "read_new_view from milk stream '" + path_ + "'");
+  }
+
   // Wait for a frame newer than `last`, then read it: one call.
   nb::tuple read_new_into(nb::handle out, uint64_t last, nb::handle timeout, double budget_s) {
     ss_milk *m = live("read_new");
@@ -287,6 +299,47 @@ class Stream {
       rc = ss_milk_write(m, b.view.buf, (size_t)b.view.len, atime_ns);
     }
     if (rc) raise_milk(rc, "write milk stream '" + path_ + "'");
+  }
+
+  // read_view: the metadata of a frame whose pixels can be looked at in
+  // place, then view_valid(cnt0) after the look (docs/milk.md).
+  nb::tuple view_begin(double budget_s) {
+    ss_milk *m = live("read_view");
+    Use use(this);
+    ss_milk_pubinfo info{};
+    int rc;
+    {
+      nb::gil_scoped_release nogil;
+      rc = ss_milk_view_begin(m, (int64_t)(budget_s * 1e9), &info);
+    }
+    if (rc) raise_milk(rc, "read_view of milk stream '" + path_ + "'");
+    return info_tuple(info);
+  }
+  nb::tuple identity() {
+    uint64_t ino = 0;
+    int64_t created = 0;
+    int32_t creator = 0;
+    ss_milk_identity(live("identity"), &ino, &created, &creator);
+    return nb::make_tuple(ino, created, creator);
+  }
+  // m_ stays mapped while a view of the pixels exists (they count as users).
+  bool view_valid(uint64_t cnt0) { return m_ && ss_milk_view_valid(m_, cnt0) != 0; }
+
+  // A read-only byte view of the pixels. It counts as a user of the
+  // mapping (close() leaves the unmap to the last one) and keeps this
+  // object alive, so the memory stays mapped while the view exists.
+  nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>> pixels() {
+    ss_milk *m = live("read_view");
+    nb::handle self = nb::find(this);
+    self.inc_ref();
+    users_++;
+    nb::capsule owner(this, [](void *p) noexcept {
+      Stream *s = static_cast<Stream *>(p);
+      if (--s->users_ == 0 && s->closing_.load(std::memory_order_relaxed)) s->finish_close();
+      nb::find(s).dec_ref();
+    });
+    size_t shape[1] = {(size_t)l_.frame_bytes};
+    return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(ss_milk_data(m), 1, shape, owner);
   }
 
   uint64_t count() { return ss_milk_count(live("count")); }
@@ -352,6 +405,39 @@ nb::dict parse_metadata(nb::bytes md, uint64_t file_bytes) {
   return layout_dict(l);
 }
 
+// What list and stat show of a milk file, read without mapping it: the
+// layout dict with the live words of its metadata block added.
+nb::dict peek(const std::string &path) {
+  ss_milk_layout l{};
+  ss_milk_peek_info info{};
+  std::vector<int32_t> pids(65535);
+  int rc;
+  {
+    nb::gil_scoped_release nogil;
+    rc = ss_milk_peek(path.c_str(), &l, &info, pids.data(), (uint32_t)pids.size());
+  }
+  if (rc) raise_milk(rc, "read milk stream '" + path + "'", &l);
+  nb::dict d = layout_dict(l);
+  d["cnt0"] = info.cnt0;
+  d["cnt1"] = info.cnt1;
+  d["write"] = (bool)info.write;
+  d["CBindex"] = info.cbindex;
+  d["CBcycle"] = info.cbcycle;
+  d["inode"] = info.inode;
+  d["creationtime_ns"] = info.creation_ns;
+  d["writetime_ns"] = info.write_ns;
+  d["atime_ns"] = info.atime_ns;
+  d["creatorPID"] = info.creator_pid;
+  d["ownerPID"] = info.owner_pid;
+  d["file_bytes"] = info.file_bytes;
+  d["file_mode"] = info.file_mode;
+  d["file_uid"] = info.file_uid;
+  nb::list readers;
+  for (uint32_t i = 0; i < info.npids; i++) readers.append(pids[i]);
+  d["semReadPID"] = readers;
+  return d;
+}
+
 // The compiled mirror of IMAGE_METADATA: {field: (offset, size)}.
 nb::dict md_fields() {
   nb::dict d;
@@ -405,6 +491,8 @@ NB_MODULE(_milk, m) {
       "datatype"_a, "Bytes per element of a milk datatype code, 0 if unknown.");
   m.def("parse_metadata", &parse_metadata, "metadata"_a, "file_bytes"_a,
         "Parse a 384-byte metadata block of a file of file_bytes: the layout as a dict.");
+  m.def("peek", &peek, "path"_a,
+        "The layout and live metadata words of the milk file at path, read without mapping it.");
   m.def("metadata_fields", &md_fields, "{field: (offset, size)} of IMAGE_METADATA as compiled.");
   nb::class_<Stream>(m, "Stream")
       .def_static("open", &Stream::open, "path"_a, nb::rv_policy::take_ownership)
@@ -419,6 +507,11 @@ NB_MODULE(_milk, m) {
       .def("read_since_into", &Stream::read_since_into, "out"_a, "counts"_a, "after"_a,
            "budget_s"_a)
       .def("write", &Stream::write, "src"_a, "atime_ns"_a)
+      .def("view_begin", &Stream::view_begin, "budget_s"_a)
+      .def("view_valid", &Stream::view_valid, "cnt0"_a)
+      .def("pixels", &Stream::pixels)
+      .def("wait_newer", &Stream::wait_newer, "last"_a, "timeout"_a.none())
+      .def("identity", &Stream::identity)
       .def("count", &Stream::count)
       .def("writing", &Stream::writing)
       .def("claim", &Stream::claim, "preferred"_a)

@@ -166,6 +166,7 @@ struct ss_milk {
   uint8_t *base;
   ss_milk_layout l;
   int claimed; /* semaphore index held in the reader PID table, -1: none */
+  uint64_t ino; /* the file's inode at open: with creationtime, which file this is */
 };
 
 #define MD(m) ((ss_milk_md *)(m)->base)
@@ -195,6 +196,8 @@ static int attach(int fd, const ss_milk_layout *l, ss_milk **out) {
   m->base = ss_file_map_base(m->map);
   m->l = *l;
   m->claimed = -1;
+  struct stat st;
+  m->ino = fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
   *out = m;
   return SS_OK;
 }
@@ -479,6 +482,108 @@ uint64_t ss_milk_count(const ss_milk *m) {
 
 int ss_milk_writing(const ss_milk *m) {
   return atomic_load_explicit(A8(&MD(m)->write), memory_order_acquire);
+}
+
+static int64_t ts_ns(const int64_t ts[2]) {
+  /* another process's words: saturate rather than overflow */
+  int64_t ns;
+  if (__builtin_mul_overflow(ts[0], (int64_t)SS_NS_PER_S, &ns) ||
+      __builtin_add_overflow(ns, ts[1], &ns))
+    return 0;
+  return ns;
+}
+
+/* ---- zero-copy views ------------------------------------------------------ */
+
+int ss_milk_view_begin(ss_milk *m, int64_t budget_ns, ss_milk_pubinfo *info) {
+  ss_milk_md *h = MD(m);
+  int64_t start = ss_monotonic_ns();
+  for (;;) {
+    /* SYNC POINT (milk r3): cnt0 and write acquire-loaded, the metadata
+     * copied, both re-read after an acquire fence; ss_milk_view_valid
+     * re-reads them after the caller's reads of the pixels. Pairs with
+     * (milk w1). */
+    uint64_t c1 = atomic_load_explicit(A64(&h->cnt0), memory_order_acquire);
+    uint8_t w1 = atomic_load_explicit(A8(&h->write), memory_order_acquire);
+    if (!w1) {
+      ss_milk_pubinfo tmp;
+      pubinfo(m, &tmp, c1);
+      atomic_thread_fence(memory_order_acquire);
+      uint8_t w2 = atomic_load_explicit(A8(&h->write), memory_order_relaxed);
+      uint64_t c2 = atomic_load_explicit(A64(&h->cnt0), memory_order_relaxed);
+      if (!w2 && c1 == c2) {
+        *info = tmp;
+        return ss_milk_status(m);
+      }
+    }
+    int64_t now = ss_monotonic_ns();
+    if (ss_file_map_lost(m->map)) return SS_ECORRUPT;
+    if (now - start > budget_ns) return SS_EINCONSISTENT;
+    ss_backoff(start, now);
+  }
+}
+
+int ss_milk_view_valid(const ss_milk *m, uint64_t cnt0) {
+  ss_milk_md *h = MD(m);
+  atomic_thread_fence(memory_order_acquire); /* the caller's pixel reads come first */
+  uint8_t w = atomic_load_explicit(A8(&h->write), memory_order_relaxed);
+  uint64_t c = atomic_load_explicit(A64(&h->cnt0), memory_order_relaxed);
+  return !w && c == cnt0 && !ss_file_map_lost(m->map);
+}
+
+void *ss_milk_data(const ss_milk *m) { return m->base + m->l.off_data; }
+
+void ss_milk_identity(const ss_milk *m, uint64_t *ino, int64_t *creation_ns, int32_t *creator) {
+  const ss_milk_md *h = MD(m);
+  int64_t ts[2] = {h->creationtime[0], h->creationtime[1]};
+  *ino = m->ino;
+  *creation_ns = ts_ns(ts);
+  *creator = atomic_load_explicit(A32(&h->creatorPID), memory_order_relaxed);
+}
+
+/* ---- peeking (list, stat) --------------------------------------------------- */
+
+int ss_milk_peek(const char *path, ss_milk_layout *layout, ss_milk_peek_info *info, int32_t *pids,
+                 uint32_t max_pids) {
+  memset(info, 0, sizeof *info);
+  memset(layout, 0, sizeof *layout);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return errno;
+  struct stat st;
+  ss_milk_md h;
+  int rc = SS_OK;
+  if (fstat(fd, &st) != 0)
+    rc = errno;
+  else if (!S_ISREG(st.st_mode))
+    rc = ENODEV;
+  else if ((uint64_t)st.st_size <= SS_MILK_MD_BYTES)
+    rc = EMSGSIZE;
+  else if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+    rc = EMSGSIZE;
+  if (!rc) rc = ss_milk_layout_parse(&h, sizeof h, (uint64_t)st.st_size, layout);
+  if (!rc) {
+    info->npids = layout->nsem < max_pids ? layout->nsem : max_pids;
+    size_t n = (size_t)info->npids * sizeof(int32_t);
+    /* off_readpid + n lies inside the file: the layout's size is its size */
+    if (n && pread(fd, pids, n, (off_t)layout->off_readpid) != (ssize_t)n) rc = EMSGSIZE;
+  }
+  close(fd);
+  if (rc) return rc;
+  info->cnt0 = h.cnt0;
+  info->cnt1 = h.cnt1;
+  info->cbindex = h.CBindex;
+  info->cbcycle = h.CBcycle;
+  info->inode = (uint64_t)st.st_ino; /* the file's, not the copy milk stored */
+  info->creation_ns = ts_ns(h.creationtime);
+  info->write_ns = ts_ns(h.writetime);
+  info->atime_ns = ts_ns(h.atime);
+  info->creator_pid = h.creatorPID;
+  info->owner_pid = h.ownerPID;
+  info->write = h.write;
+  info->file_bytes = (uint64_t)st.st_size;
+  info->file_mode = (uint32_t)st.st_mode;
+  info->file_uid = (uint32_t)st.st_uid;
+  return SS_OK;
 }
 
 /* ---- the reader PID table ------------------------------------------------- */

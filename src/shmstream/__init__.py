@@ -13,6 +13,7 @@ from typing import Any as _Any
 from . import (
     _native,  # noqa: F401  (loads the core; its errors come from .errors)
     loader,  # noqa: F401  (its registry entry; never imports torch)
+    milk,  # noqa: F401  (its registry entry: milk's streams in list, stat, view)
 )
 from .arrays import DirectArray, SharedArray, SharedRecArray, direct_mmap, share
 from .channels import ChannelConsumer, ChannelProducer, channel, open_channel, unlink_channel

@@ -1,4 +1,8 @@
 from collections.abc import Sequence
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
 
 
 VERSION: str = '2.00'
@@ -17,6 +21,11 @@ def itemsize(datatype: int) -> int:
 def parse_metadata(metadata: bytes, file_bytes: int) -> dict:
     """
     Parse a 384-byte metadata block of a file of file_bytes: the layout as a dict.
+    """
+
+def peek(path: str) -> dict:
+    """
+    The layout and live metadata words of the milk file at path, read without mapping it.
     """
 
 def metadata_fields() -> dict:
@@ -43,6 +52,16 @@ class Stream:
     def read_since_into(self, out: object, counts: object, after: int, budget_s: float) -> tuple: ...
 
     def write(self, src: object, atime_ns: int) -> None: ...
+
+    def view_begin(self, budget_s: float) -> tuple: ...
+
+    def view_valid(self, cnt0: int) -> bool: ...
+
+    def pixels(self) -> Annotated[NDArray[numpy.uint8], dict(shape=(None,), writable=False)]: ...
+
+    def wait_newer(self, last: int, timeout: object | None) -> None: ...
+
+    def identity(self) -> tuple: ...
 
     def count(self) -> int: ...
 

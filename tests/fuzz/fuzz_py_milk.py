@@ -2,8 +2,10 @@
 """atheris harness: a milk/CACAO ImageStreamIO stream file whose bytes are
 the input, opened with ``shmstream.milk.open`` (the metadata parser of
 src/core/milk.c, the size check against the file, the mapping), read, its
-keywords listed; and ``shmstream.milk.parse`` on the first 384 bytes with
-the input's length as the file size.
+keywords listed, its frame viewed in place; ``shmstream.stat("milk:f")``
+and ``shmstream list``'s survey of the directory (src/core/milk.c's
+``ss_milk_peek``: pread, no mapping); and ``shmstream.milk.parse`` on the
+first 384 bytes with the input's length as the file size.
 
     python tests/fuzz/fuzz_py_milk.py [libFuzzer flags] CORPUS_DIR...
 
@@ -35,11 +37,21 @@ def _one(data: bytes) -> None:
     try:
         with open(os.path.join(directory, "f.im.shm"), "wb") as f:
             f.write(data)
+        os.environ["MILK_SHM_DIR"] = directory  # where stat and list look
+        try:
+            info = shmstream.stat("milk:f")
+            assert info["kind"] == "milk" and info["segment"].endswith("f.im.shm")
+        except fl.ALLOWED:
+            pass
+        found, skipped = shmstream.registry.survey(("milk",))  # never raises
+        assert len(found) + len(skipped) == 1
         with shmstream.milk.open("f", dir=directory, busy_timeout=0.001) as s:
             frame = s.read()
             assert frame.shape == s.shape and frame.dtype == s.dtype
             assert s.layout.total_bytes == len(data)
             s.keywords  # noqa: B018 - reads every keyword record
+            with s.read_view() as pub:
+                assert pub.payload.shape == s.shape
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -44,7 +44,8 @@ class Export:
             info = shmstream.stat(self.name)
         except (FileNotFoundError, ValueError, shmstream.CorruptStreamError):
             return True
-        return info.get("kind") != self.kind or info["instance_id"] != self._instance
+        kind = getattr(self, "source_kind", self.kind)  # a stream export's may be "milk"
+        return info.get("kind") != kind or info["instance_id"] != self._instance
 
     def poll(self) -> None:
         """Called at every scan: a stream export reports a change of its

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 import shmstream
+from shmstream.common import _kinds
 from shmstream.registry import list_channels
 from ..errors import ShmstreamValueError
 from . import _keys, _wire
@@ -111,6 +112,7 @@ class ExportSide(BridgeState):
         if not self.export_patterns:
             return
         streams, channels = shmstream.list_streams(), list_channels()
+        streams += [r.name for _, r in _kinds.outside_survey()[0]]  # milk:NAME, milk's streams
         stream_set = set(streams)
         mirrors = {r.local for r in self._remotes.values()}
         for kind, names in (("stream", streams), ("channel", channels)):

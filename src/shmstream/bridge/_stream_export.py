@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 import shmstream
+from ..common import _kinds
 from ..errors import HandleClosedError
 from . import _thread, _wire
 from ._export import Export
@@ -47,12 +48,13 @@ EXPRESS_MAX_BYTES = 16 << 10
 RETRY_VIEW_AFTER = 256
 
 
-def stream_meta(h: Any) -> dict[str, Any]:
-    """What an importer needs to create the mirror before the first frame."""
+def stream_meta(h: Any, name: str) -> dict[str, Any]:
+    """What an importer needs to create the mirror of ``name`` (the export's
+    name: "milk:NAME" for milk's stream NAME) before the first frame."""
     cfg = h.to_config()
     meta = {
         "kind": "stream",
-        "name": h.name,
+        "name": name,
         "shape": list(cfg["shape"]),
         "dtype": cfg["dtype"],
         "notify": bool(cfg.get("notify", False)),
@@ -83,10 +85,12 @@ class StreamExport(Export):
         spin_us: float | None = None,
     ) -> None:
         self.name = name
-        self.h = shmstream.open(name, readonly=True)
+        # a stream, or (no stream of that name) milk's stream "milk:NAME"
+        self.h = _kinds.open_reader(name, lambda n: shmstream.open(n, readonly=True))
+        self.source_kind = getattr(self.h, "kind", "stream")  # "milk" for milk's streams
         try:
             self.h.spin_us = spin_us
-            self.meta = stream_meta(self.h)
+            self.meta = stream_meta(self.h, name)
             self._instance = self.h.instance_id
             self._layout = self.meta["layout"]
             self._generation = self.meta["generation"]

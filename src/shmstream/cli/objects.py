@@ -21,7 +21,9 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
         "list",
         aliases=["ls"],
         help="list every shmstream object in /dev/shm: streams, GPU streams, channels, "
-        "shared arrays, DataLoader slot pools (a table: KIND, SIZE, CREATOR, NAME; names with "
+        "shared arrays, DataLoader slot pools, and the milk/CACAO streams of milk's directory "
+        "($MILK_SHM_DIR or /milk/shm, when it exists) as kind milk, named milk:NAME "
+        "(a table: KIND, SIZE, CREATOR, NAME; names with "
         "control characters or undecodable bytes escaped, as 'ls -b' does); entries that are "
         "not regular files or cannot be read are skipped, each named on stderr",
     )
@@ -43,8 +45,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     stat_p.add_argument(
         "name",
         metavar="NAME",
-        help="name of a stream, channel, shared array or DataLoader slot pool, as "
-        "'shmstream list' shows it",
+        help="name of a stream, channel, shared array, DataLoader slot pool or milk stream "
+        "(milk:NAME), as 'shmstream list' shows it",
     )
     stat_p.add_argument(
         "--json",

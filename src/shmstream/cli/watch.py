@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..common import _kinds
 from ._common import fmt_age, fmt_rate, number, package, status_line
 
 
@@ -43,7 +44,8 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     pkg = package()
-    handle = pkg.open(args.name, readonly=True)
+    # a stream, or (no stream of that name) milk's stream "milk:NAME"
+    handle = _kinds.open_reader(args.name, lambda n: pkg.open(n, readonly=True))
     tty = sys.stdout.isatty()
     buf = None
     if not args.no_read:

@@ -32,6 +32,17 @@ class Kind:
     counted in its size and listed by ``stat``. ``file_prefix``: the
     prefix of those files in /dev/shm. ``purge_dead()`` removes the dead
     objects whose files go together, returning their user names.
+
+    A kind whose objects live outside /dev/shm (milk's streams, in milk's
+    directory) is named by ``prefix`` ("milk:wfs"): ``peek(name)`` -> a
+    header-like record of that object (FileNotFoundError if none) that its
+    ``recognise`` and ``stat`` take and that has what the registry reads of
+    a header besides (``segname`` its path, ``creator_pid``, ``created_ns``,
+    ...) and ``entry(kind)``, the fields of its ``registry.Entry`` but
+    ``creator_alive``; ``survey()`` -> (records of every such object,
+    (path, reason) of what it left alone); ``open_reader(name)`` -> a
+    handle with the stream API's reads (view, record, bridge); ``purged``
+    False: purge never removes them (they are another program's).
     """
 
     names: tuple[str, ...]
@@ -42,6 +53,11 @@ class Kind:
     extra_files: Callable[[str], list[str]] | None = None
     file_prefix: str | None = None
     purge_dead: Callable[[], list[str]] | None = None
+    prefix: str | None = None
+    peek: Callable[[str], Any] | None = None
+    survey: Callable[[], tuple[list[Any], list[tuple[str, str]]]] | None = None
+    open_reader: Callable[[str], Any] | None = None
+    purged: bool = True
 
 
 #: Every registered kind, in registration order.
@@ -67,6 +83,43 @@ def recognise(header: Any) -> tuple[str, Kind | None]:
 def entry_of(name: str) -> Kind | None:
     """The entry that answers the registry kind ``name``."""
     return next((k for k in TABLE if name in k.names), None)
+
+
+def outside(name: str) -> Kind | None:
+    """The kind whose objects outside /dev/shm ``name`` addresses by its
+    prefix ("milk:wfs"), or None."""
+    return next(
+        (k for k in TABLE if k.prefix and name.startswith(k.prefix) and name != k.prefix), None
+    )
+
+
+def open_reader(name: str, open_stream: Callable[[str], Any]) -> Any:
+    """``open_stream(name)``; when no shmstream object has that name and a
+    kind that lives outside /dev/shm claims its prefix ("milk:NAME"), that
+    kind's reader instead (a shmstream object of the exact name comes first)."""
+    try:
+        return open_stream(name)
+    except FileNotFoundError:
+        kind = outside(name)
+        if kind is None or kind.open_reader is None:
+            raise
+        return kind.open_reader(name)
+
+
+def outside_survey(
+    wanted: set[str] | None = None,
+) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """The objects of the (wanted) kinds that live outside /dev/shm, as
+    (kind name, record), and (path, reason) of what their surveys left alone."""
+    found: list[tuple[str, Any]] = []
+    odd: list[tuple[str, str]] = []
+    for kind in TABLE:
+        if kind.survey is None or (wanted is not None and not wanted & set(kind.names)):
+            continue
+        records, skipped = kind.survey()
+        found += [(kind.recognise(r) or kind.names[0], r) for r in records]
+        odd += skipped
+    return found, odd
 
 
 def names() -> tuple[str, ...]:

@@ -9,6 +9,7 @@
 write the same streams.
 """
 
+from . import _registry  # noqa: F401  (milk's entry in the kinds' table)
 from .dtypes import CODE_TO_DTYPE, DTYPE_TO_CODE
 from .layout import Layout, parse, shm_dir
 from .stream import BUSY_TIMEOUT, MilkStream, create, open, unlink

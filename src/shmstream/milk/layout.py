@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import numpy as np
 
@@ -26,12 +27,32 @@ SUFFIX = ".im.shm"
 def shm_dir() -> str:
     """The directory milk uses: ``$MILK_SHM_DIR`` if it names a directory,
     else ``/milk/shm`` if it exists, else ``/tmp`` (ImageStreamIO_shmdirname)."""
+    return listed_dir() or FALLBACK_DIR
+
+
+def listed_dir() -> str | None:
+    """milk's own directory (``$MILK_SHM_DIR`` or ``/milk/shm``) if it
+    exists: where ``shmstream list`` looks. None when milk would fall back
+    to /tmp, which holds everybody's files and is not searched."""
     env = os.environ.get("MILK_SHM_DIR")
     if env and os.path.isdir(env):
         return env
     if os.path.isdir(DEFAULT_DIR):
         return DEFAULT_DIR
-    return FALLBACK_DIR
+    return None
+
+
+def unix_ns(milk_ns: int) -> int:
+    """A time milk stamped (CLOCK_TAI: 37 s ahead of UNIX time where the
+    kernel was told the leap seconds, else equal) as UNIX nanoseconds."""
+    return milk_ns - (time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns())
+
+
+def instance_id(inode: int, creation_ns: int) -> str:
+    """Which file a stream is, in the form of a shmstream stream's instance
+    id (hex; its first 16 digits, milk's creationtime, tell one creation
+    from the next, the rest is the inode)."""
+    return f"{creation_ns & 0xFFFFFFFFFFFFFFFF:016x}{inode & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def path_of(name: str, directory: str | None = None) -> str:

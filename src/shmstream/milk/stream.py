@@ -12,13 +12,16 @@ their semaphore wait wake up. All of it is one native call (shmstream._milk).
 from __future__ import annotations
 
 import errno
+import math
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from .. import _milk
+from ..common import _dtypes, _proc
 from ..errors import (
     HandleClosedError,
     ShmstreamFileExistsError,
@@ -27,8 +30,9 @@ from ..errors import (
     ShmstreamValueError,
 )
 from ..streams.publication import FrameBatch, Publication
+from ._views import MilkReadView
 from .dtypes import code_of
-from .layout import Layout, path_of, shm_dir
+from .layout import Layout, instance_id, path_of, shm_dir, unix_ns
 
 #: How long a read waits, by default, for a writer that holds the write
 #: flag before it gives up with InconsistentStreamError.
@@ -44,6 +48,14 @@ class MilkStream:
     x axis (size[0]) is the last one.
     """
 
+    #: The registry's kind name (``shmstream list`` and ``stat``).
+    kind = "milk"
+    #: Accepted for the stream API's sake; milk's waits sleep on a semaphore.
+    spin_us: float | None = None
+    #: milk keeps one frame, written in place; never a GPU stream here.
+    slots = 1
+    gpu_enabled = False
+
     def __init__(self, native: Any, name: str, path: str, busy_timeout: float) -> None:
         self._native = native
         self.name = name
@@ -52,6 +64,11 @@ class MilkStream:
         self._busy = float(busy_timeout)
         self._last = native.count()
         self._missed = 0
+        self._pix: np.ndarray | None = None  # the read-only view of the pixels
+        ino, created, _creator = native.identity()
+        #: Which file this handle maps (its inode and milk's creationtime),
+        #: as ``shmstream.stat("milk:NAME")["instance_id"]`` says.
+        self.instance_id = instance_id(ino, created)
 
     # -- description -------------------------------------------------------
 
@@ -68,6 +85,32 @@ class MilkStream:
         return self.layout.frame_bytes
 
     @property
+    def size(self) -> int:
+        """Bytes of one frame (the stream API's ``size``)."""
+        return self.layout.frame_bytes
+
+    @property
+    def history(self) -> int:
+        """Frames :meth:`read_since` can return from milk's circular buffer:
+        ``cb_size - 1`` (0 without one)."""
+        return self.layout.cbsize - 1 if self.layout.cbsize >= 2 else 0
+
+    def producer_alive(self) -> bool:
+        """Whether the stream's creator (milk's creatorPID) still runs,
+        judged by pid alone (milk records no start time)."""
+        return _proc.alive(int(self._live().identity()[2]))
+
+    def to_config(self) -> dict[str, Any]:
+        """The stream's configuration as a shmstream stream's (what a bridge
+        mirror is made from)."""
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": _dtypes.config_text(self.dtype),
+            "notify": True,
+        }
+
+    @property
     def count(self) -> int:
         """milk's frame counter cnt0: writes published so far."""
         return int(self._live().count())
@@ -77,6 +120,19 @@ class MilkStream:
         """Writes published after one this handle read and before the next
         one it read (``read_new`` and ``read`` both count)."""
         return self._missed
+
+    @property
+    def total_missed_writes(self) -> int:
+        """:attr:`missed_writes` under the stream API's other name."""
+        return self._missed
+
+    @property
+    def age(self) -> float:
+        """Seconds since milk's writetime of the last frame; ``inf`` before
+        the first (read from the file, as ``stat`` does)."""
+        self._live()
+        ns = int(_milk.peek(self.path)["writetime_ns"])
+        return math.inf if not ns else max(0.0, time.time() - unix_ns(ns) / 1e9)
 
     @property
     def writing(self) -> bool:
@@ -131,52 +187,119 @@ class MilkStream:
         arr = self._out(out)
         return self._publication(arr, self._live().read_into(arr, self._busy))
 
-    def read_new(self, timeout: float | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        """The first frame newer than the last one this handle saw (its last
-        read or write, or the count at open); waits on this process's
-        semaphore (claimed on first use) at most ``timeout`` seconds
-        (None: for ever). TimeoutError when none comes."""
-        return self.read_new_publication(timeout, out).payload
+    def _pixels(self) -> np.ndarray:
+        if self._pix is None:
+            self._pix = self._live().pixels().view(self.dtype).reshape(self.shape)
+        return self._pix
 
-    def read_new_publication(
-        self, timeout: float | None = None, out: np.ndarray | None = None
-    ) -> Publication:
-        arr = self._out(out)
+    def _wait_newer(self, timeout: float | None, after: int | None = None) -> None:
+        """Wait until cnt0 exceeds ``after`` (None: the last count this handle saw)."""
+        self._no_semaphores()
+        self._live().wait_newer(self._last if after is None else after, timeout)
+
+    def _no_semaphores(self) -> None:
         if self.layout.nsem == 0:
             raise ShmstreamValueError(
                 f"milk stream '{self.name}' has no semaphores to wait on (created with nsem=0); "
                 "poll with read() and count, or create it with nsem >= 1"
             )
+
+    def read_view(self, *, timeout: float | None = None) -> MilkReadView:
+        """``with s.read_view() as pub:`` a zero-copy :class:`Publication` of
+        the current frame: ``pub.payload`` is a read-only view of the
+        stream's pixels, valid inside the block only; the exit raises
+        FrameOverwrittenError if a writer touched the frame meanwhile.
+        ``timeout`` is accepted for the stream API's sake (a read never waits
+        for a frame; it waits up to ``busy_timeout`` for a writer's flag)."""
+        return MilkReadView(self, False, timeout)
+
+    def read_new_view(self, *, timeout: float | None = None) -> MilkReadView:
+        """:meth:`read_view` of the first frame newer than what this handle
+        last saw (the rule of :meth:`read_new`); TimeoutError if none comes
+        within ``timeout`` seconds."""
+        return MilkReadView(self, True, timeout)
+
+    def read_new(self, timeout: float | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The first frame newer than the last one this handle saw (its last
+        read or write, or the count at open); waits on this process's
+        semaphore (claimed on first use) at most ``timeout`` seconds
+        (None: for ever). TimeoutError when none comes."""
+        arr = self._out(out)
+        self._no_semaphores()
+        # one native call waits and copies; no Publication to build (the hot loop)
+        self._seen(self._live().read_new_into(arr, self._last, timeout, self._busy)[0])
+        return arr
+
+    def read_new_publication(
+        self, timeout: float | None = None, out: np.ndarray | None = None
+    ) -> Publication:
+        arr = self._out(out)
+        self._no_semaphores()
         info = self._live().read_new_into(arr, self._last, timeout, self._busy)
         return self._publication(arr, info)
 
-    def read_since(self, count: int, max_frames: int | None = None) -> FrameBatch:
+    def read_since(
+        self,
+        count: int,
+        max_frames: int | None = None,
+        *,
+        timeout: float | None = None,
+        out: np.ndarray | None = None,
+    ) -> FrameBatch:
         """Every frame after ``count`` that milk's circular buffer still
         holds, oldest first (at most ``max_frames``; None: the buffer's
         depth), as a :class:`~shmstream.FrameBatch`. ``missed`` counts the
         frames after ``count`` already overwritten; pass ``last_count`` as
-        ``count`` to go on. The stream needs ``cb_size >= 2`` (milk's
-        ``CBsize``); the slot the next write goes to is never read, so it
-        keeps ``cb_size - 1`` frames. ``frame_ids`` and ``write_times_ns``
-        are 0: milk's writers do not record them per frame."""
+        ``count`` to go on. The slot the next write goes to is never read,
+        so a buffer of ``cb_size`` keeps ``cb_size - 1`` frames; a stream
+        without one (``cb_size`` < 2) gives its current frame, as a stream
+        without history does. ``frame_ids`` and ``write_times_ns`` are 0:
+        milk's writers do not record them per frame. ``timeout`` None (the
+        default) returns an empty batch when nothing is newer than
+        ``count``; a number of seconds waits that long for a newer frame,
+        then TimeoutError. ``out=`` fills an array of shape ``(m, *shape)``
+        (at most m frames) instead of allocating one."""
         native = self._live()
-        depth = max(1, self.layout.cbsize - 1)
+        depth = max(1, self.history)
         cap = depth if max_frames is None else max(1, min(int(max_frames), depth))
-        frames = np.empty((cap, *self.shape), self.dtype)
+        if out is not None:
+            cap = min(cap, self._batch_out(out))
+        if timeout is not None and native.count() <= int(count):
+            self._wait_newer(timeout, int(count))
+        frames = np.empty((cap, *self.shape), self.dtype) if out is None else out[:cap]
         counts = np.zeros(cap, np.uint64)
-        n, last = native.read_since_into(frames, counts, int(count), self._busy)
+        if self.history:
+            n, last = native.read_since_into(frames, counts, int(count), self._busy)
+        else:  # one frame: the current one, if newer
+            cnt0 = int(native.read_into(frames[0], self._busy)[0])
+            n, last = int(cnt0 > int(count)), cnt0
+            counts[0] = cnt0
         last = int(counts[n - 1]) if n else max(int(last), int(count))
-        missed = last - int(count) - n  # overwritten, or left out (docs/milk.md)
+        missed = max(0, last - int(count) - n)  # overwritten, or left out (docs/milk.md)
         zeros = np.zeros(n, np.uint64)
         return FrameBatch(
             frames=frames[:n],
             counts=counts[:n].copy(),
             frame_ids=zeros,
             write_times_ns=zeros.copy(),
-            missed=max(0, missed),
+            missed=missed,
             after=int(count),
             last_count=last,
         )
+
+    def _batch_out(self, out: Any) -> int:
+        """Frames an ``out=`` array of read_since holds (it is checked)."""
+        if (
+            not isinstance(out, np.ndarray)
+            or out.dtype != self.dtype
+            or out.shape[1:] != self.shape
+            or not len(out)
+            or not out.flags.c_contiguous
+        ):
+            raise ShmstreamValueError(
+                f"out must be a C-contiguous {self.dtype} array of shape (m, *{self.shape})"
+            )
+        return len(out)
 
     def iter_since(
         self, count: int | None = None, timeout: float | None = None
@@ -271,7 +394,9 @@ class MilkStream:
         return self._native
 
     def close(self) -> None:
-        """Release the semaphore claim and unmap; idempotent."""
+        """Release the semaphore claim and unmap; idempotent. A view from
+        :meth:`read_view` still held keeps the mapping until it is dropped."""
+        self._pix = None
         self._native.close()
 
     def unlink(self) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..common import _checks
+from ..common import _checks, _kinds
 from ..errors import (
     NoCpuMirrorError,
     ShmstreamFileNotFoundError,
@@ -185,8 +185,8 @@ def _open_for_reading(
 
 
 def _open_cpu(name: str) -> Any:
-    try:
-        return _open(name, readonly=True, gpu_device=False)
+    try:  # a stream, or (no stream of that name) milk's stream "milk:NAME"
+        return _kinds.open_reader(name, lambda n: _open(n, readonly=True, gpu_device=False))
     except NoCpuMirrorError:
         raise NoCpuMirrorError(
             f"cannot record GPU stream {name!r}: it has no CPU mirror, and recording reads "

@@ -87,7 +87,7 @@ def _remove(entries: Iterable[Entry], skipped: list[Skipped] | None = None) -> l
 
 def _abandonable() -> tuple[str, ...]:
     """The kinds purge removes only when nobody uses them any more."""
-    return tuple(n for k in _kinds.TABLE if not k.always_purged for n in k.names)
+    return tuple(n for k in _kinds.TABLE if not k.always_purged and k.purged for n in k.names)
 
 
 def _remove_abandoned(

@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
-KINDS = ("stream", "gpu-stream", "channel", "array", "loader-pool")
+KINDS = ("stream", "gpu-stream", "channel", "array", "loader-pool", "milk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,6 +289,9 @@ def survey(kinds: Iterable[str] | None = None) -> tuple[list[Entry], list[Skippe
         elif e is not None and (wanted is None or e.kind in wanted):
             found.append(e)
     skipped += _odd_slot_files()
+    outside, odd = _kinds.outside_survey(wanted)  # milk's streams, in milk's directory
+    found += [Entry(**r.entry(k), creator_alive=_creator_alive(r)) for k, r in outside]
+    skipped += [Skipped(path, why) for path, why in odd]
     return (
         sorted(found, key=lambda e: (e.kind, e.name or "", e.segname)),
         sorted(skipped, key=lambda s: s.segname),
@@ -368,6 +371,9 @@ def stat(name: str) -> dict[str, Any]:
     try:
         seg = _native.Segment.peek(segname)
     except FileNotFoundError:
+        outside = _kinds.outside(name)  # no shmstream object: "milk:NAME" is milk's stream
+        if outside is not None and outside.peek is not None:
+            return _stat_of(outside.peek(name))
         listed = sorted(_listed(name)) if name.removeprefix("/").startswith(FILE_PREFIX) else []
         if not listed:
             raise _checks.missing_name_error(name) from None

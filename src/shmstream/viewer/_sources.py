@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
+from ..common import _kinds
 from ..errors import (
     CorruptStreamError,
     FrameOverwrittenError,
@@ -103,20 +104,24 @@ class LiveStream:
     def _open(self) -> Message | None:
         try:
             info = registry.stat(self.name)
-            if info["kind"] not in ("stream", "gpu-stream"):
+            outside = _kinds.entry_of(info["kind"])  # milk's streams open through their kind
+            if outside is not None and outside.open_reader is not None:
+                self._handle = outside.open_reader(self.name)
+            elif info["kind"] not in ("stream", "gpu-stream"):
                 return message(
                     f"{self.name!r} is a {info['kind']}: only streams have a "
                     "picture; the table shows its counters",
                     state="no-picture",
                 )
-            if not info.get("cpu_mirror", True):
+            elif not info.get("cpu_mirror", True):
                 return message(
                     f"{self.name!r} is a GPU stream without a CPU mirror: its "
                     "frames live on the GPU only (create it with cpu_mirror=True "
                     "to see them here)",
                     state="no-picture",
                 )
-            self._handle = open_stream(self.name, readonly=True)
+            else:
+                self._handle = open_stream(self.name, readonly=True)
         except FileNotFoundError:
             return message(
                 f"no stream named {self.name!r}; waiting for it to be created (shmstream.create)",

@@ -1,0 +1,66 @@
+/* shmstream's C core as a milk reader, the C counterpart of `python -m
+ * benchmarks milk`'s shmstream.milk row: the same wait (ss_milk_wait_newer:
+ * claim a semaphore, sem_clockwait) and snapshot read (ss_milk_read) without
+ * Python, so that row's distance from milk's C reader splits into the
+ * core's and the Python layer's. Built by benchmarks/milk.py from the
+ * checkout's sources (no library needed):
+ *
+ *   cc -O2 -std=c11 -Iinclude benchmarks/c/milk_core_reader.c src/core/\*.c \
+ *      -o milk_core_reader -lpthread -ldl
+ *
+ *   milk_core_reader PATH FRAMES
+ *       Print "ready" once the semaphore is claimed, then for each new
+ *       frame until cnt0 reaches FRAMES (10 s without one ends it) a line
+ *       "LATENCY_NS TORN" as milk_peer.c's wakeup does: CLOCK_MONOTONIC now
+ *       minus the int64 stamp in the frame's first 8 bytes, and 1 if the
+ *       copy is not whole. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "shmstream_milk.h"
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: milk_core_reader PATH FRAMES\n");
+    return 2;
+  }
+  ss_milk *m;
+  ss_milk_layout l;
+  if (ss_milk_open(argv[1], &m, &l) != SS_OK || l.datatype != 9) {
+    fprintf(stderr, "milk_core_reader: cannot open a float32 milk stream at %s\n", argv[1]);
+    return 1;
+  }
+  uint64_t frames = strtoull(argv[2], 0, 10);
+  size_t count = l.frame_bytes / sizeof(float);
+  float *copy = malloc(l.frame_bytes);
+  if (ss_milk_claim(m, -1) < 0) return 1;
+  printf("ready\n");
+  fflush(stdout);
+  uint64_t last = ss_milk_count(m);
+  while (last < frames) {
+    if (ss_milk_wait_newer(m, last, 10000000000LL) != SS_OK) break;
+    ss_milk_pubinfo info;
+    if (ss_milk_read(m, copy, l.frame_bytes, 100000000LL, &info) != SS_OK) break;
+    last = info.cnt0;
+    int64_t lat = mono_ns() - *(int64_t *)copy;
+    int torn = 0;
+    for (size_t i = 3; i < count; i++)
+      if (copy[i] != copy[2]) {
+        torn = 1;
+        break;
+      }
+    printf("%lld %d\n", (long long)lat, torn);
+  }
+  free(copy);
+  ss_milk_close(m);
+  return 0;
+}
