@@ -369,9 +369,12 @@ _END_STATES = ("none", "attached", "closed")
 
 
 def _end_dict(info: tuple) -> dict:
-    pid, state, attaches, takeovers, alive = info
+    pid, state, attaches, takeovers, alive, pidns_ino = info
     return {
         "pid": pid,
+        # the PID namespace the pid is in (pid:[inode] of /proc/<pid>/ns/pid), for
+        # humans: the end's liveness is judged by its lease, not by this pid
+        "pid_namespace": f"pid:[{pidns_ino}]" if pidns_ino else None,
         "state": _END_STATES[state] if state < len(_END_STATES) else state,
         "alive": bool(alive),
         "attaches": attaches,

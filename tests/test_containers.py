@@ -1,0 +1,207 @@
+"""Peers that share /dev/shm but not a PID namespace (docs/containers.md,
+docs/ABI.md "Liveness leases"): each side runs as pid 1 of its own
+namespace (``unshare --pid --fork --mount-proc``), as two containers of a
+Kubernetes pod with a memory emptyDir, or ``docker run --ipc=container:``.
+
+Channels judge their ends by leases (OFD locks on the segment file), so
+they work across namespaces: every message arrives, a SIGKILLed end is
+seen as dead from the other namespace, a live end is never taken over
+from there although both ends are pid 1. A fork child's inherited handle
+does not keep its dead parent's end alive. Streams (liveness by pid) are
+still refused from another namespace, with an error naming their layout
+version. Skipped where ``unshare --pid`` is not permitted."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from pidns_util import NsChild
+
+import shmstream
+from shmstream import _native
+
+import support
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="unshare --pid needs root (or a user namespace)"
+)
+
+N = 500
+
+
+@pytest.fixture
+def chan(make_name):
+    """A channel name, unlinked after the test."""
+    name = make_name()
+    yield name
+    try:
+        shmstream.unlink_channel(name)
+    except FileNotFoundError:
+        pass
+
+
+@pytest.fixture
+def children():
+    made: list[NsChild] = []
+
+    def start(code: str) -> NsChild:
+        c = NsChild(code)
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        c.cleanup()
+
+
+def _producer(name: str, create: bool = True) -> str:
+    opener = (
+        f"shmstream.channel({name!r}, 1 << 16, role='producer')"
+        if create
+        else f"shmstream.open_channel({name!r}, role='producer')"
+    )
+    return f"""
+        import os, shmstream
+        tx = {opener}
+        say("pid", os.getpid())
+        assert hear() == "send"
+        for i in range({N}):
+            tx.send(i.to_bytes(4, "little"))
+        say("sent")
+        hear()  # until the test kills us
+    """
+
+
+def test_a_channel_between_two_pid_namespaces_delivers_every_message_and_sees_the_death(
+    chan, children
+):
+    prod = children(_producer(chan))
+    assert prod.expect("pid") == "1"  # pid 1 of its namespace
+    cons = children(f"""
+        import os, shmstream
+        rx = shmstream.open_channel({chan!r}, role="consumer")
+        st = rx.stat()["producer"]
+        say("pid", os.getpid(), st["pid"], st["alive"], st["pid_namespace"])
+        got = [int.from_bytes(rx.recv(timeout=30).data, "little") for _ in range({N})]
+        assert got == list(range({N})), got[:10]
+        say("got", len(got))
+        try:
+            rx.recv()  # no timeout: the producer's death must end it
+        except shmstream.ChannelClosedError as exc:
+            say("closed", "died" in str(exc))
+        say("after", rx.stat()["producer"]["alive"])
+    """)
+    # both are pid 1; the producer's pid is its own namespace's, and it is alive
+    pid, peer_pid, alive, peer_ns = cons.expect("pid").split()
+    assert (pid, peer_pid, alive) == ("1", "1", "True")
+    assert peer_ns.startswith("pid:[") and peer_ns != f"pid:[{os.stat('/proc/self/ns/pid').st_ino}]"
+    prod.tell("send")
+    assert cons.expect("got") == str(N)
+    prod.expect("sent")
+    assert shmstream.stat(chan)["producer"]["alive"] is True  # from a third namespace
+    prod.kill()
+    assert cons.expect("closed") == "True"
+    assert cons.expect("after") == "False"
+    cons.finish()
+    st = shmstream.stat(chan)
+    assert st["producer"]["alive"] is False and st["consumer"]["alive"] is False
+
+
+def test_a_live_end_in_another_namespace_is_never_taken_over_and_a_dead_one_is(chan, children):
+    prod = children(_producer(chan))
+    prod.expect("pid")
+    # Another pid 1, in another namespace, wants the producer end: it is held.
+    rival = children(f"""
+        import shmstream
+        try:
+            shmstream.open_channel({chan!r}, role="producer")
+        except shmstream.ChannelBusyError:
+            say("busy")
+        assert hear() == "again"
+        tx = shmstream.open_channel({chan!r}, role="producer")
+        say("took", tx.stat()["producer"]["takeovers"])
+        tx.send(b"from the new producer")
+        hear()
+    """)
+    assert rival.expect("busy") == ""
+    with pytest.raises(shmstream.ChannelBusyError):  # nor from this namespace
+        shmstream.open_channel(chan, role="producer")
+    rx = shmstream.open_channel(chan, role="consumer")
+    try:
+        prod.kill()
+        rival.tell("again")
+        assert rival.expect("took") == "1"
+        assert rx.recv(timeout=support.WAIT).data == b"from the new producer"
+    finally:
+        rx.close()
+
+
+def test_a_consumer_killed_in_another_namespace_breaks_the_producer_here(chan, children):
+    tx = shmstream.channel(chan, 4096, role="producer")
+    try:
+        cons = children(f"""
+            import shmstream
+            rx = shmstream.open_channel({chan!r}, role="consumer")
+            say("attached")
+            hear()
+        """)
+        cons.expect("attached")
+        assert tx.stat()["consumer"]["alive"] is True
+        cons.kill()
+        assert tx.stat()["consumer"]["alive"] is False
+        with pytest.raises(shmstream.ChannelBrokenError):
+            for _ in range(4096):  # fills the ring, then must not wait for ever
+                tx.send(b"x" * 100)
+    finally:
+        tx.close()
+
+
+def _fork_then_die(name: str, forked, die) -> None:
+    tx = shmstream.open_channel(name, role="producer")
+    pid = os.fork()
+    if pid == 0:  # the child keeps the inherited handle (and its fd) and lives on
+        signal.pause()
+        os._exit(0)
+    forked.put(pid)
+    die.wait()
+    os.kill(os.getpid(), signal.SIGKILL)
+    del tx
+
+
+def test_a_fork_child_does_not_keep_its_dead_parents_end_alive(chan, ctx, spawn):
+    rx = shmstream.channel(chan, 4096, role="consumer")
+    forked, die = ctx.Queue(), ctx.Event()
+    parent = spawn(_fork_then_die, chan, forked, die)
+    child_pid = forked.get(timeout=support.WAIT)
+    try:
+        assert rx.stat()["producer"]["alive"] is True
+        die.set()
+        # (not join(): the fork child holds the process sentinel's pipe open too)
+        support.wait_until(lambda: parent.process.exitcode is not None, what="the parent's death")
+        # the fork child still holds the inherited fd: the end is dead all the same
+        assert rx.stat()["producer"]["alive"] is False
+        with pytest.raises(shmstream.ChannelClosedError, match="died"):
+            rx.recv()
+    finally:
+        os.kill(child_pid, signal.SIGKILL)
+        rx.close()
+
+
+def test_a_stream_from_another_pid_namespace_is_still_refused_naming_its_version(name, children):
+    h = shmstream.create(name, shape=(2,), dtype="int32")
+    try:
+        c = children(f"""
+            import shmstream
+            try:
+                shmstream.open({name!r})
+            except shmstream.PidNamespaceError as exc:
+                say("refused", str(exc).replace(chr(10), " "))
+        """)
+        msg = c.expect("refused")
+        assert f"layout version {_native.LAYOUT_VERSION}" in msg
+        assert "--pid=container:" in msg
+        c.finish()
+    finally:
+        h.close()
