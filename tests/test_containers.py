@@ -7,7 +7,8 @@ Channels judge their ends by leases (OFD locks on the segment file), so
 they work across namespaces: every message arrives, a SIGKILLed end is
 seen as dead from the other namespace, a live end is never taken over
 from there although both ends are pid 1. A fork child's inherited handle
-does not keep its dead parent's end alive. Streams (liveness by pid) are
+does not keep its dead parent's end alive. A shared array (no word judged
+by pid) opens too; streams and loader pools (liveness by pid) are
 still refused from another namespace, with an error naming their layout
 version. Skipped where ``unshare --pid`` is not permitted."""
 
@@ -205,3 +206,34 @@ def test_a_stream_from_another_pid_namespace_is_still_refused_naming_its_version
         c.finish()
     finally:
         h.close()
+
+
+def test_a_shared_array_is_shared_across_pid_namespaces_a_loader_pool_is_not(name, children):
+    import numpy as np
+
+    from shmstream.loader import _loader_pool as lp
+
+    arr = shmstream.share(np.arange(4, dtype=np.int64), name=name)
+    pool = lp.Pool(nslots=2, max_bytes=1 << 20)
+    try:
+        c = children(f"""
+            import shmstream
+            from shmstream.loader import _loader_pool as lp
+            a = shmstream.SharedArray.open({name!r}, writable=True)
+            say("read", a.tolist())
+            a[0] = 42
+            say("wrote")
+            try:
+                lp.PoolClient({pool.token!r}, {pool.instance_id!r})
+            except shmstream.PidNamespaceError:
+                say("pool refused")
+            del a
+        """)
+        assert c.expect("read") == "[0, 1, 2, 3]"
+        c.expect("wrote")
+        assert arr[0] == 42  # the same memory
+        c.expect("pool refused")
+        c.finish()
+    finally:
+        pool.destroy()
+        arr.close()

@@ -453,7 +453,9 @@ def open_channel(
     channel (create it with ``channel``). A channel owned by another user
     is refused (SegmentOwnerError) unless ``allow_owner`` (a uid, a user
     name or a collection of them) or SHMSTREAM_ALLOW_OWNERS names that
-    user; one made in another PID namespace raises PidNamespaceError."""
+    user. It opens from another PID namespace (its ends are judged by
+    lease); only a channel made there by an older build raises
+    PidNamespaceError."""
     _checks.check_name(name, "channel")
     owners = _checks.check_allow_owner(allow_owner)
     ch = _wrap(_channel.Channel.open(name, _role(role), owners))
