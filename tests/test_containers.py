@@ -237,3 +237,122 @@ def test_a_shared_array_is_shared_across_pid_namespaces_a_loader_pool_is_not(nam
     finally:
         pool.destroy()
         arr.close()
+
+
+# ---- crash points, the victim in its own namespace ------------------------------------------
+
+K = 50  # messages before the armed point
+#: the first message the successor sees after the victim died at each point
+PRODUCER_POINTS = {"ring.record": K, "ring.head": K + 1, "ring.detach": K}
+CONSUMER_POINTS = {"ring.read": K, "ring.tail": K + 1, "ring.release": K, "ring.detach": K}
+
+
+def _victim(chan: str, role: str, point: str) -> str:
+    # exit=True: pid 1 of a namespace ignores a SIGKILL it sends itself, so the
+    # victim dies by _exit(86) at the point; its lease goes with it all the same
+    return f"""
+        import shmstream
+        from shmstream import _testhooks
+        role = {role!r}
+        ch = shmstream.open_channel({chan!r}, role=role)
+        say("attached")
+        if role == "producer":
+            for i in range({K}):
+                ch.send(i.to_bytes(4, "little"))
+        else:
+            for i in range({K}):
+                assert int.from_bytes(ch.recv(timeout=30).data, "little") == i
+        _testhooks.fault_arm({point!r}, 1, True)
+        if {point!r} == "ring.detach":
+            ch.close()
+        elif role == "producer":
+            ch.send(({K}).to_bytes(4, "little"))
+        elif {point!r} == "ring.release":
+            with ch.recv_zero_copy(timeout=30) as m:
+                pass
+        else:
+            ch.recv(timeout=30)
+        say("survived")
+    """
+
+
+@pytest.mark.parametrize("point", list(PRODUCER_POINTS))
+def test_a_producer_dying_at_each_point_in_another_namespace_ends_the_stream_cleanly(
+    chan, children, point
+):
+    pytest.importorskip("shmstream._testhooks", reason="a build without test hooks")
+    rx = shmstream.channel(chan, 1 << 16, role="consumer")
+    try:
+        victim = children(_victim(chan, "producer", point))
+        victim.expect("attached")
+        got = []
+        with pytest.raises(shmstream.ChannelClosedError, match="died"):
+            while True:  # no timeout: the dead producer must end the wait
+                got.append(int.from_bytes(rx.recv().data, "little"))
+        assert victim.proc.wait(support.WAIT) == 86  # _exit(86) at the point
+        assert got == list(range(PRODUCER_POINTS[point]))
+        successor = children(f"""
+            import shmstream
+            tx = shmstream.open_channel({chan!r}, role="producer")  # takes the dead end over
+            say("takeovers", tx.stat()["producer"]["takeovers"])
+            tx.send(b"\\x07\\x00\\x00\\x00")
+        """)
+        assert successor.expect("takeovers") == "1"
+        assert rx.recv(timeout=support.WAIT).data == b"\x07\x00\x00\x00"
+        successor.finish()
+    finally:
+        rx.close()
+
+
+@pytest.mark.parametrize("point", list(CONSUMER_POINTS))
+def test_a_consumer_dying_at_each_point_in_another_namespace_loses_no_message(
+    chan, children, point
+):
+    pytest.importorskip("shmstream._testhooks", reason="a build without test hooks")
+    tx = shmstream.channel(chan, 1 << 16, role="producer")
+    try:
+        for i in range(K + 3):
+            tx.send(i.to_bytes(4, "little"))
+        victim = children(_victim(chan, "consumer", point))
+        victim.expect("attached")
+        assert victim.proc.wait(support.WAIT) == 86
+        rx = shmstream.open_channel(chan, role="consumer")  # takes over, from here
+        assert rx.stat()["consumer"]["takeovers"] == 1
+        rest = [int.from_bytes(m.data, "little") for m in rx.drain(1000)]
+        assert rest == list(range(CONSUMER_POINTS[point], K + 3))
+        rx.close()
+    finally:
+        tx.close()
+
+
+# ---- lease words are input ----------------------------------------------------------------
+
+PRODUCER_OWNER = 2368  # docs/ABI.md, "Control lines"
+
+
+def test_an_owner_word_that_names_no_held_lease_is_a_dead_end(chan):
+    import mmap
+    import struct
+
+    rx = shmstream.channel(chan, 4096, role="consumer")
+    path = support.SHM_DIR + _native.segment_name(chan)
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), 4096)
+    try:
+        # a lease number nobody holds, words outside the lease range, a small "pid"
+        for word in (2**62 + 12345, 2**63 - 1, 2**63 + 5, 2**64 - 1, 7):
+            struct.pack_into("<Q", mm, PRODUCER_OWNER, word)
+            assert rx.stat()["producer"]["alive"] is False, hex(word)
+        tx = shmstream.open_channel(chan, role="producer")  # takes the forged end over
+        assert tx.stat()["producer"]["takeovers"] == 1
+        assert rx.stat()["producer"]["alive"] is True
+        # a second handle in this same process: the first one's lease is another
+        # open file description's, so it conflicts and the end is busy
+        with pytest.raises(shmstream.ChannelBusyError):
+            shmstream.open_channel(chan, role="producer")
+        tx.send(b"ok")
+        assert rx.recv(timeout=support.WAIT).data == b"ok"
+        tx.close()
+    finally:
+        mm.close()
+        rx.close()

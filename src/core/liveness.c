@@ -155,7 +155,9 @@ uint64_t ss_lease_self(const ss_segment *seg) {
 int ss_lease_alive(const ss_segment *seg, uint64_t word) {
   if (word == 0) return 0;
   if (word == ss_lease_self(seg)) return 1; /* our own lock never conflicts */
-  if (word < SS_LEASE_BASE || !seg->has_fd) return word >= SS_LEASE_BASE ? -1 : 0;
+  /* Not a lease number (a hostile or corrupt word): nobody can hold it. */
+  if (word < SS_LEASE_BASE || word > SS_LEASE_BASE + (SS_LEASE_BASE - 2)) return 0;
+  if (!seg->has_fd) return -1;
   struct flock fl;
   /* SYNC POINT (l2): tested after the word was loaded (acquire, by the
    * caller). A lease found gone stays gone (no number is taken twice), so a
