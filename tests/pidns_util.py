@@ -41,17 +41,19 @@ def _skip_reason(stderr: str) -> str | None:
 
 
 class NsChild:
-    """``code`` run by Python as pid 1 of a new PID namespace."""
+    """``code`` run by Python as pid 1 of a new PID namespace. ``kill()``
+    SIGKILLs unshare's child: the Python process, or for a nested one the
+    inner unshare, pid 1 of the outer namespace, whose death ends all."""
 
-    def __init__(self, code: str) -> None:
+    def __init__(self, code: str, depth: int = 1) -> None:
+        """``depth`` 2: in a namespace nested in a new one (unshare twice)."""
         if shutil.which("unshare") is None:
             pytest.skip("unshare(1) is not installed")
+        unshare = ["unshare", "--pid", "--fork", "--mount-proc"]
         self.proc = subprocess.Popen(
             [
-                "unshare",
-                "--pid",
-                "--fork",
-                "--mount-proc",
+                *unshare * (depth - 1),
+                *unshare,
                 sys.executable,
                 "-c",
                 PRELUDE + textwrap.dedent(code),

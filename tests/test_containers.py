@@ -47,8 +47,8 @@ def chan(make_name):
 def children():
     made: list[NsChild] = []
 
-    def start(code: str) -> NsChild:
-        c = NsChild(code)
+    def start(code: str, depth: int = 1) -> NsChild:
+        c = NsChild(code, depth)
         made.append(c)
         return c
 
@@ -75,10 +75,12 @@ def _producer(name: str, create: bool = True) -> str:
     """
 
 
+@pytest.mark.parametrize("depth", [1, 2], ids=["sibling", "nested"])
 def test_a_channel_between_two_pid_namespaces_delivers_every_message_and_sees_the_death(
-    chan, children
+    chan, children, depth
 ):
-    prod = children(_producer(chan))
+    # the producer's namespace is a sibling of the consumer's, or nested in another one
+    prod = children(_producer(chan), depth)
     assert prod.expect("pid") == "1"  # pid 1 of its namespace
     cons = children(f"""
         import os, shmstream
