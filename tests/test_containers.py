@@ -358,3 +358,79 @@ def test_an_owner_word_that_names_no_held_lease_is_a_dead_end(chan):
     finally:
         mm.close()
         rx.close()
+
+
+# ---- the C API ------------------------------------------------------------------------------
+
+C_LEASE_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "shmstream.h"
+#include "shmstream_unstable.h"
+
+static int producer_alive(ss_channel *ch) {
+  ss_ring_words w;
+  ss_ring_words_get(ss_channel_segment(ch), &w);
+  return w.leases ? w.producer.alive : -1;
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  const char *name = argv[1];
+  size_t len = strlen(name);
+  ss_channel *rx = ss_channel_new(), *tx = ss_channel_new(), *tx2 = ss_channel_new();
+  int rc = ss_channel_create(rx, name, 4096, SS_ROLE_CONSUMER, 0);
+  printf("create %d version %u\n", rc,
+         ss_segment_identity(ss_channel_segment(rx))->layout_version);
+  printf("open %d\n", ss_channel_open(tx, name, len, SS_ROLE_PRODUCER));
+  printf("same process %d\n", ss_channel_open(tx2, name, len, SS_ROLE_PRODUCER));
+  printf("alive %d\n", producer_alive(rx));
+  fflush(stdout);
+  pid_t a = fork(); /* inherits tx: judges its parent's lease like anyone's */
+  if (a == 0) _exit(producer_alive(rx) == 1 ? 0 : 1);
+  int st;
+  waitpid(a, &st, 0);
+  printf("fork child sees it alive %d\n", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ss_channel_close(tx);
+  printf("closed %d\n", producer_alive(rx));
+  fflush(stdout);
+  pid_t b = fork(); /* attaches as the producer, then dies without closing */
+  if (b == 0) {
+    ss_channel *mine = ss_channel_new();
+    _exit(ss_channel_open(mine, name, len, SS_ROLE_PRODUCER) == SS_OK ? 0 : 1);
+  }
+  waitpid(b, &st, 0);
+  int32_t pid = 0;
+  int peer = ss_channel_peer_status(rx, &pid);
+  printf("dead child %d %d %d\n", WEXITSTATUS(st), peer, pid == b);
+  printf("takeover %d\n", ss_channel_open(tx2, name, len, SS_ROLE_PRODUCER));
+  ss_channel_free(tx2);
+  ss_channel_free(tx);
+  ss_channel_free(rx);
+  ss_channel_unlink(name, len);
+  return 0;
+}
+"""
+
+
+def test_the_c_api_judges_channel_ends_by_lease(chan, tmp_path):
+    import subprocess
+
+    src = tmp_path / "lease.c"
+    src.write_text(C_LEASE_PROGRAM)
+    exe = support.compile_c(str(tmp_path / "lease"), [str(src)])
+    out = subprocess.run(
+        [exe, chan], capture_output=True, text=True, timeout=support.WAIT, check=True
+    ).stdout.splitlines()
+    assert out == [
+        f"create 0 version {_native.LAYOUT_VERSION_LEASES}",
+        "open 0",
+        "same process -14",  # SS_EATTACHED: another handle's lease, even in this process
+        "alive 1",
+        "fork child sees it alive 1",
+        "closed 0",
+        "dead child 0 -12 1",  # SS_EPEERDEAD, and the dead end's pid for humans
+        "takeover 0",
+    ]
