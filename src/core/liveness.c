@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -36,13 +35,23 @@ static pthread_once_t lease_once = PTHREAD_ONCE_INIT;
 static void before_fork(void) { pthread_mutex_lock(&lease_fds_lock); }
 static void after_fork_parent(void) { pthread_mutex_unlock(&lease_fds_lock); }
 
+/* "/proc/self/fd/" + the decimal fd, without snprintf (not async-signal-safe). */
+static void fd_path_tail(char *out, int fd) {
+  char digits[12];
+  int n = 0;
+  do digits[n++] = (char)('0' + fd % 10);
+  while ((fd /= 10) > 0 && n < 11);
+  while (n > 0) *out++ = digits[--n];
+  *out = '\0';
+}
+
 /* Runs in the child, alone: only async-signal-safe calls (open, dup3,
  * close, fcntl). */
 static void after_fork_child(void) {
   for (int i = 0; i < n_lease_fds; i++) {
     int fd = lease_fds[i];
-    char path[32];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    char path[32] = "/proc/self/fd/";
+    fd_path_tail(path + 14, fd);
     int acc = fcntl(fd, F_GETFL);
     int fresh = acc < 0 ? -1 : open(path, (acc & O_ACCMODE) | O_CLOEXEC);
     if (fresh < 0) continue; /* no /proc: the inherited fd stays (documented) */
