@@ -37,6 +37,9 @@ extern "C" {
 /* A stream with history (id.history > 0) is layout version 2: a build that
  * predates history refuses it instead of writing its slots the old way. */
 #define SS_LAYOUT_VERSION_HISTORY 2u
+/* A channel whose ends are judged by leases, not pids (docs/ABI.md,
+ * "Liveness leases"): it works across PID namespaces. */
+#define SS_LAYOUT_VERSION_LEASES 3u
 #define SS_HEADER_BYTES 4096u
 #define SS_IDENTITY_BYTES 2048u /* checksummed, immutable after create */
 #define SS_PAYLOAD_ALIGN 4096u

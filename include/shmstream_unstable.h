@@ -137,13 +137,17 @@ SS_API uint64_t ss_channel_rx_released(const ss_channel *ch);
  * checked by the caller). An end: its owner's pid and start ticks (the
  * owner word), state, attaches, takeovers. */
 typedef struct ss_ring_end_words {
-  int32_t pid;
+  int32_t pid;    /* the owner's pid, in its own PID namespace (layout 3) */
   uint32_t state;
   uint64_t start_ticks_low, attaches, takeovers;
+  uint64_t owner;     /* the owner word: a lease (layout 3) or pid word */
+  uint64_t pidns_ino; /* layout 3: the owner's PID namespace (0: unknown) */
+  int alive;          /* the owner is alive (by lease, or by pid in layout 1) */
 } ss_ring_end_words;
 typedef struct ss_ring_words {
   uint64_t head, tail;
   ss_ring_end_words producer, consumer;
+  int leases; /* layout 3: liveness by lease, good in any PID namespace */
 } ss_ring_words;
 SS_API void ss_ring_words_get(const ss_segment *seg, ss_ring_words *out);
 

@@ -6,9 +6,10 @@
   opt-in; ``allow_owner=`` (uid, user name, or a collection) and
   SHMSTREAM_ALLOW_OWNERS let it open. ``stat`` reports the owner and
   whether others may write the file.
-* A segment created in another PID namespace is refused with
-  PidNamespaceError (its pids cannot be judged here); ``stat`` shows the
-  mismatch and purge does not call it abandoned.
+* A stream created in another PID namespace is refused with
+  PidNamespaceError naming its layout version (its pids cannot be judged
+  here); a channel, judged by leases, opens (tests/test_containers.py has
+  the rest), and ``stat`` and purge judge its ends from any namespace.
 
 The other user is ``nobody`` (uid 65534): a segment made here as root is
 handed to it with chown, or made by a child that dropped to it. These tests
@@ -230,8 +231,9 @@ def test_a_loader_pool_of_another_uid_is_refused(monkeypatch):
 # ---- PID namespaces ----------------------------------------------------------------------
 
 
-def _unshare(code: str) -> subprocess.CompletedProcess:
-    """Run python code in a new PID namespace (and /proc), as a child."""
+def _unshare(code: str, stdin_after=None) -> subprocess.CompletedProcess:
+    """Run python code in a new PID namespace (and /proc), as a child;
+    ``stdin_after()`` runs once it is started."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) is not installed")
     cmd = [
@@ -243,14 +245,17 @@ def _unshare(code: str) -> subprocess.CompletedProcess:
         "-c",
         textwrap.dedent(code),
     ]
-    r = subprocess.run(
+    proc = subprocess.Popen(
         cmd,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=support.WAIT * 2,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
     )
+    if stdin_after is not None:
+        stdin_after()
+    out, err = proc.communicate(timeout=support.WAIT * 2)
+    r = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if r.returncode != 0 and (
         "Operation not permitted" in r.stderr or "unshare failed" in r.stderr
     ):
@@ -258,36 +263,45 @@ def _unshare(code: str) -> subprocess.CompletedProcess:
     return r
 
 
-def test_opening_from_another_pid_namespace_is_refused_saying_how_to_share_one(name, make_name):
+def test_a_stream_from_another_pid_namespace_is_refused_saying_how_a_channel_is_not(
+    name, make_name
+):
     h = shmstream.create(name, shape=(2,), dtype=np.int32)
     chan = make_name()
     prod = shmstream.channel(chan, 4096, role="producer")
     try:
-        r = _unshare(f"""
+        r = _unshare(
+            f"""
             import shmstream
-            for opener in (lambda: shmstream.open({name!r}),
-                           lambda: shmstream.open_channel({chan!r})):
-                try:
-                    opener()
-                except shmstream.PidNamespaceError as exc:
-                    assert isinstance(exc, RuntimeError)
-                    print("refused:", exc)
-                else:
-                    raise SystemExit("opened from another PID namespace")
-        """)
+            try:
+                shmstream.open({name!r})
+            except shmstream.PidNamespaceError as exc:
+                assert isinstance(exc, RuntimeError)
+                print("refused:", exc)
+            else:
+                raise SystemExit("a stream opened from another PID namespace")
+            # a channel judges its ends by leases, not pids: it opens, and works
+            rx = shmstream.open_channel({chan!r}, role="consumer")
+            print("opened:", rx.recv(timeout=30).data)
+        """,
+            stdin_after=lambda: prod.send(b"hi"),
+        )
         assert r.returncode == 0, r.stderr
-        assert r.stdout.count("refused:") == 2
+        assert r.stdout.count("refused:") == 1 and "opened: b'hi'" in r.stdout
         assert "--pid=container:" in r.stdout and "shareProcessNamespace: true" in r.stdout
+        assert "layout version 1" in r.stdout
     finally:
         prod.close()
         shmstream.unlink_channel(chan)
         h.close()
 
 
-def test_a_channel_made_in_another_pid_namespace_is_shown_and_never_purged_as_abandoned(
+def test_a_channel_made_in_another_pid_namespace_is_judged_by_its_ends_leases(
     make_name, monkeypatch
 ):
     chan = make_name()
+    held = make_name()
+    holder = None
     try:
         r = _unshare(f"""
             import os, shmstream
@@ -297,23 +311,47 @@ def test_a_channel_made_in_another_pid_namespace_is_shown_and_never_purged_as_ab
         assert r.returncode == 0, r.stderr
         st = shmstream.stat(chan)
         assert st["pid_namespace"] == "other" and st["creator_alive"] is None
-        # its producer end's pid is from that namespace too: neither alive nor dead here
-        assert st["producer"]["pid"] != 0 and st["producer"]["alive"] is None
-        assert st["consumer"]["alive"] is None
-        with pytest.raises(shmstream.PidNamespaceError):
-            shmstream.open_channel(chan)
-        entry = registry.entry(_native.segment_name(chan))
-        assert entry is not None and entry.creator_alive is None
-        # purge sees only this entry (other users of /dev/shm are left alone)
-        monkeypatch.setattr(registry._purge, "survey", lambda kinds=None: ([entry], []))
+        # its producer's pid is from that namespace (pid 1 there, and shown with it);
+        # its lease tells from here that it is gone
+        assert st["producer"]["pid"] == 1 and st["producer"]["pid_namespace"].startswith("pid:[")
+        assert st["producer"]["alive"] is False and st["consumer"]["alive"] is False
+        # one whose end is still held there (a child in its own namespace) stays
+        holder = subprocess.Popen(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                sys.executable,
+                "-c",
+                f"import sys, shmstream; p = shmstream.channel({held!r}, 4096); "
+                "print('ready', flush=True); sys.stdin.readline()",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        entries = [registry.entry(_native.segment_name(n)) for n in (chan, held)]
+        assert all(e is not None and e.creator_alive is None for e in entries)
+        # purge sees only these entries (other users of /dev/shm are left alone)
+        monkeypatch.setattr(registry._purge, "survey", lambda kinds=None: (entries, []))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             removed = registry.purge(kinds=("channel",)).removed
-        assert removed == []
-        assert any("another PID namespace" in str(w.message) for w in caught)
-        assert os.path.exists(support.SHM_DIR + _native.segment_name(chan))
+        assert [e.name for e in removed] == [chan]
+        assert not any("another PID namespace" in str(w.message) for w in caught)
+        assert not os.path.exists(support.SHM_DIR + _native.segment_name(chan))
+        assert os.path.exists(support.SHM_DIR + _native.segment_name(held))
     finally:
-        shmstream.unlink_channel(chan)
+        if holder is not None:
+            holder.communicate(input="\n", timeout=support.WAIT)
+        for n in (chan, held):
+            try:
+                shmstream.unlink_channel(n)
+            except FileNotFoundError:
+                pass
 
 
 # ---- the C API -----------------------------------------------------------------------------

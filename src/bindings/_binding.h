@@ -373,7 +373,10 @@ inline std::string open_detail(int rc, const ss_segment *seg) {
     uint32_t dev = 0;
     uint64_t ino = 0;
     ss_pidns_self(&dev, &ino);
-    return "this process is in pid:[" + std::to_string(ino) + "]";
+    // The version says why: its liveness is by pid (docs/ABI.md, "Owner
+    // and PID namespace"); a version-3 channel would have opened.
+    return "this process is in pid:[" + std::to_string(ino) + "]; its layout version " +
+           std::to_string(ss_segment_identity(seg)->layout_version) + " judges liveness by pid";
   }
   return "";
 }

@@ -106,9 +106,12 @@ NB_MODULE(_channel, m) {
         d["tail"] = w.tail;
         d["producer"] = end_info(w, SS_ROLE_PRODUCER);
         d["consumer"] = end_info(w, SS_ROLE_CONSUMER);
+        d["leases"] = w.leases != 0;
         return d;
       },
-      "segname"_a, "capacity, head, tail and both ends (pid, state, attaches, takeovers, alive).");
+      "segname"_a,
+      "capacity, head, tail, leases (liveness by lease: layout 3) and both ends (pid, state, "
+      "attaches, takeovers, alive, pidns_ino).");
 
   nb::class_<Message>(m, "Message",
                       "A received message: type_id, data (bytes) and, for arrays, .array.")
@@ -267,7 +270,7 @@ NB_MODULE(_channel, m) {
       .def(
           "end_info",
           [](Channel &c, int role) {
-        // (pid, state, attaches, takeovers, alive) of one end, for stat and tests.
+            // (pid, state, attaches, takeovers, alive, pidns_ino) of one end, for stat and tests.
             if (!ss_segment_mapped(ss_channel_segment(c.ch)))
               raise(g_handle_closed, "channel is closed");
             return end_info(ring_words(c), role);
@@ -275,7 +278,7 @@ NB_MODULE(_channel, m) {
           "role"_a)
       .def("peer_status",
            [](Channel &c) {
-        // 0 ok, or the negative status (dead / closed), and the peer's pid.
+             // 0 ok, or the negative status (dead / closed), and the peer's pid.
              if (!c.attached()) raise(g_handle_closed, "channel is closed");
              int32_t pid = 0;
              int rc = ss_channel_peer_status(c.ch, &pid);

@@ -640,12 +640,13 @@ class Channel {
 
 Pin::~Pin() { chan->unpin(end); }
 
-// (pid, state, attaches, takeovers, alive) of one end of a ring, from the
-// ring words the core read (ss_ring_words_get).
+// (pid, state, attaches, takeovers, alive, pidns_ino) of one end of a ring,
+// from the ring words the core read and judged (ss_ring_words_get: by
+// lease, or by pid for a layout-1 channel). pidns_ino: the owner's PID
+// namespace (layout 3; 0 unknown), so its pid can be read by a human.
 nb::tuple end_info(const ss_ring_words &w, int role) {
   const ss_ring_end_words &e = role == SS_ROLE_PRODUCER ? w.producer : w.consumer;
-  bool alive = e.pid && ss_proc_alive(e.pid, e.start_ticks_low);
-  return nb::make_tuple(e.pid, e.state, e.attaches, e.takeovers, alive);
+  return nb::make_tuple(e.pid, e.state, e.attaches, e.takeovers, e.alive != 0, e.pidns_ino);
 }
 
 // The ring words of a channel that is still mapped (attached, or detached

@@ -51,6 +51,7 @@ NB_MODULE(_native, m) {
   m.attr("MAX_HISTORY") = SS_MAX_HISTORY;
   m.attr("MAX_COUNT") = SS_MAX_COUNT;
   m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
+  m.attr("LAYOUT_VERSION_LEASES") = SS_LAYOUT_VERSION_LEASES;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
   m.def(
       "pidns_self",
@@ -213,6 +214,8 @@ NB_MODULE(_native, m) {
       // this process's: 1 yes, 0 no, -1 unknown (docs/ABI.md).
       .def_prop_ro("pidns_ino", [](Segment &s) { return s.id().pidns_ino; })
       .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.id()); })
+      // 1, 2 (a stream with history) or 3 (a channel judged by leases).
+      .def_prop_ro("layout_version", [](Segment &s) { return s.id().layout_version; })
       .def_prop_ro("instance_id",
                    [](Segment &s) {
                      static const char hex[] = "0123456789abcdef";

@@ -3,6 +3,7 @@
  * The files call each other without a circle:
  *   clock.c, futex.c, proc.c, names.c, fault.c, guard.c   leaves
  *   owner.c        who may open a segment: owner uid, PID namespace (leaf)
+ *   liveness.c     leases: is a peer alive, without a pid  (proc, clock)
  *   sleepers.c     who sleeps on a stream                (proc, clock)
  *   mutex.c        a plain robust mutex                  (clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
@@ -61,6 +62,27 @@ int ss_owner_check(int fd, ss_segment *seg, const ss_open_opts *opts);
 /* A file opened again by name has the owner checked at open: SS_OK or SS_EOWNER. */
 int ss_owner_same(int fd, const ss_segment *seg);
 
+/* ---- src/core/liveness.c: leases (docs/ABI.md, "Liveness leases") ------- */
+
+/* Lease numbers: 2^62 + 62 random bits, the byte of the segment's file a
+ * handle holds an OFD lock on for its life. */
+#define SS_LEASE_BASE (1ull << 62)
+/* Keep fd (the segment's, O_CLOEXEC) in the handle for its life; with own,
+ * take a new lease on it (l1). SS_OK, or an errno (the fd is then closed). */
+int ss_lease_take(ss_segment *seg, int fd, int own);
+/* Close the handle's fd, which drops its lease; nothing if it has none. */
+void ss_lease_drop(ss_segment *seg);
+/* The handle's own lease in this process (0: none, or a fork child's
+ * inherited handle, whose lease is its parent's). */
+uint64_t ss_lease_self(const ss_segment *seg);
+/* Whether the lease `word` is held (l2): 1 alive, 0 gone (or word 0), -1
+ * cannot tell (no fd: callers take it for alive). */
+int ss_lease_alive(const ss_segment *seg, uint64_t word);
+/* A version-3 segment (a channel made by this build): liveness by lease. */
+static inline int ss_uses_leases(const ss_identity *id) {
+  return id->layout_version == SS_LAYOUT_VERSION_LEASES;
+}
+
 /* ---- src/core/fault.c: crash points (docs/ABI.md, "Crash points") ------- */
 
 extern SS_ATOMIC(int) ss_fault_armed_;
@@ -80,6 +102,9 @@ static inline int ss_fault_active(void) {
 /* src/core/segment.c: open a /dev/shm name without blocking or following a
  * link; a FIFO, directory or device is ENODEV. The fd, or -errno. */
 int ss_open_regular(const char *segname, int flags);
+/* Unmap the segment, keeping the handle's fd and lease (a channel's second
+ * mapping replaces the first: src/core/ring.c). */
+void ss_segment_unmap(ss_segment *seg);
 
 /* ---- src/core/guard.c: a file that shrank under a mapping ---------------- */
 

@@ -3,9 +3,11 @@
  * - its file's owner must be the caller's effective uid, or a uid the caller
  *   allows (ss_open_opts, or SHMSTREAM_ALLOW_OWNERS): another user's
  *   segment is that user's channel into this process;
- * - its creator's PID namespace, recorded at create, must be the caller's:
- *   every liveness judgement (lock owner, writer, channel ends, sleepers,
- *   creator) is by pid, and a pid from another namespace means nothing here.
+ * - its creator's PID namespace, recorded at create, must be the caller's
+ *   where liveness is judged by pid (lock owner, writer, sleepers, creator,
+ *   a version-1 channel's ends): a pid from another namespace means nothing
+ *   here. A version-3 channel judges its ends by leases (liveness.c); a
+ *   shared array has no word judged by pid after create.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,7 +43,17 @@ int ss_pidns_match(const ss_identity *id) {
 
 void ss_pidns_record(ss_identity *id) { ss_pidns_self(&id->pidns_dev, &id->pidns_ino); }
 
-int ss_pidns_check(const ss_identity *id) { return ss_pidns_match(id) == 0 ? SS_EPIDNS : SS_OK; }
+/* A lease segment needs no pid: any namespace that shares /dev/shm may
+ * open it (docs/ABI.md, "Liveness leases"). */
+int ss_pidns_check(const ss_identity *id) {
+  if (ss_uses_leases(id)) return SS_OK;
+  /* A shared array has no shared word judged by pid after create (its
+   * creator's pid serves stat and purge only, which say "unknown" for
+   * another namespace): nothing a peer there could misjudge. A loader
+   * pool's root is an array whose slot table is judged by pids: refused. */
+  if (id->kind == SS_KIND_ARRAY && !(id->flags & SS_FLAG_LOADER_POOL)) return SS_OK;
+  return ss_pidns_match(id) == 0 ? SS_EPIDNS : SS_OK;
+}
 
 /* Is uid named in SHMSTREAM_ALLOW_OWNERS (uids or user names, separated by
  * commas or blanks)? Tokens that are neither are ignored. */

@@ -31,7 +31,9 @@ static_assert(sizeof(ss_ring_index_line) == 64 && sizeof(ss_ring_end_line) == 64
 static_assert(offsetof(ss_ring_sleep_line, want) == 8, "space.want at 2504");
 static_assert(offsetof(ss_ring_end_line, state) == 8 &&
                   offsetof(ss_ring_end_line, attaches) == 16 &&
-                  offsetof(ss_ring_end_line, takeovers) == 24,
+                  offsetof(ss_ring_end_line, takeovers) == 24 &&
+                  offsetof(ss_ring_end_line, pid) == 32 &&
+                  offsetof(ss_ring_end_line, pidns_ino) == 40,
               "end line fields");
 static_assert(offsetof(ss_header, notify) == 2176, "consumer sleeps on the notify line");
 static_assert(sizeof(ss_msg_header) == SS_MSG_HEADER_BYTES, "record header");
@@ -98,7 +100,7 @@ static int map_mirror(ss_channel *ch) {
     munmap(va, total);
     return ESTALE;
   }
-  ss_segment_close(&ch->seg);
+  ss_segment_unmap(&ch->seg); /* the fd and its lease stay */
   ch->seg.base = va;
   ch->seg.hdr = (ss_header *)va;
   ch->seg.map_bytes = total;
@@ -111,20 +113,39 @@ static int map_mirror(ss_channel *ch) {
 
 /* ---- ownership ------------------------------------------------------------ */
 
+/* Whether the owner an end's word names is alive: by lease (layout 3, any
+ * PID namespace; one that cannot be tested counts as alive), or by pid
+ * and start time (layout 1, same namespace only). */
+static int word_alive(const ss_segment *seg, uint64_t word) {
+  if (!word) return 0;
+  if (ss_uses_leases(&seg->id)) return ss_lease_alive(seg, word) != 0;
+  return ss_owner_word_alive(word);
+}
+
 static int claim(ss_channel *ch, int role) {
   ss_ring_end_line *e = own_end(ch, role);
-  uint64_t mine = ss_self_owner_word();
+  int leases = ss_uses_leases(&ch->seg.id);
+  uint64_t mine = leases ? ss_lease_self(&ch->seg) : ss_self_owner_word();
+  if (!mine) return EINVAL; /* no lease: ss_lease_take was not called */
   uint64_t cur = atomic_load_explicit(&e->owner, memory_order_acquire);
   int takeover;
   do {
     takeover = cur != 0;
-    if (takeover && ss_owner_word_alive(cur)) return SS_EATTACHED;
+    if (takeover && word_alive(&ch->seg, cur)) return SS_EATTACHED;
     /* SYNC POINT (o1): the claim is one CAS on the owner word, so of two
      * processes claiming (or taking over) at once exactly one wins; acquire
      * pairs with the previous owner's release in ss_channel_detach. */
   } while (!atomic_compare_exchange_strong_explicit(&e->owner, &cur, mine, memory_order_acq_rel,
                                                     memory_order_acquire));
   atomic_fetch_add_explicit(&e->attaches, 1, memory_order_relaxed);
+  if (leases) {
+    /* For humans only (stat, messages): nothing decides by them. */
+    uint32_t dev;
+    uint64_t ino;
+    ss_pidns_self(&dev, &ino);
+    atomic_store_explicit(&e->pid, ss_self_pid(), memory_order_relaxed);
+    atomic_store_explicit(&e->pidns_ino, ino, memory_order_relaxed);
+  }
   if (takeover) {
     atomic_fetch_add_explicit(&e->takeovers, 1, memory_order_relaxed);
     /* The dead owner may have died asleep, still counted on the line this
@@ -154,10 +175,12 @@ static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
   /* SYNC POINT (o4): owner then state, both acquire; detach stores state before
    * clearing the owner, so an empty owner with CLOSED means a clean close. */
   uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
-  if (peer_pid) *peer_pid = (int32_t)(o & 0xffffffffull);
+  if (peer_pid)
+    *peer_pid = ss_uses_leases(&ch->seg.id) ? atomic_load_explicit(&e->pid, memory_order_relaxed)
+                                            : (int32_t)(o & 0xffffffffull);
   if (o) {
     if (o == ch->peer_dead) return SS_EPEERDEAD;
-    if (!deep || ss_owner_word_alive(o)) return SS_OK;
+    if (!deep || word_alive(&ch->seg, o)) return SS_OK;
     ch->peer_dead = o;
     return SS_EPEERDEAD;
   }
@@ -186,7 +209,7 @@ static void heal_line(ss_channel *ch, SS_ATOMIC(uint32_t) *waiters, ss_ring_end_
   ch->next_heal_ns = now + SS_HEAL_INTERVAL_NS;
   uint32_t w = atomic_load_explicit(waiters, memory_order_relaxed);
   uint64_t o = atomic_load_explicit(&sleeper->owner, memory_order_acquire);
-  if (w && (o == 0 || !ss_owner_word_alive(o)))
+  if (w && (o == 0 || !word_alive(&ch->seg, o)))
     atomic_compare_exchange_strong_explicit(waiters, &w, 0, memory_order_relaxed,
                                             memory_order_relaxed);
 }
@@ -554,10 +577,19 @@ void ss_channel_set_spin_ns(ss_channel *ch, int64_t spin_ns) {
 uint64_t ss_channel_rx_cursor(const ss_channel *ch) { return ch->rd; }
 uint64_t ss_channel_rx_released(const ss_channel *ch) { return ch->tail; }
 
-static void end_words(const ss_ring_end_line *e, ss_ring_end_words *out) {
-  uint64_t o = atomic_load_explicit(&e->owner, memory_order_relaxed);
-  out->pid = (int32_t)(o & 0xffffffffu);
-  out->start_ticks_low = o >> 32;
+static void end_words(const ss_segment *seg, const ss_ring_end_line *e, ss_ring_end_words *out) {
+  uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
+  if (ss_uses_leases(&seg->id)) {
+    out->pid = o ? atomic_load_explicit(&e->pid, memory_order_relaxed) : 0;
+    out->start_ticks_low = 0;
+    out->pidns_ino = o ? atomic_load_explicit(&e->pidns_ino, memory_order_relaxed) : 0;
+  } else {
+    out->pid = (int32_t)(o & 0xffffffffu);
+    out->start_ticks_low = o >> 32;
+    out->pidns_ino = 0;
+  }
+  out->owner = o;
+  out->alive = word_alive(seg, o);
   out->state = atomic_load_explicit(&e->state, memory_order_relaxed);
   out->attaches = atomic_load_explicit(&e->attaches, memory_order_relaxed);
   out->takeovers = atomic_load_explicit(&e->takeovers, memory_order_relaxed);
@@ -568,8 +600,9 @@ void ss_ring_words_get(const ss_segment *seg, ss_ring_words *out) {
                                                          SS_RING_CONTROL_OFFSET);
   out->head = atomic_load_explicit(&ctl->head.pos, memory_order_relaxed);
   out->tail = atomic_load_explicit(&ctl->tail.pos, memory_order_relaxed);
-  end_words(&ctl->producer, &out->producer);
-  end_words(&ctl->consumer, &out->consumer);
+  end_words(seg, &ctl->producer, &out->producer);
+  end_words(seg, &ctl->consumer, &out->consumer);
+  out->leases = ss_uses_leases(&seg->id);
 }
 
 void ss_channel_free(ss_channel *ch) {

@@ -50,13 +50,16 @@ static int identity_validate(const ss_identity *id, size_t file_bytes) {
   uint64_t magic = atomic_load_explicit(&id->magic, memory_order_relaxed);
   if (magic == 0) return SS_EBUSY;
   if (magic != SS_MAGIC) return SS_ECORRUPT;
-  if (id->layout_version != SS_LAYOUT_VERSION && id->layout_version != SS_LAYOUT_VERSION_HISTORY)
+  if (id->layout_version != SS_LAYOUT_VERSION && id->layout_version != SS_LAYOUT_VERSION_HISTORY &&
+      id->layout_version != SS_LAYOUT_VERSION_LEASES)
     return SS_EVERSION;
   if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
   if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
     return SS_ECORRUPT;
-  if (id->history ? !history_valid(id)
-                  : id->layout_version != SS_LAYOUT_VERSION || id->slot_count > SS_MAX_SLOTS)
+  /* Version 3 is a channel's (docs/ABI.md, "Liveness leases"). */
+  int plain_version = id->layout_version == SS_LAYOUT_VERSION ||
+                      (ss_uses_leases(id) && id->kind == SS_KIND_CHANNEL);
+  if (id->history ? !history_valid(id) : !plain_version || id->slot_count > SS_MAX_SLOTS)
     return SS_ECORRUPT;
   if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 || id->name_len == 0 ||
       id->name_len > SS_MAX_NAME_BYTES || id->name[id->name_len] != '\0' ||
@@ -197,15 +200,25 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
     return err;
   }
   void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  int err = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
+  int err = base == MAP_FAILED ? errno : 0;
+  /* A channel judges its ends by leases: the handle keeps the fd and holds
+   * its lease from here (docs/ABI.md, "Liveness leases"). */
+  int leases = a->kind == SS_KIND_CHANNEL;
+  if (base != MAP_FAILED && leases) {
+    err = ss_lease_take(seg, fd, 1);
+    if (err) munmap(base, total);
+  } else {
+    close(fd);
+  }
+  if (base == MAP_FAILED || err) {
     shm_unlink(seg->segname);
     return err;
   }
   ss_header *h = (ss_header *)base;
   ss_identity *id = &h->id;
-  id->layout_version = a->history ? SS_LAYOUT_VERSION_HISTORY : SS_LAYOUT_VERSION;
+  id->layout_version = a->history ? SS_LAYOUT_VERSION_HISTORY
+                       : leases   ? SS_LAYOUT_VERSION_LEASES
+                                  : SS_LAYOUT_VERSION;
   id->kind = a->kind;
   id->header_bytes = SS_HEADER_BYTES;
   id->flags = a->flags;
@@ -322,7 +335,12 @@ int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t e
   if (fd < 0) return -fd;
   if ((rc = ss_owner_check(fd, seg, opts)) != SS_OK) return close(fd), rc;
   rc = map_validated(seg, fd, writable, 0, SS_INIT_WAIT_NS);
-  close(fd);
+  if (rc == SS_OK && ss_uses_leases(&seg->id)) {
+    /* Liveness by lease: the handle keeps the fd and holds a lease (l1). */
+    if ((rc = ss_lease_take(seg, fd, 1)) != SS_OK) ss_segment_close(seg);
+  } else {
+    close(fd);
+  }
   if (rc) return rc;
   const ss_identity *id = &seg->id;
   if (id->name_len != len || memcmp(id->name, name, len) != 0) {
@@ -348,17 +366,28 @@ int ss_segment_peek(ss_segment *seg, const char *segname) {
   ss_owner_record(fd, seg);
   /* No waiting for an unfinished creator: listing must not stall on one. */
   int rc = map_validated(seg, fd, 0, SS_HEADER_BYTES, 0);
-  close(fd);
+  /* A lease segment's words are tested through its file: keep the fd,
+   * holding no lease of our own (stat's "alive"). */
+  if (rc == SS_OK && ss_uses_leases(&seg->id)) {
+    if ((rc = ss_lease_take(seg, fd, 0)) != SS_OK) ss_segment_close(seg);
+  } else {
+    close(fd);
+  }
   seg->readonly = SS_ACCESS_FOREIGN;
   return rc;
 }
 
-void ss_segment_close(ss_segment *seg) {
+void ss_segment_unmap(ss_segment *seg) {
   ss_guard_detach(seg);
   if (seg->base) munmap(seg->base, seg->map_bytes);
   seg->base = NULL;
   seg->hdr = NULL;
   seg->map_bytes = 0;
+}
+
+void ss_segment_close(ss_segment *seg) {
+  ss_segment_unmap(seg);
+  ss_lease_drop(seg);
 }
 
 int ss_segment_unlink_segname(const char *segname) {

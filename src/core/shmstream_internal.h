@@ -63,6 +63,13 @@ struct ss_segment {
    * or peek); after SS_EOWNER, the owner that was refused. */
   uint32_t owner_uid;
   uint32_t file_mode;
+  /* The segment's fd, kept for the handle's life where liveness is by
+   * lease (src/core/liveness.c): its lease lock lives on it, and others'
+   * leases are tested through it. */
+  int has_fd;
+  int fd;
+  uint64_t lease;     /* this handle's lease number, 0: none */
+  int32_t lease_pid;  /* the process that took it (a fork child did not) */
 };
 
 /* ---- channels (src/core/ring.c) ----------------------------------------- */

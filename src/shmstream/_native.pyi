@@ -52,6 +52,8 @@ MAX_COUNT: int = 9223372036854775807
 
 LAYOUT_VERSION_HISTORY: int = 2
 
+LAYOUT_VERSION_LEASES: int = 3
+
 SEGMENT_PREFIX: str = '/shmstream-'
 
 def pidns_self() -> tuple:
@@ -171,6 +173,9 @@ class Segment:
 
     @property
     def pidns_match(self) -> int: ...
+
+    @property
+    def layout_version(self) -> int: ...
 
     @property
     def instance_id(self) -> str: ...

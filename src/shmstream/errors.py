@@ -295,9 +295,12 @@ class SegmentOwnerError(ShmstreamPermissionError):
 
 class PidNamespaceError(ShmstreamError, RuntimeError):
     """The segment was created in another PID namespace (another container
-    sharing /dev/shm): its pids cannot be judged from here, so a live peer
-    would look dead. Peers must share a PID namespace (``docker run
-    --pid=container:<id>``, Kubernetes ``shareProcessNamespace: true``).
+    sharing /dev/shm) and its kind judges liveness by pid (a stream, a
+    loader pool, a channel made by an older build): its pids cannot be
+    judged from here, so a live peer would look dead. Peers must share a
+    PID namespace (``docker run --pid=container:<id>``, Kubernetes
+    ``shareProcessNamespace: true``). Channels and shared arrays are not
+    refused (docs/containers.md).
 
     A RuntimeError, not an OSError: the call and the file are fine, the
     deployment is not; code that catches OSError around ``open`` to create

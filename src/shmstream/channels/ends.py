@@ -369,9 +369,12 @@ _END_STATES = ("none", "attached", "closed")
 
 
 def _end_dict(info: tuple) -> dict:
-    pid, state, attaches, takeovers, alive = info
+    pid, state, attaches, takeovers, alive, pidns_ino = info
     return {
         "pid": pid,
+        # the PID namespace the pid is in (pid:[inode] of /proc/<pid>/ns/pid), for
+        # humans: the end's liveness is judged by its lease, not by this pid
+        "pid_namespace": f"pid:[{pidns_ino}]" if pidns_ino else None,
         "state": _END_STATES[state] if state < len(_END_STATES) else state,
         "alive": bool(alive),
         "attaches": attaches,
@@ -450,7 +453,9 @@ def open_channel(
     channel (create it with ``channel``). A channel owned by another user
     is refused (SegmentOwnerError) unless ``allow_owner`` (a uid, a user
     name or a collection of them) or SHMSTREAM_ALLOW_OWNERS names that
-    user; one made in another PID namespace raises PidNamespaceError."""
+    user. It opens from another PID namespace (its ends are judged by
+    lease); only a channel made there by an older build raises
+    PidNamespaceError."""
     _checks.check_name(name, "channel")
     owners = _checks.check_allow_owner(allow_owner)
     ch = _wrap(_channel.Channel.open(name, _role(role), owners))

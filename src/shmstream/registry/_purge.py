@@ -36,7 +36,14 @@ UNFINISHED_ORPHAN_S = 60.0
 
 def _abandoned(e: Entry) -> bool:
     """Is nobody using this segment any more? Its creator is dead, and its
-    kind's entry says no live process uses it (a channel's ends)."""
+    kind's entry says no live process uses it (a channel's ends). A creator
+    in another PID namespace cannot be judged: such an object is abandoned
+    only if its kind judges its users by lease (a layout-3 channel: neither
+    end held), else it is kept."""
+    if e.creator_alive is None and e.leases and e.created is not None:
+        entry = _kinds.entry_of(e.kind)
+        in_use = entry.in_use if entry else None
+        return in_use is not None and not in_use(e.name or "", e.segname)
     if e.creator_alive is not False:  # alive, or unknown (another PID namespace)
         return False
     entry = _kinds.entry_of(e.kind)
@@ -97,7 +104,7 @@ def _remove_abandoned(
     (creator dead; for a channel, no live end either; a loader pool's slot
     files go with its root, and slot files whose root is gone too), and
     unfinished segments whose creator died mid-create."""
-    foreign = [e for e in entries if e.kind in wanted and e.creator_alive is None]
+    foreign = [e for e in entries if e.kind in wanted and e.creator_alive is None and not e.leases]
     if foreign:
         warnings.warn(
             f"purge skipped {len(foreign)} object(s) made in another PID namespace "

@@ -77,6 +77,7 @@ class Entry:
     creator_pid: int | None
     creator_alive: bool | None  # None: unknown (unreadable, or another PID namespace)
     created: float | None  # UNIX time of the create
+    leases: bool = False  # liveness by lease, right from any PID namespace (ABI.md)
 
     @property
     def shown(self) -> str:
@@ -219,7 +220,9 @@ def _entry_of(segname: str, seg: Any) -> Entry:
     kind = _kind_of(seg)
     size = _file_bytes(segname)
     size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _extra_files(kind, seg.name))
-    return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), seg.created_ns / 1e9)
+    leases = int(seg.layout_version) == _native.LAYOUT_VERSION_LEASES
+    created = seg.created_ns / 1e9
+    return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), created, leases)
 
 
 def _creator_alive(seg: Any) -> bool | None:

@@ -1,0 +1,177 @@
+/* Liveness leases (docs/ABI.md, "Liveness leases"): whether the process
+ * behind a shared word is alive, judged without a pid, so that peers in
+ * two PID namespaces that share /dev/shm judge each other rightly.
+ *
+ * A handle holds a shared open-file-description lock on one byte far past
+ * the end of its segment's file, byte L, for its life; L (2^62 + 62 random
+ * bits) is what it stores in a shared word (a channel end's owner). The
+ * kernel drops the lock when the last fd of the open file description
+ * closes, i.e. when the process dies however it dies, whatever its
+ * namespace, and F_OFD_GETLK through any fd of the same file tells whether
+ * anyone still holds it. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- the fds of this process's leases, for the fork child --------------- */
+
+/* A fork child shares its parent's open file descriptions: an inherited
+ * lease fd would keep the parent's leases alive after the parent died. The
+ * child handler gives each lease fd a fresh open file description of the
+ * same file (no lock on it), so a handle's lease is the parent's in the
+ * child, judged like anyone's, as a pid was. A table of fds, not of
+ * handles: handles may be copied or moved by their owner. */
+#define SS_LEASE_FDS_MAX 4096
+static int lease_fds[SS_LEASE_FDS_MAX];
+static int n_lease_fds;
+static pthread_mutex_t lease_fds_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t lease_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void) { pthread_mutex_lock(&lease_fds_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&lease_fds_lock); }
+
+/* "/proc/self/fd/" + the decimal fd, without snprintf (not async-signal-safe). */
+static void fd_path_tail(char *out, int fd) {
+  char digits[12];
+  int n = 0;
+  do digits[n++] = (char)('0' + fd % 10);
+  while ((fd /= 10) > 0 && n < 11);
+  while (n > 0) *out++ = digits[--n];
+  *out = '\0';
+}
+
+/* Runs in the child, alone: only async-signal-safe calls (open, dup3,
+ * close, fcntl). */
+static void after_fork_child(void) {
+  for (int i = 0; i < n_lease_fds; i++) {
+    int fd = lease_fds[i];
+    char path[32] = "/proc/self/fd/";
+    fd_path_tail(path + 14, fd);
+    int acc = fcntl(fd, F_GETFL);
+    int fresh = acc < 0 ? -1 : open(path, (acc & O_ACCMODE) | O_CLOEXEC);
+    if (fresh < 0) continue; /* no /proc: the inherited fd stays (documented) */
+    if (dup3(fresh, fd, O_CLOEXEC) < 0) {
+      close(fresh);
+      continue;
+    }
+    close(fresh);
+  }
+  pthread_mutex_unlock(&lease_fds_lock);
+}
+
+static void register_atfork(void) {
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static int remember_fd(int fd) {
+  pthread_once(&lease_once, register_atfork);
+  pthread_mutex_lock(&lease_fds_lock);
+  int ok = n_lease_fds < SS_LEASE_FDS_MAX;
+  if (ok) lease_fds[n_lease_fds++] = fd;
+  pthread_mutex_unlock(&lease_fds_lock);
+  return ok ? SS_OK : EMFILE;
+}
+
+static void forget_fd(int fd) {
+  pthread_mutex_lock(&lease_fds_lock);
+  for (int i = 0; i < n_lease_fds; i++)
+    if (lease_fds[i] == fd) {
+      lease_fds[i] = lease_fds[--n_lease_fds];
+      break;
+    }
+  pthread_mutex_unlock(&lease_fds_lock);
+}
+
+/* ---- a handle's lease ------------------------------------------------------ */
+
+static uint64_t random_lease(void) {
+  uint64_t r = 0;
+  size_t got = 0;
+  while (got < sizeof r) {
+    ssize_t n = getrandom((uint8_t *)&r + got, sizeof r - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      /* No entropy syscall: the clock and an address still differ between
+       * processes. */
+      r ^= (uint64_t)ss_realtime_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&r;
+      break;
+    }
+    got += (size_t)n;
+  }
+  /* 2^62 .. 2^63 - 2: nonzero, and byte L and its length fit off_t. */
+  uint64_t low = r & (SS_LEASE_BASE - 1);
+  if (low == SS_LEASE_BASE - 1) low--;
+  return SS_LEASE_BASE | low;
+}
+
+static int lease_lock(int fd, short type, int cmd, uint64_t lease, struct flock *out) {
+  struct flock fl = {0};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = (off_t)lease;
+  fl.l_len = 1;
+  fl.l_pid = 0; /* must be 0 for the OFD commands */
+  int rc;
+  do rc = fcntl(fd, cmd, &fl);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) return errno;
+  if (out) *out = fl;
+  return SS_OK;
+}
+
+int ss_lease_take(ss_segment *seg, int fd, int own) {
+  int rc = remember_fd(fd);
+  if (rc) return rc;
+  seg->fd = fd;
+  seg->has_fd = 1;
+  seg->lease = 0;
+  if (!own) return SS_OK; /* a peek: tests leases, holds none */
+  uint64_t lease = random_lease();
+  /* SYNC POINT (l1): the lock on byte L is held before L is stored in any
+   * shared word (the caller's claim), so a word naming L names a lease
+   * that was held when it was stored. F_RDLCK: a read-only fd can take it,
+   * and nobody ever takes an exclusive lock there, so this never waits. */
+  rc = lease_lock(fd, F_RDLCK, F_OFD_SETLK, lease, NULL);
+  if (rc) {
+    ss_lease_drop(seg);
+    return rc; /* EINVAL: a kernel before 3.15, without OFD locks */
+  }
+  seg->lease = lease;
+  seg->lease_pid = ss_self_pid();
+  return SS_OK;
+}
+
+void ss_lease_drop(ss_segment *seg) {
+  if (!seg->has_fd) return;
+  forget_fd(seg->fd);
+  close(seg->fd); /* the last fd of its description: the kernel drops the lock */
+  seg->has_fd = 0;
+  seg->fd = -1;
+  seg->lease = 0;
+}
+
+uint64_t ss_lease_self(const ss_segment *seg) {
+  /* In a fork child the lease is the parent's (its fd was given a fresh
+   * description): not this process's to store. */
+  return seg->lease && seg->lease_pid == ss_self_pid() ? seg->lease : 0;
+}
+
+int ss_lease_alive(const ss_segment *seg, uint64_t word) {
+  if (word == 0) return 0;
+  if (word == ss_lease_self(seg)) return 1; /* our own lock never conflicts */
+  /* Not a lease number (a hostile or corrupt word): nobody can hold it. */
+  if (word < SS_LEASE_BASE || word > SS_LEASE_BASE + (SS_LEASE_BASE - 2)) return 0;
+  if (!seg->has_fd) return -1;
+  struct flock fl;
+  /* SYNC POINT (l2): tested after the word was loaded (acquire, by the
+   * caller). A lease found gone stays gone (no number is taken twice), so a
+   * takeover CAS from this word cannot displace a live owner. l_pid is -1
+   * for OFD locks: nothing here reads a pid. */
+  if (lease_lock(seg->fd, F_WRLCK, F_OFD_GETLK, word, &fl) != SS_OK) return -1;
+  return fl.l_type != F_UNLCK;
+}
