@@ -63,3 +63,30 @@ def test_the_core_checks_an_explicit_count_for_every_writer(name):
         seg.write(src, count=_native.MAX_COUNT + 1)
     assert seg.count == 5  # nothing was published, and the lock was given back
     assert seg.write(src) == 6
+
+
+def test_the_dimension_limit_has_one_message_wherever_a_shape_is_taken(make_name):
+    # One limit (MAX_NDIM, a header's and a message's shape), one message:
+    # common/_checks.py's check_ndim, for a stream's shape, a stream's shape
+    # grown by a sub-array dtype, share() and a channel message.
+    over = (1,) * (_native.MAX_NDIM + 1)
+    message = (
+        rf"^shape \({', '.join('1' * len(over))}\) has {len(over)} dimensions; "
+        rf"at most {_native.MAX_NDIM} are supported"
+    )
+    chan = make_name()
+    tx = shmstream.channel(chan, capacity=4096)
+    try:
+        for make in (
+            lambda: shmstream.create(make_name(), shape=over),
+            lambda: shmstream.create(make_name(), shape=over[1:], dtype="(1,)f4"),
+            lambda: shmstream.share(np.zeros(over), name=make_name()),
+            lambda: tx.send(np.zeros(over)),
+            lambda: tx.send_zero_copy(dtype=np.uint8, shape=over),
+        ):
+            with pytest.raises(ValueError, match=message) as info:
+                make()
+            assert isinstance(info.value, ShmstreamError)
+    finally:
+        tx.close()
+        shmstream.unlink_channel(chan)
