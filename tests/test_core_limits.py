@@ -90,3 +90,18 @@ def test_the_dimension_limit_has_one_message_wherever_a_shape_is_taken(make_name
     finally:
         tx.close()
         shmstream.unlink_channel(chan)
+
+
+def test_the_channel_capacity_has_one_message_from_the_check_and_from_the_core(make_name):
+    # The core refuses a capacity that is not a power of two in range; the
+    # Python check says the same first, with the value it got.
+    from shmstream import _channel
+
+    wording = r"capacity must be a power of two from 4096 to 2\*\*40 bytes"
+    name = make_name()
+    with pytest.raises(ValueError, match=wording + r", not 5000$"):
+        shmstream.channel(name, capacity=5000)
+    with pytest.raises(ValueError, match=wording) as info:
+        _channel.Channel.create(name, 5000, _channel.ROLE_PRODUCER)
+    assert isinstance(info.value, ShmstreamError)
+    assert not os.path.exists(support.segment_path(name))

@@ -304,7 +304,7 @@ inline const StatusRow kStatusTable[] = {
     {ENOENT, "channel", nullptr, nullptr,
      "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
     {EINVAL, "channel", "create", &g_value,
-     "capacity must be a power of two between 4096 and 2**40 bytes"},
+     "capacity must be a power of two from 4096 to 2**40 bytes"},
     // the core's limits of a segment header; shmstream.create checks each
     // first and names the argument, so only a direct caller meets this one
     {EINVAL, nullptr, "create", &g_value,
