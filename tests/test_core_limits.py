@@ -59,8 +59,17 @@ def test_the_core_checks_an_explicit_count_for_every_writer(name):
     assert seg.write(src, count=5) == 5
     with pytest.raises(ValueError, match=r"count 5 does not exceed the count of .* \(5\)"):
         seg.write(src, count=5)
-    with pytest.raises(ValueError, match=r"is above 9223372036854775807"):
+    # the words of the Python check (streams/_checks.py), which a handle meets first
+    with pytest.raises(
+        ValueError, match=r"count must be in \[1, 2\*\*63\), got 9223372036854775808"
+    ):
         seg.write(src, count=_native.MAX_COUNT + 1)
+    handle = shmstream.open(name)
+    with pytest.raises(
+        ValueError, match=r"count must be in \[1, 2\*\*63\), got 9223372036854775808"
+    ):
+        handle.write(src, count=_native.MAX_COUNT + 1)
+    handle.close()
     assert seg.count == 5  # nothing was published, and the lock was given back
     assert seg.write(src) == 6
 
