@@ -250,6 +250,30 @@ def test_a_shared_check_serves_two_kinds_and_a_kinds_checks_stay_in_its_folder()
                 )
 
 
+def test_no_module_of_the_package_shares_its_name_with_a_name_of_the_package():
+    # Issue 33: shmstream.stream and shmstream.channel were both functions
+    # and modules (importing the module replaced the function). A name the
+    # package's __init__.py binds to anything but that module must not be
+    # the name of one of its modules or folders.
+    modules = {p.stem for p in PKG.glob("*.py")} | {
+        p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()
+    }
+    assert {"streams", "channels", "errors"} <= modules
+    clashes = []
+    for node in ast.walk(ast.parse((PKG / "__init__.py").read_text())):
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                bound = a.asname or a.name
+                is_that_module = node.level == 1 and not node.module and a.name == bound
+                if bound in modules and not is_that_module:
+                    clashes.append(f"{bound} (from {'.' * node.level}{node.module or ''})")
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in modules:
+            clashes.append(node.name)
+        elif isinstance(node, ast.Assign):
+            clashes += [t.id for t in node.targets if isinstance(t, ast.Name) and t.id in modules]
+    assert not clashes, "names of the package that are also its modules: " + ", ".join(clashes)
+
+
 def test_every_kind_the_registry_names_has_an_entry_in_the_table():
     import shmstream  # noqa: F401  (imports every folder: each registers its entry)
     from shmstream import registry
