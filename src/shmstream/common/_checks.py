@@ -111,8 +111,8 @@ def check_dim(dim: Any) -> int:
 
 def check_shape(shape: Any, limited: bool = True) -> tuple[int, ...]:
     """An int or a sequence of non-negative ints (no bools, no floats), of
-    at most MAX_NDIM dimensions (:func:`check_ndim`) unless not ``limited``
-    (the direct reader's file arrays: any)."""
+    at most MAX_NDIM dimensions (:func:`check_ndim`), or of any number when
+    ``limited`` is False (the direct reader's arrays in files)."""
     if isinstance(shape, (str, bytes, bool, np.bool_)):
         raise ShmstreamTypeError(f"shape must be a tuple of integers, not {shape!r}")
     if isinstance(shape, (int, np.integer)):
