@@ -113,6 +113,19 @@ _NOT_THIS_TREE = re.compile(r"(?:\b[0-9a-f]{7,40}:|--(?:json|out)[ =])$")
 #: A Markdown link's target: ``[text](target)``.
 _MD_LINK = re.compile(r"\]\(([^()\s]+)\)")
 _PACKAGE_PATH = re.compile(r"(?<![\w/.-])(shmstream/[\w/]+\.py)\b")
+#: A path from the package's root, as docs/ARCHITECTURE.md writes them
+#: (``streams/_checks.py``): a folder of the package, then a module.
+_FOLDER_PATH = re.compile(
+    r"(?<![\w/.-])((?:"
+    + "|".join(
+        sorted(
+            d.name
+            for d in os.scandir(os.path.join(ROOT, "src", "shmstream"))
+            if d.is_dir() and not d.name.startswith("_")
+        )
+    )
+    + r")/[\w/]+\.py)\b"
+)
 
 
 def _scanned_files() -> list[str]:
@@ -161,6 +174,9 @@ def named_paths_missing() -> list[str]:
             for m in _PACKAGE_PATH.finditer(line):
                 if not _exists("src/" + m.group(1)):
                     missing.append(f"{rel}:{i}: {m.group(1)}")
+            for m in _FOLDER_PATH.finditer(line):
+                if not _exists("src/shmstream/" + m.group(1)) and not _exists(m.group(1)):
+                    missing.append(f"{rel}:{i}: {m.group(1)}")
     return missing
 
 
@@ -187,6 +203,10 @@ def test_the_path_check_sees_a_missing_path():
     assert _exists("src/core/*.c") and _exists("src/core/") and not _exists("src/core/lock.c")
     assert _REPO_PATH.search("see src/core/lock.c, the lock").group(1) == "src/core/lock.c"
     assert _PACKAGE_PATH.search("by shmstream/cli.py. Importing").group(1) == "shmstream/cli.py"
+    assert _FOLDER_PATH.search("in loader/_pool.py, the").group(1) == "loader/_pool.py"
+    assert not _FOLDER_PATH.search("tests/loader/x.py") and not _exists(
+        "src/shmstream/loader/_pool.py"
+    )
     assert _NOT_THIS_TREE.search("git show e2e106b:") and _NOT_THIS_TREE.search("cmd --json ")
     assert not _NOT_THIS_TREE.search("see ")
     assert _MD_LINK.findall("[log](benchmarks/results/LOG.md#x) and [a](#b)") == [

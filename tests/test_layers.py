@@ -163,16 +163,15 @@ def test_the_stream_layer_never_imports_the_gpu_layer():
         assert not any(t.startswith("shmstream.gpu") for t in edges[mod]), mod
 
 
-KIND_FOLDERS = (
-    "streams",
-    "channels",
-    "arrays",
-    "loader",
-    "recording",
-    "gpu",
-    "bridge",
-    "cli",
-    "viewer",
+#: Every folder of the package but the shared helpers and the registry is a
+#: kind (streams, channels, arrays, loader, recording, gpu, bridge, cli,
+#: viewer, milk ...): a new folder is held by the rules below at once.
+KIND_FOLDERS = tuple(
+    sorted(
+        p.name
+        for p in PKG.iterdir()
+        if (p / "__init__.py").is_file() and p.name not in {"common", "registry"}
+    )
 )
 
 
@@ -184,6 +183,95 @@ def test_the_registry_imports_no_kind_and_the_shared_helpers_import_no_kind():
     for mod in mods:
         kinds = sorted(t for t in edges[mod] if t.split(".")[1] in KIND_FOLDERS)
         assert not kinds, f"{mod} imports {kinds}"
+
+
+def _uses_of_the_shared_checks() -> dict[str, set[str]]:
+    """name in common/_checks.py -> the folders (or "common._checks" itself)
+    whose modules use it, as ``_checks.NAME`` or ``from ..._checks import NAME``."""
+    shared = "shmstream.common._checks"
+    uses: dict[str, set[str]] = {}
+    for mod, path in _python_modules().items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        where = "common._checks" if mod == shared else [*mod.split("."), ""][1]
+        tree = ast.parse(path.read_text())
+        bound = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = _resolve(package, node.level, node.module)
+                for a in node.names:
+                    if f"{target}.{a.name}" == shared:
+                        bound.add(a.asname or a.name)
+                    elif target == shared:
+                        uses.setdefault(a.name, set()).add(where)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id in bound:
+                    uses.setdefault(node.attr, set()).add(where)
+            elif mod == shared and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                uses.setdefault(node.id, set()).add(where)
+    return uses
+
+
+def test_a_shared_check_serves_two_kinds_and_a_kinds_checks_stay_in_its_folder():
+    # Each kind owns its checks and their wording (streams/_checks.py,
+    # channels/_checks.py ...); common/_checks.py holds what two kinds at
+    # least use, and the helpers those are built of.
+    uses = _uses_of_the_shared_checks()
+    tree = ast.parse((PKG / "common" / "_checks.py").read_text())
+    defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    defined += [
+        t.id
+        for n in tree.body
+        if isinstance(n, (ast.Assign, ast.AnnAssign))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Name)
+    ]
+    assert "check_name" in defined and "check_ndim" in defined
+    lonely = []
+    for name in defined:
+        users = uses.get(name, set())
+        kinds = users - {"common._checks"}
+        if len(kinds) < 2 and "common._checks" not in users:
+            lonely.append(f"{name} ({', '.join(sorted(kinds)) or 'no kind'})")
+    assert not lonely, "checks of one kind in common/_checks.py: " + "; ".join(lonely)
+    # a kind's own checks are imported by its folder (and the GPU streams,
+    # which are streams, by gpu/)
+    built_on = {"gpu": {"streams"}}
+    edges = _import_graph()
+    kind_checks = [m for m in _python_modules() if m.endswith("._checks") and "common" not in m]
+    assert "shmstream.streams._checks" in kind_checks
+    for checks in kind_checks:
+        owner = checks.split(".")[1]
+        for mod, targets in edges.items():
+            folder = mod.split(".")[1] if "." in mod else ""
+            if checks in targets:
+                assert folder == owner or owner in built_on.get(folder, ()), (
+                    f"{mod} uses {checks}, the checks of another kind"
+                )
+
+
+def test_no_module_of_the_package_shares_its_name_with_a_name_of_the_package():
+    # Issue 33: shmstream.stream and shmstream.channel were both functions
+    # and modules (importing the module replaced the function). A name the
+    # package's __init__.py binds to anything but that module must not be
+    # the name of one of its modules or folders.
+    modules = {p.stem for p in PKG.glob("*.py")} | {
+        p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()
+    }
+    assert {"streams", "channels", "errors"} <= modules
+    clashes = []
+    for node in ast.walk(ast.parse((PKG / "__init__.py").read_text())):
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                bound = a.asname or a.name
+                is_that_module = node.level == 1 and not node.module and a.name == bound
+                if bound in modules and not is_that_module:
+                    clashes.append(f"{bound} (from {'.' * node.level}{node.module or ''})")
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in modules:
+            clashes.append(node.name)
+        elif isinstance(node, ast.Assign):
+            clashes += [t.id for t in node.targets if isinstance(t, ast.Name) and t.id in modules]
+    assert not clashes, "names of the package that are also its modules: " + ", ".join(clashes)
 
 
 def test_every_kind_the_registry_names_has_an_entry_in_the_table():

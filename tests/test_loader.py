@@ -111,7 +111,7 @@ def test_num_workers_zero_is_torchs_loader():
 
 
 def test_import_shmstream_does_not_import_torch():
-    code = "import sys, shmstream, shmstream.shared_array; assert 'torch' not in sys.modules"
+    code = "import sys, shmstream, shmstream.arrays.shared_array; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

@@ -24,8 +24,8 @@ import pytest
 
 import shmstream
 from shmstream import _native
+from shmstream.arrays.shared_array import SharedArray, SharedRecArray, share
 from shmstream.errors import StaleStreamError
-from shmstream.shared_array import SharedArray, SharedRecArray, share
 
 SHM = "/dev/shm"
 TOKEN = f"sa{uuid.uuid4().hex[:8]}"
@@ -393,7 +393,7 @@ def test_workers_cause_no_resource_tracker_warnings_and_creator_exit_unlinks(tmp
     script = tmp_path / "creator.py"
     script.write_text(
         CREATOR_SCRIPT.replace(
-            "from shmstream import share", "from shmstream.shared_array import share"
+            "from shmstream import share", "from shmstream.arrays.shared_array import share"
         )
     )
     out = subprocess.run(

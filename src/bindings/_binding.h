@@ -304,7 +304,7 @@ inline const StatusRow kStatusTable[] = {
     {ENOENT, "channel", nullptr, nullptr,
      "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
     {EINVAL, "channel", "create", &g_value,
-     "capacity must be a power of two between 4096 and 2**40 bytes"},
+     "capacity must be a power of two from 4096 to 2**40 bytes"},
     // the core's limits of a segment header; shmstream.create checks each
     // first and names the argument, so only a direct caller meets this one
     {EINVAL, nullptr, "create", &g_value,
@@ -431,13 +431,12 @@ inline std::string fill(const char *text, const ErrorContext &c) {
 
 // An explicit count the core refused (ss_publish_count_check: ERANGE above
 // SS_MAX_COUNT, EINVAL not above the current count `now`): one message for
-// streams and GPU streams.
+// streams and GPU streams, the words of streams/_checks.py's check_count.
 [[noreturn]] inline void raise_count(int rc, uint64_t count, uint64_t now,
                                      const std::string &name) {
   if (rc == ERANGE)
-    raise(g_value, "count " + std::to_string(count) + " is above " + std::to_string(SS_MAX_COUNT) +
-                       " (2**63 - 1), the largest count a write may set: the count must still "
-                       "grow after it");
+    raise(g_value, "count must be in [1, 2**63), got " + std::to_string(count) +
+                       ": the count must still grow after it");
   if (rc == EINVAL)
     raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name +
                        "' (" + std::to_string(now) + "): a mirror's counts only grow");

@@ -126,8 +126,8 @@ NB_MODULE(_native, m) {
              uint32_t history) {
             // The limits (shape, slots, history, dtype) are the core's: it
             // refuses them (EINVAL) and the Python API checked them first,
-            // naming the argument (src/shmstream/common/_checks.py, from the
-            // constants above).
+            // naming the argument (src/shmstream/streams/_checks.py and
+            // common/_checks.py's check_ndim, from the constants above).
             Segment *s = make_segment();
             ss_create_args a{};
             a.name = name.c_str();

@@ -70,8 +70,8 @@ struct ArraySpec {
 };
 
 // A per-call spin_us (microseconds: an int or a float, not a bool) as the
-// core's nanoseconds, with _checks.spin_ns's rounding; false for anything
-// _checks.spin_ns would refuse or that is not a plain number (the checked
+// core's nanoseconds, with streams/_checks.py spin_ns's rounding; false for
+// anything spin_ns would refuse or that is not a plain number (the checked
 // path then raises or converts it).
 inline bool spin_ns_of(nb::handle spin_us, int64_t *ns) {
   PyObject *o = spin_us.ptr();

@@ -111,7 +111,7 @@ class DirectArray:
         dt = _checks.check_dtype(dtype)
         if dt.itemsize == 0:
             raise ShmstreamTypeError(f"dtype {dt} has no size; give a sized dtype such as 'S8'")
-        self._shape = _checks.check_shape(shape, max_ndim=None)
+        self._shape = _checks.check_shape(shape, limited=False)
         self._dtype = dt
         self._offset = _checks.check_int("offset", offset, minimum=0, maximum=_MAX_FILE_BYTES)
         cache_bytes = _checks.check_int(

@@ -425,11 +425,7 @@ def share(
         name = f"{AUTO_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
     else:
         _checks.check_name(name, "shared array")
-    if a.ndim > _native.MAX_NDIM:
-        raise ShmstreamValueError(
-            f"share() supports at most {_native.MAX_NDIM} dimensions, got {a.ndim}; "
-            "share a reshaped array and reshape it back in the workers"
-        )
+    _checks.check_ndim(a.shape, "; share a reshaped array and reshape it back in the workers")
     base_dt = np.dtype(dt.descr) if dt.names is not None and dt.type is np.record else dt
     try:
         text = _dtypes.encode(base_dt)

@@ -12,8 +12,8 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from .. import _channel, _native
-from ..common import _dtypes
+from .. import _channel
+from ..common import _checks, _dtypes
 from ..errors import (
     CorruptStreamError,
     ShmstreamTypeError,
@@ -57,8 +57,7 @@ _DLPACK_NAMES = {(4, 16): "bfloat16"}
 
 
 def _meta_of(text: str, shape: tuple) -> bytes:
-    if len(shape) > _native.MAX_NDIM:
-        raise ShmstreamValueError(f"at most {_native.MAX_NDIM} dimensions travel in a message")
+    _checks.check_ndim(shape)
     raw = text.encode()
     meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(raw), *shape) + raw
     if len(meta) > _channel.MAX_META:

@@ -39,6 +39,7 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
+from ._checks import check_batch, check_capacity, check_max_messages, check_spin_ns, check_type_id
 from ._messages import (
     DLPackDtype,
     Loan,
@@ -101,7 +102,7 @@ class _End:
 
     @spin_ns.setter
     def spin_ns(self, value: int) -> None:
-        self._ch.spin_ns = _checks.check_int("spin_ns", value, minimum=-(2**63), maximum=2**63 - 1)
+        self._ch.spin_ns = check_spin_ns(value)
 
     @property
     def spin_policy(self) -> dict:
@@ -178,7 +179,7 @@ class ChannelProducer(_End):
 
     @batch.setter
     def batch(self, value: int) -> None:
-        self._ch.batch = _checks.check_int("batch", value, minimum=1, maximum=_checks.MAX_U32)
+        self._ch.batch = check_batch(value)
 
     def send(self, obj: Any, type_id: int = 0, timeout: float | None = None) -> None:
         """Copy ``obj`` (bytes, any buffer, an ndarray, or a DLPack tensor)
@@ -195,7 +196,7 @@ class ChannelProducer(_End):
             except ShmstreamError:
                 raise
             except TypeError:  # the binding's u32 refused type_id: say which argument
-                _checks.check_u32("type_id", type_id)
+                check_type_id(type_id)
                 raise
             return
         try:
@@ -206,7 +207,7 @@ class ChannelProducer(_End):
         except TypeError:
             # Not a buffer (a DLPack tensor?), or a type_id the binding's u32
             # refuses: checked here, off the hot path.
-            type_id = _checks.check_u32("type_id", type_id)
+            type_id = check_type_id(type_id)
         payload = dlpack_payload(obj)
         if payload is None:
             raise ShmstreamTypeError(
@@ -224,7 +225,7 @@ class ChannelProducer(_End):
         """Send a sequence of messages in one native call, all with ``type_id``:
         bytes-like objects, or ndarrays that all share one dtype and shape.
         Sizes are checked before anything is written."""
-        type_id = _checks.check_u32("type_id", type_id)
+        type_id = check_type_id(type_id)
         if not isinstance(items, Sequence) or isinstance(items, (str, bytes, bytearray)):
             raise ShmstreamTypeError(
                 f"items must be a sequence (a list or a tuple) of bytes-like objects or "
@@ -266,7 +267,7 @@ class ChannelProducer(_End):
         ``n`` ring bytes (or, with ``dtype`` and ``shape``, an ndarray view);
         the message is committed when the block ends normally and rolled back
         if it raises. Views must not outlive the block."""
-        type_id = _checks.check_u32("type_id", type_id)
+        type_id = check_type_id(type_id)
         if dtype is None and shape is None:
             if nbytes is None:
                 raise ShmstreamTypeError("send_zero_copy needs nbytes, or dtype and shape")
@@ -322,7 +323,7 @@ class ChannelConsumer(_End):
     def drain(self, max_messages: int = 1024, timeout: float | None = 0.0) -> list:
         """Up to ``max_messages`` messages that are there now (an empty list if
         none; with a timeout, waits for the first one)."""
-        return self._ch.drain(_max_messages(max_messages), timeout)
+        return self._ch.drain(check_max_messages(max_messages), timeout)
 
     def recv_zero_copy(self, timeout: float | None = None) -> ZeroCopyMessage:
         """``with rx.recv_zero_copy() as msg:`` the next message read in place:
@@ -338,14 +339,14 @@ class ChannelConsumer(_End):
         tensor made from it, is gone. A message without a DLPack layout
         (structured or string dtypes) ends the batch unconsumed; met first,
         it raises BufferError: take it with :meth:`recv_zero_copy`."""
-        return self._ch.drain_capsules(_max_messages(max_messages), timeout)
+        return self._ch.drain_capsules(check_max_messages(max_messages), timeout)
 
     def drain_zero_copy(
         self, max_messages: int = 1024, timeout: float | None = 0.0
     ) -> ZeroCopyBatch:
         """``with rx.drain_zero_copy(n) as msgs:`` up to n messages read in
         place; released (unless views hold them) when the block ends."""
-        return ZeroCopyBatch(self._ch.drain_views(_max_messages(max_messages), timeout))
+        return ZeroCopyBatch(self._ch.drain_views(check_max_messages(max_messages), timeout))
 
     def __iter__(self) -> Iterator[Message]:
         """Messages until the producer closes the channel (or dies)."""
@@ -359,10 +360,6 @@ class ChannelConsumer(_End):
     def producer_pid(self) -> int:
         """pid of the attached producer, 0 if none."""
         return self._ch.end_info(_channel.ROLE_PRODUCER)[0]
-
-
-def _max_messages(value: Any) -> int:
-    return _checks.check_u64("max_messages", value)
 
 
 _END_STATES = ("none", "attached", "closed")
@@ -425,12 +422,7 @@ def channel(
     of two >= 4096) and attach as ``role`` (the producer by default).
     FileExistsError if the name exists (attach with ``open_channel``)."""
     _checks.check_name(name, "channel")
-    capacity = _checks.check_int("capacity", capacity)
-    if not _channel.MIN_CAPACITY <= capacity <= _channel.MAX_CAPACITY or capacity & (capacity - 1):
-        raise ShmstreamValueError(
-            f"capacity must be a power of two from {_channel.MIN_CAPACITY} to 2**40 bytes, "
-            f"not {capacity}"
-        )
+    capacity = check_capacity(capacity)
     mode = _checks.check_mode(mode)
     with _space.room_for(
         name,

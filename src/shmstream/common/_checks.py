@@ -1,6 +1,10 @@
-"""Argument checks shared by every part: streams, GPU streams, channels,
-shared arrays, the loader and the direct reader. One rule and one message
-for each kind of argument, so the parts cannot drift apart.
+"""Argument checks that every kind shares: names, integers, paths, shapes,
+dtypes, modes, timeouts, owners, and the errors for a missing or existing
+name. One rule and one message for each, so the kinds cannot drift apart.
+A check that belongs to one kind lives in its folder with its wording
+(``streams/_checks.py``, ``channels/_checks.py``; the loader, arrays and
+recordings keep theirs beside their code); tests/test_layers.py holds
+that each check here is used by two kinds at least.
 
 Each check returns the normalised value or raises the exception a Python
 user expects (TypeError for a wrong type, ValueError for a wrong value),
@@ -13,8 +17,7 @@ import math
 import numbers
 import operator
 import os
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +29,6 @@ from ..errors import (
     ShmstreamValueError,
 )
 from . import _dtypes
-
-#: The largest value of a shared 64-bit counter (count, frame id, time).
-MAX_U64 = 2**64 - 1
-#: The largest value of a 32-bit field (a channel message's type id, a batch).
-MAX_U32 = 2**32 - 1
 
 #: The rule every name follows (streams, channels, shared arrays, loader
 #: slots): the C core's ss_segment_name() says the same.
@@ -82,7 +80,8 @@ def check_int(what: str, value: Any, minimum: int | None = None, maximum: int | 
     return checked
 
 
-def _check_unsigned(what: str, value: Any, bits: int, minimum: int = 0) -> int:
+def check_unsigned(what: str, value: Any, bits: int, minimum: int = 0) -> int:
+    """An integer in [minimum, 2**bits): a field of that many bits."""
     checked = check_int(what, value)
     if not minimum <= checked < 2**bits:
         raise ShmstreamValueError(f"{what} must be in [{minimum}, 2**{bits}), got {checked}")
@@ -91,12 +90,7 @@ def _check_unsigned(what: str, value: Any, bits: int, minimum: int = 0) -> int:
 
 def check_u64(what: str, value: Any, minimum: int = 0) -> int:
     """An integer in [minimum, 2**64): the type of every shared counter."""
-    return _check_unsigned(what, value, 64, minimum)
-
-
-def check_u32(what: str, value: Any) -> int:
-    """An integer in [0, 2**32): a channel message's ``type_id``."""
-    return _check_unsigned(what, value, 32)
+    return check_unsigned(what, value, 64, minimum)
 
 
 def check_path(what: str, path: Any) -> str:
@@ -111,24 +105,14 @@ def check_path(what: str, path: Any) -> str:
     return os.fsdecode(text)
 
 
-def check_count(value: Any) -> int:
-    """An explicit count for a write: in [1, 2**63), so that the count
-    still grows after it (include/shmstream.h, SS_MAX_COUNT)."""
-    checked = check_int("count", value)
-    if not 1 <= checked <= _native.MAX_COUNT:
-        raise ShmstreamValueError(
-            f"count must be in [1, 2**63), got {checked}: the count must still grow after it"
-        )
-    return checked
-
-
 def check_dim(dim: Any) -> int:
     return check_int("shape dimensions", dim, minimum=0)
 
 
-def check_shape(shape: Any, max_ndim: int | None = _native.MAX_NDIM) -> tuple[int, ...]:
+def check_shape(shape: Any, limited: bool = True) -> tuple[int, ...]:
     """An int or a sequence of non-negative ints (no bools, no floats), of
-    at most ``max_ndim`` dimensions (a segment header holds 8; None: any)."""
+    at most MAX_NDIM dimensions (:func:`check_ndim`), or of any number when
+    ``limited`` is False (the direct reader's arrays in files)."""
     if isinstance(shape, (str, bytes, bool, np.bool_)):
         raise ShmstreamTypeError(f"shape must be a tuple of integers, not {shape!r}")
     if isinstance(shape, (int, np.integer)):
@@ -140,9 +124,17 @@ def check_shape(shape: Any, max_ndim: int | None = _native.MAX_NDIM) -> tuple[in
             f"shape must be a tuple of integers, not {type(shape).__name__}"
         ) from None
     dims = tuple(check_dim(d) for d in items)
-    if max_ndim is not None and len(dims) > max_ndim:
+    return check_ndim(dims) if limited else dims
+
+
+def check_ndim(dims: tuple[int, ...], hint: str = "") -> tuple[int, ...]:
+    """A shape of at most MAX_NDIM dimensions (a segment header and a
+    channel message hold 8): the one message of that limit, with ``hint``
+    (what to do instead) after it."""
+    if len(dims) > _native.MAX_NDIM:
         raise ShmstreamValueError(
-            f"shape {dims} has {len(dims)} dimensions; at most {max_ndim} are supported"
+            f"shape {dims} has {len(dims)} dimensions; at most {_native.MAX_NDIM} are "
+            f"supported{hint}"
         )
     return dims
 
@@ -156,13 +148,6 @@ def check_dtype(dtype: Any) -> np.dtype:
         except (ValueError, SyntaxError, TypeError):
             pass
     return _dtypes.normalize(dtype)
-
-
-def check_after(after: Any) -> int:
-    """A count to wait past (read_after, wait_for_count): the rule of every
-    count argument, :func:`check_u64` (TypeError for a non-integer, as for
-    read_since's ``count``; ValueError outside [0, 2**64))."""
-    return check_u64("after", after)
 
 
 def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
@@ -182,182 +167,10 @@ def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
     return value
 
 
-def check_positive_seconds(what: str, value: Any) -> float:
-    """A duration that must be > 0 seconds (``is_stale``'s ``max_age``)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise ShmstreamTypeError(
-            f"{what} must be a number of seconds, not {type(value).__name__} {value!r}"
-        )
-    seconds = float(value)
-    if not seconds > 0:  # NaN too
-        raise ShmstreamValueError(f"{what} must be positive, got {value!r}")
-    return seconds
-
-
-def check_lockables(streams: Any) -> tuple[Any, ...]:
-    """``locked_many``'s streams: a collection of handles, each with a
-    ``name`` and ``locked(timeout=, poll_interval=)``."""
-    if isinstance(streams, (str, bytes)):
-        streams = [streams]  # refused below, as one item
-    try:
-        handles = tuple(streams)
-    except TypeError:
-        raise ShmstreamTypeError(
-            f"streams must be a sequence of stream handles, not {type(streams).__name__}"
-        ) from None
-    for handle in handles:
-        if not (hasattr(handle, "name") and callable(getattr(handle, "locked", None))):
-            raise ShmstreamTypeError(
-                "streams must hold stream handles (objects with name and locked(), as "
-                f"shmstream.open returns), not {type(handle).__name__} {handle!r}"
-            )
-    return handles
-
-
-def spin_ns(spin_us: Any) -> int:
-    """The spin budget in ns for the core (-1: the default)."""
-    if spin_us is None:
-        return -1
-    if isinstance(spin_us, (bool, np.bool_)) or not isinstance(spin_us, numbers.Real):
-        raise ShmstreamTypeError(
-            f"spin_us must be a number of microseconds or None, not {spin_us!r}"
-        )
-    value = float(spin_us)
-    if not value >= 0:
-        raise ShmstreamValueError(f"spin_us must be >= 0 or None, got {spin_us!r}")
-    return int(min(value, 1e12) * 1000)
-
-
 def check_mode(mode: Any) -> int:
     if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or not 0 < mode <= 0o777:
         raise ShmstreamValueError(f"mode must be permission bits like 0o600, got {mode!r}")
     return int(mode)
-
-
-def check_slots(slots: Any) -> int:
-    if (
-        isinstance(slots, bool)
-        or not isinstance(slots, (int, np.integer))
-        or not (1 <= slots <= _native.MAX_SLOTS)
-    ):
-        raise ShmstreamValueError(
-            f"slots must be an int from 1 to {_native.MAX_SLOTS}, got {slots!r}"
-        )
-    return int(slots)
-
-
-def check_history(history: Any, slots: Any, gpu: bool) -> int:
-    """``history=N`` of create: 0 (none) to MAX_HISTORY publications kept;
-    it sets the slots itself (N + 1), so ``slots`` must be left out (None),
-    and GPU streams have none."""
-    n = check_int("history", history, minimum=0)
-    if n > _native.MAX_HISTORY:
-        raise ShmstreamValueError(f"history must be 0 to {_native.MAX_HISTORY}, got {n}")
-    if n and gpu:
-        raise ShmstreamValueError(
-            "history is not available on GPU streams (their device buffer has 2 slots); "
-            "record a GPU stream through its CPU mirror (cpu_mirror=True) instead"
-        )
-    if n and slots is not None:
-        raise ShmstreamValueError(
-            f"history={n} uses {n + 1} slots; leave slots out (got slots={slots})"
-        )
-    return n
-
-
-Casting = Literal["unsafe", "same_kind", "safe", "equiv", "no"]
-CASTINGS: tuple[Casting, ...] = ("unsafe", "same_kind", "safe", "equiv", "no")
-
-
-def check_casting(casting: Any) -> Casting:
-    """A handle's ``casting`` rule, checked when it is set (not at the
-    next write)."""
-    for rule in CASTINGS:
-        if isinstance(casting, str) and casting == rule:
-            return rule
-    raise ShmstreamValueError(f"casting must be one of {CASTINGS}, not {casting!r}")
-
-
-def check_config(config: Any, keys: tuple[str, ...], required: tuple[str, ...]) -> dict:
-    """A configuration dict (``create_from_config``): a mapping with the
-    ``required`` keys and no key outside ``keys`` (a misspelt key would
-    otherwise be dropped without a word)."""
-    if not isinstance(config, Mapping):
-        raise ShmstreamTypeError(
-            f"config must be a dict like to_config() returns, not {type(config).__name__}"
-        )
-    missing = [k for k in required if k not in config]
-    if missing:
-        raise ShmstreamValueError(
-            f"config lacks {', '.join(map(repr, missing))}; a config needs "
-            f"{', '.join(map(repr, required))} (to_config() writes every key)"
-        )
-    unknown = [k for k in config if k not in keys]
-    if unknown:
-        raise ShmstreamValueError(
-            f"config has unknown key(s) {', '.join(map(repr, unknown))}; the keys are "
-            f"{', '.join(map(repr, keys))}"
-        )
-    return dict(config)
-
-
-def check_cast(
-    have: np.dtype | None, dtype: np.dtype, name: str, casting: str, what: str = ""
-) -> None:
-    """A write of ``have`` values into a stream of ``dtype`` under the
-    handle's ``casting`` rule: nothing under "unsafe" (the default), else a
-    TypeError unless NumPy casts ``have`` to ``dtype`` by that rule. The
-    one check of every write path, CPU and GPU (``have`` None: a source
-    dtype NumPy cannot name, ``what``, e.g. torch.bfloat16, which no strict
-    rule can vouch for)."""
-    if casting == "unsafe":
-        return
-    rule = check_casting(casting)
-    if have is None or not np.can_cast(have, dtype, casting=rule):
-        raise ShmstreamTypeError(
-            f"writing {what or have} to stream {name!r} ({dtype}) is not a {casting!r} cast (it "
-            f"could lose values); convert it yourself, or set the handle's casting to "
-            f"'unsafe' (the default) to convert as np.asarray(value, dtype) does"
-        )
-
-
-def coerce_write(
-    value: Any, dtype: np.dtype, shape: tuple[int, ...], name: str, casting: str
-) -> np.ndarray:
-    """What a write publishes from ``value``: np.asarray(value, dtype) (the
-    "unsafe" default, pyshmem's), or under a strict ``casting`` rule only
-    what NumPy casts by that rule; the shape must be the stream's."""
-    if value is None:  # np.asarray(None) is an object array: say what write takes
-        raise ShmstreamTypeError(
-            f"value must be an array of shape {shape} and dtype {dtype} (or anything "
-            f"np.asarray converts to one) to write to stream {name!r}, not None"
-        )
-    if casting != "unsafe":
-        check_cast(np.asarray(value).dtype, dtype, name, casting)
-    try:
-        array = np.asarray(value, dtype=dtype)
-    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: 2**40 into int32
-        raise ShmstreamValueError(
-            f"cannot write {type(value).__name__} to stream {name!r}: expected an array of "
-            f"shape {shape} and dtype {dtype} ({exc})"
-        ) from None
-    if array.shape != shape:
-        raise ShmstreamValueError(
-            f"expected shape {shape}, got {tuple(array.shape)} (stream {name!r} holds "
-            f"{dtype} arrays of shape {shape})"
-        )
-    return np.ascontiguousarray(array)
-
-
-def check_cpu_open(name: str, gpu_device: Any) -> None:
-    """open(name, gpu_device=...) of a CPU stream: a CPU handle where the
-    caller asked for device memory would surprise it later, so refuse."""
-    if gpu_device is not None and gpu_device is not False:
-        raise ShmstreamValueError(
-            f"stream {name!r} is a CPU stream, so it cannot be opened with gpu_device="
-            f"{gpu_device!r}; open it without gpu_device (a GPU stream is made with "
-            f"shmstream.create(..., gpu_device=...))"
-        )
 
 
 def missing_name_error(

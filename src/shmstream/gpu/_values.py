@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from .. import _cuda
-from ..common import _checks
 from ..errors import ShmstreamTypeError, ShmstreamValueError
+from ..streams._checks import check_cast
 from .device import DL_CODE, CudaArray, cuda_torch, numpy_dtype, torch_dtype
 
 #: The driver API's handle of the legacy default stream (``CU_STREAM_LEGACY``).
@@ -91,7 +91,7 @@ def torch_source(
         raise ShmstreamValueError(f"expected shape {shape}, got {tuple(t.shape)}")
     want = torch_dtype(torch, dtype)
     if t.dtype != want:  # the CPU handle's casting rule, the same check
-        _checks.check_cast(numpy_dtype(t.dtype), dtype, name, casting, what=str(t.dtype))
+        check_cast(numpy_dtype(t.dtype), dtype, name, casting, what=str(t.dtype))
     if t.is_cuda:
         t = t.to(dtype=want).contiguous()
         return _cuda.SRC_DEVICE, int(t.data_ptr()), torch_stream(torch, t.device), t

@@ -22,6 +22,7 @@ from ..errors import (
     LoanStateError,
     NotLockOwnerError,
 )
+from ..streams._checks import check_count, spin_ns
 from ..streams._waiting import remaining
 from ..streams.publication import Publication
 from ..streams.shared_memory import SharedMemory
@@ -138,7 +139,7 @@ class GpuSharedMemory(SharedMemory):
         if self._gs is None:
             raise self._unattached("write to")
         fid = None if frame_id is None else _checks.check_u64("frame_id", frame_id)
-        number = 0 if count is None else _checks.check_count(count)
+        number = 0 if count is None else check_count(count)
         wt = (
             0
             if write_time_ns is None
@@ -329,7 +330,7 @@ class GpuSharedMemory(SharedMemory):
             raise self._unattached(operation.replace("read ", "read ", 1))
 
         self._fail_if_invalid(seg)
-        spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
+        spin = self._spin if spin_us is None else spin_ns(spin_us)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seg.wait_count(after, remaining(deadline), spin)

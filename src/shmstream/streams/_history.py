@@ -26,6 +26,7 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
+from ._checks import spin_ns
 from .publication import FrameBatch, Publication
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class History(_Handle):
         if out is not None:
             out = self._check_batch_out(out)
             limit = out.shape[0] if not limit else min(limit, out.shape[0])
-        spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
+        spin = self._spin if spin_us is None else spin_ns(spin_us)
         raw, meta, last = seg.read_since(after, limit, timeout, spin, out)
         n = len(meta)
         if out is not None:
@@ -204,7 +205,7 @@ class HistoryView:
         seg = h._history_segment("read history from")
         after = h._since(self._count)
         limit = 0 if self._max is None else _checks.check_int("max_frames", self._max, minimum=1)
-        spin = h._spin if self._spin_us is None else _checks.spin_ns(self._spin_us)
+        spin = h._spin if self._spin_us is None else spin_ns(self._spin_us)
         meta, last = seg.locate(after, limit, self._timeout, spin)
         self._meta = meta
         views = []

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..common import _checks
 from ..errors import ShmstreamValueError
+from ._checks import check_lockables, check_positive_seconds
 from ._waiting import remaining
 from .shared_memory import SharedMemory
 
@@ -31,14 +32,14 @@ class _LockedMany:
     def __enter__(self) -> tuple[Any, ...]:
         from contextlib import ExitStack
 
-        handles = _checks.check_lockables(self._streams)
+        handles = check_lockables(self._streams)
         ordered = sorted(handles, key=_handle_name)
         for previous, current in itertools.pairwise(ordered):
             if previous.name == current.name:
                 raise ShmstreamValueError("locked_many() requires unique stream names")
         timeout = self._timeout
         timeout = _checks.check_timeout(timeout)
-        poll_interval = _checks.check_positive_seconds("poll_interval", self._poll_interval)
+        poll_interval = check_positive_seconds("poll_interval", self._poll_interval)
         if not math.isfinite(poll_interval):
             raise ShmstreamValueError("poll_interval must be positive")
         deadline = None if timeout is None or math.isinf(timeout) else time.monotonic() + timeout

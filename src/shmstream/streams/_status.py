@@ -10,7 +10,8 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from ..common import _checks, _proc
+from ..common import _proc
+from ._checks import check_positive_seconds
 from .publication import STATE_NAMES
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class Status(_Handle):
     def is_stale(self, max_age: float) -> bool:
         """True if the last write is older than ``max_age`` seconds (always
         True before the first write)."""
-        return self.age > _checks.check_positive_seconds("max_age", max_age)
+        return self.age > check_positive_seconds("max_age", max_age)
 
     def producer_alive(self) -> bool:
         """Whether the process that created the stream still runs (checked

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..common import _checks
+from ._checks import check_after, spin_ns
 from .publication import Publication
 
 # How often read_new_async's worker thread looks up from the native wait to
@@ -64,7 +65,7 @@ class Waiting(_Handle):
             raise self._closed_error(operation)
         self._fail_if_invalid(seg)
         dst = _empty(self.shape, self.dtype) if out is None else self._check_out(out)
-        spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
+        spin = self._spin if spin_us is None else spin_ns(spin_us)
         count, frame_id, wt = seg.read_new(dst, after, timeout, spin)
         return dst, count, frame_id, wt
 
@@ -154,7 +155,7 @@ class Waiting(_Handle):
         """Wait until the count is above ``after``, then return the payload
         like :meth:`read` (level-triggered; updates ``last_read_count``)."""
         self._check_open("read from")
-        baseline = _checks.check_after(after)
+        baseline = check_after(after)
         return self._read_above(baseline, timeout, safe, out, spin_us, False)
 
     def read_after_publication(
@@ -169,7 +170,7 @@ class Waiting(_Handle):
     ) -> Publication:
         """:meth:`read_after` returning a :class:`Publication`."""
         self._check_open("read a publication from")
-        baseline = _checks.check_after(after)
+        baseline = check_after(after)
         return self._read_above(baseline, timeout, safe, out, spin_us, True)
 
     def wait_for_count(
@@ -183,10 +184,10 @@ class Waiting(_Handle):
         """Return the count once it is above ``after`` (level-triggered: a
         write before the call counts). TimeoutError after ``timeout``."""
         seg = self._check_open("wait for a write on")
-        baseline = _checks.check_after(after)
+        baseline = check_after(after)
         _checks.check_timeout(timeout)
         self._fail_if_invalid(seg)
-        spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
+        spin = self._spin if spin_us is None else spin_ns(spin_us)
         return int(seg.wait_count(baseline, timeout, spin))
 
     async def read_new_async(
@@ -221,7 +222,7 @@ class Waiting(_Handle):
         dst: np.ndarray | None,
         spin_us: float | None,
     ) -> int:
-        spin = self._spin if spin_us is None else _checks.spin_ns(spin_us)
+        spin = self._spin if spin_us is None else spin_ns(spin_us)
         timeout = _checks.check_timeout(timeout)
         stop = threading.Event()
         loop = asyncio.get_running_loop()

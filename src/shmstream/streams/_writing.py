@@ -16,6 +16,7 @@ from ..errors import (
     LoanStateError,
     NotLockOwnerError,
 )
+from ._checks import check_casting, check_count, coerce_write
 from ._scopes import LockScope, WriteView
 
 if TYPE_CHECKING:
@@ -87,11 +88,11 @@ class Writing(_Handle):
 
     @casting.setter
     def casting(self, value: str) -> None:
-        self._casting = _checks.check_casting(value)
+        self._casting = check_casting(value)
 
     def _coerce(self, value: Any) -> np.ndarray:
         # The slow path of write() (docs/API.md, "Writing").
-        return _checks.coerce_write(value, self.dtype, self.shape, self.name, self.casting)
+        return coerce_write(value, self.dtype, self.shape, self.name, self.casting)
 
     def write(
         self,
@@ -150,7 +151,7 @@ class Writing(_Handle):
     ) -> None:
         seg = self._check_writable("write to")
         value, frame_id = self._write_args(value, frame_id)
-        count = 0 if count is None else _checks.check_count(count)
+        count = 0 if count is None else check_count(count)
         write_time_ns = (
             0
             if write_time_ns is None

@@ -53,6 +53,7 @@ from ..errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
+from ._checks import check_config, check_cpu_open, check_history, check_slots, spin_ns
 from ._gpu import GPU
 from ._history import History
 from ._lockstate import HANDLES, lock_state_for
@@ -141,7 +142,7 @@ class SharedMemory(Reading, Writing, Waiting, History, Status):
         one with ``name`` and ``shape``; ``dtype`` defaults to float32).
         A missing ``name`` or ``shape``, or a key :meth:`to_config` does not
         write, is a ValueError naming it."""
-        config = _checks.check_config(config, CONFIG_KEYS, ("name", "shape"))
+        config = check_config(config, CONFIG_KEYS, ("name", "shape"))
         return create(
             config["name"],
             shape=config["shape"],
@@ -218,7 +219,7 @@ class SharedMemory(Reading, Writing, Waiting, History, Status):
 
     @spin_us.setter
     def spin_us(self, value: float | None) -> None:
-        self._spin = _checks.spin_ns(value)
+        self._spin = spin_ns(value)
 
     def __repr__(self) -> str:
         return (
@@ -363,12 +364,8 @@ def create(
     dims = _checks.check_shape(shape)
     dt = _checks.check_dtype(dtype)
     if dt.subdtype is not None:  # '(2,)f4' -> base dtype, longer shape
-        dims = dims + tuple(dt.shape)
+        dims = _checks.check_ndim(dims + tuple(dt.shape))
         dt = dt.base
-    if len(dims) > _native.MAX_NDIM:
-        raise ShmstreamValueError(
-            f"shape {dims} has {len(dims)} dimensions; at most {_native.MAX_NDIM} are supported"
-        )
     expected = math.prod(dims) * dt.itemsize
     if size is not None and _checks.check_int("size", size, minimum=0) != expected:
         raise ShmstreamValueError(
@@ -377,8 +374,8 @@ def create(
     if expected >= 2**62:
         raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
     mode = _checks.check_mode(mode)
-    history = _checks.check_history(history, slots, gpu_device is not None)
-    slots = _checks.check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
+    history = check_history(history, slots, gpu_device is not None)
+    slots = check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
     if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
         if slots not in (_native.DEFAULT_SLOTS, GPU.slots):
             raise ShmstreamValueError(
@@ -440,7 +437,7 @@ def open(
     if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
         assert GPU.open is not None, "shmstream.gpu is imported with shmstream"
         return GPU.open(segment, name, gpu_device, bool(readonly), owners)
-    _checks.check_cpu_open(name, gpu_device)
+    check_cpu_open(name, gpu_device)
     return SharedMemory(segment, readonly=bool(readonly))
 
 
