@@ -335,8 +335,10 @@ static void pubinfo(const ss_milk *m, ss_milk_pubinfo *info, uint64_t cnt0) {
   info->atime_ns = h->atime[0] * SS_NS_PER_S + h->atime[1];
 }
 
-int ss_milk_read(ss_milk *m, void *dst, size_t n, int64_t budget_ns, ss_milk_pubinfo *info) {
-  if (n != m->l.frame_bytes) return EINVAL;
+/* The stable-frame loop of a read (dst: the pixels are copied) and of a
+ * view's start (dst NULL: the metadata only; the caller reads the pixels
+ * and ss_milk_view_valid checks them). */
+static int stable_frame(ss_milk *m, void *dst, int64_t budget_ns, ss_milk_pubinfo *info) {
   ss_milk_md *h = MD(m);
   int64_t start = ss_monotonic_ns();
   for (;;) {
@@ -345,7 +347,7 @@ int ss_milk_read(ss_milk *m, void *dst, size_t n, int64_t budget_ns, ss_milk_pub
     uint64_t c1 = atomic_load_explicit(A64(&h->cnt0), memory_order_acquire);
     uint8_t w1 = atomic_load_explicit(A8(&h->write), memory_order_acquire);
     if (!w1) {
-      memcpy(dst, m->base + m->l.off_data, n);
+      if (dst) memcpy(dst, m->base + m->l.off_data, m->l.frame_bytes);
       ss_milk_pubinfo tmp;
       pubinfo(m, &tmp, c1);
       atomic_thread_fence(memory_order_acquire);
@@ -361,6 +363,11 @@ int ss_milk_read(ss_milk *m, void *dst, size_t n, int64_t budget_ns, ss_milk_pub
     if (now - start > budget_ns) return SS_EINCONSISTENT;
     ss_backoff(start, now);
   }
+}
+
+int ss_milk_read(ss_milk *m, void *dst, size_t n, int64_t budget_ns, ss_milk_pubinfo *info) {
+  if (n != m->l.frame_bytes) return EINVAL;
+  return stable_frame(m, dst, budget_ns, info);
 }
 
 int ss_milk_write(ss_milk *m, const void *src, size_t n, int64_t atime_ns) {
@@ -496,31 +503,10 @@ static int64_t ts_ns(const int64_t ts[2]) {
 /* ---- zero-copy views ------------------------------------------------------ */
 
 int ss_milk_view_begin(ss_milk *m, int64_t budget_ns, ss_milk_pubinfo *info) {
-  ss_milk_md *h = MD(m);
-  int64_t start = ss_monotonic_ns();
-  for (;;) {
-    /* SYNC POINT (milk r3): cnt0 and write acquire-loaded, the metadata
-     * copied, both re-read after an acquire fence; ss_milk_view_valid
-     * re-reads them after the caller's reads of the pixels. Pairs with
-     * (milk w1). */
-    uint64_t c1 = atomic_load_explicit(A64(&h->cnt0), memory_order_acquire);
-    uint8_t w1 = atomic_load_explicit(A8(&h->write), memory_order_acquire);
-    if (!w1) {
-      ss_milk_pubinfo tmp;
-      pubinfo(m, &tmp, c1);
-      atomic_thread_fence(memory_order_acquire);
-      uint8_t w2 = atomic_load_explicit(A8(&h->write), memory_order_relaxed);
-      uint64_t c2 = atomic_load_explicit(A64(&h->cnt0), memory_order_relaxed);
-      if (!w2 && c1 == c2) {
-        *info = tmp;
-        return ss_milk_status(m);
-      }
-    }
-    int64_t now = ss_monotonic_ns();
-    if (ss_file_map_lost(m->map)) return SS_ECORRUPT;
-    if (now - start > budget_ns) return SS_EINCONSISTENT;
-    ss_backoff(start, now);
-  }
+  /* SYNC POINT (milk r3): the loop of (milk r1) around the metadata copy
+   * alone; ss_milk_view_valid re-reads cnt0 and write after the caller's
+   * reads of the pixels. Pairs with (milk w1). */
+  return stable_frame(m, NULL, budget_ns, info);
 }
 
 int ss_milk_view_valid(const ss_milk *m, uint64_t cnt0) {
