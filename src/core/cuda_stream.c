@@ -228,9 +228,17 @@ int ss_gpu_area_validate(const ss_segment *seg) {
   return SS_OK;
 }
 
-/* CUDA IPC memory lives as long as its exporter, the creator. */
-static int creator_gone(const ss_segment *seg) {
-  return !ss_proc_alive(seg->id.creator_pid, seg->id.creator_start_ticks);
+/* CUDA IPC memory belongs to the exporting process, the creator: once it
+ * exits the allocation is freed and using a mapping of it is undefined.
+ * SS_EGPUGONE (with the message) when it has exited, else SS_OK. */
+static int check_creator(const ss_segment *seg) {
+  if (ss_proc_alive(seg->id.creator_pid, seg->id.creator_start_ticks)) return SS_OK;
+  ss_cuda_set_err(
+      "the process that created this GPU stream (pid %d) has exited; its device "
+      "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
+      "stay readable); recreate the stream",
+      (int)seg->id.creator_pid);
+  return SS_EGPUGONE;
 }
 
 int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
@@ -242,13 +250,7 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   const uint8_t *inst = seg->id.instance_id;
   /* Before the cache: an attachment this process made while the creator
    * lived must not be handed out again once it is gone. */
-  if (creator_gone(seg)) {
-    ss_cuda_set_err(
-        "the process that created this GPU stream (pid %d) has exited; its device "
-        "buffer was freed with it",
-        (int)seg->id.creator_pid);
-    return SS_EGPUGONE;
-  }
+  if ((rc = check_creator(seg))) return rc;
   pthread_mutex_lock(&g_list_mu);
   for (ss_gpu *g = g_list; g; g = g->next) {
     if (g->pid == getpid() && memcmp(g->instance_id, inst, 16) == 0 && !g->owner_released) {
@@ -396,17 +398,9 @@ static int enter(ss_gpu *g, const ss_segment *seg) {
         "writer that died; close the handle and recreate the stream");
     return SS_EPOISONED;
   }
-  if (!g->owner && creator_gone(seg)) {
-    /* CUDA IPC memory belongs to the exporting process: once it exits the
-     * allocation is freed and using a mapping of it is undefined. */
-    ss_cuda_set_err(
-        "the process that created this GPU stream (pid %d) has exited; its device "
-        "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
-        "stay readable); recreate the stream",
-        (int)seg->id.creator_pid);
-    return SS_EGPUGONE;
-  }
-  int rc = ss_cuda_push(g->ordinal);
+  int rc;
+  if (!g->owner && (rc = check_creator(seg))) return rc;
+  rc = ss_cuda_push(g->ordinal);
   if (rc) return rc;
   pthread_mutex_lock(&g->mu);
   return SS_OK;
