@@ -311,15 +311,16 @@ def test_device_memory_returns_to_baseline_after_unlink_and_after_exit(make_name
         shmstream.unlink(n)  # the segments stay: nobody unlinked them
 
 
-def _big_writer(name, counter):
+def _big_writer(name, fifth):
     import torch
 
     h = shmstream.open(name, gpu_device="cuda:0")
     i = 0
-    while True:
+    while True:  # until the test kills it
         i += 1
         h.write(torch.full(h.shape, float(i), device="cuda:0"), frame_id=i)
-        counter.value = i
+        if i == 5:
+            fifth.set()
 
 
 def _read_after_kill(name, q):
@@ -335,14 +336,13 @@ def test_a_writer_killed_during_large_device_writes_leaves_readers_a_clear_answe
     pytest.importorskip("torch")
     h = shmstream.create(name, shape=(100_000_000,), gpu_device="cuda:0")  # 400 MB
     ctx = mp.get_context("spawn")
-    counter = ctx.Value("q", 0)
-    p = ctx.Process(target=_big_writer, args=(name, counter))
+    fifth = ctx.Event()
+    p = ctx.Process(target=_big_writer, args=(name, fifth))
     p.start()
-    deadline = time.monotonic() + 120
-    while counter.value < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert counter.value >= 5
-    os.kill(p.pid, signal.SIGKILL)  # most likely with a copy queued or running
+    try:
+        assert fifth.wait(120), "the writer did not publish 5 frames"
+    finally:
+        os.kill(p.pid, signal.SIGKILL)  # most likely with a copy queued or running
     p.join(30)
     # Seen once on an H200 (2026-11-26, 1 run in 3): the reader then timed
     # out on "a writer holds the lock" and did not exit within 60 s. This
