@@ -105,6 +105,9 @@ def test_torch_default_stream_is_handed_to_the_core_as_the_legacy_stream():
         cuda_stream = 0
 
     class Torch:
+        class _C:  # a build without the raw-handle call: the public one
+            pass
+
         class cuda:
             @staticmethod
             def current_stream(device):
@@ -113,3 +116,7 @@ def test_torch_default_stream_is_handed_to_the_core_as_the_legacy_stream():
     assert torch_stream(Torch, 0) == CU_STREAM_LEGACY == 1
     Stream.cuda_stream = 0x55AA00
     assert torch_stream(Torch, 0) == 0x55AA00
+    raw = {0: 0, 1: 0x77BB00}  # and torch's raw handle where it has one
+    Torch._C._cuda_getCurrentRawStream = staticmethod(raw.__getitem__)
+    assert torch_stream(Torch, 0) == CU_STREAM_LEGACY
+    assert torch_stream(Torch, 1) == 0x77BB00

@@ -4,7 +4,7 @@
  * call returns SS_ENOCUDA with a message naming it. The stream half (a
  * device double buffer shared through CUDA IPC) is cuda_stream.c.
  *
- * STATUS: compiled, never run on a GPU (see docs/gpu.md).
+ * Runs on NVIDIA GPUs (docs/gpu.md, "Runs on a GPU").
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

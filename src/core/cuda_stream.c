@@ -7,19 +7,20 @@
  *     line), one per device slot: device slot i is guarded by slot_seq[i],
  *     and the published publication lives in device slot pub.slot, exactly
  *     as a CPU stream's payload lives in CPU slot pub.slot;
- *   - a writer (lock held) waits for the last writer's copy (the IPC event),
- *     begins the write (ss_write_begin: the slot after the published one,
- *     its slot seq odd), copies into that device slot, records the IPC
- *     event, ends the write (ss_write_end: slot seq even, then pub.slot,
- *     count+1 under the publish seqlock). It never waits for readers;
+ *   - a writer (lock held) waits for the last writer's copy (the IPC event,
+ *     after_written), begins the write (ss_write_begin: the slot after the
+ *     published one, its slot seq odd), copies into that device slot on the
+ *     caller's stream (or the private one), records the IPC event there,
+ *     ends the write (ss_write_end: slot seq even, then pub.slot, count+1
+ *     under the publish seqlock). It never waits for readers;
  *   - a reader takes the metadata and the published slot's seq under the
- *     publish seqlock, waits for the IPC event on its private stream, copies
- *     that device slot, waits for its own copy on the host, and keeps it if
- *     the slot's seq has not moved (no write began on that slot meanwhile).
+ *     publish seqlock, waits for the IPC event (after_written), copies that
+ *     device slot, waits for its own copy on the host, and keeps it if the
+ *     slot's seq has not moved (no write began on that slot meanwhile).
  *     Otherwise it retries; after a few tries it takes the lock, as the CPU
  *     read does.
  *
- * STATUS: compiled, never run on a GPU (see docs/gpu.md).
+ * Runs on NVIDIA GPUs (docs/gpu.md, "Runs on a GPU").
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -48,6 +49,7 @@ struct ss_gpu {
   int refs;
   int poisoned;           /* the private stream waits on work that never ends */
   pid_t creator_pid;
+  int64_t creator_checked_ns; /* last full check of the creator (check_creator) */
   uint64_t slot_stride;
   uint64_t payload_bytes;
   CUdeviceptr base;       /* the buffer: own allocation or imported mapping */
@@ -231,14 +233,34 @@ int ss_gpu_area_validate(const ss_segment *seg) {
 /* CUDA IPC memory belongs to the exporting process, the creator: once it
  * exits the allocation is freed and using a mapping of it is undefined.
  * SS_EGPUGONE (with the message) when it has exited, else SS_OK. */
-static int check_creator(const ss_segment *seg) {
-  if (ss_proc_alive(seg->id.creator_pid, seg->id.creator_start_ticks)) return SS_OK;
+static int creator_gone(const ss_segment *seg) {
   ss_cuda_set_err(
       "the process that created this GPU stream (pid %d) has exited; its device "
       "buffer was freed with it, so the payload is gone (metadata and a CPU mirror "
       "stay readable); recreate the stream",
       (int)seg->id.creator_pid);
   return SS_EGPUGONE;
+}
+
+static int check_creator(const ss_segment *seg) {
+  if (ss_proc_alive(seg->id.creator_pid, seg->id.creator_start_ticks)) return SS_OK;
+  return creator_gone(seg);
+}
+
+/* The same before every operation of an importer, cheaper: the full check
+ * (kill and /proc/PID/stat, about 10 us) at most every 20 ms, and between
+ * them kill(pid, 0) alone, which sees a creator that has exited and been
+ * reaped. A zombie or a reused pid is caught by the next full check. */
+#define CREATOR_RECHECK_NS (20 * 1000000LL)
+static int check_creator_often(ss_gpu *g, const ss_segment *seg) {
+  int64_t now = ss_monotonic_ns();
+  if (now - g->creator_checked_ns < CREATOR_RECHECK_NS) {
+    if (kill((pid_t)seg->id.creator_pid, 0) != 0 && errno == ESRCH) return creator_gone(seg);
+    return SS_OK;
+  }
+  int rc = check_creator(seg);
+  if (rc == SS_OK) g->creator_checked_ns = now;
+  return rc;
 }
 
 int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
@@ -353,10 +375,11 @@ void ss_gpu_release_owned(const uint8_t instance_id[16]) {
  * (writer_of: the segment, else NULL for our own work) and that writer has
  * died (its device work will never complete, and the stream that waits on
  * it is stuck). */
+#define GPU_POLL_SPIN_NS (2 * 1000000LL) /* then 20 us sleeps */
 static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *writer_of) {
   int64_t start = ss_monotonic_ns();
   int64_t next_check = start + 100 * 1000000LL;
-  for (unsigned spins = 0;; spins++) {
+  for (;;) {
     CUresult r = cu.EventQuery(e);
     if (r == CUDA_SUCCESS) return SS_OK;
     if (r != CUDA_ERROR_NOT_READY) return ss_cu_fail("cuEventQuery", r);
@@ -374,7 +397,10 @@ static int poll_event(ss_gpu *g, CUevent e, int64_t deadline, const ss_segment *
         return SS_EPOISONED;
       }
     }
-    if (spins < 2000) {
+    /* Spin by time, not by count: a 400 MB copy takes ~200 us on an H200,
+     * and a 20 us nanosleep wakes ~70 us late (timer slack), which cost
+     * the 10000x10000 round trip 4% against pyshmem's blocking wait. */
+    if (now - start < GPU_POLL_SPIN_NS) {
       ss_cpu_relax();
     } else {
       struct timespec ts = {0, 20000}; /* 20 us */
@@ -399,7 +425,7 @@ static int enter(ss_gpu *g, const ss_segment *seg) {
     return SS_EPOISONED;
   }
   int rc;
-  if (!g->owner && (rc = check_creator(seg))) return rc;
+  if (!g->owner && (rc = check_creator_often(g, seg))) return rc;
   rc = ss_cuda_push(g->ordinal);
   if (rc) return rc;
   pthread_mutex_lock(&g->mu);
@@ -420,30 +446,40 @@ static int after_user(ss_gpu *g, uint64_t user_stream) {
   return SS_OK;
 }
 
-/* Before a write: the previous writer's copy must be done or ordered. Our
- * own earlier copies are on our stream (ordered for free); another
- * process's are waited for on the device through the IPC event, after the
- * host has seen them complete when that writer may have died. */
-static int after_previous_writer(ss_gpu *g, ss_segment *seg, int64_t deadline) {
-  if (!ss_writer_alive(seg)) {
-    int rc = poll_event(g, g->ipc_event, deadline, seg);
-    if (rc) return rc;
+/* The stream a copy is queued on: the caller's when it named one (ordered
+ * after the work that made the source or allocated the destination, and
+ * the caller's later work ordered after the copy, with no event of ours),
+ * else the private one. */
+static CUstream copy_stream(const ss_gpu *g, uint64_t user_stream) {
+  return user_stream ? (CUstream)(uintptr_t)user_stream : g->stream;
+}
+
+/* Wait for the written event's latest record before a copy on `on`, the
+ * one rule of writers (SYNC POINT (gpu w1)) and readers (gpu r1). Complete:
+ * nothing to order. Pending and this process's own (the last publication's
+ * writer is us): `on` waits for it on the device, inside our own context.
+ * Another process's: poll it on the host, so that no stream of ours or the
+ * caller's waits on the device for work of a process that may die with it
+ * pending (and the GPU never schedules a wait across two contexts). */
+static int after_written(ss_gpu *g, const ss_segment *seg, CUstream on, int64_t deadline) {
+  CUresult r = cu.EventQuery(g->ipc_event);
+  if (r == CUDA_SUCCESS) return SS_OK;
+  if (r != CUDA_ERROR_NOT_READY) return ss_cu_fail("cuEventQuery(IPC event)", r);
+  if (atomic_load_explicit(&seg->hdr->pub.writer_pid, memory_order_acquire) == ss_self_pid()) {
+    CU_TRY(cu.StreamWaitEvent(on, g->ipc_event, 0), "cuStreamWaitEvent(IPC event)");
+    return SS_OK;
   }
-  /* SYNC POINT (gpu w1): every earlier writer recorded the IPC event after
-   * its copy and before its even seq; we hold the lock, so the latest
-   * record is the last publication's, and our copy waits for it. */
-  CU_TRY(cu.StreamWaitEvent(g->stream, g->ipc_event, 0), "cuStreamWaitEvent(IPC event)");
-  return SS_OK;
+  return poll_event(g, g->ipc_event, deadline, seg);
 }
 
 /* After the device copy into `dst_slot` was queued: record the IPC event,
  * refresh the CPU mirror, publish. */
-static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const void *host_src,
-                        const ss_publish_meta *meta, int64_t deadline) {
-  /* SYNC POINT (gpu w2): the IPC event is recorded after the copy and
-   * before the even seq (ss_write_end, release): a reader that sees the
-   * new count waits for this record or a later one. */
-  CUresult r = cu.EventRecord(g->ipc_event, g->stream);
+static int finish_write(ss_gpu *g, ss_segment *seg, CUstream on, uint32_t dst_slot,
+                        const void *host_src, const ss_publish_meta *meta, int64_t deadline) {
+  /* SYNC POINT (gpu w2): the IPC event is recorded after the copy (on the
+   * same stream) and before the even seq (ss_write_end, release): a reader
+   * that sees the new count waits for this record or a later one. */
+  CUresult r = cu.EventRecord(g->ipc_event, on);
   if (r) {
     ss_write_abort(seg);
     return ss_cu_fail("cuEventRecord(IPC event)", r);
@@ -453,8 +489,8 @@ static int finish_write(ss_gpu *g, ss_segment *seg, uint32_t dst_slot, const voi
     if (host_src) {
       memcpy(mirror, host_src, g->payload_bytes);
     } else if (g->payload_bytes) {
-      r = cu.MemcpyDtoHAsync(mirror, ss_gpu_slot_ptr(g, dst_slot), g->payload_bytes, g->stream);
-      if (r == CUDA_SUCCESS) r = cu.EventRecord(g->ev_done, g->stream);
+      r = cu.MemcpyDtoHAsync(mirror, ss_gpu_slot_ptr(g, dst_slot), g->payload_bytes, on);
+      if (r == CUDA_SUCCESS) r = cu.EventRecord(g->ev_done, on);
       if (r) {
         ss_write_abort(seg);
         return ss_cu_fail("refreshing the CPU mirror (cuMemcpyDtoHAsync)", r);
@@ -482,32 +518,30 @@ int ss_gpu_write_locked_ex(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kin
   if (rc) return rc;
   int64_t deadline = ss_deadline_ns(timeout_ns);
   size_t n = g->payload_bytes;
-  if ((rc = after_previous_writer(g, seg, deadline))) goto out;
-  if (src_kind == SS_GPU_SRC_DEVICE && (rc = after_user(g, user_stream))) goto out;
+  int device = src_kind == SS_GPU_SRC_DEVICE;
+  CUstream on = copy_stream(g, device ? user_stream : 0);
+  if ((rc = after_written(g, seg, on, deadline))) goto out;
   uint32_t slot = ss_write_begin(seg);
   CUdeviceptr dst = ss_gpu_slot_ptr(g, slot);
   CUresult r = CUDA_SUCCESS;
   if (n) {
-    if (src_kind == SS_GPU_SRC_DEVICE)
-      r = cu.MemcpyDtoDAsync(dst, (CUdeviceptr)src, n, g->stream);
+    if (device)
+      r = cu.MemcpyDtoDAsync(dst, (CUdeviceptr)src, n, on);
     else
-      r = cu.MemcpyHtoDAsync(dst, (const void *)(uintptr_t)src, n, g->stream);
+      r = cu.MemcpyHtoDAsync(dst, (const void *)(uintptr_t)src, n, on);
   }
   if (r) {
     ss_write_abort(seg);
     rc = ss_cu_fail("copying the payload to the device", r);
     goto out;
   }
-  const void *host = src_kind == SS_GPU_SRC_DEVICE ? NULL : (const void *)(uintptr_t)src;
-  if ((rc = finish_write(g, seg, slot, host, meta, deadline))) goto out;
-  /* The caller may reuse its source once this returns: order that reuse
-   * after our copy on its stream, or wait for the copy here. Pageable
-   * host memory is staged by the driver before cuMemcpyHtoDAsync returns. */
-  if (src_kind == SS_GPU_SRC_DEVICE && user_stream) {
-    if ((r = cu.EventRecord(g->ev_done, g->stream)) ||
-        (r = cu.StreamWaitEvent((CUstream)(uintptr_t)user_stream, g->ev_done, 0)))
-      rc = ss_cu_fail("ordering the caller's stream after the copy", r);
-  } else if (src_kind != SS_GPU_SRC_HOST) {
+  const void *host = device ? NULL : (const void *)(uintptr_t)src;
+  if ((rc = finish_write(g, seg, on, slot, host, meta, deadline))) goto out;
+  /* The caller may reuse its source once this returns. A device source on
+   * its stream is ordered already (the copy is on that stream); pageable
+   * host memory is staged by the driver before cuMemcpyHtoDAsync returns;
+   * pinned memory and a device source without a stream wait here. */
+  if (on == g->stream && src_kind != SS_GPU_SRC_HOST) {
     if ((r = cu.EventRecord(g->ev_done, g->stream)))
       rc = ss_cu_fail("cuEventRecord", r);
     else
@@ -522,7 +556,7 @@ int ss_gpu_clear_locked(ss_gpu *g, ss_segment *seg, int64_t timeout_ns) {
   int rc = enter(g, seg);
   if (rc) return rc;
   int64_t deadline = ss_deadline_ns(timeout_ns);
-  if ((rc = after_previous_writer(g, seg, deadline))) goto out;
+  if ((rc = after_written(g, seg, g->stream, deadline))) goto out;
   uint32_t slot = ss_write_begin(seg);
   CUresult r = g->payload_bytes
                    ? cu.MemsetD8Async(ss_gpu_slot_ptr(g, slot), 0, g->payload_bytes, g->stream)
@@ -545,23 +579,25 @@ out:
   return rc;
 }
 
-/* Queue "wait for the writers, copy slot, mark done" and wait for it. */
-static int copy_slot(ss_gpu *g, const ss_segment *seg, uint32_t slot, uint64_t dst,
+/* Wait for the writers, queue "copy slot, mark done" on `on` and wait for
+ * it on the host. */
+static int copy_slot(ss_gpu *g, const ss_segment *seg, CUstream on, uint32_t slot, uint64_t dst,
                      int64_t deadline) {
   CUresult r;
-  /* SYNC POINT (gpu r1): the wait captures the IPC event's latest record,
-   * which is at least the one of the publication whose count we read. */
-  if ((r = cu.StreamWaitEvent(g->stream, g->ipc_event, 0)))
-    return ss_cu_fail("cuStreamWaitEvent(IPC event)", r);
-  if (g->payload_bytes && (r = cu.MemcpyDtoDAsync((CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot),
-                                                  g->payload_bytes, g->stream)))
+  /* SYNC POINT (gpu r1): the written event's latest record is at least the
+   * one of the publication whose count we read (after_written). */
+  int rc = after_written(g, seg, on, deadline);
+  if (rc) return rc;
+  if (g->payload_bytes &&
+      (r = cu.MemcpyDtoDAsync((CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot), g->payload_bytes, on)))
     return ss_cu_fail("copying the payload from the stream's device buffer", r);
-  if ((r = cu.EventRecord(g->ev_done, g->stream))) return ss_cu_fail("cuEventRecord", r);
+  if ((r = cu.EventRecord(g->ev_done, on))) return ss_cu_fail("cuEventRecord", r);
   return poll_event(g, g->ev_done, deadline, seg);
 }
 
 typedef struct gpu_dst {
   ss_gpu *g;
+  CUstream on;
   uint64_t dst;
   int64_t deadline;
 } gpu_dst;
@@ -573,22 +609,22 @@ typedef struct gpu_dst {
  * its copy, so a copy that could have met it finds the seq changed. */
 static int copy_to_device(void *ctx, ss_segment *seg, uint32_t slot) {
   gpu_dst *d = (gpu_dst *)ctx;
-  return copy_slot(d->g, seg, slot, d->dst, d->deadline);
+  return copy_slot(d->g, seg, d->on, slot, d->dst, d->deadline);
 }
 
 int ss_gpu_read(ss_gpu *g, ss_segment *seg, uint64_t dst, uint64_t user_stream, int64_t timeout_ns,
                 int holds_lock, ss_pubinfo *info) {
   int rc = enter(g, seg);
   if (rc) return rc;
-  if ((rc = after_user(g, user_stream)) == SS_OK) {
-    gpu_dst d = {g, dst, ss_deadline_ns(timeout_ns)};
-    ss_snapshot_args a = {copy_to_device, &d, holds_lock, 0};
-    ss_frame frame;
-    /* SYNC POINT (gpu r0): the snapshot takes the metadata, the published
-     * slot and its seq from one publish-seqlock window (s1) before any
-     * device work. */
-    rc = ss_snapshot(seg, timeout_ns, &a, info, &frame);
-  }
+  /* The copy goes on the caller's stream, after the work queued there on
+   * the destination (or on the private stream when there is none). */
+  gpu_dst d = {g, copy_stream(g, user_stream), dst, ss_deadline_ns(timeout_ns)};
+  ss_snapshot_args a = {copy_to_device, &d, holds_lock, 0};
+  ss_frame frame;
+  /* SYNC POINT (gpu r0): the snapshot takes the metadata, the published
+   * slot and its seq from one publish-seqlock window (s1) before any
+   * device work. */
+  rc = ss_snapshot(seg, timeout_ns, &a, info, &frame);
   leave(g);
   return rc;
 }
@@ -598,7 +634,7 @@ int ss_gpu_view_begin(ss_gpu *g, ss_segment *seg, uint64_t user_stream, int64_t 
   int rc = enter(g, seg);
   if (rc) return rc;
   int64_t deadline = ss_deadline_ns(timeout_ns);
-  if ((rc = after_previous_writer(g, seg, deadline))) goto out;
+  if ((rc = after_written(g, seg, g->stream, deadline))) goto out;
   if ((rc = after_user(g, user_stream))) goto out;
   uint32_t published = ss_published_slot(seg);
   uint32_t slot = ss_write_begin(seg);
@@ -636,7 +672,7 @@ int ss_gpu_view_commit(ss_gpu *g, ss_segment *seg, uint64_t user_stream, const u
     ss_write_abort(seg);
     goto out;
   }
-  rc = finish_write(g, seg, ss_writing_slot(seg), NULL, &meta, INT64_MAX);
+  rc = finish_write(g, seg, g->stream, ss_writing_slot(seg), NULL, &meta, INT64_MAX);
 out:
   leave(g);
   return rc;

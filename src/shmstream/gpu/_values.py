@@ -10,6 +10,7 @@ state; the handle keeps the protocol (attach, write, read, wait).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -23,15 +24,24 @@ from .device import DL_CODE, CudaArray, cuda_torch, numpy_dtype, torch_dtype
 CU_STREAM_LEGACY = 0x1
 
 
-def torch_stream(torch: Any, device: Any) -> int:
-    """The handle of torch's current stream on ``device`` for the core.
+def torch_stream(torch: Any, device: int) -> int:
+    """The handle of torch's current stream on CUDA device ``device`` (an
+    index) for the core.
 
     torch reports its default stream as 0, which the core reads as "no user
     stream" (nothing to order against); the legacy default stream's own
     handle orders our copies after the work torch queued there. Found on an
     H200: with 0, a write copied a recycled source buffer before torch had
     filled it, and a racing reader got frame k-1's bytes under frame k's id.
+
+    ``torch._C._cuda_getCurrentRawStream`` (what torch's own compiler
+    calls) gives the handle without building a Stream object, a few
+    microseconds of every small GPU read and write; the public call is the
+    fallback where a build lacks it.
     """
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device)) or CU_STREAM_LEGACY
     return int(torch.cuda.current_stream(device).cuda_stream) or CU_STREAM_LEGACY
 
 
@@ -44,10 +54,19 @@ def new_result(
     if out is not None:
         return device_out(out, torch, shape, dtype, ordinal)
     if torch is not None:
-        t = torch.empty(shape, dtype=torch_dtype(torch, dtype), device=f"cuda:{ordinal}")
+        t = torch.empty_like(_like(torch, shape, dtype, ordinal))
         return t, int(t.data_ptr()), torch_stream(torch, ordinal)
     buf = _cuda.DeviceBuffer.alloc(size, ordinal)
     return CudaArray(buf, shape, dtype), int(buf.ptr), 0
+
+
+@functools.lru_cache(maxsize=64)
+def _like(torch: Any, shape: tuple[int, ...], dtype: np.dtype, ordinal: int) -> Any:
+    """A one-element CUDA tensor expanded to ``shape``: ``torch.empty_like``
+    of it is a new contiguous result, about 2 us cheaper per read than
+    ``torch.empty(shape, dtype=, device=)``, which parses its arguments."""
+    one = torch.empty((1,) * len(shape), dtype=torch_dtype(torch, dtype), device=ordinal)
+    return one.expand(shape)
 
 
 def device_out(
@@ -86,17 +105,18 @@ def torch_source(
 ) -> tuple[int, Any, int, Any]:
     """(kind, address or host array, user stream, keep-alive) of a write of
     the torch tensor ``value``, cast under the CPU handle's casting rule."""
-    t = value.detach()
+    t = value  # no detach(): only its data is read, by address
     if tuple(t.shape) != shape:
         raise ShmstreamValueError(f"expected shape {shape}, got {tuple(t.shape)}")
     want = torch_dtype(torch, dtype)
     if t.dtype != want:  # the CPU handle's casting rule, the same check
         check_cast(numpy_dtype(t.dtype), dtype, name, casting, what=str(t.dtype))
     if t.is_cuda:
-        t = t.to(dtype=want).contiguous()
-        return _cuda.SRC_DEVICE, int(t.data_ptr()), torch_stream(torch, t.device), t
+        if t.dtype != want or not t.is_contiguous():
+            t = t.to(dtype=want).contiguous()
+        return _cuda.SRC_DEVICE, int(t.data_ptr()), torch_stream(torch, t.get_device()), t
     t = t.to(dtype=want).contiguous()
-    host = t.numpy()
+    host = t.detach().numpy()
     return (_cuda.SRC_PINNED if _torch_pinned(t) else _cuda.SRC_HOST), host, 0, t
 
 
