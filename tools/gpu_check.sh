@@ -65,6 +65,15 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   cat "$out/bench-gpu.log"
 fi
 
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  step "round-trip profile (tools/gpu_profile_roundtrip.py)"
+  timeout 120 $py tools/gpu_profile_roundtrip.py >"$out/profile.log" 2>&1
+  head -6 "$out/profile.log"
+  step "ping-pong floor with torch alone (tools/gpu_pingpong_floor.py)"
+  timeout 120 $py tools/gpu_pingpong_floor.py >"$out/pingpong-floor.log" 2>&1
+  cat "$out/pingpong-floor.log"
+fi
+
 step "after"
 {
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv
