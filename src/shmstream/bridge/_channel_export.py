@@ -40,7 +40,7 @@ REFUSED_LOGGED = 16
 
 
 class ChannelExport(Export):
-    kind = "channel"
+    kind = source_kind = "channel"
 
     def __init__(
         self,

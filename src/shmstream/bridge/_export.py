@@ -23,6 +23,10 @@ class Export:
     ``_token`` (None until ``announce``)."""
 
     kind: str
+    #: The kind ``shmstream.stat`` reports for the source while it is this
+    #: export's: the export's kind, but "milk" for a stream export of
+    #: milk's stream ``milk:NAME``.
+    source_kind: str
     name: str
     meta: dict[str, Any]
     _instance: str
@@ -44,8 +48,7 @@ class Export:
             info = shmstream.stat(self.name)
         except (FileNotFoundError, ValueError, shmstream.CorruptStreamError):
             return True
-        kind = getattr(self, "source_kind", self.kind)  # a stream export's may be "milk"
-        return info.get("kind") != kind or info["instance_id"] != self._instance
+        return info.get("kind") != self.source_kind or info["instance_id"] != self._instance
 
     def poll(self) -> None:
         """Called at every scan: a stream export reports a change of its
