@@ -192,8 +192,12 @@ def test_a_fork_child_does_not_keep_its_dead_parents_end_alive(chan, ctx, spawn)
         rx.close()
 
 
-def test_a_stream_from_another_pid_namespace_is_still_refused_naming_its_version(name, children):
-    h = shmstream.create(name, shape=(2,), dtype="int32")
+@pytest.mark.parametrize("history", [0, 3])
+def test_an_old_layout_stream_from_another_pid_namespace_is_refused_naming_its_version(
+    name, children, history
+):
+    h = shmstream.create(name, shape=(2,), dtype="int32", history=history)
+    support.make_legacy_stream(name)  # as an older build makes it: layout 1 or 2, pid words
     try:
         c = children(f"""
             import shmstream
@@ -203,7 +207,7 @@ def test_a_stream_from_another_pid_namespace_is_still_refused_naming_its_version
                 say("refused", str(exc).replace(chr(10), " "))
         """)
         msg = c.expect("refused")
-        assert f"layout version {_native.LAYOUT_VERSION}" in msg
+        assert f"layout version {2 if history else 1}" in msg
         assert "--pid=container:" in msg
         c.finish()
     finally:

@@ -175,3 +175,40 @@ int ss_lease_alive(const ss_segment *seg, uint64_t word) {
   if (lease_lock(seg->fd, F_WRLCK, F_OFD_GETLK, word, &fl) != SS_OK) return -1;
   return fl.l_type != F_UNLCK;
 }
+
+uint64_t ss_lease_mine(ss_segment *seg) {
+  uint64_t lease = ss_lease_self(seg);
+  if (lease || !seg->has_fd) return lease;
+  /* A fork child's inherited handle: its fd is a fresh open file
+   * description (after_fork_child) holding no lock, and the parent's lease
+   * is not ours to store. Take a new one on it (l1) the first time this
+   * process needs one. Under the fork table's lock: two threads of the
+   * child take one lease, and a fork meanwhile waits. */
+  pthread_mutex_lock(&lease_fds_lock);
+  lease = ss_lease_self(seg);
+  if (!lease) {
+    uint64_t fresh = random_lease();
+    if (lease_lock(seg->fd, F_RDLCK, F_OFD_SETLK, fresh, NULL) == SS_OK) {
+      seg->lease = fresh;
+      seg->lease_pid = ss_self_pid();
+      lease = fresh;
+    }
+  }
+  pthread_mutex_unlock(&lease_fds_lock);
+  return lease;
+}
+
+int ss_lease_any(const ss_segment *seg) {
+  if (!seg->has_fd) return -1;
+  struct flock fl = {0};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = (off_t)SS_LEASE_BASE;
+  fl.l_len = (off_t)(SS_LEASE_BASE - 1); /* every lease byte, 2^62 .. 2^63 - 2 */
+  int rc;
+  do rc = fcntl(seg->fd, F_OFD_GETLK, &fl);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) return -1;
+  /* The handle's own lease, if it has one, never conflicts: a peek has none. */
+  return fl.l_type != F_UNLCK;
+}

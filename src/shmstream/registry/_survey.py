@@ -220,16 +220,17 @@ def _entry_of(segname: str, seg: Any) -> Entry:
     kind = _kind_of(seg)
     size = _file_bytes(segname)
     size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _extra_files(kind, seg.name))
-    leases = int(seg.layout_version) == _native.LAYOUT_VERSION_LEASES
+    leases = int(seg.layout_version) >= _native.LAYOUT_VERSION_LEASES  # 3 or 4
     created = seg.created_ns / 1e9
     return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), created, leases)
 
 
 def _creator_alive(seg: Any) -> bool | None:
-    """Is the creator alive? None when it was made in another PID namespace:
-    its pid means nothing here (docs/ABI.md, "Owner and PID namespace")."""
-    if int(seg.pidns_match) == 0:
-        return None
+    """Is the creator alive? Made in another PID namespace its pid means
+    nothing here (docs/ABI.md, "Owner and PID namespace"): a layout-4
+    stream's creator is judged by its lease, anything else is None."""
+    if int(seg.pidns_match) == 0:  # leases()[0] is -1 but for a layout-4 stream
+        return {1: True, 0: False}.get(int(seg.leases()[0]))
     return _proc.alive(int(seg.creator_pid), int(seg.creator_start_ticks))
 
 
