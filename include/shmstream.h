@@ -440,7 +440,10 @@ SS_API const char *ss_identity_changed(const ss_segment *seg);
 
 /* timeout_ns < 0 waits forever. Returns SS_OK, SS_EOWNERDEAD (acquired;
  * the dead owner's half-written frame has been marked abandoned),
- * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. */
+ * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. A version-4 stream locks
+ * by lease (docs/ABI.md, "Stream lock by lease"): a dead owner is taken
+ * over within 10 ms, from any PID namespace; versions 1 and 2 use the
+ * robust mutex. */
 SS_API int ss_lock(ss_segment *seg, int64_t timeout_ns);
 SS_API int ss_unlock(ss_segment *seg);
 /* The thread id the lock's mutex word names as its owner (0: free): what

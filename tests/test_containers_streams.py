@@ -239,9 +239,7 @@ K = 5
 
 
 @pytest.mark.parametrize("point", list(STREAM_POINTS))
-def test_a_writer_dying_at_each_point_in_another_namespace_is_repaired_here(
-    name, children, point
-):
+def test_a_writer_dying_at_each_point_in_another_namespace_is_repaired_here(name, children, point):
     pytest.importorskip("shmstream._testhooks", reason="a build without test hooks")
     h = shmstream.create(name, shape=SHAPE, dtype=np.int64)
     try:
@@ -253,9 +251,7 @@ def test_a_writer_dying_at_each_point_in_another_namespace_is_repaired_here(
 
 
 @pytest.mark.parametrize("point", REPAIR_POINTS)
-def test_a_repairer_dying_in_a_second_namespace_leaves_the_repair_to_a_third(
-    name, children, point
-):
+def test_a_repairer_dying_in_a_second_namespace_leaves_the_repair_to_a_third(name, children, point):
     pytest.importorskip("shmstream._testhooks", reason="a build without test hooks")
     h = shmstream.create(name, shape=SHAPE, dtype=np.int64)
     try:
@@ -308,3 +304,48 @@ def test_stat_and_purge_from_a_third_namespace_judge_streams_by_lease(name, make
         assert chan_live in shmstream.list_channels()
     finally:
         live.cleanup()  # the names go with the make_name fixture
+
+
+# ---- whose lease: this process's handles and a fork child's --------------------------------------
+
+
+def test_a_lock_held_through_another_handle_of_this_thread_is_a_deadlock_not_a_wait(name):
+    # The word names a lease of this process: the owner tid is this
+    # process's to compare (another process's tid never is).
+    a = shmstream.create(name, shape=(2,), dtype="int32")
+    b = shmstream.open(name)
+    try:
+        a._seg.lock(None)
+        with pytest.raises(shmstream.LockHeldError, match="through another handle"):
+            b._seg.lock(None)
+        a._seg.unlock()
+    finally:
+        b.close()
+        a.close()
+
+
+def test_a_fork_child_that_dies_holding_the_lock_through_an_inherited_handle_is_taken_over(
+    name,
+):
+    import signal
+
+    h = shmstream.create(name, shape=(2,), dtype="int32")
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child locks with the inherited handle: a lease of its own
+            try:
+                h._seg.lock(None)
+                os.write(w, b"1")
+                os.kill(os.getpid(), signal.SIGKILL)
+            finally:
+                os._exit(1)
+        os.close(w)
+        assert os.read(r, 1) == b"1"
+        os.close(r)
+        assert os.waitpid(pid, 0)[1] == signal.SIGKILL
+        # the child's lease died with it (the parent's lives on): taken over
+        h.write([1, 2], timeout=support.WAIT)
+        assert h.read().tolist() == [1, 2] and _lock_word(name) == 0
+    finally:
+        h.close()

@@ -83,6 +83,9 @@ int ss_lease_alive(const ss_segment *seg, uint64_t word);
  * fork child whose inherited handle has only its parent's; 0 if it has no
  * fd or the lock cannot be taken. */
 uint64_t ss_lease_mine(ss_segment *seg);
+/* Whether `lease` is held by a handle of this process (a lookup in the
+ * process's table of lease fds, under its mutex: for slow paths). */
+int ss_lease_is_ours(uint64_t lease);
 /* Whether any handle holds a lease on the segment's file (one F_OFD_GETLK
  * over the lease range): 1, 0, or -1 cannot tell. */
 int ss_lease_any(const ss_segment *seg);

@@ -2,7 +2,7 @@
  * that holders and waiters in different PID namespaces (two pid-1
  * processes that share /dev/shm) never take each other's lock for their
  * own, and a holder that dies in another namespace is taken over.
- * Protocol and SYNC POINT labels: docs/ABI.md, "Stream lock by lease".
+ * Protocol and its labels: docs/ABI.md, "Stream lock by lease".
  *
  * One word, lock_lease: 0 free, else the holder handle's lease number
  * (liveness.c) and bit 63 when somebody sleeps on lock_wake. Uncontended:
@@ -41,7 +41,7 @@ static int lock_slow(ss_segment *seg, uint64_t mine, int64_t timeout_ns) {
   int64_t deadline = ss_deadline_ns(timeout_ns);
   uint64_t keep = 0; /* after a sleep: others may sleep too, keep the bit */
   for (;;) {
-    /* SYNC POINT (k2): the wake sequence before the word, so a release
+    /* SYNC POINT (sl2): the wake sequence before the word, so a release
      * whose exchange this caller does not see yet bumps it later. */
     uint32_t s = atomic_load_explicit(wake, memory_order_acquire);
     uint64_t w = atomic_load_explicit(word, memory_order_relaxed);
@@ -52,13 +52,14 @@ static int lock_slow(ss_segment *seg, uint64_t mine, int64_t timeout_ns) {
       continue;
     }
     uint64_t holder = w & ~SS_LOCK_WAITERS;
-    if (holder == mine) {
-      /* Our handle's lease: this thread (the owner words are ours to
-       * compare: same process) or another thread of this handle. */
+    if (holder == mine || ss_lease_is_ours(holder)) {
+      /* This process's lease (this handle's or another's): the owner
+       * words were written in this process, so its tid means this thread
+       * or another thread here, which waits. */
       if (atomic_load_explicit(&seg->hdr->lock.owner_tid, memory_order_relaxed) == ss_self_tid())
         return SS_EDEADLK;
     } else if (ss_lease_alive(seg, holder) == 0) {
-      /* SYNC POINT (k3): the holder's lease is gone for good (l2): take
+      /* SYNC POINT (sl3): the holder's lease is gone for good (l2): take
        * the word over by CAS, so of two takers one wins and a holder that
        * released meanwhile is not displaced. */
       if (atomic_compare_exchange_strong_explicit(word, &w, mine | (w & SS_LOCK_WAITERS),
@@ -68,8 +69,8 @@ static int lock_slow(ss_segment *seg, uint64_t mine, int64_t timeout_ns) {
     }
     int64_t left = ss_remaining_ns(deadline);
     if (timeout_ns == 0 || left == 0) return SS_ETIMEDOUT;
-    /* SYNC POINT (k4): announce the sleep on the word itself, so the
-     * holder's release (k5) reads it with the release. */
+    /* SYNC POINT (sl4): announce the sleep on the word itself, so the
+     * holder's release (sl5) reads it with the release. */
     if (!(w & SS_LOCK_WAITERS) &&
         !atomic_compare_exchange_strong_explicit(word, &w, w | SS_LOCK_WAITERS,
                                                  memory_order_relaxed, memory_order_relaxed))
@@ -84,8 +85,8 @@ int ss_lease_lock(ss_segment *seg, int64_t timeout_ns) {
   uint64_t mine = ss_lease_mine(seg);
   if (!mine) return EBADF; /* no fd to hold a lease on: not a handle of ours */
   uint64_t expected = 0;
-  /* SYNC POINT (k1): the claim. Acquire: the previous holder's stores,
-   * released by its exchange (k5), are visible to this holder. */
+  /* SYNC POINT (sl1): the claim. Acquire: the previous holder's stores,
+   * released by its exchange (sl5), are visible to this holder. */
   if (atomic_compare_exchange_strong_explicit(lock_word(seg), &expected, mine, memory_order_acquire,
                                               memory_order_relaxed))
     return acquired(seg, SS_OK);
@@ -103,7 +104,7 @@ int ss_lease_unlock(ss_segment *seg) {
   atomic_store_explicit(&l->owner_tid, 0, memory_order_relaxed);
   atomic_store_explicit(&l->owner_pid, 0, memory_order_relaxed);
   SS_CRASH_POINT("lock.unlock");
-  /* SYNC POINT (k5): the release, reading the waiters bit with it. */
+  /* SYNC POINT (sl5): the release, reading the waiters bit with it. */
   uint64_t old = atomic_exchange_explicit(word, 0, memory_order_release);
   if (old & SS_LOCK_WAITERS) {
     atomic_fetch_add_explicit(&seg->hdr->stream.lock_wake, 1, memory_order_release);

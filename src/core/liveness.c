@@ -28,6 +28,10 @@
  * handles: handles may be copied or moved by their owner. */
 #define SS_LEASE_FDS_MAX 4096
 static int lease_fds[SS_LEASE_FDS_MAX];
+/* The lease held on each fd by this process, 0: none (a peek, or a fork
+ * child's inherited fd): lets a lock tell this process's other handles'
+ * leases from other processes' (ss_lease_is_ours). */
+static uint64_t lease_of_fd[SS_LEASE_FDS_MAX];
 static int n_lease_fds;
 static pthread_mutex_t lease_fds_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t lease_once = PTHREAD_ONCE_INIT;
@@ -50,6 +54,7 @@ static void fd_path_tail(char *out, int fd) {
 static void after_fork_child(void) {
   for (int i = 0; i < n_lease_fds; i++) {
     int fd = lease_fds[i];
+    lease_of_fd[i] = 0; /* the parent's, not this process's */
     char path[32] = "/proc/self/fd/";
     fd_path_tail(path + 14, fd);
     int acc = fcntl(fd, F_GETFL);
@@ -72,7 +77,10 @@ static int remember_fd(int fd) {
   pthread_once(&lease_once, register_atfork);
   pthread_mutex_lock(&lease_fds_lock);
   int ok = n_lease_fds < SS_LEASE_FDS_MAX;
-  if (ok) lease_fds[n_lease_fds++] = fd;
+  if (ok) {
+    lease_of_fd[n_lease_fds] = 0;
+    lease_fds[n_lease_fds++] = fd;
+  }
   pthread_mutex_unlock(&lease_fds_lock);
   return ok ? SS_OK : EMFILE;
 }
@@ -81,10 +89,29 @@ static void forget_fd(int fd) {
   pthread_mutex_lock(&lease_fds_lock);
   for (int i = 0; i < n_lease_fds; i++)
     if (lease_fds[i] == fd) {
-      lease_fds[i] = lease_fds[--n_lease_fds];
+      n_lease_fds--;
+      lease_fds[i] = lease_fds[n_lease_fds];
+      lease_of_fd[i] = lease_of_fd[n_lease_fds];
       break;
     }
   pthread_mutex_unlock(&lease_fds_lock);
+}
+
+/* Record that this process holds `lease` on fd (table locked by the caller
+ * when `locked`). */
+static void note_lease(int fd, uint64_t lease, int locked) {
+  if (!locked) pthread_mutex_lock(&lease_fds_lock);
+  for (int i = 0; i < n_lease_fds; i++)
+    if (lease_fds[i] == fd) lease_of_fd[i] = lease;
+  if (!locked) pthread_mutex_unlock(&lease_fds_lock);
+}
+
+int ss_lease_is_ours(uint64_t lease) {
+  int ours = 0;
+  pthread_mutex_lock(&lease_fds_lock);
+  for (int i = 0; i < n_lease_fds && !ours; i++) ours = lease_of_fd[i] == lease;
+  pthread_mutex_unlock(&lease_fds_lock);
+  return ours && lease != 0;
 }
 
 /* ---- a handle's lease ------------------------------------------------------ */
@@ -143,6 +170,7 @@ int ss_lease_take(ss_segment *seg, int fd, int own) {
   }
   seg->lease = lease;
   seg->lease_pid = ss_self_pid();
+  note_lease(fd, lease, 0);
   return SS_OK;
 }
 
@@ -191,6 +219,7 @@ uint64_t ss_lease_mine(ss_segment *seg) {
     if (lease_lock(seg->fd, F_RDLCK, F_OFD_SETLK, fresh, NULL) == SS_OK) {
       seg->lease = fresh;
       seg->lease_pid = ss_self_pid();
+      note_lease(seg->fd, fresh, 1);
       lease = fresh;
     }
   }
