@@ -238,7 +238,7 @@ def _access(seg: Any) -> dict[str, Any]:
     """Who owns the file and who may change it, and whether its pids can be
     judged here: stat's ``owner_uid``, ``owner``, ``writable_by_others`` and
     ``pid_namespace`` ("same", "other": made in another PID namespace,
-    this process cannot open it; "unknown": made by an older version)."""
+    opened only where judged by lease; "unknown": made by an older version)."""
     import pwd
 
     uid = int(seg.owner_uid)
@@ -367,9 +367,9 @@ def stat(name: str) -> dict[str, Any]:
     Every kind also has ``owner_uid`` and ``owner`` (the file's owner and
     its user name, None if unknown), ``owned_by_caller``,
     ``writable_by_others`` (the file's mode lets other users write it) and
-    ``pid_namespace``: "same", "other" (made in another PID namespace:
-    ``creator_alive`` and ``lock_owner_alive`` are then None, and ``open``
-    refuses it) or "unknown" (made by an older version)."""
+    ``pid_namespace``: "same", "other" (made in another PID namespace: a
+    layout-4 stream's are judged by lease, other kinds' None, and ``open``
+    refuses pid-judged kinds) or "unknown" (made by an older version)."""
     _checks.check_name(name, "shared-memory object")
     segname = _native.segment_name(name)
     try:
