@@ -8,9 +8,10 @@ they work across namespaces: every message arrives, a SIGKILLed end is
 seen as dead from the other namespace, a live end is never taken over
 from there although both ends are pid 1. A fork child's inherited handle
 does not keep its dead parent's end alive. A shared array (no word judged
-by pid) opens too; streams and loader pools (liveness by pid) are
-still refused from another namespace, with an error naming their layout
-version. Skipped where ``unshare --pid`` is not permitted."""
+by pid) opens too; streams made by an older build (layout 1 or 2) and
+loader pools (liveness by pid) are still refused from another namespace,
+with an error naming their layout version. This build's streams (layout
+4, locked by lease) are tested in test_containers_streams.py. Skipped where ``unshare --pid`` is not permitted."""
 
 from __future__ import annotations
 

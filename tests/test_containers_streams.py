@@ -180,6 +180,36 @@ def test_two_pid1_processes_contend_for_the_lock_and_the_killed_holder_is_taken_
         h.close()
 
 
+def test_two_pid1_processes_increment_under_the_lock_without_losing_one(name, children):
+    # Both are pid 1 with tid 1: a lock judged by tid would let both in (or
+    # answer EDEADLK); by lease, every read-modify-write is exclusive.
+    n = 2000
+    h = shmstream.create(name, shape=(1,), dtype="int64")
+    try:
+        code = f"""
+            import shmstream
+            h = shmstream.open({name!r})
+            say("ready")
+            assert hear() == "go"
+            for _ in range({n}):
+                with h.locked(timeout=60):
+                    h.write_locked(h.read() + 1)
+            say("done")
+        """
+        a, b = children(code), children(code)
+        a.expect("ready")
+        b.expect("ready")
+        a.tell("go")
+        b.tell("go")
+        a.expect("done", timeout=120)
+        b.expect("done", timeout=120)
+        a.finish()
+        b.finish()
+        assert h.read().tolist() == [2 * n] and h.count == 2 * n
+    finally:
+        h.close()
+
+
 def test_a_writer_killed_inside_write_view_is_seen_from_another_namespace(name, children):
     writer = children(f"""
         import numpy as np, shmstream
