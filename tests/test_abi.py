@@ -342,3 +342,42 @@ def test_a_stream_without_history_is_version_4_with_a_zero_history_field(live):
         raw = f.read()
     assert u(raw, "layout_version") == 4 and u(raw, "history") == 0
     assert len(raw) == 4096 + 4096 * _native.DEFAULT_SLOTS
+
+
+# ---- an older build's streams (layout 1 and 2) --------------------------------------------------
+
+
+def _hold_then_die(stream_name, held):
+    h = shmstream.open(stream_name)
+    with h.write_view(frame_id=99) as v:
+        v[...] = 99  # a whole frame written, never published
+        held.set()
+        os.kill(os.getpid(), 9)
+
+
+@pytest.mark.parametrize("history", [0, 3])
+def test_an_older_builds_stream_is_still_locked_with_its_robust_mutex(name, spawn, ctx, history):
+    # docs/ABI.md, "Stream lock by lease", "Versions": this build reads and
+    # writes version 1 and 2 streams as before, and a holder's death hands
+    # their robust mutex over with EOWNERDEAD.
+    h0 = shmstream.create(name, shape=(3,), dtype=np.int64, history=history)
+    support.make_legacy_stream(name)
+    h = shmstream.open(name)
+    try:
+        assert h._seg.layout_version == (2 if history else 1)
+        h.write([1, 1, 1], frame_id=1)
+        held = ctx.Event()
+        child = spawn(_hold_then_die, name, held)
+        assert held.wait(support.WAIT)
+        assert child.join() == -9
+        with pytest.raises(shmstream.InconsistentStreamError, match="exited"):
+            h.read(timeout=support.WAIT)
+        assert support.read_u(support.segment_path(name), *support.field("lock_lease")) == 0
+        h.write([2, 2, 2], frame_id=2)
+        assert h.read().tolist() == [2, 2, 2] and h.count == 2
+        if history:
+            batch = h.read_since(0)
+            assert list(batch.frame_ids) == [1, 2] and batch.frames[:, 0].tolist() == [1, 2]
+    finally:
+        h.close()
+        h0.close()
