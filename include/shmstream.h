@@ -40,6 +40,10 @@ extern "C" {
 /* A channel whose ends are judged by leases, not pids (docs/ABI.md,
  * "Liveness leases"): it works across PID namespaces. */
 #define SS_LAYOUT_VERSION_LEASES 3u
+/* A CPU stream (history or not) whose lock, sleepers and creator are judged
+ * by leases (docs/ABI.md, "Stream lock by lease"): it works across PID
+ * namespaces, and builds that lock with the robust mutex refuse it. */
+#define SS_LAYOUT_VERSION_STREAM_LEASES 4u
 #define SS_HEADER_BYTES 4096u
 #define SS_IDENTITY_BYTES 2048u /* checksummed, immutable after create */
 #define SS_PAYLOAD_ALIGN 4096u
@@ -151,7 +155,8 @@ typedef struct ss_identity {
   uint32_t
       pidns_dev; /* 1972 creator's PID namespace: st_dev of /proc/self/ns/pid (0: unknown or > 32 bits) */
   uint64_t pidns_ino; /* 1976 and its st_ino; 0: unknown (made by an older build) */
-  uint8_t reserved[56]; /* 1984 */
+  uint64_t creator_lease; /* 1984 version 4: the creator handle's lease; else 0 */
+  uint8_t reserved[48]; /* 1992 */
   uint64_t checksum; /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
 } ss_identity;
 
@@ -209,7 +214,11 @@ typedef struct ss_undo_line {
 typedef struct ss_stream_area { /* 2240: the stream kind's control lines */
   ss_slot_line slots; /* 2240 */
   ss_undo_line undo; /* 2304 */
-  uint8_t reserved_[64]; /* 2368 */
+  /* 2368: the lock of a version-4 stream (docs/ABI.md, "Stream lock by
+   * lease"); zero in versions 1 and 2. */
+  SS_ATOMIC(uint64_t) lock_lease; /* 2368 holder's lease | bit 63 waiters; 0 free */
+  SS_ATOMIC(uint32_t) lock_wake; /* 2376 the futex waiters for the lock sleep on */
+  uint8_t reserved_[52]; /* 2380 */
   /* 2432: who sleeps on the stream: pid | start-time low 32 bits << 32,
    * 0 = free (docs/ABI.md, "Sleeper table"). */
   SS_ATOMIC(uint64_t) sleeper[SS_SLEEPER_SLOTS];
@@ -259,7 +268,8 @@ SS_PIN(id.gpu, 1456);
 SS_PIN(id.history, 1968);
 SS_PIN(id.pidns_dev, 1972);
 SS_PIN(id.pidns_ino, 1976);
-SS_PIN(id.reserved, 1984);
+SS_PIN(id.creator_lease, 1984);
+SS_PIN(id.reserved, 1992);
 SS_PIN(id.checksum, 2040);
 SS_PIN(lock.m, 2048);
 SS_PIN(lock.owner_pid, 2096);
@@ -286,6 +296,8 @@ SS_PIN(stream.undo.aborted, 2328);
 SS_PIN(stream.undo.slot, 2336);
 SS_PIN(stream.undo.state, 2340);
 SS_STATIC_ASSERT(sizeof(ss_undo_line) == 64, "the undo line is one cache line");
+SS_PIN(stream.lock_lease, 2368);
+SS_PIN(stream.lock_wake, 2376);
 SS_PIN(stream.sleeper, 2432);
 SS_STATIC_ASSERT(sizeof(ss_notify_line) == 64, "the notify line is one cache line");
 SS_PIN(kind_area, 2240);
@@ -428,7 +440,10 @@ SS_API const char *ss_identity_changed(const ss_segment *seg);
 
 /* timeout_ns < 0 waits forever. Returns SS_OK, SS_EOWNERDEAD (acquired;
  * the dead owner's half-written frame has been marked abandoned),
- * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. */
+ * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. A version-4 stream locks
+ * by lease (docs/ABI.md, "Stream lock by lease"): a dead owner is taken
+ * over within 10 ms, from any PID namespace; versions 1 and 2 use the
+ * robust mutex. */
 SS_API int ss_lock(ss_segment *seg, int64_t timeout_ns);
 SS_API int ss_unlock(ss_segment *seg);
 /* The thread id the lock's mutex word names as its owner (0: free): what

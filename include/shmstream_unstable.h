@@ -111,6 +111,16 @@ typedef struct ss_segment_words {
 } ss_segment_words;
 SS_API void ss_segment_words_get(const ss_segment *seg, ss_segment_words *out);
 
+/* A version-4 stream's liveness by lease (docs/ABI.md, "Stream lock by
+ * lease"), each 1 alive, 0 gone, -1 cannot tell (not a version-4 stream, a
+ * free lock, a handle without fd): the creator handle's lease, the lock
+ * holder's, and whether any handle holds a lease on the file. One
+ * F_OFD_GETLK each; changes nothing. */
+typedef struct ss_stream_leases {
+  int creator_alive, lock_holder_alive, any_held;
+} ss_stream_leases;
+SS_API void ss_stream_leases_get(const ss_segment *seg, ss_stream_leases *out);
+
 /* ---- a channel handle's state (src/core/ring.c) ------------------------- */
 
 /* 1 while attached (an end held, the ring mapped); the segment under the

@@ -203,7 +203,11 @@ def test_raw_header_bytes_match_the_documented_layout(live):
         raw = f.read()
     assert raw[0:8] == b"SHMSTRM1"
     assert u(raw, "magic") == 0x314D5254534D4853
-    assert u(raw, "layout_version") == 1 == _native.LAYOUT_VERSION
+    # a CPU stream made by this build is locked by lease (docs/ABI.md, "Stream lock by lease")
+    assert u(raw, "layout_version") == 4 == _native.LAYOUT_VERSION_STREAM_LEASES
+    assert 2**62 <= u(raw, "creator_lease") <= 2**63 - 2
+    assert u(raw, "lock_lease") == 0  # free; the robust mutex's bytes stay zero
+    assert raw[2048:2096] == bytes(48)
     assert u(raw, "kind") == _native.KIND_STREAM == 1
     assert u(raw, "header_bytes") == 4096
     assert u(raw, "payload_offset") == 4096
@@ -298,7 +302,7 @@ def test_abi_md_documents_the_slot_record_as_compiled():
     assert sum(size for _, size in compiled.values()) == 64
 
 
-def test_a_history_segment_is_version_2_with_its_records_after_the_slots(name):
+def test_a_history_segment_is_version_4_with_its_records_after_the_slots(name):
     h = shmstream.create(name, shape=(3, 5), dtype=np.float32, history=6)
     try:
         for k in range(1, 10):
@@ -306,7 +310,8 @@ def test_a_history_segment_is_version_2_with_its_records_after_the_slots(name):
         path = support.segment_path(name)
         with open(path, "rb") as f:
             raw = f.read()
-        assert u(raw, "layout_version") == 2 == _native.LAYOUT_VERSION_HISTORY
+        # version 2 is an older build's history stream; this build's locks by lease
+        assert u(raw, "layout_version") == 4 == _native.LAYOUT_VERSION_STREAM_LEASES
         assert u(raw, "history") == 6 and u(raw, "slot_count") == 7
         stride = u(raw, "slot_stride")
         table = 4096 + 7 * stride
@@ -331,9 +336,48 @@ def test_a_history_segment_is_version_2_with_its_records_after_the_slots(name):
         h.close()
 
 
-def test_a_stream_without_history_keeps_layout_version_1_and_a_zero_history_field(live):
+def test_a_stream_without_history_is_version_4_with_a_zero_history_field(live):
     h, _ = live
     with open(support.segment_path(h.name), "rb") as f:
         raw = f.read()
-    assert u(raw, "layout_version") == 1 and u(raw, "history") == 0
+    assert u(raw, "layout_version") == 4 and u(raw, "history") == 0
     assert len(raw) == 4096 + 4096 * _native.DEFAULT_SLOTS
+
+
+# ---- an older build's streams (layout 1 and 2) --------------------------------------------------
+
+
+def _hold_then_die(stream_name, held):
+    h = shmstream.open(stream_name)
+    with h.write_view(frame_id=99) as v:
+        v[...] = 99  # a whole frame written, never published
+        held.set()
+        os.kill(os.getpid(), 9)
+
+
+@pytest.mark.parametrize("history", [0, 3])
+def test_an_older_builds_stream_is_still_locked_with_its_robust_mutex(name, spawn, ctx, history):
+    # docs/ABI.md, "Stream lock by lease", "Versions": this build reads and
+    # writes version 1 and 2 streams as before, and a holder's death hands
+    # their robust mutex over with EOWNERDEAD.
+    h0 = shmstream.create(name, shape=(3,), dtype=np.int64, history=history)
+    support.make_legacy_stream(name)
+    h = shmstream.open(name)
+    try:
+        assert h._seg.layout_version == (2 if history else 1)
+        h.write([1, 1, 1], frame_id=1)
+        held = ctx.Event()
+        child = spawn(_hold_then_die, name, held)
+        assert held.wait(support.WAIT)
+        assert child.join() == -9
+        with pytest.raises(shmstream.InconsistentStreamError, match="exited"):
+            h.read(timeout=support.WAIT)
+        assert support.read_u(support.segment_path(name), *support.field("lock_lease")) == 0
+        h.write([2, 2, 2], frame_id=2)
+        assert h.read().tolist() == [2, 2, 2] and h.count == 2
+        if history:
+            batch = h.read_since(0)
+            assert list(batch.frame_ids) == [1, 2] and batch.frames[:, 0].tolist() == [1, 2]
+    finally:
+        h.close()
+        h0.close()

@@ -347,7 +347,9 @@ def test_a_lock_word_naming_a_thread_that_does_not_exist_is_reported_not_waited_
     # of no thread was written by another process: a write without a
     # timeout must not wait for ever on it.
     fake = 0x3FFFFFF0  # above any pid_max: no such thread, ever
-    with shmstream.stream(name, shape=(N,), dtype=np.float32) as s:
+    with shmstream.stream(name, shape=(N,), dtype=np.float32):
+        support.make_legacy_stream(name)  # an older build's robust mutex (layout 1)
+        s = shmstream.open(name)
         s.write(_frame(1))
         path = support.segment_path(name)
         mutex = support.field("mutex")[0]
@@ -363,6 +365,23 @@ def test_a_lock_word_naming_a_thread_that_does_not_exist_is_reported_not_waited_
             support.patch_bytes(path, owner_word, bytes(4))
         s.write(_frame(3))  # the word repaired: writes go on
         assert s.count == 2 and np.array_equal(s.read(), _frame(3))
+        s.close()
+
+
+def test_a_lock_word_naming_no_held_lease_is_taken_over_not_waited_on(name):
+    # A version-4 stream's lock word names a lease (docs/ABI.md, "Stream
+    # lock by lease"): one that nobody holds, or no lease number at all
+    # (another process wrote it), is taken over by the next writer at once.
+    lock = support.field("lock_lease")[0]
+    with shmstream.stream(name, shape=(N,), dtype=np.float32) as s:
+        s.write(_frame(0))
+        path = support.segment_path(name)
+        for k, word in enumerate((2**62 + 12345, 7, 2**63 + 5, 2**64 - 1, 2**63), start=1):
+            support.patch_bytes(path, lock, word.to_bytes(8, "little"))
+            assert shmstream.stat(name)["lock_owner_alive"] is None  # no owner recorded
+            s.write(_frame(k))  # no timeout: must not wait for ever
+            assert support.read_u(path, lock, 8) == 0  # released again
+            assert s.count == k + 1 and np.array_equal(s.read(), _frame(k))
 
 
 @pytest.mark.parametrize("plant", ["fifo", "symlink"])

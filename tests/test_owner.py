@@ -267,6 +267,7 @@ def test_a_stream_from_another_pid_namespace_is_refused_saying_how_a_channel_is_
     name, make_name
 ):
     h = shmstream.create(name, shape=(2,), dtype=np.int32)
+    support.make_legacy_stream(name)  # an older build's stream: liveness by pid
     chan = make_name()
     prod = shmstream.channel(chan, 4096, role="producer")
     try:

@@ -52,6 +52,7 @@ NB_MODULE(_native, m) {
   m.attr("MAX_COUNT") = SS_MAX_COUNT;
   m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
   m.attr("LAYOUT_VERSION_LEASES") = SS_LAYOUT_VERSION_LEASES;
+  m.attr("LAYOUT_VERSION_STREAM_LEASES") = SS_LAYOUT_VERSION_STREAM_LEASES;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
   m.def(
       "pidns_self",
@@ -214,7 +215,8 @@ NB_MODULE(_native, m) {
       // this process's: 1 yes, 0 no, -1 unknown (docs/ABI.md).
       .def_prop_ro("pidns_ino", [](Segment &s) { return s.id().pidns_ino; })
       .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.id()); })
-      // 1, 2 (a stream with history) or 3 (a channel judged by leases).
+      // 1, 2 (a stream with history), 3 (a channel judged by leases) or 4 (a
+      // stream judged by leases).
       .def_prop_ro("layout_version", [](Segment &s) { return s.id().layout_version; })
       .def_prop_ro("instance_id",
                    [](Segment &s) {
@@ -251,6 +253,15 @@ NB_MODULE(_native, m) {
           "lock_word_tid", [](Segment &s) { return ss_lock_word_tid(s.seg); },
           "The thread the lock's mutex word names as its owner (0: free).")
       .def_prop_ro("acquisitions", [](Segment &s) { return words(s).acquisitions; })
+      .def(
+          "leases",
+          [](Segment &s) {
+            ss_stream_leases l;
+            ss_stream_leases_get(s.seg, &l);
+            return nb::make_tuple(l.creator_alive, l.lock_holder_alive, l.any_held);
+          },
+          "A version-4 stream's (creator, lock holder, any handle) leases: 1 alive, 0 gone, -1 "
+          "cannot tell (another layout, a free lock). One F_OFD_GETLK each.")
       .def_prop_ro("waiters",
                    [](Segment &s) {
         // readers asleep: the sleeper bits, and those without a slot

@@ -77,6 +77,7 @@ NB_MODULE(_testhooks, m) {
     F(id.history, history);
     F(id.pidns_dev, pidns_dev);
     F(id.pidns_ino, pidns_ino);
+    F(id.creator_lease, creator_lease);
     F(id.reserved, identity_reserved);
     F(id.checksum, checksum);
     F(lock.m, mutex);
@@ -103,6 +104,8 @@ NB_MODULE(_testhooks, m) {
     F(notify.waiters, waiters);
     F(notify.lock_readers, lock_readers);
     F(notify.sleepers, sleepers);
+    F(stream.lock_lease, lock_lease);
+    F(stream.lock_wake, lock_wake);
     F(stream.sleeper, sleeper);
 #undef F
     return d;

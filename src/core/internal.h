@@ -4,8 +4,9 @@
  *   clock.c, futex.c, proc.c, names.c, fault.c, guard.c   leaves
  *   owner.c        who may open a segment: owner uid, PID namespace (leaf)
  *   liveness.c     leases: is a peer alive, without a pid  (proc, clock)
- *   sleepers.c     who sleeps on a stream                (proc, clock)
+ *   sleepers.c     who sleeps on a stream                (liveness, proc, clock)
  *   mutex.c        a plain robust mutex                  (clock)
+ *   lease_lock.c   a version-4 stream's lock by lease    (liveness, futex, clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
  *   stream_lock.c  the stream lock: mutex + repair + reader priority
  *   snapshot.c     the reader's protocol                 (publish, stream_lock)
@@ -78,9 +79,25 @@ uint64_t ss_lease_self(const ss_segment *seg);
 /* Whether the lease `word` is held (l2): 1 alive, 0 gone (or word 0), -1
  * cannot tell (no fd: callers take it for alive). */
 int ss_lease_alive(const ss_segment *seg, uint64_t word);
-/* A version-3 segment (a channel made by this build): liveness by lease. */
+/* The handle's lease in this process, taking a new one (l1) on its fd in a
+ * fork child whose inherited handle has only its parent's; 0 if it has no
+ * fd or the lock cannot be taken. */
+uint64_t ss_lease_mine(ss_segment *seg);
+/* Whether `lease` is held by a handle of this process (a lookup in the
+ * process's table of lease fds, under its mutex: for slow paths). */
+int ss_lease_is_ours(uint64_t lease);
+/* Whether any handle holds a lease on the segment's file (one F_OFD_GETLK
+ * over the lease range): 1, 0, or -1 cannot tell. */
+int ss_lease_any(const ss_segment *seg);
+/* A version-3 channel or a version-4 stream (made by this build): liveness
+ * by lease. */
 static inline int ss_uses_leases(const ss_identity *id) {
-  return id->layout_version == SS_LAYOUT_VERSION_LEASES;
+  return id->layout_version == SS_LAYOUT_VERSION_LEASES ||
+         id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES;
+}
+/* A version-4 stream: locked by lease (src/core/lease_lock.c). */
+static inline int ss_lease_locked(const ss_identity *id) {
+  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES;
 }
 
 /* ---- src/core/fault.c: crash points (docs/ABI.md, "Crash points") ------- */
@@ -179,6 +196,18 @@ int32_t ss_mutex_word_tid(const ss_lock_line *l);
  * EOWNERDEAD): read from the mutex word, nothing changed. */
 int ss_mutex_owner_died(const ss_lock_line *l);
 int ss_mutex_unlock(ss_lock_line *l);
+
+/* ---- src/core/lease_lock.c: the lock of a version-4 stream -------------- */
+
+/* The same contract as ss_mutex_lock, on the stream area's lock_lease word
+ * (docs/ABI.md, "Stream lock by lease"): SS_EOWNERDEAD is a takeover from a
+ * holder whose lease is gone (the caller repairs; nothing to make
+ * consistent). The owner is recorded. */
+int ss_lease_lock(ss_segment *seg, int64_t timeout_ns);
+int ss_lease_unlock(ss_segment *seg);
+/* Whether the holder's lease is alive (l2): 1, 0 (dead: the next lock takes
+ * it over), -1 free or cannot tell. */
+int ss_lease_lock_holder_alive(const ss_segment *seg);
 
 /* ---- slots: where each slot's seqlock word and record are ---------------- */
 

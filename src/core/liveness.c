@@ -28,6 +28,10 @@
  * handles: handles may be copied or moved by their owner. */
 #define SS_LEASE_FDS_MAX 4096
 static int lease_fds[SS_LEASE_FDS_MAX];
+/* The lease held on each fd by this process, 0: none (a peek, or a fork
+ * child's inherited fd): lets a lock tell this process's other handles'
+ * leases from other processes' (ss_lease_is_ours). */
+static uint64_t lease_of_fd[SS_LEASE_FDS_MAX];
 static int n_lease_fds;
 static pthread_mutex_t lease_fds_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t lease_once = PTHREAD_ONCE_INIT;
@@ -50,6 +54,7 @@ static void fd_path_tail(char *out, int fd) {
 static void after_fork_child(void) {
   for (int i = 0; i < n_lease_fds; i++) {
     int fd = lease_fds[i];
+    lease_of_fd[i] = 0; /* the parent's, not this process's */
     char path[32] = "/proc/self/fd/";
     fd_path_tail(path + 14, fd);
     int acc = fcntl(fd, F_GETFL);
@@ -72,7 +77,10 @@ static int remember_fd(int fd) {
   pthread_once(&lease_once, register_atfork);
   pthread_mutex_lock(&lease_fds_lock);
   int ok = n_lease_fds < SS_LEASE_FDS_MAX;
-  if (ok) lease_fds[n_lease_fds++] = fd;
+  if (ok) {
+    lease_of_fd[n_lease_fds] = 0;
+    lease_fds[n_lease_fds++] = fd;
+  }
   pthread_mutex_unlock(&lease_fds_lock);
   return ok ? SS_OK : EMFILE;
 }
@@ -81,10 +89,29 @@ static void forget_fd(int fd) {
   pthread_mutex_lock(&lease_fds_lock);
   for (int i = 0; i < n_lease_fds; i++)
     if (lease_fds[i] == fd) {
-      lease_fds[i] = lease_fds[--n_lease_fds];
+      n_lease_fds--;
+      lease_fds[i] = lease_fds[n_lease_fds];
+      lease_of_fd[i] = lease_of_fd[n_lease_fds];
       break;
     }
   pthread_mutex_unlock(&lease_fds_lock);
+}
+
+/* Record that this process holds `lease` on fd (table locked by the caller
+ * when `locked`). */
+static void note_lease(int fd, uint64_t lease, int locked) {
+  if (!locked) pthread_mutex_lock(&lease_fds_lock);
+  for (int i = 0; i < n_lease_fds; i++)
+    if (lease_fds[i] == fd) lease_of_fd[i] = lease;
+  if (!locked) pthread_mutex_unlock(&lease_fds_lock);
+}
+
+int ss_lease_is_ours(uint64_t lease) {
+  int ours = 0;
+  pthread_mutex_lock(&lease_fds_lock);
+  for (int i = 0; i < n_lease_fds && !ours; i++) ours = lease_of_fd[i] == lease;
+  pthread_mutex_unlock(&lease_fds_lock);
+  return ours && lease != 0;
 }
 
 /* ---- a handle's lease ------------------------------------------------------ */
@@ -143,6 +170,7 @@ int ss_lease_take(ss_segment *seg, int fd, int own) {
   }
   seg->lease = lease;
   seg->lease_pid = ss_self_pid();
+  note_lease(fd, lease, 0);
   return SS_OK;
 }
 
@@ -173,5 +201,43 @@ int ss_lease_alive(const ss_segment *seg, uint64_t word) {
    * takeover CAS from this word cannot displace a live owner. l_pid is -1
    * for OFD locks: nothing here reads a pid. */
   if (lease_lock(seg->fd, F_WRLCK, F_OFD_GETLK, word, &fl) != SS_OK) return -1;
+  return fl.l_type != F_UNLCK;
+}
+
+uint64_t ss_lease_mine(ss_segment *seg) {
+  uint64_t lease = ss_lease_self(seg);
+  if (lease || !seg->has_fd) return lease;
+  /* A fork child's inherited handle: its fd is a fresh open file
+   * description (after_fork_child) holding no lock, and the parent's lease
+   * is not ours to store. Take a new one on it (l1) the first time this
+   * process needs one. Under the fork table's lock: two threads of the
+   * child take one lease, and a fork meanwhile waits. */
+  pthread_mutex_lock(&lease_fds_lock);
+  lease = ss_lease_self(seg);
+  if (!lease) {
+    uint64_t fresh = random_lease();
+    if (lease_lock(seg->fd, F_RDLCK, F_OFD_SETLK, fresh, NULL) == SS_OK) {
+      seg->lease = fresh;
+      seg->lease_pid = ss_self_pid();
+      note_lease(seg->fd, fresh, 1);
+      lease = fresh;
+    }
+  }
+  pthread_mutex_unlock(&lease_fds_lock);
+  return lease;
+}
+
+int ss_lease_any(const ss_segment *seg) {
+  if (!seg->has_fd) return -1;
+  struct flock fl = {0};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = (off_t)SS_LEASE_BASE;
+  fl.l_len = (off_t)(SS_LEASE_BASE - 1); /* every lease byte, 2^62 .. 2^63 - 2 */
+  int rc;
+  do rc = fcntl(seg->fd, F_OFD_GETLK, &fl);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) return -1;
+  /* The handle's own lease, if it has one, never conflicts: a peek has none. */
   return fl.l_type != F_UNLCK;
 }

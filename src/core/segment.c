@@ -36,10 +36,17 @@ uint64_t ss_segment_bytes(uint64_t payload, uint32_t slots, uint32_t history) {
   return SS_HEADER_BYTES + stride * slots + records_bytes(history, slots);
 }
 
-/* A history stream: layout version 2, a CPU stream, history + 1 slots
+/* A CPU stream locked by lease: layout version 4 (docs/ABI.md, "Stream
+ * lock by lease"), with or without history. */
+static int stream_leases_valid(const ss_identity *id) {
+  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES && id->kind == SS_KIND_STREAM &&
+         !(id->flags & SS_FLAG_GPU);
+}
+
+/* A history stream: layout version 2 or 4, a CPU stream, history + 1 slots
  * (docs/ABI.md, "History"). */
 static int history_valid(const ss_identity *id) {
-  if (id->layout_version != SS_LAYOUT_VERSION_HISTORY) return 0;
+  if (id->layout_version != SS_LAYOUT_VERSION_HISTORY && !stream_leases_valid(id)) return 0;
   return id->history <= SS_MAX_HISTORY && id->kind == SS_KIND_STREAM &&
          !(id->flags & SS_FLAG_GPU) && id->slot_count == id->history + 1;
 }
@@ -51,14 +58,18 @@ static int identity_validate(const ss_identity *id, size_t file_bytes) {
   if (magic == 0) return SS_EBUSY;
   if (magic != SS_MAGIC) return SS_ECORRUPT;
   if (id->layout_version != SS_LAYOUT_VERSION && id->layout_version != SS_LAYOUT_VERSION_HISTORY &&
-      id->layout_version != SS_LAYOUT_VERSION_LEASES)
+      id->layout_version != SS_LAYOUT_VERSION_LEASES &&
+      id->layout_version != SS_LAYOUT_VERSION_STREAM_LEASES)
     return SS_EVERSION;
   if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
   if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
     return SS_ECORRUPT;
-  /* Version 3 is a channel's (docs/ABI.md, "Liveness leases"). */
+  /* Version 3 is a channel's (docs/ABI.md, "Liveness leases"), 4 a CPU
+   * stream's ("Stream lock by lease"). */
   int plain_version = id->layout_version == SS_LAYOUT_VERSION ||
-                      (ss_uses_leases(id) && id->kind == SS_KIND_CHANNEL);
+                      (id->layout_version == SS_LAYOUT_VERSION_LEASES &&
+                       id->kind == SS_KIND_CHANNEL) ||
+                      stream_leases_valid(id);
   if (id->history ? !history_valid(id) : !plain_version || id->slot_count > SS_MAX_SLOTS)
     return SS_ECORRUPT;
   if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 || id->name_len == 0 ||
@@ -201,9 +212,12 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   }
   void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = base == MAP_FAILED ? errno : 0;
-  /* A channel judges its ends by leases: the handle keeps the fd and holds
-   * its lease from here (docs/ABI.md, "Liveness leases"). */
-  int leases = a->kind == SS_KIND_CHANNEL;
+  /* A channel judges its ends by leases, a CPU stream its lock, sleepers
+   * and creator: the handle keeps the fd and holds its lease from here
+   * (docs/ABI.md, "Liveness leases", "Stream lock by lease"). A GPU
+   * stream's creator exports its device memory and stays judged by pid. */
+  int stream_leases = a->kind == SS_KIND_STREAM && !(a->flags & SS_FLAG_GPU);
+  int leases = a->kind == SS_KIND_CHANNEL || stream_leases;
   if (base != MAP_FAILED && leases) {
     err = ss_lease_take(seg, fd, 1);
     if (err) munmap(base, total);
@@ -216,9 +230,10 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   }
   ss_header *h = (ss_header *)base;
   ss_identity *id = &h->id;
-  id->layout_version = a->history ? SS_LAYOUT_VERSION_HISTORY
-                       : leases   ? SS_LAYOUT_VERSION_LEASES
-                                  : SS_LAYOUT_VERSION;
+  id->layout_version = stream_leases ? SS_LAYOUT_VERSION_STREAM_LEASES
+                       : a->history  ? SS_LAYOUT_VERSION_HISTORY
+                       : leases      ? SS_LAYOUT_VERSION_LEASES
+                                     : SS_LAYOUT_VERSION;
   id->kind = a->kind;
   id->header_bytes = SS_HEADER_BYTES;
   id->flags = a->flags;
@@ -241,7 +256,10 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
   id->history = a->history; /* its slot records are zero: no publication yet */
   ss_pidns_record(id);
-  ss_mutex_init(&h->lock.m.mutex);
+  if (stream_leases)
+    id->creator_lease = seg->lease; /* taken above (l1), before it is stored */
+  else
+    ss_mutex_init(&h->lock.m.mutex); /* a version-4 stream leaves it zero */
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT (m): the magic is stored last with release order, so an opener
    * that acquire-loads a valid magic sees the whole initialised header. */

@@ -1,6 +1,6 @@
 /* Who sleeps on a stream: the sleeper table (docs/ABI.md, "Sleeper table"
  * and "Wait"). A reader about to sleep takes a slot holding its identity
- * (pid and start time) and sets the slot's bit in notify.sleepers; the
+ * (pid and start time, or its lease) and sets the slot's bit in notify.sleepers; the
  * writer wakes only when a bit (or the slot-less `waiters` count) is set.
  * A reader killed while asleep leaves its bit set: the writer, finding that
  * FUTEX_WAKE woke nobody, checks the owners of the set bits and clears the
@@ -8,7 +8,18 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
-/* A heal checks /proc for each set bit: at most once per
+/* A version-4 stream's slots hold the sleeper handle's lease instead of pid
+ * and start time (docs/ABI.md, "Stream lock by lease"), judged by l2, so
+ * sleepers in another PID namespace are judged rightly. */
+static uint64_t my_word(ss_segment *seg) {
+  return ss_lease_locked(&seg->id) ? ss_lease_mine(seg) : ss_self_owner_word();
+}
+
+static int word_alive(const ss_segment *seg, uint64_t word) {
+  return ss_lease_locked(&seg->id) ? ss_lease_alive(seg, word) != 0 : ss_owner_word_alive(word);
+}
+
+/* A heal checks /proc (or a lease) for each set bit: at most once per
  * SS_HEAL_INTERVAL_NS (src/core/internal.h) per handle. */
 
 /* Clear slot i if its owner word is still `word` (dead): the bit first
@@ -22,14 +33,15 @@ static void clear_slot(ss_segment *seg, uint32_t i, uint64_t word) {
 
 int ss_sleeper_claim(ss_segment *seg) {
   ss_stream_area *sa = &seg->hdr->stream;
-  uint64_t mine = ss_self_owner_word();
+  uint64_t mine = my_word(seg);
+  if (!mine) return -1; /* no lease to name: counted in `waiters` instead */
   for (int pass = 0; pass < 2; pass++) {
     for (uint32_t i = 0; i < SS_SLEEPER_SLOTS; i++) {
       uint64_t cur = atomic_load_explicit(&sa->sleeper[i], memory_order_relaxed);
       if (cur) {
         /* Second pass (table full): a slot whose owner died, taken after
          * it is cleared (the next sleeper corrects what a death left). */
-        if (pass == 0 || ss_owner_word_alive(cur)) continue;
+        if (pass == 0 || word_alive(seg, cur)) continue;
         clear_slot(seg, i, cur);
         cur = 0;
       }
@@ -68,6 +80,6 @@ void ss_heal_sleepers(ss_segment *seg) {
     uint32_t i = (uint32_t)__builtin_ctzll(bits);
     bits &= bits - 1;
     uint64_t w = atomic_load_explicit(&sa->sleeper[i], memory_order_acquire);
-    if (w && !ss_owner_word_alive(w)) clear_slot(seg, i, w);
+    if (w && !word_alive(seg, w)) clear_slot(seg, i, w);
   }
 }

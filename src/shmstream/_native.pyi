@@ -54,6 +54,8 @@ LAYOUT_VERSION_HISTORY: int = 2
 
 LAYOUT_VERSION_LEASES: int = 3
 
+LAYOUT_VERSION_STREAM_LEASES: int = 4
+
 SEGMENT_PREFIX: str = '/shmstream-'
 
 def pidns_self() -> tuple:
@@ -228,6 +230,11 @@ class Segment:
 
     @property
     def acquisitions(self) -> int: ...
+
+    def leases(self) -> tuple:
+        """
+        A version-4 stream's (creator, lock holder, any handle) leases: 1 alive, 0 gone, -1 cannot tell (another layout, a free lock). One F_OFD_GETLK each.
+        """
 
     @property
     def waiters(self) -> int: ...

@@ -21,8 +21,11 @@ static void check_accepted(const ss_header *h, uint64_t file_bytes) {
   FZ_CHECK(id->ndim <= SS_MAX_NDIM);
   int slotless = (id->flags & SS_FLAG_GPU) && !(id->flags & SS_FLAG_CPU_MIRROR);
   if (!slotless || id->slot_stride) FZ_CHECK(id->payload_bytes <= id->slot_stride);
+  if (id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES) /* locked by lease: CPU streams */
+    FZ_CHECK(id->kind == SS_KIND_STREAM && !(id->flags & SS_FLAG_GPU));
   if (id->history) {
-    FZ_CHECK(id->layout_version == SS_LAYOUT_VERSION_HISTORY);
+    FZ_CHECK(id->layout_version == SS_LAYOUT_VERSION_HISTORY ||
+             id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES);
     FZ_CHECK(id->slot_count == id->history + 1);
   }
   if (id->kind == SS_KIND_STREAM || id->kind == SS_KIND_ARRAY) {

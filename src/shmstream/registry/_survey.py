@@ -220,16 +220,17 @@ def _entry_of(segname: str, seg: Any) -> Entry:
     kind = _kind_of(seg)
     size = _file_bytes(segname)
     size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _extra_files(kind, seg.name))
-    leases = int(seg.layout_version) == _native.LAYOUT_VERSION_LEASES
+    leases = int(seg.layout_version) >= _native.LAYOUT_VERSION_LEASES  # 3 or 4
     created = seg.created_ns / 1e9
     return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), created, leases)
 
 
 def _creator_alive(seg: Any) -> bool | None:
-    """Is the creator alive? None when it was made in another PID namespace:
-    its pid means nothing here (docs/ABI.md, "Owner and PID namespace")."""
-    if int(seg.pidns_match) == 0:
-        return None
+    """Is the creator alive? Made in another PID namespace its pid means
+    nothing here (docs/ABI.md, "Owner and PID namespace"): a layout-4
+    stream's creator is judged by its lease, anything else is None."""
+    if int(seg.pidns_match) == 0:  # leases()[0] is -1 but for a layout-4 stream
+        return {1: True, 0: False}.get(int(seg.leases()[0]))
     return _proc.alive(int(seg.creator_pid), int(seg.creator_start_ticks))
 
 
@@ -237,7 +238,7 @@ def _access(seg: Any) -> dict[str, Any]:
     """Who owns the file and who may change it, and whether its pids can be
     judged here: stat's ``owner_uid``, ``owner``, ``writable_by_others`` and
     ``pid_namespace`` ("same", "other": made in another PID namespace,
-    this process cannot open it; "unknown": made by an older version)."""
+    opened only where judged by lease; "unknown": made by an older version)."""
     import pwd
 
     uid = int(seg.owner_uid)
@@ -366,9 +367,9 @@ def stat(name: str) -> dict[str, Any]:
     Every kind also has ``owner_uid`` and ``owner`` (the file's owner and
     its user name, None if unknown), ``owned_by_caller``,
     ``writable_by_others`` (the file's mode lets other users write it) and
-    ``pid_namespace``: "same", "other" (made in another PID namespace:
-    ``creator_alive`` and ``lock_owner_alive`` are then None, and ``open``
-    refuses it) or "unknown" (made by an older version)."""
+    ``pid_namespace``: "same", "other" (made in another PID namespace: a
+    layout-4 stream's are judged by lease, other kinds' None, and ``open``
+    refuses pid-judged kinds) or "unknown" (made by an older version)."""
     _checks.check_name(name, "shared-memory object")
     segname = _native.segment_name(name)
     try:

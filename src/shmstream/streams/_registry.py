@@ -18,6 +18,16 @@ def _recognise(header: Any) -> str | None:
     return "gpu-stream" if int(header.flags) & _native.FLAG_GPU else "stream"
 
 
+def _lock_owner_alive(header: Any, lock_owner: int) -> bool | None:
+    """A layout-4 stream's lock holder is judged by its lease, in any PID
+    namespace; an older one's by pid, in the creator's namespace only."""
+    if not lock_owner:
+        return None
+    if int(header.layout_version) == _native.LAYOUT_VERSION_STREAM_LEASES:
+        return {1: True, 0: False}.get(int(header.leases()[1]))
+    return _proc.alive(lock_owner) if int(header.pidns_match) != 0 else None
+
+
 def _stat(header: Any, kind: str) -> dict[str, Any]:
     flags = int(header.flags)
     gpu = bool(flags & _native.FLAG_GPU)
@@ -41,9 +51,7 @@ def _stat(header: Any, kind: str) -> dict[str, Any]:
         # The mutex word's owner when the informational words are empty: a
         # forged word, or an owner between taking the lock and recording it.
         "lock_owner_tid": int(header.owner_tid) or int(header.lock_word_tid) or None,
-        "lock_owner_alive": (
-            _proc.alive(lock_owner) if lock_owner and int(header.pidns_match) != 0 else None
-        ),
+        "lock_owner_alive": _lock_owner_alive(header, lock_owner),
         "lock_acquisitions": int(header.acquisitions),
         "waiters": int(header.waiters),
         "aborted_writes": int(header.aborted),

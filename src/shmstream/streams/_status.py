@@ -102,8 +102,13 @@ class Status(_Handle):
 
     def producer_alive(self) -> bool:
         """Whether the process that created the stream still runs (checked
-        by pid and start time, so a reused pid does not count)."""
-        self._check_open("check producer liveness for")
+        by pid and start time, so a reused pid does not count). From
+        another PID namespace (a container sharing /dev/shm), where that pid
+        means nothing, whether the creator's handle is still open: its
+        lease (docs/ABI.md, "Stream lock by lease")."""
+        seg = self._check_open("check producer liveness for")
+        if int(seg.pidns_match) == 0:
+            return int(seg.leases()[0]) == 1
         return _proc.alive(self._creator_pid, self._creator_ticks)
 
     def describe(self) -> str:
