@@ -248,6 +248,13 @@ inline const StatusRow kStatusTable[] = {
      "the /dev/shm entry of $kind '$name' is not a shared-memory segment (a FIFO, directory or "
      "device another process put there); remove it with shmstream.unlink('$name')",
      Raise::OsWhat},
+    {EMFILE, nullptr, nullptr, nullptr,
+     "cannot $op $kind '$name': this process has no file descriptor left, up to its hard "
+     "limit (each open stream handle and channel end keeps one, for its liveness lease; "
+     "shmstream already raised the soft limit to the hard one); close the handles you no "
+     "longer use, or raise the hard limit (ulimit -Hn, systemd LimitNOFILE=, docker --ulimit "
+     "nofile=N:N)",
+     Raise::OsWhat},
     {ELOOP, nullptr, "open", nullptr,
      "the /dev/shm entry of $kind '$name' is a symbolic link, which shmstream never follows; "
      "remove it with shmstream.unlink('$name')",

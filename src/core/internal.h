@@ -86,6 +86,9 @@ uint64_t ss_lease_mine(ss_segment *seg);
 /* Whether `lease` is held by a handle of this process (a lookup in the
  * process's table of lease fds, under its mutex: for slow paths). */
 int ss_lease_is_ours(uint64_t lease);
+/* Raise the soft fd limit towards the hard one after an EMFILE (handles
+ * keep their fds): 1 if it rose, so that the open may be tried again. */
+int ss_more_fds(void);
 /* Whether any handle holds a lease on the segment's file (one F_OFD_GETLK
  * over the lease range): 1, 0, or -1 cannot tell. */
 int ss_lease_any(const ss_segment *seg);

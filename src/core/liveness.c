@@ -13,7 +13,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -26,13 +28,17 @@
  * same file (no lock on it), so a handle's lease is the parent's in the
  * child, judged like anyone's, as a pid was. A table of fds, not of
  * handles: handles may be copied or moved by their owner. */
-#define SS_LEASE_FDS_MAX 4096
-static int lease_fds[SS_LEASE_FDS_MAX];
-/* The lease held on each fd by this process, 0: none (a peek, or a fork
- * child's inherited fd): lets a lock tell this process's other handles'
- * leases from other processes' (ss_lease_is_ours). */
-static uint64_t lease_of_fd[SS_LEASE_FDS_MAX];
-static int n_lease_fds;
+typedef struct lease_fd {
+  int fd;
+  uint64_t lease; /* held on fd by this process, 0: none (a peek, or a fork
+                   * child's inherited fd): lets a lock tell this process's
+                   * other handles' leases from other processes'
+                   * (ss_lease_is_ours) */
+} lease_fd;
+/* Grown by doubling under the lock, never shrunk; the fork child only
+ * reads it. */
+static lease_fd *lease_fds;
+static int n_lease_fds, cap_lease_fds;
 static pthread_mutex_t lease_fds_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t lease_once = PTHREAD_ONCE_INIT;
 
@@ -53,8 +59,8 @@ static void fd_path_tail(char *out, int fd) {
  * close, fcntl). */
 static void after_fork_child(void) {
   for (int i = 0; i < n_lease_fds; i++) {
-    int fd = lease_fds[i];
-    lease_of_fd[i] = 0; /* the parent's, not this process's */
+    int fd = lease_fds[i].fd;
+    lease_fds[i].lease = 0; /* the parent's, not this process's */
     char path[32] = "/proc/self/fd/";
     fd_path_tail(path + 14, fd);
     int acc = fcntl(fd, F_GETFL);
@@ -76,22 +82,27 @@ static void register_atfork(void) {
 static int remember_fd(int fd) {
   pthread_once(&lease_once, register_atfork);
   pthread_mutex_lock(&lease_fds_lock);
-  int ok = n_lease_fds < SS_LEASE_FDS_MAX;
-  if (ok) {
-    lease_of_fd[n_lease_fds] = 0;
-    lease_fds[n_lease_fds++] = fd;
+  int rc = SS_OK;
+  if (n_lease_fds == cap_lease_fds) {
+    int cap = cap_lease_fds ? 2 * cap_lease_fds : 64;
+    lease_fd *grown = realloc(lease_fds, (size_t)cap * sizeof *grown);
+    if (grown) {
+      lease_fds = grown;
+      cap_lease_fds = cap;
+    } else {
+      rc = ENOMEM;
+    }
   }
+  if (rc == SS_OK) lease_fds[n_lease_fds++] = (lease_fd){fd, 0};
   pthread_mutex_unlock(&lease_fds_lock);
-  return ok ? SS_OK : EMFILE;
+  return rc;
 }
 
 static void forget_fd(int fd) {
   pthread_mutex_lock(&lease_fds_lock);
   for (int i = 0; i < n_lease_fds; i++)
-    if (lease_fds[i] == fd) {
-      n_lease_fds--;
-      lease_fds[i] = lease_fds[n_lease_fds];
-      lease_of_fd[i] = lease_of_fd[n_lease_fds];
+    if (lease_fds[i].fd == fd) {
+      lease_fds[i] = lease_fds[--n_lease_fds];
       break;
     }
   pthread_mutex_unlock(&lease_fds_lock);
@@ -102,16 +113,32 @@ static void forget_fd(int fd) {
 static void note_lease(int fd, uint64_t lease, int locked) {
   if (!locked) pthread_mutex_lock(&lease_fds_lock);
   for (int i = 0; i < n_lease_fds; i++)
-    if (lease_fds[i] == fd) lease_of_fd[i] = lease;
+    if (lease_fds[i].fd == fd) lease_fds[i].lease = lease;
   if (!locked) pthread_mutex_unlock(&lease_fds_lock);
 }
 
 int ss_lease_is_ours(uint64_t lease) {
   int ours = 0;
   pthread_mutex_lock(&lease_fds_lock);
-  for (int i = 0; i < n_lease_fds && !ours; i++) ours = lease_of_fd[i] == lease;
+  for (int i = 0; i < n_lease_fds && !ours; i++) ours = lease_fds[i].lease == lease;
   pthread_mutex_unlock(&lease_fds_lock);
   return ours && lease != 0;
+}
+
+/* ---- room for the fds handles keep ---------------------------------------- */
+
+/* Every open channel end and stream handle keeps one fd (its lease), so a
+ * process that holds many meets its soft RLIMIT_NOFILE (often 1024) long
+ * before its hard one. On EMFILE, when the alternative is failing, the
+ * soft limit is raised towards the hard one, doubling (Go's runtime raises
+ * it to the hard limit at start for the same reason). 1 if it rose. */
+int ss_more_fds(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return 0;
+  rlim_t want = rl.rlim_cur < 64 ? 128 : rl.rlim_cur * 2;
+  if (want > rl.rlim_max) want = rl.rlim_max;
+  rl.rlim_cur = want;
+  return setrlimit(RLIMIT_NOFILE, &rl) == 0;
 }
 
 /* ---- a handle's lease ------------------------------------------------------ */

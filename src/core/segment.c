@@ -168,6 +168,15 @@ static void fill_random(uint8_t *out, size_t n) {
   }
 }
 
+/* shm_open, tried once more after raising the fd limit when the process
+ * has no fd left: stream handles and channel ends keep theirs (leases), so
+ * a process with many meets the soft limit (ss_more_fds). */
+static int shm_open_room(const char *segname, int flags, mode_t mode) {
+  int fd = shm_open(segname, flags, mode);
+  if (fd < 0 && errno == EMFILE && ss_more_fds()) fd = shm_open(segname, flags, mode);
+  return fd;
+}
+
 int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   memset(seg, 0, sizeof *seg);
   size_t name_len = strlen(a->name);
@@ -197,7 +206,8 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (bytes == 0 || bytes > SIZE_MAX) return ENOMEM;
   size_t total = (size_t)bytes;
 
-  int fd = shm_open(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, a->mode ? a->mode : 0600);
+  int fd = shm_open_room(seg->segname, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC,
+                         a->mode ? a->mode : 0600);
   if (fd < 0) return errno;
   /* shm_open applies the umask; the caller's mode is what they asked for. */
   fchmod(fd, a->mode ? a->mode : 0600);
@@ -326,7 +336,7 @@ int ss_segment_open(ss_segment *seg, const char *name, size_t len, uint32_t expe
  * not by a stat of the name before the open, which the name could be
  * swapped under. flags: O_RDONLY or O_RDWR. Returns the fd, or -errno. */
 int ss_open_regular(const char *segname, int flags) {
-  int fd = shm_open(segname, flags | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0);
+  int fd = shm_open_room(segname, flags | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0);
   if (fd < 0) return -errno;
   struct stat st;
   int err = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? ENODEV : 0;
