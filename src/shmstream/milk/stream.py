@@ -26,11 +26,11 @@ from ..common._checks import spin_ns
 from ..errors import (
     HandleClosedError,
     ShmstreamFileExistsError,
-    ShmstreamFileNotFoundError,
     ShmstreamTypeError,
     ShmstreamValueError,
 )
 from ..streams.publication import FrameBatch, Publication
+from . import _errors
 from ._unlink import unlink
 from ._views import MilkReadView
 from .dtypes import code_of
@@ -156,10 +156,9 @@ class MilkStream:
 
     @property
     def spin_us(self) -> float | None:
-        """The most ``read_new`` (and ``read_new_view``, ``iter_since``)
-        spins on milk's cnt0 before it sleeps on its semaphore, in µs; the
-        wait policy (docs/waiting.md) picks the budget under it. None (the
-        default): ``SHMSTREAM_SPIN_US`` or the policy's own cap; 0: never."""
+        """The most ``read_new`` (``read_new_view``, ``iter_since``) spins on
+        cnt0 before it sleeps on its semaphore, in µs (docs/waiting.md picks
+        the budget under it); None: ``SHMSTREAM_SPIN_US`` or the policy's cap."""
         return None if self._spin < 0 else self._spin / 1000
 
     @spin_us.setter
@@ -448,12 +447,11 @@ def open(name: str, *, dir: str | None = None, busy_timeout: float = BUSY_TIMEOU
     path = path_of(name, dir)
     try:
         native = _milk.Stream.open(path)
-    except ShmstreamFileNotFoundError:
-        raise ShmstreamFileNotFoundError(
-            errno.ENOENT,
-            f"no milk stream '{name}' ({path}); create it with shmstream.milk.create or milk, "
-            "or point MILK_SHM_DIR (or dir=) at the directory that holds it",
-        ) from None
+    except OSError as exc:  # with the next step: missing directory, permissions...
+        told = _errors.on_open(exc, name, path, dir)
+        if told is None:
+            raise
+        raise told from None
     return MilkStream(native, name, path, busy_timeout)
 
 
@@ -491,6 +489,11 @@ def create(
             f"milk stream '{name}' exists ({path}); open it with shmstream.milk.open, "
             "or unlink it first",
         ) from None
+    except OSError as exc:
+        told = _errors.on_create(exc, name, path, dir)
+        if told is None:
+            raise
+        raise told from None
     return MilkStream(native, name, path, busy_timeout)
 
 
