@@ -17,8 +17,10 @@ comparison is with shmstream's own streams.
    bytes carry CLOCK_MONOTONIC at the write, the rest the frame number.
    A reader in another process takes each new frame; its latency is its
    clock after the wake minus the stamp. Rows: ``shmstream.milk`` (our
-   reader: semaphore wait, write flag + cnt0 check; this process),
-   ``shmstream core C`` (the same wait and read in C, without Python:
+   reader: the wait policy's spin on cnt0, then the semaphore wait, write
+   flag + cnt0 check, one native call; this process; a line under the
+   table says how many of its waits spun, were caught in the spin or
+   slept), ``shmstream core C`` (the same call in C, without Python:
    benchmarks/c/milk_core_reader.c, built from this checkout), ``milk C``
    (milk's ImageStreamIO_semtimedwait on the semaphore
    ImageStreamIO_getsemwaitindex gave, then a copy), both on frames our
@@ -219,6 +221,8 @@ def _c_latencies(out: str) -> tuple[list[int], int]:
 
 
 def _read_python(s: Any, total: int) -> tuple[list[int], int]:
+    """Latencies and torn frames of a Python reader of ``s`` (its wait
+    policy's counters are added to the row by :func:`_policy`)."""
     lat, torn, count = [], 0, 0
     got = np.empty(s.shape, s.dtype)  # one buffer, as milk's C reader copies into one
     while count < total:
@@ -229,6 +233,16 @@ def _read_python(s: Any, total: int) -> tuple[list[int], int]:
         torn += int(not (flat[2:] == flat[2]).all())
         count = int(flat[2])
     return lat, torn
+
+
+_POLICY_KEYS = ("waits", "spun", "caught", "slept", "slept_at_once", "preempted")
+
+
+def _policy(s: Any) -> dict[str, int]:
+    """How a Python reader's waits went (docs/waiting.md): each wait that
+    did not find its frame at once either spun (and caught it, or slept)."""
+    p = s.spin_policy
+    return {f"policy_{k}": int(p[k]) for k in _POLICY_KEYS}
 
 
 def _wakeup(row: str, shape: tuple[int, ...], hz: float, seconds: float, peer: str | None):
@@ -245,6 +259,8 @@ def _wakeup(row: str, shape: tuple[int, ...], hz: float, seconds: float, peer: s
                 lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
             else:
                 lat, torn = _read_python(scene.s, total)
+                writer.communicate(timeout=30)
+                return {**_summary(row, total, lat, torn), **_policy(scene.s)}
             writer.communicate(timeout=30)
             return _summary(row, total, lat, torn)
         go = SPAWN.Event()
@@ -261,6 +277,8 @@ def _wakeup(row: str, shape: tuple[int, ...], hz: float, seconds: float, peer: s
         else:
             go.set()
             lat, torn = _read_python(scene.s, total)
+            proc.join(30)
+            return {**_summary(row, total, lat, torn), **_policy(scene.s)}
         proc.join(30)
         return _summary(row, total, lat, torn)
     finally:
@@ -474,6 +492,15 @@ def main(argv: list[str]) -> int:
                 f"| {row} | {total['frames']} | {total['seen']} | {total['missed']} "
                 f"| {total['torn']} | {_us(p50)} | {_us(p99)} |"
             )
+        lines.append("")
+        for row, rs in runs.items():  # the Python readers: how their waits went
+            if "policy_waits" in rs[0]:
+                n = {k: sum(r[f"policy_{k}"] for r in rs) for k in _POLICY_KEYS}
+                lines.append(
+                    f"{row}: {n['waits']} waits; {n['spun']} spun ({n['caught']} caught "
+                    f"in the spin, {n['preempted']} cut short), {n['slept_at_once']} slept "
+                    f"at once; {n['slept']} slept"
+                )
         emit(res, "\n".join(lines))
         lines = [
             f"shmstream.milk writer (another process), {a.read_shape} float32, read by "

@@ -179,8 +179,14 @@ SS_API int ss_milk_claimed(const ss_milk *m);
 SS_API void ss_milk_release(ss_milk *m);
 /* Wait until cnt0 > last (SS_OK), at most timeout_ns (SS_ETIMEDOUT; also
  * on a signal, so the caller can check for one), on the claimed
- * semaphore (claims one first). */
-SS_API int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns);
+ * semaphore (claims one first). Before it sleeps it spins on cnt0 for the
+ * budget the wait policy picks (docs/waiting.md) under spin_ns: < 0 the
+ * policy's own cap (or SHMSTREAM_SPIN_US), 0 never. */
+SS_API int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t spin_ns);
+/* read_new in one call: ss_milk_wait_newer, then ss_milk_read of the frame
+ * (n must be the frame's size; EINVAL otherwise). */
+SS_API int ss_milk_read_new(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t spin_ns,
+                            void *dst, size_t n, int64_t budget_ns, ss_milk_pubinfo *info);
 
 /* A zero-copy look at the frame (read_view): waits up to about budget_ns
  * for the write flag to be down with cnt0 steady around the metadata copy

@@ -41,6 +41,9 @@ typedef struct ss_wait_policy_info {
 } ss_wait_policy_info;
 
 SS_API void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out);
+/* The same of a milk stream handle's waits (include/shmstream_milk.h). */
+struct ss_milk;
+SS_API void ss_milk_spin_policy(const struct ss_milk *m, ss_wait_policy_info *out);
 /* Test hook: wake_ns >= 0 replaces the measured W (0: never spin), -1
  * measures it (again); load 1: contended, 0: not, -1: measure. */
 SS_API void ss_wait_policy_override(int64_t wake_ns, int load);

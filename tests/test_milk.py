@@ -441,3 +441,66 @@ def test_close_from_another_thread_cancels_a_wait(tmp_path):
             f.seek(table)
             assert int(np.frombuffer(f.read(4), np.int32)[0]) == 0  # claim given back
         w.unlink()
+
+
+# ---- the wait policy (docs/waiting.md) on milk's semaphore wait ---------------------
+
+
+@pytest.fixture
+def policy():
+    """The wait policy's test hook; the measured policy again afterwards."""
+    from shmstream import _testhooks
+
+    yield _testhooks.wait_policy_override
+    _testhooks.wait_policy_override(-1, -1)
+
+
+def test_read_new_spins_the_policy_s_budget_then_sleeps_on_its_semaphore(tmp_path, policy):
+    policy(200_000, 0)  # W = 200 us, a spare core
+    d = str(tmp_path)
+    with milk.create("spin", (4,), "i8", dir=d) as w, milk.open("spin", dir=d) as r:
+        out = np.empty(4, np.int64)
+        with pytest.raises(TimeoutError):
+            r.read_new(timeout=0.05, out=out)
+        p = r.spin_policy
+        # no history: the 2-competitive budget, W; then the semaphore
+        assert (p["wake_ns"], p["cap_ns"], p["budget_ns"]) == (200_000, 2_000_000, 200_000)
+        assert (p["waits"], p["spun"], p["slept"]) == (1, 1, 1)
+        # 50 ms is longer than any budget up to the cap: the next wait sleeps
+        # at once, and a frame still wakes it through the semaphore
+        with pytest.raises(TimeoutError):
+            r.read_new(timeout=0.05, out=out)
+        assert r.spin_policy["slept_at_once"] == 1
+        r.spin_us = 0  # never spin
+        with pytest.raises(TimeoutError):
+            r.read_new(timeout=0.01, out=out)
+        assert r.spin_policy["spun"] == 1 and r.spin_policy["waits"] == 3
+        w.write(np.arange(4))
+        assert r.read_new(timeout=support.WAIT, out=out).tolist() == [0, 1, 2, 3]
+        with pytest.raises(ValueError, match="spin_us"):
+            r.spin_us = -1
+
+
+def test_a_frame_published_while_the_reader_spins_ends_its_wait_there(tmp_path, policy):
+    import threading
+
+    policy(2_000_000, 0)  # W = 2 ms, a spare core: a prompt frame comes within the cap
+    d, n = str(tmp_path), 100
+    with milk.create("fast", (2,), "i8", dir=d) as w, milk.open("fast", dir=d) as r:
+
+        def answer() -> None:
+            for i in range(n):
+                while r.spin_policy["waits"] <= i:  # the reader's wait i has begun
+                    pass
+                w.write(np.full(2, i + 1, np.int64))
+
+        t = threading.Thread(target=answer)
+        t.start()
+        out = np.empty(2, np.int64)
+        for i in range(n):
+            r.read_new(timeout=support.WAIT, out=out)
+            assert out.tolist() == [i + 1, i + 1]
+        t.join()
+        p = r.spin_policy
+    assert p["waits"] == n
+    assert p["caught"] >= n // 2, p  # most ended in the spin, not the semaphore

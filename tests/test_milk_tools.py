@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import urllib.parse
 import urllib.request
 
@@ -307,3 +309,67 @@ def test_a_bridge_exports_a_milk_stream(milk_dir, ctx, spawn, make_name):
                 shmstream.unlink(n)
             except FileNotFoundError:
                 pass
+
+
+# ---- unlink ---------------------------------------------------------------------------
+
+OTHER_UID = 65534  # a second local user (tests/test_owner.py's)
+
+
+def test_unlink_removes_a_milk_stream_file_and_open_readers_keep_theirs(milk_dir, spawn):
+    spawn(child_write_and_exit, milk_dir, "gone", 2, 0).result()
+    path = os.path.join(milk_dir, "gone.im.shm")
+    reader = milk.open("gone")
+    try:
+        out = cli("unlink", "milk:gone")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "unlinked 'milk:gone'"
+        assert not os.path.exists(path)  # one file: milk's semaphores were in it
+        assert reader.read().tolist() == frame(2).tolist()  # the mapping stays
+        with pytest.raises(FileNotFoundError):
+            shmstream.stat("milk:gone")
+        again = cli("unlink", "milk:gone")
+        assert again.returncode == 0 and "nothing named 'milk:gone'" in again.stderr
+    finally:
+        reader.close()
+
+
+def test_unlink_of_a_directory_in_milk_s_place_says_so_and_leaves_it(milk_dir):
+    os.mkdir(os.path.join(milk_dir, "odd.im.shm"))
+    out = cli("unlink", "milk:odd")
+    assert out.returncode == 1
+    assert "is a directory" in out.stderr and "rmdir" in out.stderr
+    assert os.path.isdir(os.path.join(milk_dir, "odd.im.shm"))
+
+
+def _unlink_as_other_user(name: str) -> str:
+    """shmstream.unlink(name) as uid OTHER_UID: what it raised, or 'removed'."""
+    os.setgid(OTHER_UID)
+    os.setuid(OTHER_UID)
+    try:
+        shmstream.unlink(name)
+    except PermissionError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "removed"
+
+
+def test_unlink_refuses_another_user_s_milk_stream_in_a_shared_directory(monkeypatch, spawn):
+    # milk's directory is often open to all (mode 0777, no sticky bit): the
+    # kernel would let anyone remove anything; the rule of /dev/shm holds.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as a second local user")
+    shared = tempfile.mkdtemp(prefix="milk-shared-")  # /tmp: reachable by that user
+    try:
+        os.chmod(shared, 0o777)
+        monkeypatch.setenv("MILK_SHM_DIR", shared)
+        with milk.create("mine", SHAPE, "f4", mode=0o666) as s:
+            s.write(frame(1))
+        path = os.path.join(shared, "mine.im.shm")
+        what = spawn(_unlink_as_other_user, "milk:mine").result()
+        assert what.startswith("ShmstreamPermissionError") and "belongs to uid 0" in what
+        assert os.path.exists(path)
+        os.chown(path, OTHER_UID, OTHER_UID)  # its owner may
+        assert spawn(_unlink_as_other_user, "milk:mine").result() == "removed"
+        assert not os.path.exists(path)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

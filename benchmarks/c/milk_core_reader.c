@@ -1,8 +1,8 @@
 /* shmstream's C core as a milk reader, the C counterpart of `python -m
- * benchmarks milk`'s shmstream.milk row: the same wait (ss_milk_wait_newer:
- * claim a semaphore, sem_clockwait) and snapshot read (ss_milk_read) without
- * Python, so that row's distance from milk's C reader splits into the
- * core's and the Python layer's. Built by benchmarks/milk.py from the
+ * benchmarks milk`'s shmstream.milk row: the same call (ss_milk_read_new:
+ * claim a semaphore, the wait policy's spin on cnt0, sem_clockwait, then the
+ * checked copy) without Python, so that row's distance from milk's C
+ * reader splits into the core's and the Python layer's. Built by benchmarks/milk.py from the
  * checkout's sources (no library needed):
  *
  *   cc -O2 -std=c11 -Iinclude benchmarks/c/milk_core_reader.c src/core/\*.c \
@@ -47,9 +47,10 @@ int main(int argc, char **argv) {
   fflush(stdout);
   uint64_t last = ss_milk_count(m);
   while (last < frames) {
-    if (ss_milk_wait_newer(m, last, 10000000000LL) != SS_OK) break;
     ss_milk_pubinfo info;
-    if (ss_milk_read(m, copy, l.frame_bytes, 100000000LL, &info) != SS_OK) break;
+    if (ss_milk_read_new(m, last, 10000000000LL, -1, copy, l.frame_bytes, 100000000LL, &info) !=
+        SS_OK)
+      break;
     last = info.cnt0;
     int64_t lat = mono_ns() - *(int64_t *)copy;
     int torn = 0;

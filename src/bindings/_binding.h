@@ -38,10 +38,8 @@ constexpr int64_t kSignalCheckNs = 100'000'000;
 // The rule every name follows (docs/ABI.md, "Names"); the Python checks
 // read it from _native.NAME_RULE.
 // A handle's wait policy state (docs/waiting.md) as a dict, for
-// Segment.spin_policy and Channel.spin_policy.
-inline nb::dict wait_policy_dict(const ss_segment *seg) {
-  ss_wait_policy_info w;
-  ss_wait_policy_info_get(seg, &w);
+// Segment.spin_policy, Channel.spin_policy and a milk Stream's.
+inline nb::dict wait_policy_dict(const ss_wait_policy_info &w) {
   nb::dict d;
   d["wake_ns"] = w.wake_ns;
   d["seen_wake_ns"] = w.seen_wake_ns;
@@ -59,6 +57,11 @@ inline nb::dict wait_policy_dict(const ss_segment *seg) {
   d["preempted"] = w.preempted;
   d["contended_waits"] = w.contended_waits;
   return d;
+}
+inline nb::dict wait_policy_dict(const ss_segment *seg) {
+  ss_wait_policy_info w;
+  ss_wait_policy_info_get(seg, &w);
+  return wait_policy_dict(w);
 }
 
 inline std::string name_rule() {
@@ -513,6 +516,20 @@ int chunked(int64_t timeout_ns, F &&fn) {
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
     if (deadline != INT64_MAX && ss_monotonic_ns() >= deadline) return SS_ETIMEDOUT;
   }
+}
+
+// chunked() for a wait that spins (spin_ns: the cap, < 0 the policy's or
+// SHMSTREAM_SPIN_US): only its first chunk spins, as a wait spins only
+// before its first sleep.
+template <typename F>
+int chunked_spinning(int64_t timeout_ns, int64_t spin_ns, F &&fn) {
+  if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+  bool first = true;
+  return chunked(timeout_ns, [&](int64_t chunk) {
+    int r = fn(chunk, first ? spin_ns : 0);
+    first = false;
+    return r;
+  });
 }
 
 // A C-contiguous buffer borrowed from any object with the buffer protocol,

@@ -234,34 +234,34 @@ class Stream {
   }
 
   // Wait for a frame newer than `last` (read_new_view: the view follows).
-  void wait_newer(uint64_t last, nb::handle timeout) {
+  void wait_newer(uint64_t last, nb::handle timeout, int64_t spin_ns) {
     ss_milk *m = live("read_new_view");
     Use use(this);
-    int rc = chunked(to_ns(timeout), [&](int64_t chunk) {
+    int rc = chunked_spinning(to_ns(timeout), spin_ns, [&](int64_t chunk, int64_t spin) {
       if (closing_.load(std::memory_order_relaxed)) return (int)SS_ECANCELLED;
-      return ss_milk_wait_newer(m, last, chunk);
+      return ss_milk_wait_newer(m, last, chunk, spin);
     });
     if (rc) raise_milk(rc, "read_new_view from milk stream '" + path_ + "'");
   }
 
-  // Wait for a frame newer than `last`, then read it: one call.
-  nb::tuple read_new_into(nb::handle out, uint64_t last, nb::handle timeout, double budget_s) {
-    ss_milk *m = live("read_new");
-    Use use(this);
-    int64_t ns = to_ns(timeout);
-    Buffer b(out, true);
-    int rc = chunked(ns, [&](int64_t chunk) {
-      if (closing_.load(std::memory_order_relaxed)) return (int)SS_ECANCELLED;
-      return ss_milk_wait_newer(m, last, chunk);
-    });
-    if (rc) raise_milk(rc, "read_new from milk stream '" + path_ + "'");
-    ss_milk_pubinfo info{};
-    {
-      nb::gil_scoped_release nogil;
-      rc = ss_milk_read(m, b.view.buf, (size_t)b.view.len, (int64_t)(budget_s * 1e9), &info);
-    }
-    if (rc) raise_milk(rc, "read milk stream '" + path_ + "'");
-    return info_tuple(info);
+  // read_new's hot path: the wait (spin, then the semaphore) and the checked
+  // copy in one GIL release (ss_milk_read_new); cnt0 of the frame read. The
+  // caller checked `out`; budget_ns: the busy timeout.
+  uint64_t read_new_into(nb::handle out, uint64_t last, nb::handle timeout, int64_t budget_ns,
+                         int64_t spin_ns) {
+    return read_new(out, last, timeout, budget_ns, spin_ns).cnt0;
+  }
+
+  // The same with (cnt0, cnt1, writetime_ns, atime_ns), for a Publication.
+  nb::tuple read_new_info(nb::handle out, uint64_t last, nb::handle timeout, int64_t budget_ns,
+                          int64_t spin_ns) {
+    return info_tuple(read_new(out, last, timeout, budget_ns, spin_ns));
+  }
+
+  nb::dict spin_policy() {
+    ss_wait_policy_info w;
+    ss_milk_spin_policy(live("spin_policy"), &w);
+    return wait_policy_dict(w);
   }
 
   // The circular buffer's frames after `after` (at most max) into out
@@ -389,6 +389,21 @@ class Stream {
   }
 
  private:
+  ss_milk_pubinfo read_new(nb::handle out, uint64_t last, nb::handle timeout, int64_t budget_ns,
+                           int64_t spin_ns) {
+    ss_milk *m = live("read_new");
+    Use use(this);
+    Buffer b(out, true);
+    ss_milk_pubinfo info{};
+    int rc = chunked_spinning(to_ns(timeout), spin_ns, [&](int64_t chunk, int64_t spin) {
+      if (closing_.load(std::memory_order_relaxed)) return (int)SS_ECANCELLED;
+      return ss_milk_read_new(m, last, chunk, spin, b.view.buf, (size_t)b.view.len, budget_ns,
+                              &info);
+    });
+    if (rc) raise_milk(rc, "read_new from milk stream '" + path_ + "'");
+    return info;
+  }
+
   ss_milk *m_;
   int users_ = 0;
   std::atomic<bool> closing_{false};
@@ -503,14 +518,17 @@ NB_MODULE(_milk, m) {
       .def("layout", &Stream::layout)
       .def("read_into", &Stream::read_into, "out"_a, "budget_s"_a)
       .def("read_new_into", &Stream::read_new_into, "out"_a, "last"_a, "timeout"_a.none(),
-           "budget_s"_a)
+           "budget_ns"_a, "spin_ns"_a)
+      .def("read_new_info", &Stream::read_new_info, "out"_a, "last"_a, "timeout"_a.none(),
+           "budget_ns"_a, "spin_ns"_a)
+      .def("spin_policy", &Stream::spin_policy)
       .def("read_since_into", &Stream::read_since_into, "out"_a, "counts"_a, "after"_a,
            "budget_s"_a)
       .def("write", &Stream::write, "src"_a, "atime_ns"_a)
       .def("view_begin", &Stream::view_begin, "budget_s"_a)
       .def("view_valid", &Stream::view_valid, "cnt0"_a)
       .def("pixels", &Stream::pixels)
-      .def("wait_newer", &Stream::wait_newer, "last"_a, "timeout"_a.none())
+      .def("wait_newer", &Stream::wait_newer, "last"_a, "timeout"_a.none(), "spin_ns"_a)
       .def("identity", &Stream::identity)
       .def("count", &Stream::count)
       .def("writing", &Stream::writing)

@@ -251,19 +251,6 @@ class Segment {
     return r;
   }
 
-  // fn(chunk, spin) through chunked(): the spin budget only in the first
-  // chunk, later chunks go straight to the futex.
-  template <class F>
-  int chunked_spinning(int64_t timeout_ns, int64_t spin_ns, F &&fn) {
-    if (spin_ns < 0) spin_ns = ss_default_spin_ns();
-    bool first = true;
-    return chunked(timeout_ns, [&](int64_t chunk) {
-      int r = fn(chunk, first ? spin_ns : 0);
-      first = false;
-      return r;
-    });
-  }
-
   uint64_t wait_count(uint64_t after, int64_t timeout_ns, int64_t spin_ns) {
     uint64_t c = 0;
     int rc = chunked_spinning(timeout_ns, spin_ns, [&](int64_t chunk, int64_t spin) {

@@ -309,6 +309,9 @@ int ss_spin_preempted(ss_wait_stats *ws, ss_spin *s, int64_t now);
  * known: a stream), -1 if unknown. */
 void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int64_t now,
                  int64_t woke_ns);
+/* What ss_wait_policy_info_get says, of any handle's statistics (a
+ * segment's, a milk stream's). */
+void ss_wait_stats_info(const ss_wait_stats *ws, ss_wait_policy_info *out);
 
 /* n rounded up to a multiple of a (a > 0). */
 static inline uint64_t ss_round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }

@@ -167,6 +167,7 @@ struct ss_milk {
   ss_milk_layout l;
   int claimed; /* semaphore index held in the reader PID table, -1: none */
   uint64_t ino; /* the file's inode at open: with creationtime, which file this is */
+  ss_wait_stats wait; /* this handle's waits, for the spin policy (docs/waiting.md) */
 };
 
 #define MD(m) ((ss_milk_md *)(m)->base)
@@ -613,20 +614,60 @@ void ss_milk_release(ss_milk *m) {
   m->claimed = -1;
 }
 
-int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns) {
+/* How long after milk's writetime of the frame now published (milk's
+ * clock) this wait woke, if that frame came after the wait went to sleep
+ * (asleep_at, milk's clock); -1 otherwise. Another process's words: only a
+ * positive difference smaller than the wait itself is kept (ss_spin_end). */
+static int64_t woke_after(const ss_milk *m, int64_t asleep_at) {
+  int64_t ts[2] = {MD(m)->writetime[0], MD(m)->writetime[1]};
+  int64_t at = ts_ns(ts), now = milk_clock_ns();
+  return at > asleep_at && now > at ? now - at : -1;
+}
+
+int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t spin_ns) {
   /* Claim first, even when a frame is already there: a reader has its
    * semaphore from its first read_new on, as milk's readers do. */
   int i = ss_milk_claim(m, -1);
   if (i < 0) return i;
+  if (ss_milk_count(m) > last) return SS_OK;
+  /* The spin of docs/waiting.md, on cnt0; milk's write flag is the write in
+   * flight that may carry the spin to its cap. A frame caught here leaves
+   * its post on the semaphore: the next sleep takes it back at once (the
+   * loop below looks at cnt0 again), as it does any left-over post. */
+  if (spin_ns < 0) spin_ns = ss_default_spin_ns();
+  ss_spin sp;
+  ss_spin_begin(&m->wait, spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
+  int64_t now = sp.start;
+  for (unsigned k = 1; sp.end > sp.start; k++) {
+    if (now >= sp.end && (now >= sp.cap_end || !ss_milk_writing(m))) break;
+    ss_cpu_relax();
+    if (ss_milk_count(m) > last) {
+      ss_spin_end(&m->wait, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns(), -1);
+      return SS_OK;
+    }
+    if ((k & 15) == 0) {
+      if (ss_file_map_lost(m->map)) return SS_ECORRUPT;
+      now = ss_monotonic_ns();
+      if (ss_spin_preempted(&m->wait, &sp, now)) break;
+    }
+  }
   int64_t deadline = ss_deadline_ns(timeout_ns);
+  int64_t asleep_at = milk_clock_ns();
+  int rc;
   for (;;) {
     /* The post comes after cnt0 goes up, so a frame published after the
      * check above leaves a count on the semaphore; older counts only make
      * this loop go round once more. */
-    if (ss_milk_count(m) > last) return SS_OK;
+    if (ss_milk_count(m) > last) {
+      rc = SS_OK;
+      break;
+    }
     if (ss_file_map_lost(m->map)) return SS_ECORRUPT;
-    int64_t now = ss_monotonic_ns();
-    if (deadline != INT64_MAX && now >= deadline) return SS_ETIMEDOUT;
+    now = ss_monotonic_ns();
+    if (deadline != INT64_MAX && now >= deadline) {
+      rc = SS_ETIMEDOUT;
+      break;
+    }
     int64_t until = deadline == INT64_MAX ? now + SS_NS_PER_S : deadline;
     struct timespec ts = {.tv_sec = until / SS_NS_PER_S, .tv_nsec = until % SS_NS_PER_S};
     if (sem_clockwait(sem_at(m, (unsigned)i), CLOCK_MONOTONIC, &ts) != 0) {
@@ -634,6 +675,20 @@ int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns) {
       if (errno != ETIMEDOUT) return errno;
     }
   }
+  ss_spin_end(&m->wait, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT, ss_monotonic_ns(),
+              rc == SS_OK ? woke_after(m, asleep_at) : -1);
+  return rc;
+}
+
+int ss_milk_read_new(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t spin_ns, void *dst,
+                     size_t n, int64_t budget_ns, ss_milk_pubinfo *info) {
+  if (n != m->l.frame_bytes) return EINVAL;
+  int rc = ss_milk_wait_newer(m, last, timeout_ns, spin_ns);
+  return rc ? rc : stable_frame(m, dst, budget_ns, info);
+}
+
+void ss_milk_spin_policy(const ss_milk *m, ss_wait_policy_info *out) {
+  ss_wait_stats_info(&m->wait, out);
 }
 
 /* ---- keywords ------------------------------------------------------------ */

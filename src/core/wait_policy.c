@@ -343,7 +343,10 @@ void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int6
 }
 
 void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out) {
-  const ss_wait_stats *ws = &seg->wait;
+  ss_wait_stats_info(&seg->wait, out);
+}
+
+void ss_wait_stats_info(const ss_wait_stats *ws, ss_wait_policy_info *out) {
   int64_t w = atomic_load_explicit(&g_wake_ns, memory_order_acquire);
   out->wake_ns = w;
   out->seen_wake_ns = atomic_load_explicit(&ws->wake_ns, R);

@@ -228,3 +228,17 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
             raise ShmstreamValueError(f"allow_owner: {item} is not a uid (0 to 2**32 - 2)")
         uids.append(int(item))
     return uids
+
+
+def spin_ns(spin_us: Any) -> int:
+    """The spin budget in ns for the core (-1: the default)."""
+    if spin_us is None:
+        return -1
+    if isinstance(spin_us, (bool, np.bool_)) or not isinstance(spin_us, numbers.Real):
+        raise ShmstreamTypeError(
+            f"spin_us must be a number of microseconds or None, not {spin_us!r}"
+        )
+    value = float(spin_us)
+    if not value >= 0:
+        raise ShmstreamValueError(f"spin_us must be >= 0 or None, got {spin_us!r}")
+    return int(min(value, 1e12) * 1000)

@@ -42,7 +42,9 @@ class Kind:
     ``creator_alive``; ``survey()`` -> (records of every such object,
     (path, reason) of what it left alone); ``open_reader(name)`` -> a
     handle with the stream API's reads (view, record, bridge); ``purged``
-    False: purge never removes them (they are another program's).
+    False: purge never removes them (they are another program's);
+    ``remove(name)`` -> removes the object (``shmstream unlink``), True if
+    there was one.
     """
 
     names: tuple[str, ...]
@@ -58,6 +60,7 @@ class Kind:
     survey: Callable[[], tuple[list[Any], list[tuple[str, str]]]] | None = None
     open_reader: Callable[[str], Any] | None = None
     purged: bool = True
+    remove: Callable[[str], bool] | None = None
 
 
 #: Every registered kind, in registration order.
@@ -104,6 +107,14 @@ def open_reader(name: str, open_stream: Callable[[str], Any]) -> Any:
         if kind is None or kind.open_reader is None:
             raise
         return kind.open_reader(name)
+
+
+def remove_outside(name: str) -> bool:
+    """Remove the object outside /dev/shm that ``name`` addresses by its
+    kind's prefix ("milk:NAME": milk's stream file; the caller found no
+    shmstream object of that name); False if there is none."""
+    kind = outside(name)
+    return kind is not None and kind.remove is not None and kind.remove(name)
 
 
 def outside_survey(

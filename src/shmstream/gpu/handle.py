@@ -16,13 +16,14 @@ import numpy as np
 
 from .. import _cuda, _native
 from ..common import _checks, _proc
+from ..common._checks import spin_ns
 from ..errors import (
     GpuRequiredError,
     InconsistentStreamError,
     LoanStateError,
     NotLockOwnerError,
 )
-from ..streams._checks import check_count, spin_ns
+from ..streams._checks import check_count
 from ..streams._waiting import remaining
 from ..streams.publication import Publication
 from ..streams.shared_memory import SharedMemory

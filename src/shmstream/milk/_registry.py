@@ -1,10 +1,12 @@
 """milk streams' entry in the kinds' table: ``shmstream list`` and ``stat``
 show the streams of milk's directory as kind ``milk``, named
 ``milk:NAME``, and the viewer, the recorder and the bridge open them by
-that name (docs/milk.md, "The command, the viewer, record and the bridge").
+that name (docs/milk.md, "The command, the viewer, record and the bridge");
+``shmstream unlink milk:NAME`` removes one.
 
 Files are read with ``pread`` (src/core/milk.c, ``ss_milk_peek``): listing
-maps, claims and writes nothing. Purge never removes them: they are milk's.
+maps, claims and writes nothing. Purge never removes them: they are milk's
+(unlink, by name, does).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .dtypes import dtype_of
 from .layout import SUFFIX, instance_id, listed_dir, path_of, shm_dir, unix_ns
 from .stream import MilkStream
 from .stream import open as open_milk
+from .stream import unlink as unlink_milk
 
 PREFIX = "milk:"
 
@@ -145,6 +148,18 @@ def _open_reader(name: str) -> MilkStream:
     return open_milk(name[len(PREFIX) :])
 
 
+def _remove(name: str) -> bool:
+    """``shmstream unlink milk:NAME``: the file, as milk's destroyIm removes
+    it (milk.unlink's checks); False when there is none."""
+    try:
+        unlink_milk(name[len(PREFIX) :])
+    except FileNotFoundError:
+        return False
+    except ValueError:  # a name milk cannot have ('/'...): no such stream
+        return False
+    return True
+
+
 _kinds.register(
     _kinds.Kind(
         names=("milk",),
@@ -155,5 +170,6 @@ _kinds.register(
         survey=_survey,
         open_reader=_open_reader,
         purged=False,
+        remove=_remove,
     )
 )

@@ -22,14 +22,16 @@ import numpy as np
 
 from .. import _milk
 from ..common import _dtypes, _proc
+from ..common._checks import spin_ns
 from ..errors import (
     HandleClosedError,
     ShmstreamFileExistsError,
-    ShmstreamFileNotFoundError,
     ShmstreamTypeError,
     ShmstreamValueError,
 )
 from ..streams.publication import FrameBatch, Publication
+from . import _errors
+from ._unlink import unlink
 from ._views import MilkReadView
 from .dtypes import code_of
 from .layout import Layout, instance_id, path_of, shm_dir, unix_ns
@@ -50,8 +52,6 @@ class MilkStream:
 
     #: The registry's kind name (``shmstream list`` and ``stat``).
     kind = "milk"
-    #: Accepted for the stream API's sake; milk's waits sleep on a semaphore.
-    spin_us: float | None = None
     #: milk keeps one frame, written in place; never a GPU stream here.
     slots = 1
     gpu_enabled = False
@@ -62,6 +62,11 @@ class MilkStream:
         self.path = path
         self.layout = Layout.from_dict(native.layout())
         self._busy = float(busy_timeout)
+        self._busy_ns = int(self._busy * 1e9)
+        self._spin = -1  # spin_us None: the wait policy's cap
+        # what read_new checks before its native call, copied once
+        self._shape, self._dtype = self.layout.shape, self.layout.dtype
+        self._nbytes = self.layout.frame_bytes
         self._last = native.count()
         self._missed = 0
         self._pix: np.ndarray | None = None  # the read-only view of the pixels
@@ -149,14 +154,30 @@ class MilkStream:
     def closed(self) -> bool:
         return bool(self._native.closed)
 
+    @property
+    def spin_us(self) -> float | None:
+        """The most ``read_new`` (``read_new_view``, ``iter_since``) spins on
+        cnt0 before it sleeps on its semaphore, in µs (docs/waiting.md picks
+        the budget under it); None: ``SHMSTREAM_SPIN_US`` or the policy's cap."""
+        return None if self._spin < 0 else self._spin / 1000
+
+    @spin_us.setter
+    def spin_us(self, value: float | None) -> None:
+        self._spin = spin_ns(value)
+
+    @property
+    def spin_policy(self) -> dict:
+        """This handle's wait policy state (docs/waiting.md), as a stream's."""
+        return dict(self._live().spin_policy())
+
     # -- reading -----------------------------------------------------------
 
     def _out(self, out: np.ndarray | None) -> np.ndarray:
         if out is None:
-            return np.empty(self.shape, self.dtype)
+            return np.empty(self._shape, self._dtype)
         if not isinstance(out, np.ndarray):
             raise ShmstreamTypeError(f"out must be a NumPy array, not {type(out).__name__}")
-        if out.dtype != self.dtype or out.nbytes != self.nbytes or not out.flags.c_contiguous:
+        if out.dtype != self._dtype or out.nbytes != self._nbytes or not out.flags.c_contiguous:
             raise ShmstreamValueError(
                 f"out must be a C-contiguous {self.dtype} array of shape {self.shape}"
             )
@@ -195,7 +216,7 @@ class MilkStream:
     def _wait_newer(self, timeout: float | None, after: int | None = None) -> None:
         """Wait until cnt0 exceeds ``after`` (None: the last count this handle saw)."""
         self._no_semaphores()
-        self._live().wait_newer(self._last if after is None else after, timeout)
+        self._live().wait_newer(self._last if after is None else after, timeout, self._spin)
 
     def _no_semaphores(self) -> None:
         if self.layout.nsem == 0:
@@ -226,8 +247,14 @@ class MilkStream:
         (None: for ever). TimeoutError when none comes."""
         arr = self._out(out)
         self._no_semaphores()
-        # one native call waits and copies; no Publication to build (the hot loop)
-        self._seen(self._live().read_new_into(arr, self._last, timeout, self._busy)[0])
+        # The hot loop: one native call spins, waits and copies with the GIL
+        # released once; after the wake only this bookkeeping runs (_seen inline).
+        last = self._last
+        cnt0 = self._live().read_new_into(arr, last, timeout, self._busy_ns, self._spin)
+        if cnt0 > last:
+            if cnt0 > last + 1:
+                self._missed += cnt0 - last - 1
+            self._last = cnt0
         return arr
 
     def read_new_publication(
@@ -235,7 +262,7 @@ class MilkStream:
     ) -> Publication:
         arr = self._out(out)
         self._no_semaphores()
-        info = self._live().read_new_into(arr, self._last, timeout, self._busy)
+        info = self._live().read_new_info(arr, self._last, timeout, self._busy_ns, self._spin)
         return self._publication(arr, info)
 
     def read_since(
@@ -317,7 +344,7 @@ class MilkStream:
             self._last = max(self._last, after)
             if not len(batch.frames):
                 self._live().read_new_into(
-                    np.empty(self.shape, self.dtype), after, timeout, self._busy
+                    np.empty(self.shape, self.dtype), after, timeout, self._busy_ns, self._spin
                 )
 
     def claim(self, preferred: int | None = None) -> int:
@@ -420,12 +447,11 @@ def open(name: str, *, dir: str | None = None, busy_timeout: float = BUSY_TIMEOU
     path = path_of(name, dir)
     try:
         native = _milk.Stream.open(path)
-    except ShmstreamFileNotFoundError:
-        raise ShmstreamFileNotFoundError(
-            errno.ENOENT,
-            f"no milk stream '{name}' ({path}); create it with shmstream.milk.create or milk, "
-            "or point MILK_SHM_DIR (or dir=) at the directory that holds it",
-        ) from None
+    except OSError as exc:  # with the next step: missing directory, permissions...
+        told = _errors.on_open(exc, name, path, dir)
+        if told is None:
+            raise
+        raise told from None
     return MilkStream(native, name, path, busy_timeout)
 
 
@@ -463,18 +489,12 @@ def create(
             f"milk stream '{name}' exists ({path}); open it with shmstream.milk.open, "
             "or unlink it first",
         ) from None
+    except OSError as exc:
+        told = _errors.on_create(exc, name, path, dir)
+        if told is None:
+            raise
+        raise told from None
     return MilkStream(native, name, path, busy_timeout)
-
-
-def unlink(name: str, dir: str | None = None) -> None:
-    """Remove milk stream ``name``'s file."""
-    path = path_of(name, dir)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        raise ShmstreamFileNotFoundError(
-            errno.ENOENT, f"no milk stream '{name}' ({path})"
-        ) from None
 
 
 __all__ = ["BUSY_TIMEOUT", "MilkStream", "create", "open", "shm_dir", "unlink"]

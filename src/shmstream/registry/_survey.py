@@ -436,7 +436,7 @@ def remove(name: str) -> bool:
     of that name if there is one, else the one ``list`` shows so
     (``"a\\b"``). A FIFO or link with shmstream's prefix is unlinked (never
     followed); a directory raises ShmstreamOSError (errno EISDIR) that
-    says so."""
+    says so. ``milk:NAME`` is milk's stream file (``shmstream.milk.unlink``)."""
     if not isinstance(name, str):
         _checks.check_name(name, "shared-memory object")  # the TypeError
     try:
@@ -445,7 +445,7 @@ def remove(name: str) -> bool:
         if _remove_listed(name):
             return True
         raise
-    return unlink_file(segname) or _remove_listed(name)
+    return unlink_file(segname) or _remove_listed(name) or _kinds.remove_outside(name)
 
 
 def unlink_file(segname: str) -> bool:

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..common import _checks
+from ..common._checks import spin_ns
 from ..errors import (
     FrameOverwrittenError,
     NoCpuMirrorError,
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from ._checks import spin_ns
 from .publication import FrameBatch, Publication
 
 if TYPE_CHECKING:

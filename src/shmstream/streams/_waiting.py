@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..common import _checks
-from ._checks import check_after, spin_ns
+from ..common._checks import spin_ns
+from ._checks import check_after
 from .publication import Publication
 
 # How often read_new_async's worker thread looks up from the native wait to

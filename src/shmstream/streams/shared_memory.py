@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import _native
 from ..common import _checks, _dtypes, _space
+from ..common._checks import spin_ns
 from ..errors import (
     HandleClosedError,
     LockHeldError,
@@ -53,7 +54,7 @@ from ..errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
-from ._checks import check_config, check_cpu_open, check_history, check_slots, spin_ns
+from ._checks import check_config, check_cpu_open, check_history, check_slots
 from ._gpu import GPU
 from ._history import History
 from ._lockstate import HANDLES, lock_state_for
