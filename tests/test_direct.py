@@ -149,6 +149,19 @@ def test_scalar_reads_return_numpy_scalars(arr2d):
         assert isinstance(a[3], np.ndarray) and a[3].shape == (7,)
 
 
+def test_a_key_with_an_ellipsis_gives_a_0d_array_as_numpy_does(tmp_path):
+    # Found by the property test: a[..., 0, 0] was a scalar, and a bytes
+    # scalar drops its trailing NULs (S10 came back as S9).
+    path = str(tmp_path / "s.bin")
+    np.array([[b"\x14\xc9\xa0\xbcl\xcc\xb3\xde\xe1\x00"]], "S10").tofile(path)
+    want = np.memmap(path, "S10", "r", shape=(1, 1))
+    with DirectArray(path, (1, 1), "S10", 0) as a:
+        got = a[..., 0, 0]
+        assert isinstance(got, np.ndarray) and got.ndim == 0 and got.dtype == np.dtype("S10")
+        assert got == want[..., 0, 0]
+        assert isinstance(a[0, 0], np.bytes_)  # no ellipsis: a scalar, as NumPy's
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("offset", [0, 1, 511, 4095, 4097])
 def test_itemsizes_and_misaligned_offsets(tmp_path, dtype, offset):

@@ -241,7 +241,10 @@ class DirectArray:
         if out.size:
             flat = np.ascontiguousarray(units, dtype=np.int64).reshape(-1)
             self._reader.read_units(flat, self._row_bytes(k), out)
-        return self._finish(out)
+        # NumPy gives a 0-d array, not a scalar, for a key with '...' in it
+        # (and a scalar of a bytes dtype would drop its trailing NULs).
+        raw = key if isinstance(key, tuple) else (key,)
+        return out if any(item is Ellipsis for item in raw) else self._finish(out)
 
     def _leading_key(self, key: Any) -> tuple[tuple[Any, ...], int]:
         """The key with '...' expanded and trailing whole-axis slices dropped,
