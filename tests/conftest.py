@@ -242,6 +242,25 @@ def no_loader_pool_left(monkeypatch):
     assert not left, f"loader pool files left in /dev/shm: {sorted(left)}"
 
 
+@pytest.fixture
+def children():
+    """``children(code, depth=1)``: a Python child that is pid 1 of its own
+    PID namespace (``depth`` nested), cleaned up after the test
+    (tests/pidns_util.py)."""
+    from pidns_util import NsChild
+
+    made: list[NsChild] = []
+
+    def start(code: str, depth: int = 1) -> NsChild:
+        c = NsChild(code, depth)
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        c.cleanup()
+
+
 @pytest.fixture(scope="module")
 def browser():
     """One headless Chromium per module of the live-view tests

@@ -19,7 +19,6 @@ import os
 import signal
 
 import pytest
-from pidns_util import NsChild
 
 import shmstream
 from shmstream import _native
@@ -42,20 +41,6 @@ def chan(make_name):
         shmstream.unlink_channel(name)
     except FileNotFoundError:
         pass
-
-
-@pytest.fixture
-def children():
-    made: list[NsChild] = []
-
-    def start(code: str, depth: int = 1) -> NsChild:
-        c = NsChild(code, depth)
-        made.append(c)
-        return c
-
-    yield start
-    for c in made:
-        c.cleanup()
 
 
 def _producer(name: str, create: bool = True) -> str:

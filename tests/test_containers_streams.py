@@ -19,7 +19,6 @@ import os
 
 import numpy as np
 import pytest
-from pidns_util import NsChild
 from test_crash_points import (
     REPAIR_POINTS,
     SHAPE,
@@ -35,20 +34,6 @@ import support
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="unshare --pid needs root (or a user namespace)"
 )
-
-
-@pytest.fixture
-def children():
-    made: list[NsChild] = []
-
-    def start(code: str, depth: int = 1) -> NsChild:
-        c = NsChild(code, depth)
-        made.append(c)
-        return c
-
-    yield start
-    for c in made:
-        c.cleanup()
 
 
 def _waiters(name: str) -> int:
