@@ -77,6 +77,28 @@ def test_open_without_write_access_says_milk_readers_write_into_the_file(shared_
     assert f"chmod 666 {os.path.join(shared_dir, 'ro.im.shm')}" in got
 
 
+def _stat_as_other_user(name: str, directory: str) -> str:
+    """shmstream.stat("milk:NAME") as uid OTHER_UID: the error's type and text."""
+    os.environ["MILK_SHM_DIR"] = directory
+    os.setgid(OTHER_UID)
+    os.setuid(OTHER_UID)
+    try:
+        shmstream.stat("milk:" + name)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def test_stat_of_a_stream_one_may_not_read_says_read_access_is_enough(shared_dir, spawn):
+    with milk.create("private", (2,), "f4", dir=shared_dir, mode=0o600):
+        pass
+    got = spawn(_stat_as_other_user, "private", shared_dir).result()
+    assert got.startswith("ShmstreamPermissionError"), got
+    assert "cannot read milk stream 'private'" in got and "mode 0o600, owner uid 0" in got
+    assert "read access is enough" in got
+    assert f"chmod 644 {os.path.join(shared_dir, 'private.im.shm')}" in got
+
+
 def test_create_in_a_directory_one_may_not_write_says_so(shared_dir, spawn):
     got = spawn(_as_other_user, "create", "new", shared_dir).result()
     assert got.startswith("ShmstreamPermissionError"), got

@@ -72,6 +72,16 @@ def on_open(exc: OSError, name: str, path: str, given: str | None) -> ShmstreamO
     return _not_a_file(exc, name, path)
 
 
+def on_stat_denied(exc: OSError, name: str, path: str) -> ShmstreamOSError:
+    """The error ``stat("milk:NAME")`` raises when the file cannot be read."""
+    return ShmstreamOSError(
+        exc.errno,
+        f"cannot read milk stream '{name}' ({path}{_who(path)}): permission denied; stat "
+        "only reads the file, so read access is enough: ask its owner to make it readable "
+        f"(chmod 644 {path}, or 666 as milk makes it) or run as that user",
+    )
+
+
 def on_create(exc: OSError, name: str, path: str, given: str | None) -> ShmstreamOSError | None:
     """The error ``create(name)`` raises for ``exc`` (None: ``exc`` as it is)."""
     directory = os.path.dirname(path)

@@ -20,6 +20,7 @@ from typing import Any
 from .. import _milk
 from ..common import _kinds
 from ..errors import ShmstreamFileNotFoundError
+from ._errors import on_stat_denied
 from .dtypes import dtype_of
 from .layout import SUFFIX, instance_id, listed_dir, path_of, shm_dir, unix_ns
 from .stream import MilkStream
@@ -90,6 +91,8 @@ def _peek(name: str) -> Record:
         )
         exc.errno = errno.ENOENT
         raise exc from None
+    except PermissionError as e:
+        raise on_stat_denied(e, short, path) from None
 
 
 def _survey() -> tuple[list[Record], list[tuple[str, str]]]:
