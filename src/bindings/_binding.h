@@ -329,6 +329,8 @@ inline const StatusRow kStatusTable[] = {
      "pass allow_owner=<their uid or user name> to the open call, or set the environment "
      "variable SHMSTREAM_ALLOW_OWNERS=<uid>[,<uid>...]; otherwise remove it with "
      "shmstream.unlink('$name') and create it again"},
+    {SS_EPIDNS, "GPU stream", "map the device buffer", &g_pidns,
+     "cannot map the device buffer of GPU stream '$name': $detail"},
     {SS_EPIDNS, nullptr, nullptr, &g_pidns,
      "$kind '$name' was created in another PID namespace ($detail): its pids (creator, lock "
      "owner, writer, channel ends) mean nothing here, so a live peer would look dead. Processes "

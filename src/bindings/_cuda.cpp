@@ -224,12 +224,18 @@ NB_MODULE(_cuda, m) {
             auto *s = new GpuStream();
             s->name = name;
             ss_open_opts opts = ssb::open_opts(allow_owners);
-            int rc;
+            int rc, opened;
             {
               nb::gil_scoped_release nogil;
               rc = ss_segment_open_ex(s->seg, name.data(), name.size(), SS_KIND_STREAM, readonly,
                                       &opts);
-              if (rc == SS_OK) rc = ss_gpu_attach(s->seg, ordinal, &s->gpu);
+              opened = rc == SS_OK;
+              if (opened) rc = ss_gpu_attach(s->seg, ordinal, &s->gpu);
+            }
+            if (rc == SS_EPIDNS && opened) {  // the segment opened; its device buffer cannot
+              std::string detail = ss_cuda_error();
+              delete s;
+              ssb::raise_status(rc, {"GPU stream", name, "map the device buffer", "", detail});
             }
             if (rc == SS_EOWNER || rc == SS_EPIDNS) {
               std::string detail = ssb::open_detail(rc, s->seg);

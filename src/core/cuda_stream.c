@@ -270,6 +270,18 @@ int ss_gpu_attach(const ss_segment *seg, int ordinal, ss_gpu **out) {
   if ((rc = ss_gpu_area_validate(seg))) return rc;
   const ss_gpu_area *a = area_of(seg);
   const uint8_t *inst = seg->id.instance_id;
+  /* CUDA's IPC handles cannot be opened across PID namespaces (the driver
+   * finds the exporter by its pid), and the creator checks below are by
+   * pid: a process in another namespace reads the metadata, the lock and
+   * a CPU mirror, never the device buffer. */
+  if (ss_pidns_match(&seg->id) == 0) {
+    ss_cuda_set_err(
+        "its device buffer was exported by a process in another PID namespace, and CUDA's "
+        "IPC handles cannot be opened across PID namespaces; share the creator's PID "
+        "namespace (docker run --pid=container:<id>, shareProcessNamespace: true) to use "
+        "the device buffer; a handle without gpu_device reads the metadata and a CPU mirror");
+    return SS_EPIDNS;
+  }
   /* Before the cache: an attachment this process made while the creator
    * lived must not be handed out again once it is gone. */
   if ((rc = check_creator(seg))) return rc;

@@ -36,11 +36,10 @@ uint64_t ss_segment_bytes(uint64_t payload, uint32_t slots, uint32_t history) {
   return SS_HEADER_BYTES + stride * slots + records_bytes(history, slots);
 }
 
-/* A CPU stream locked by lease: layout version 4 (docs/ABI.md, "Stream
- * lock by lease"), with or without history. */
+/* A stream locked by lease: layout version 4 (docs/ABI.md, "Stream lock
+ * by lease"), a CPU stream with or without history, or a GPU stream. */
 static int stream_leases_valid(const ss_identity *id) {
-  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES && id->kind == SS_KIND_STREAM &&
-         !(id->flags & SS_FLAG_GPU);
+  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES && id->kind == SS_KIND_STREAM;
 }
 
 /* A history stream: layout version 2 or 4, a CPU stream, history + 1 slots
@@ -64,8 +63,8 @@ static int identity_validate(const ss_identity *id, size_t file_bytes) {
   if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
   if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
     return SS_ECORRUPT;
-  /* Version 3 is a channel's (docs/ABI.md, "Liveness leases"), 4 a CPU
-   * stream's ("Stream lock by lease"). */
+  /* Version 3 is a channel's (docs/ABI.md, "Liveness leases"), 4 a
+   * stream's, CPU or GPU ("Stream lock by lease"). */
   int plain_version = id->layout_version == SS_LAYOUT_VERSION ||
                       (id->layout_version == SS_LAYOUT_VERSION_LEASES &&
                        id->kind == SS_KIND_CHANNEL) ||
@@ -222,11 +221,13 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   }
   void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = base == MAP_FAILED ? errno : 0;
-  /* A channel judges its ends by leases, a CPU stream its lock, sleepers
-   * and creator: the handle keeps the fd and holds its lease from here
-   * (docs/ABI.md, "Liveness leases", "Stream lock by lease"). A GPU
-   * stream's creator exports its device memory and stays judged by pid. */
-  int stream_leases = a->kind == SS_KIND_STREAM && !(a->flags & SS_FLAG_GPU);
+  /* A channel judges its ends by leases, a stream (CPU or GPU) its lock,
+   * sleepers and creator: the handle keeps the fd and holds its lease from
+   * here (docs/ABI.md, "Liveness leases", "Stream lock by lease"). A GPU
+   * stream's device buffer is mapped only in its creator's PID namespace
+   * (ss_gpu_attach), where the creator's pid still tells whether the
+   * process that exported it runs. */
+  int stream_leases = a->kind == SS_KIND_STREAM;
   int leases = a->kind == SS_KIND_CHANNEL || stream_leases;
   if (base != MAP_FAILED && leases) {
     err = ss_lease_take(seg, fd, 1);

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import _cuda, _native
-from ..common import _checks, _proc
+from ..common import _checks
 from ..common._checks import spin_ns
 from ..errors import (
     GpuRequiredError,
@@ -295,7 +295,7 @@ class GpuSharedMemory(SharedMemory):
 
     def _fail_if_invalid(self, seg: Any) -> None:
         state = seg.state
-        if not state and not (seg.write_in_flight and not _proc.alive(seg.writer_pid)):
+        if not state and not seg.write_in_flight:
             return
         if self._cpu_reads():
             return super()._fail_if_invalid(seg)
