@@ -152,7 +152,8 @@ def test_an_old_layout_pool_from_another_namespace_is_refused_naming_its_version
                 say("refused", str(exc).replace(chr(10), " "))
         """)
         msg = c.expect("refused")
-        assert "layout version 1" in msg and "--pid=container:" in msg
+        assert "layout version 1 (a DataLoader slot pool made by an older" in msg
+        assert "--pid=container:" in msg
         c.finish()
     finally:
         pool.destroy()
