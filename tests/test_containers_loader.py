@@ -62,7 +62,6 @@ def test_a_worker_in_another_namespace_is_judged_by_its_lease_and_its_slot_recla
     pool = lp.Pool(nslots=2, max_bytes=1 << 20)
     assert pool.table is not None, pool.broken
     try:
-        assert int(pool.table.seg.layout_version) == _native.LAYOUT_VERSION_POOL_LEASES
         w = children(_WORKER.format(token=pool.token, iid=pool.instance_id))
         k, fresh = (int(v) for v in w.expect("took").split())
         assert fresh == 1
@@ -79,6 +78,7 @@ def test_a_worker_in_another_namespace_is_judged_by_its_lease_and_its_slot_recla
         again = client.take(1000)
         assert not isinstance(again, str) and again.k == k and not again.fresh
         assert pool.stats()["slots"] == 1
+        assert int(pool.table.seg.layout_version) == _native.LAYOUT_VERSION_POOL_LEASES
     finally:
         pool.destroy()
 
