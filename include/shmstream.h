@@ -44,6 +44,10 @@ extern "C" {
  * by leases (docs/ABI.md, "Stream lock by lease"): it works across PID
  * namespaces, and builds that lock with the robust mutex refuse it. */
 #define SS_LAYOUT_VERSION_STREAM_LEASES 4u
+/* A DataLoader slot pool's root (an array with SS_FLAG_LOADER_POOL) whose
+ * lock, creator and slot holders are judged by leases (docs/ABI.md, "Loader
+ * pool by lease"): it works across PID namespaces. */
+#define SS_LAYOUT_VERSION_POOL_LEASES 5u
 #define SS_HEADER_BYTES 4096u
 #define SS_IDENTITY_BYTES 2048u /* checksummed, immutable after create */
 #define SS_PAYLOAD_ALIGN 4096u
@@ -155,7 +159,7 @@ typedef struct ss_identity {
   uint32_t
       pidns_dev; /* 1972 creator's PID namespace: st_dev of /proc/self/ns/pid (0: unknown or > 32 bits) */
   uint64_t pidns_ino; /* 1976 and its st_ino; 0: unknown (made by an older build) */
-  uint64_t creator_lease; /* 1984 version 4: the creator handle's lease; else 0 */
+  uint64_t creator_lease; /* 1984 versions 4, 5: the creator handle's lease; else 0 */
   uint8_t reserved[48]; /* 1992 */
   uint64_t checksum; /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
 } ss_identity;

@@ -124,6 +124,15 @@ typedef struct ss_stream_leases {
 } ss_stream_leases;
 SS_API void ss_stream_leases_get(const ss_segment *seg, ss_stream_leases *out);
 
+/* For a table in a segment's payload that names its holders by lease (a
+ * loader pool's slot lines: docs/ABI.md, "Loader pool by lease"). The
+ * handle's lease in this process (a fork child's inherited handle takes a
+ * fresh one now, l1); 0: not a lease segment, or no lease could be taken. */
+SS_API uint64_t ss_segment_lease(ss_segment *seg);
+/* Whether the lease `word` is held (l2, one F_OFD_GETLK through the
+ * handle's fd): 1 alive, 0 gone (or no lease number), -1 cannot tell. */
+SS_API int ss_segment_lease_alive(const ss_segment *seg, uint64_t word);
+
 /* ---- a channel handle's state (src/core/ring.c) ------------------------- */
 
 /* 1 while attached (an end held, the ring mapped); the segment under the

@@ -8,10 +8,11 @@ they work across namespaces: every message arrives, a SIGKILLed end is
 seen as dead from the other namespace, a live end is never taken over
 from there although both ends are pid 1. A fork child's inherited handle
 does not keep its dead parent's end alive. A shared array (no word judged
-by pid) opens too; streams made by an older build (layout 1 or 2) and
-loader pools (liveness by pid) are still refused from another namespace,
-with an error naming their layout version. This build's streams (layout
-4, locked by lease) are tested in test_containers_streams.py. Skipped where ``unshare --pid`` is not permitted."""
+by pid) opens too; streams made by an older build (layout 1 or 2) are
+still refused from another namespace, with an error naming their layout
+version. This build's streams (layout 4, locked by lease) are tested in
+test_containers_streams.py, its loader pools (layout 5) in
+test_containers_loader.py. Skipped where ``unshare --pid`` is not permitted."""
 
 from __future__ import annotations
 
@@ -200,34 +201,24 @@ def test_an_old_layout_stream_from_another_pid_namespace_is_refused_naming_its_v
         h.close()
 
 
-def test_a_shared_array_is_shared_across_pid_namespaces_a_loader_pool_is_not(name, children):
+def test_a_shared_array_is_shared_across_pid_namespaces(name, children):
     import numpy as np
 
-    from shmstream.loader import _loader_pool as lp
-
     arr = shmstream.share(np.arange(4, dtype=np.int64), name=name)
-    pool = lp.Pool(nslots=2, max_bytes=1 << 20)
     try:
         c = children(f"""
             import shmstream
-            from shmstream.loader import _loader_pool as lp
             a = shmstream.SharedArray.open({name!r}, writable=True)
             say("read", a.tolist())
             a[0] = 42
             say("wrote")
-            try:
-                lp.PoolClient({pool.token!r}, {pool.instance_id!r})
-            except shmstream.PidNamespaceError:
-                say("pool refused")
             del a
         """)
         assert c.expect("read") == "[0, 1, 2, 3]"
         c.expect("wrote")
         assert arr[0] == 42  # the same memory
-        c.expect("pool refused")
         c.finish()
     finally:
-        pool.destroy()
         arr.close()
 
 

@@ -851,10 +851,14 @@ def test_slots_of_a_worker_that_died_holding_them_are_taken_back():
     del got
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+def _dead_lease(pool: lp.Pool) -> int:
+    """The lease of a root handle that was closed: held by nobody any more
+    (docs/ABI.md, "Loader pool by lease")."""
+    other = lp.PoolClient(pool.token, pool.instance_id)
+    lease = other.lease
+    del other  # its root handle closes: the kernel drops its lease
+    assert pool.table is not None and pool.table.seg.lease_alive(lease) == 0
+    return lease
 
 
 def test_a_batch_whose_slot_was_reclaimed_is_an_error_not_another_batch():
@@ -864,7 +868,7 @@ def test_a_batch_whose_slot_was_reclaimed_is_an_error_not_another_batch():
         taken = client.take(1000)
         assert not isinstance(taken, str) and taken.fresh
         with pool.table.locked():  # as if a worker had died with the batch sent
-            pool.table.line(taken.k)[lp._PID] = _dead_pid()
+            pool.table.line(taken.k)[lp._LEASE] = _dead_lease(pool)
         pool.reclaim_dead()
         again = client.take(1000)
         assert again.k == taken.k and not again.fresh and again.seq == taken.seq + 1
@@ -882,6 +886,7 @@ def _die_holding_the_pool_lock(token: str, instance_id: str) -> None:
     client.table.seg.lock()
     line = client.table.line(1)  # half-way through creating slot 1
     line[lp._STATE], line[lp._PID], line[lp._READY] = lp.FILLING, os.getpid(), 0
+    line[lp._LEASE] = client.lease  # gone when this process exits
     line[lp._CAP] = 1 << 16
     client.table.words[lp._H_TOTAL] = 999_999_999
     os._exit(0)

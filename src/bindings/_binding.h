@@ -387,8 +387,15 @@ inline std::string open_detail(int rc, const ss_segment *seg) {
     ss_pidns_self(&dev, &ino);
     // The version says why: its liveness is by pid (docs/ABI.md, "Owner
     // and PID namespace"); a version-3 channel would have opened.
+    const ss_identity *id = ss_segment_identity(seg);
+    // A DataLoader pool of layout 1 (docs/ABI.md, "Loader pool by lease"):
+    // the loader that made it runs an older version.
+    std::string pool = (id->kind == SS_KIND_ARRAY && (id->flags & SS_FLAG_LOADER_POOL))
+                           ? " (a DataLoader slot pool made by an older shmstream version; "
+                             "run the loader with this version)"
+                           : "";
     return "this process is in pid:[" + std::to_string(ino) + "]; its layout version " +
-           std::to_string(ss_segment_identity(seg)->layout_version) + " judges liveness by pid";
+           std::to_string(id->layout_version) + pool + " judges liveness by pid";
   }
   return "";
 }

@@ -53,6 +53,7 @@ NB_MODULE(_native, m) {
   m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
   m.attr("LAYOUT_VERSION_LEASES") = SS_LAYOUT_VERSION_LEASES;
   m.attr("LAYOUT_VERSION_STREAM_LEASES") = SS_LAYOUT_VERSION_STREAM_LEASES;
+  m.attr("LAYOUT_VERSION_POOL_LEASES") = SS_LAYOUT_VERSION_POOL_LEASES;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
   m.def(
       "pidns_self",
@@ -215,8 +216,8 @@ NB_MODULE(_native, m) {
       // this process's: 1 yes, 0 no, -1 unknown (docs/ABI.md).
       .def_prop_ro("pidns_ino", [](Segment &s) { return s.id().pidns_ino; })
       .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.id()); })
-      // 1, 2 (a stream with history), 3 (a channel judged by leases) or 4 (a
-      // stream judged by leases).
+      // 1, 2 (a stream with history), 3 (a channel judged by leases), 4 (a
+      // stream judged by leases) or 5 (a loader pool judged by leases).
       .def_prop_ro("layout_version", [](Segment &s) { return s.id().layout_version; })
       .def_prop_ro("instance_id",
                    [](Segment &s) {
@@ -262,6 +263,17 @@ NB_MODULE(_native, m) {
           },
           "A version-4 stream's (creator, lock holder, any handle) leases: 1 alive, 0 gone, -1 "
           "cannot tell (another layout, a free lock). One F_OFD_GETLK each.")
+      .def_prop_ro(
+          "lease", [](Segment &s) { return ss_segment_lease(s.seg); },
+          "This handle's lease (0: none), for a payload table that names holders by lease (a "
+          "loader pool's slot lines, layout 5).")
+      .def(
+          "lease_alive",
+          [](Segment &s, uint64_t word) {
+            nb::gil_scoped_release nogil;
+            return ss_segment_lease_alive(s.seg, word);
+          },
+          "word"_a, "Whether the lease word is held: 1 alive, 0 gone, -1 cannot tell (l2).")
       .def_prop_ro("waiters",
                    [](Segment &s) {
         // readers asleep: the sleeper bits, and those without a slot

@@ -92,15 +92,18 @@ int ss_more_fds(void);
 /* Whether any handle holds a lease on the segment's file (one F_OFD_GETLK
  * over the lease range): 1, 0, or -1 cannot tell. */
 int ss_lease_any(const ss_segment *seg);
-/* A version-3 channel or a version-4 stream (made by this build): liveness
- * by lease. */
+/* A version-3 channel, a version-4 stream or a version-5 loader pool (made
+ * by this build): liveness by lease. */
 static inline int ss_uses_leases(const ss_identity *id) {
   return id->layout_version == SS_LAYOUT_VERSION_LEASES ||
-         id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES;
+         id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES ||
+         id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES;
 }
-/* A version-4 stream: locked by lease (src/core/lease_lock.c). */
+/* A version-4 stream or version-5 loader pool: locked by lease
+ * (src/core/lease_lock.c). */
 static inline int ss_lease_locked(const ss_identity *id) {
-  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES;
+  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES ||
+         id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES;
 }
 
 /* ---- src/core/fault.c: crash points (docs/ABI.md, "Crash points") ------- */

@@ -268,3 +268,13 @@ int ss_lease_any(const ss_segment *seg) {
   /* The handle's own lease, if it has one, never conflicts: a peek has none. */
   return fl.l_type != F_UNLCK;
 }
+
+/* The public face of the two calls above, for a payload table that names
+ * its holders by lease (docs/ABI.md, "Loader pool by lease"). */
+uint64_t ss_segment_lease(ss_segment *seg) {
+  return ss_uses_leases(&seg->id) ? ss_lease_mine(seg) : 0;
+}
+
+int ss_segment_lease_alive(const ss_segment *seg, uint64_t word) {
+  return ss_uses_leases(&seg->id) ? ss_lease_alive(seg, word) : -1;
+}

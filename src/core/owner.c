@@ -6,7 +6,8 @@
  * - its creator's PID namespace, recorded at create, must be the caller's
  *   where liveness is judged by pid (lock owner, writer, sleepers, creator,
  *   a version-1 channel's ends): a pid from another namespace means nothing
- *   here. A version-3 channel judges its ends by leases (liveness.c); a
+ *   here. A version-3 channel, a version-4 stream and a version-5 loader
+ *   pool judge theirs by leases (liveness.c); a
  *   shared array has no word judged by pid after create.
  */
 #define _GNU_SOURCE
@@ -50,7 +51,9 @@ int ss_pidns_check(const ss_identity *id) {
   /* A shared array has no shared word judged by pid after create (its
    * creator's pid serves stat and purge only, which say "unknown" for
    * another namespace): nothing a peer there could misjudge. A loader
-   * pool's root is an array whose slot table is judged by pids: refused. */
+   * pool's root of version 1 (an older build's) is an array whose slot
+   * table is judged by pids: refused; version 5 is judged by leases and
+   * passed above (docs/ABI.md, "Loader pool by lease"). */
   if (id->kind == SS_KIND_ARRAY && !(id->flags & SS_FLAG_LOADER_POOL)) return SS_OK;
   return ss_pidns_match(id) == 0 ? SS_EPIDNS : SS_OK;
 }

@@ -42,6 +42,13 @@ static int stream_leases_valid(const ss_identity *id) {
   return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES && id->kind == SS_KIND_STREAM;
 }
 
+/* A loader pool's root locked by lease: layout version 5 (docs/ABI.md,
+ * "Loader pool by lease"), an array with the loader-pool flag. */
+static int pool_leases_valid(const ss_identity *id) {
+  return id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES && id->kind == SS_KIND_ARRAY &&
+         (id->flags & SS_FLAG_LOADER_POOL);
+}
+
 /* A history stream: layout version 2 or 4, a CPU stream, history + 1 slots
  * (docs/ABI.md, "History"). */
 static int history_valid(const ss_identity *id) {
@@ -58,17 +65,19 @@ static int identity_validate(const ss_identity *id, size_t file_bytes) {
   if (magic != SS_MAGIC) return SS_ECORRUPT;
   if (id->layout_version != SS_LAYOUT_VERSION && id->layout_version != SS_LAYOUT_VERSION_HISTORY &&
       id->layout_version != SS_LAYOUT_VERSION_LEASES &&
-      id->layout_version != SS_LAYOUT_VERSION_STREAM_LEASES)
+      id->layout_version != SS_LAYOUT_VERSION_STREAM_LEASES &&
+      id->layout_version != SS_LAYOUT_VERSION_POOL_LEASES)
     return SS_EVERSION;
   if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
   if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
     return SS_ECORRUPT;
   /* Version 3 is a channel's (docs/ABI.md, "Liveness leases"), 4 a
-   * stream's, CPU or GPU ("Stream lock by lease"). */
+   * stream's, CPU or GPU ("Stream lock by lease"), 5 a loader pool's
+   * ("Loader pool by lease"). */
   int plain_version = id->layout_version == SS_LAYOUT_VERSION ||
                       (id->layout_version == SS_LAYOUT_VERSION_LEASES &&
                        id->kind == SS_KIND_CHANNEL) ||
-                      stream_leases_valid(id);
+                      stream_leases_valid(id) || pool_leases_valid(id);
   if (id->history ? !history_valid(id) : !plain_version || id->slot_count > SS_MAX_SLOTS)
     return SS_ECORRUPT;
   if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 || id->name_len == 0 ||
@@ -223,12 +232,15 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   int err = base == MAP_FAILED ? errno : 0;
   /* A channel judges its ends by leases, a stream (CPU or GPU) its lock,
    * sleepers and creator: the handle keeps the fd and holds its lease from
-   * here (docs/ABI.md, "Liveness leases", "Stream lock by lease"). A GPU
-   * stream's device buffer is mapped only in its creator's PID namespace
+   * here (docs/ABI.md, "Liveness leases", "Stream lock by lease"), and so
+   * does a loader pool's root ("Loader pool by lease"). A GPU stream's
+   * device buffer is mapped only in its creator's PID namespace
    * (ss_gpu_attach), where the creator's pid still tells whether the
    * process that exported it runs. */
   int stream_leases = a->kind == SS_KIND_STREAM;
-  int leases = a->kind == SS_KIND_CHANNEL || stream_leases;
+  int pool_leases = a->kind == SS_KIND_ARRAY && (a->flags & SS_FLAG_LOADER_POOL);
+  int lease_locked = stream_leases || pool_leases;
+  int leases = a->kind == SS_KIND_CHANNEL || lease_locked;
   if (base != MAP_FAILED && leases) {
     err = ss_lease_take(seg, fd, 1);
     if (err) munmap(base, total);
@@ -242,6 +254,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   ss_header *h = (ss_header *)base;
   ss_identity *id = &h->id;
   id->layout_version = stream_leases ? SS_LAYOUT_VERSION_STREAM_LEASES
+                       : pool_leases ? SS_LAYOUT_VERSION_POOL_LEASES
                        : a->history  ? SS_LAYOUT_VERSION_HISTORY
                        : leases      ? SS_LAYOUT_VERSION_LEASES
                                      : SS_LAYOUT_VERSION;
@@ -267,10 +280,10 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
   id->history = a->history; /* its slot records are zero: no publication yet */
   ss_pidns_record(id);
-  if (stream_leases)
+  if (lease_locked)
     id->creator_lease = seg->lease; /* taken above (l1), before it is stored */
   else
-    ss_mutex_init(&h->lock.m.mutex); /* a version-4 stream leaves it zero */
+    ss_mutex_init(&h->lock.m.mutex); /* a version-4 or -5 segment leaves it zero */
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT (m): the magic is stored last with release order, so an opener
    * that acquire-loads a valid magic sees the whole initialised header. */

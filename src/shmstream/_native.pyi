@@ -56,6 +56,8 @@ LAYOUT_VERSION_LEASES: int = 3
 
 LAYOUT_VERSION_STREAM_LEASES: int = 4
 
+LAYOUT_VERSION_POOL_LEASES: int = 5
+
 SEGMENT_PREFIX: str = '/shmstream-'
 
 def pidns_self() -> tuple:
@@ -235,6 +237,15 @@ class Segment:
         """
         A version-4 stream's (creator, lock holder, any handle) leases: 1 alive, 0 gone, -1 cannot tell (another layout, a free lock). One F_OFD_GETLK each.
         """
+
+    @property
+    def lease(self) -> int:
+        """
+        This handle's lease (0: none), for a payload table that names holders by lease (a loader pool's slot lines, layout 5).
+        """
+
+    def lease_alive(self, word: int) -> int:
+        """Whether the lease word is held: 1 alive, 0 gone, -1 cannot tell (l2)."""
 
     @property
     def waiters(self) -> int: ...

@@ -295,8 +295,8 @@ class SegmentOwnerError(ShmstreamPermissionError):
 
 class PidNamespaceError(ShmstreamError, RuntimeError):
     """The segment was created in another PID namespace (another container
-    sharing /dev/shm) and its kind judges liveness by pid (a stream, a
-    loader pool, a channel made by an older build): its pids cannot be
+    sharing /dev/shm) and its kind judges liveness by pid (a GPU stream; a
+    stream, loader pool or channel made by an older build): its pids cannot be
     judged from here, so a live peer would look dead. Peers must share a
     PID namespace (``docker run --pid=container:<id>``, Kubernetes
     ``shareProcessNamespace: true``). Channels and shared arrays are not

@@ -23,6 +23,8 @@ static void check_accepted(const ss_header *h, uint64_t file_bytes) {
   if (!slotless || id->slot_stride) FZ_CHECK(id->payload_bytes <= id->slot_stride);
   if (id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES) /* locked by lease: CPU streams */
     FZ_CHECK(id->kind == SS_KIND_STREAM && !(id->flags & SS_FLAG_GPU));
+  if (id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES) /* a loader pool's root */
+    FZ_CHECK(id->kind == SS_KIND_ARRAY && (id->flags & SS_FLAG_LOADER_POOL));
   if (id->history) {
     FZ_CHECK(id->layout_version == SS_LAYOUT_VERSION_HISTORY ||
              id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES);

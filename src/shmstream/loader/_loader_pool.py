@@ -6,10 +6,13 @@ This file is the pool's bookkeeping (its table, the main process's
 
 Layout (docs/loader.md, "The pool in shared memory", is the reference)
   root   a KIND_ARRAY segment named ``loader-<token>``, created by the main
-         process. Its header says who owns the pool (creator pid and start
-         time: what ``purge`` checks), its robust lock serialises every
-         change of the table that is its payload (int64 words: a head line,
-         then one line per slot).
+         process, layout version 5 (docs/ABI.md, "Loader pool by lease"):
+         its header holds the owner's lease (what ``purge`` checks), its
+         lock (by lease) serialises every change of the table that is its
+         payload (int64 words: a head line, then one line per slot). Each
+         line names its worker by the lease of the worker's root handle:
+         no pid decides anything, so workers, ``stat`` and ``purge`` may
+         run in other PID namespaces.
   slots  /dev/shm/shmstream.loader-<token>.<k>.<gen>: the bytes of slot k,
          generation gen, nothing else. Plain files rather than segments of
          their own: a segment is created populated (the core zeroes every
@@ -41,7 +44,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import _native
-from ..common import _proc
 from ..common._space import SHM_DIR
 from ..errors import (
     BatchLostError,
@@ -70,12 +72,14 @@ from ._slot_files import (
     unlink_quiet,
 )
 
-TABLE_MAGIC = 0x314C4F4F50534C53  # "SLSPOOL1", little-endian
+TABLE_MAGIC = 0x324C4F4F50534C53  # "SLSPOOL2", little-endian: lines name leases
 _HEAD = 8  # words of the head line: magic, nslots, max_bytes, total_bytes
 _H_MAGIC, _H_NSLOTS, _H_MAX, _H_TOTAL = 0, 1, 2, 3
 _LINE = 8  # words per slot line
-_STATE, _SEQ, _GEN, _CAP, _PID, _TICKS, _READY = range(7)
+# _PID is the worker's pid, for humans only; _LEASE its root handle's lease
+_STATE, _SEQ, _GEN, _CAP, _PID, _LEASE, _READY = range(7)
 EMPTY, FREE, FILLING, HELD = 0, 1, 2, 3
+_LEASE_MASK = (1 << 64) - 1  # a line's lease word as unsigned: a negative one is no lease
 
 # ------------------------------------------------------------------ table
 
@@ -94,8 +98,8 @@ class _Table:
     def locked(self) -> Iterator[np.ndarray]:
         # SYNC POINT pool-lock: every change of the table, and each hand-over
         # of a slot's bytes (FILLING -> HELD -> FREE -> FILLING), happens under
-        # the root's robust lock; it orders one side's writes of the bytes
-        # before the other side's reads.
+        # the root's lock (by lease, layout 5); it orders one side's writes
+        # of the bytes before the other side's reads.
         if self.seg.lock():
             self._repair()  # the previous holder died, maybe mid-update
         try:
@@ -114,11 +118,14 @@ class _Table:
 
     def reclaim_dead(self) -> int:
         """Slots taken by workers that died: FREE again if their file was
-        complete, EMPTY (file removed) if the worker died creating it."""
+        complete, EMPTY (file removed) if the worker died creating it. A
+        worker is dead when the lease its line names is gone (l2, through
+        this process's root handle: right in any PID namespace); "cannot
+        tell" keeps its slot."""
         n = 0
         for k in range(self.nslots):
             e = self.line(k)
-            if e[_STATE] != FILLING or _proc.alive(int(e[_PID]), int(e[_TICKS])):
+            if e[_STATE] != FILLING or self.seg.lease_alive(int(e[_LEASE]) & _LEASE_MASK) != 0:
                 continue
             if e[_READY]:
                 e[_STATE] = FREE
@@ -354,8 +361,13 @@ class PoolClient:
             raise ShmstreamOSError(f"loader pool {root_name(token)!r} has no slot table")
         self.token = token
         self.table = _Table(seg, token)
-        self.pid = os.getpid()
-        self.ticks = _proc.start_ticks(self.pid)
+        self.pid = os.getpid()  # for humans (stat, a debugger)
+        self.lease = int(seg.lease)  # what this worker's slot lines name
+        if not self.lease:
+            raise ShmstreamOSError(
+                f"loader pool {root_name(token)!r} gave this worker no lease (layout "
+                f"{int(seg.layout_version)}); its batches take torch's path"
+            )
         self.maps: dict[int, Mapped] = {}  # k -> its mapping, buf: wrap(the bytes)
         #: What the caller writes through (the mmap itself by default).
         self.wrap = wrap or (lambda mm: mm)
@@ -380,7 +392,7 @@ class PoolClient:
             if not fresh:
                 # Owner first: a holder that dies between these stores
                 # leaves a FREE slot, or a FILLING one that names it.
-                e[_PID], e[_TICKS] = self.pid, self.ticks
+                e[_PID], e[_LEASE] = self.pid, self.lease
                 e[_SEQ] += 1
                 e[_STATE] = FILLING
             gen, seq, cap = int(e[_GEN]), int(e[_SEQ]), int(e[_CAP])
@@ -473,7 +485,7 @@ class PoolClient:
         # changes: a holder that dies in between leaves a line that repair
         # drops (its file, if any, removed; total recomputed).
         e = t.line(target)
-        e[_PID], e[_TICKS], e[_READY] = self.pid, self.ticks, 0
+        e[_PID], e[_LEASE], e[_READY] = self.pid, self.lease, 0
         e[_STATE] = FILLING
         e[_SEQ] += 1
         e[_GEN] += 1

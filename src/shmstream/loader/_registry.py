@@ -25,6 +25,19 @@ def _files(root: str) -> list[str]:
     return _loader_pool.list_slot_files(token).get(token, [])
 
 
+def _in_use(name: str, segname: str) -> bool:
+    """Does any handle hold a lease on a layout-5 root (its loader's or a
+    worker's)? Right from any PID namespace (docs/ABI.md, "Loader pool by
+    lease"); an older root says no (its creator's pid decides)."""
+    try:
+        seg = _native.Segment.peek(segname)
+    except Exception:  # noqa: BLE001 - gone or unreadable: nobody uses it through us
+        return False
+    if int(seg.layout_version) != _native.LAYOUT_VERSION_POOL_LEASES:
+        return False
+    return int(seg.leases()[2]) != 0
+
+
 def _stat(header: Any, kind: str) -> dict[str, Any]:
     files = _files(header.name)
     sizes = 0
@@ -44,5 +57,6 @@ _kinds.register(
         extra_files=_files,
         file_prefix=_loader_pool.SLOT_FILE_PREFIX,
         purge_dead=_loader_pool.purge_dead_loader_pools,
+        in_use=_in_use,
     )
 )

@@ -89,10 +89,25 @@ def list_slot_files(token: str | None = None) -> dict[str, list[str]]:
     return out
 
 
+def _owner_alive(seg: Any) -> bool:
+    """Is the pool in use? A layout-5 root (docs/ABI.md, "Loader pool by
+    lease"): while its owner's lease or any handle's lease on it (a
+    worker's) is held, or this cannot be told; from any PID namespace. An
+    older root: while its creator's pid lives, or always when it was made in
+    another PID namespace (its pid cannot be judged here)."""
+    if int(seg.layout_version) == _native.LAYOUT_VERSION_POOL_LEASES:
+        creator, _holder, anyone = (int(v) for v in seg.leases())
+        return creator != 0 or anyone != 0
+    if int(seg.pidns_match) == 0:
+        return True
+    return _proc.alive(seg.creator_pid, seg.creator_start_ticks)
+
+
 def purge_dead_loader_pools() -> list[str]:
-    """Remove the pools whose loader process is dead (or whose root is gone
-    or unreadable): their slot files and root segment. Returns the root names
-    of the pools removed. Live loaders' pools are left alone."""
+    """Remove the pools nobody uses any more (their loader and workers are
+    gone; or their root is gone or unreadable): their slot files and root
+    segment. Returns the root names of the pools removed. Pools in use are
+    left alone."""
     removed = []
     for token, paths in list_slot_files().items():
         try:
@@ -103,9 +118,7 @@ def purge_dead_loader_pools() -> list[str]:
             if segname is None:
                 raise ShmstreamFileNotFoundError(root_name(token))
             seg = _native.Segment.peek(segname)
-            owner_alive = _proc.alive(seg.creator_pid, seg.creator_start_ticks)
-            # made in another PID namespace: its pid cannot be judged here, keep it
-            owner_alive = owner_alive or int(seg.pidns_match) == 0
+            owner_alive = _owner_alive(seg)
             del seg
         except BlockingIOError:
             continue  # a root still being created: its owner is alive

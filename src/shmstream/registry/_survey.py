@@ -220,7 +220,7 @@ def _entry_of(segname: str, seg: Any) -> Entry:
     kind = _kind_of(seg)
     size = _file_bytes(segname)
     size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _extra_files(kind, seg.name))
-    leases = int(seg.layout_version) >= _native.LAYOUT_VERSION_LEASES  # 3 or 4
+    leases = int(seg.layout_version) >= _native.LAYOUT_VERSION_LEASES  # 3, 4 or 5
     created = seg.created_ns / 1e9
     return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), created, leases)
 
