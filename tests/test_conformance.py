@@ -115,7 +115,7 @@ def test_a_loader_batch_of_object_arrays_is_refused_as_torchs_own_loader_refuses
 #: Creates one object of each kind from a child process that is then
 #: SIGKILLed; the script checks what the next user gets, then purge.
 _KILLED_CREATOR = """
-import os, signal, subprocess, sys, time
+import os, select, signal, subprocess, sys, time
 import numpy as np
 import shmstream
 from shmstream import registry
@@ -138,14 +138,24 @@ elif part == "loader pool":
         def __getitem__(self, i): return torch.full((1024,), float(i))
     it = iter(DataLoader(Rows(), batch_size=4, num_workers=1))
     next(it)  # the pool and a slot exist now
+    print("workers", *[w.pid for w in it._workers], flush=True)
 print("ready", flush=True)
 sys.stdin.read()  # until killed
 '''
 child = subprocess.Popen([sys.executable, "-c", CHILD, PART], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
-assert child.stdout.readline().strip() == "ready"
+line = child.stdout.readline().split()
+workers = [os.pidfd_open(int(pid)) for pid in line[1:]] if line[0] == "workers" else []
+if workers:
+    line = child.stdout.readline().split()
+assert line == ["ready"], line
 os.kill(child.pid, signal.SIGKILL)
 child.wait()
+# A loader's workers outlive it until torch's watchdog sees their parent
+# gone (it looks every 5 s), and each holds the pool's root (its lease)
+# till then: the pool is abandoned when they have exited too.
+for fd in workers:
+    assert select.select([fd], [], [], 60)[0], "a worker outlived its loader by 60 s"
 
 entries = registry.scan()
 kinds = {{e.kind for e in entries}}
