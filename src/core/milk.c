@@ -203,23 +203,27 @@ static int attach(int fd, const ss_milk_layout *l, ss_milk **out) {
   return SS_OK;
 }
 
+/* The checks every reader of a milk file makes before it trusts the file:
+ * a regular file (not a FIFO or directory planted under the name), longer
+ * than the metadata block, whose metadata (copied into *md) parses into a
+ * layout that matches the file's size. *st is the file's. */
+static int read_layout(int fd, struct stat *st, ss_milk_md *md, ss_milk_layout *layout) {
+  if (fstat(fd, st) != 0) return errno;
+  if (!S_ISREG(st->st_mode)) return ENODEV;
+  if ((uint64_t)st->st_size <= SS_MILK_MD_BYTES ||
+      pread(fd, md, sizeof *md, 0) != (ssize_t)sizeof *md)
+    return EMSGSIZE;
+  return ss_milk_layout_parse(md, sizeof *md, (uint64_t)st->st_size, layout);
+}
+
 int ss_milk_open(const char *path, ss_milk **out, ss_milk_layout *layout) {
   *out = NULL;
   /* O_NONBLOCK: a FIFO planted under the name must not block the open. */
   int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno;
   struct stat st;
-  uint8_t md[SS_MILK_MD_BYTES];
-  int rc = SS_OK;
-  if (fstat(fd, &st) != 0)
-    rc = errno;
-  else if (!S_ISREG(st.st_mode))
-    rc = ENODEV;
-  else if ((uint64_t)st.st_size <= SS_MILK_MD_BYTES)
-    rc = EMSGSIZE;
-  else if (pread(fd, md, sizeof md, 0) != (ssize_t)sizeof md)
-    rc = EMSGSIZE;
-  if (!rc) rc = ss_milk_layout_parse(md, sizeof md, (uint64_t)st.st_size, layout);
+  ss_milk_md md;
+  int rc = read_layout(fd, &st, &md, layout);
   if (!rc) rc = attach(fd, layout, out);
   close(fd);
   return rc;
@@ -538,16 +542,7 @@ int ss_milk_peek(const char *path, ss_milk_layout *layout, ss_milk_peek_info *in
   if (fd < 0) return errno;
   struct stat st;
   ss_milk_md h;
-  int rc = SS_OK;
-  if (fstat(fd, &st) != 0)
-    rc = errno;
-  else if (!S_ISREG(st.st_mode))
-    rc = ENODEV;
-  else if ((uint64_t)st.st_size <= SS_MILK_MD_BYTES)
-    rc = EMSGSIZE;
-  else if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
-    rc = EMSGSIZE;
-  if (!rc) rc = ss_milk_layout_parse(&h, sizeof h, (uint64_t)st.st_size, layout);
+  int rc = read_layout(fd, &st, &h, layout);
   if (!rc) {
     info->npids = layout->nsem < max_pids ? layout->nsem : max_pids;
     size_t n = (size_t)info->npids * sizeof(int32_t);
