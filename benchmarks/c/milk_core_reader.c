@@ -21,12 +21,7 @@
 #include <time.h>
 
 #include "shmstream_milk.h"
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+#include "wakeup_frame.h"
 
 int main(int argc, char **argv) {
   if (argc < 3) {
@@ -52,14 +47,7 @@ int main(int argc, char **argv) {
         SS_OK)
       break;
     last = info.cnt0;
-    int64_t lat = mono_ns() - *(int64_t *)copy;
-    int torn = 0;
-    for (size_t i = 3; i < count; i++)
-      if (copy[i] != copy[2]) {
-        torn = 1;
-        break;
-      }
-    printf("%lld %d\n", (long long)lat, torn);
+    report_frame(copy, count);
   }
   free(copy);
   ss_milk_close(m);

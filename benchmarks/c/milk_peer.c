@@ -46,12 +46,7 @@
 #include <time.h>
 
 #include "ImageStreamIO.h"
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+#include "wakeup_frame.h"
 
 static int wait_post(IMAGE *im, int sem, double seconds) {
   struct timespec ts;
@@ -88,14 +83,7 @@ static int wakeup(const char *name, uint64_t frames) {
     if (c == last) continue; /* a post left over from a frame already read */
     last = c;
     memcpy(copy, im.array.F, n);
-    int64_t lat = mono_ns() - *(int64_t *)copy;
-    int torn = 0;
-    for (size_t i = 3; i < count; i++)
-      if (copy[i] != copy[2]) {
-        torn = 1;
-        break;
-      }
-    printf("%lld %d\n", (long long)lat, torn);
+    report_frame(copy, count);
   }
   free(copy);
   ImageStreamIO_closeIm(&im);
