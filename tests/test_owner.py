@@ -298,11 +298,10 @@ def test_a_stream_from_another_pid_namespace_is_refused_saying_how_a_channel_is_
 
 
 def test_a_channel_made_in_another_pid_namespace_is_judged_by_its_ends_leases(
-    make_name, monkeypatch
+    make_name, monkeypatch, children
 ):
     chan = make_name()
     held = make_name()
-    holder = None
     try:
         r = _unshare(f"""
             import os, shmstream
@@ -317,23 +316,13 @@ def test_a_channel_made_in_another_pid_namespace_is_judged_by_its_ends_leases(
         assert st["producer"]["pid"] == 1 and st["producer"]["pid_namespace"].startswith("pid:[")
         assert st["producer"]["alive"] is False and st["consumer"]["alive"] is False
         # one whose end is still held there (a child in its own namespace) stays
-        holder = subprocess.Popen(
-            [
-                "unshare",
-                "--pid",
-                "--fork",
-                "--mount-proc",
-                sys.executable,
-                "-c",
-                f"import sys, shmstream; p = shmstream.channel({held!r}, 4096); "
-                "print('ready', flush=True); sys.stdin.readline()",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        holder = children(f"""
+            import shmstream
+            p = shmstream.channel({held!r}, 4096)
+            say("ready")
+            hear()
+        """)
+        holder.expect("ready")
         entries = [registry.entry(_native.segment_name(n)) for n in (chan, held)]
         assert all(e is not None and e.creator_alive is None for e in entries)
         # purge sees only these entries (other users of /dev/shm are left alone)
@@ -345,9 +334,8 @@ def test_a_channel_made_in_another_pid_namespace_is_judged_by_its_ends_leases(
         assert not any("another PID namespace" in str(w.message) for w in caught)
         assert not os.path.exists(support.SHM_DIR + _native.segment_name(chan))
         assert os.path.exists(support.SHM_DIR + _native.segment_name(held))
+        holder.finish()  # on a failure above, the children fixture kills it
     finally:
-        if holder is not None:
-            holder.communicate(input="\n", timeout=support.WAIT)
         for n in (chan, held):
             try:
                 shmstream.unlink_channel(n)
