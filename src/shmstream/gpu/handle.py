@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _cuda, _native
+from .. import _cuda
 from ..common import _checks
 from ..common._checks import spin_ns
 from ..errors import (
     GpuRequiredError,
-    InconsistentStreamError,
     LoanStateError,
     NotLockOwnerError,
 )
@@ -292,32 +291,6 @@ class GpuSharedMemory(SharedMemory):
         dst, count, frame_id, wt = self._gpu_read(out, timeout)
         missed = self._record(count)
         return Publication(dst, count, frame_id, wt / 1e9, missed)
-
-    def _fail_if_invalid(self, seg: Any) -> None:
-        state = seg.state
-        if not state and not seg.write_in_flight:
-            return
-        if self._cpu_reads():
-            return super()._fail_if_invalid(seg)
-        if not state:  # a dead writer mid-write: the lock hands the frame over
-            try:
-                seg.lock(0.0)
-            except TimeoutError:
-                return
-            seg.unlock()
-            state = seg.state
-        if state == _native.STATE_ABANDONED:
-            raise InconsistentStreamError(
-                f"the writer of {self.name!r} exited (process died) in the middle of a "
-                "write, so no consistent payload is published; the next successful "
-                "write recovers the stream"
-            )
-        if state == _native.STATE_ABORTED:
-            raise InconsistentStreamError(
-                f"the last write to {self.name!r} was aborted (an exception inside "
-                "write_view), so no consistent payload is published; the next "
-                "successful write recovers the stream"
-            )
 
     def _wait_read(
         self, after: int, timeout: float | None, out: Any, spin_us: float | None, operation: str
