@@ -51,6 +51,7 @@ import glob
 import math
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -203,13 +204,14 @@ class _Scene:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _summary(row: str, total: int, lat: list[int], torn: int) -> dict[str, Any]:
+def _summary(row: str, total: int, lat: list[int], torn: int, cpu: float) -> dict[str, Any]:
     return {
         "reader": row,
         "frames": total,
         "seen": len(lat),
         "missed": total - len(lat),
         "torn": torn,
+        "cpu": cpu,
         **(latency_summary(lat) if lat else {"p50_us": float("nan"), "p99_us": float("nan")}),
     }
 
@@ -220,11 +222,13 @@ def _c_latencies(out: str) -> tuple[list[int], int]:
     return [int(p[0]) for p in pairs], sum(int(p[1]) for p in pairs)
 
 
-def _read_python(s: Any, total: int) -> tuple[list[int], int]:
-    """Latencies and torn frames of a Python reader of ``s`` (its wait
-    policy's counters are added to the row by :func:`_policy`)."""
+def _read_python(s: Any, total: int) -> tuple[list[int], int, float]:
+    """Latencies, torn frames and the share of a core used of a Python
+    reader of ``s`` (its wait policy's counters are added to the row by
+    :func:`_policy`)."""
     lat, torn, count = [], 0, 0
     got = np.empty(s.shape, s.dtype)  # one buffer, as milk's C reader copies into one
+    cpu, wall = time.thread_time(), time.monotonic()
     while count < total:
         s.read_new(timeout=10.0, out=got)
         now = time.monotonic_ns()
@@ -232,10 +236,23 @@ def _read_python(s: Any, total: int) -> tuple[list[int], int]:
         lat.append(now - int(flat.view(np.int64)[0]))
         torn += int(not (flat[2:] == flat[2]).all())
         count = int(flat[2])
-    return lat, torn
+    return lat, torn, (time.thread_time() - cpu) / (time.monotonic() - wall)
 
 
-_POLICY_KEYS = ("waits", "spun", "caught", "slept", "slept_at_once", "preempted")
+def _read_c(reader: subprocess.Popen, seconds: float) -> tuple[list[int], int, float]:
+    """The same of a C reader (its output, and its CPU time over its
+    life; other children are reaped only after it)."""
+    before, wall = _children_cpu(), time.monotonic()
+    lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
+    return lat, torn, (_children_cpu() - before) / (time.monotonic() - wall)
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+_POLICY_KEYS = ("waits", "napped", "spun", "caught", "slept", "slept_at_once", "preempted")
 
 
 def _policy(s: Any) -> dict[str, int]:
@@ -245,42 +262,51 @@ def _policy(s: Any) -> dict[str, int]:
     return {f"policy_{k}": int(p[k]) for k in _POLICY_KEYS}
 
 
-def _wakeup(row: str, shape: tuple[int, ...], hz: float, seconds: float, peer: str | None):
+def _c_reader(row: str, scene: _Scene, total: int, peer: str | None, core: str | None):
+    """Start the C reader a row names and wait until it has claimed its
+    semaphore: milk's (``milk C``), or the core's, which takes the path."""
+    if row.startswith("milk C"):
+        reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
+    else:
+        reader = _peer(core, scene.dir, scene.s.path, total)  # type: ignore[arg-type]
+    _ready(reader)
+    return reader
+
+
+def _wakeup(
+    row: str,
+    shape: tuple[int, ...],
+    hz: float,
+    seconds: float,
+    peer: str | None,
+    core: str | None,
+) -> dict[str, Any]:
+    """One wake-up row: ``READER`` on our writer, ``READER <- milk C`` on
+    milk's own writer (milk_peer's write)."""
     kind = "stream" if row == "stream" else "milk"
     scene = _Scene(kind, shape)
     total = int(hz * seconds)
+    in_c = row.split(" <- ", maxsplit=1)[0] in ("milk C", "shmstream core C")
     try:
+        reader = _c_reader(row, scene, total, peer, core) if in_c else None
         if row.endswith("<- milk C"):  # milk's own writer
-            if row.startswith("milk C"):
-                reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
-                _ready(reader)
-            writer = _peer(peer, scene.dir, "write", scene.name, hz, seconds)  # type: ignore[arg-type]
-            if row.startswith("milk C"):
-                lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
-            else:
-                lat, torn = _read_python(scene.s, total)
-                writer.communicate(timeout=30)
-                return {**_summary(row, total, lat, torn), **_policy(scene.s)}
-            writer.communicate(timeout=30)
-            return _summary(row, total, lat, torn)
-        go = SPAWN.Event()
-        proc = SPAWN.Process(target=_writer, args=(kind, scene.name, scene.dir, hz, seconds, go))
-        proc.start()
-        if row in ("milk C", "shmstream core C"):
-            if row == "milk C":
-                reader = _peer(peer, scene.dir, "wakeup", scene.name, total)  # type: ignore[arg-type]
-            else:  # peer: the core reader, which takes the file's path
-                reader = _peer(peer, scene.dir, scene.s.path, total)  # type: ignore[arg-type]
-            _ready(reader)
-            go.set()
-            lat, torn = _c_latencies(reader.communicate(timeout=seconds + 60)[0])
+            writer: Any = _peer(peer, scene.dir, "write", scene.name, hz, seconds)  # type: ignore[arg-type]
+            finish = lambda: writer.communicate(timeout=30)  # noqa: E731
         else:
+            go = SPAWN.Event()
+            writer = SPAWN.Process(
+                target=_writer, args=(kind, scene.name, scene.dir, hz, seconds, go)
+            )
+            writer.start()
             go.set()
-            lat, torn = _read_python(scene.s, total)
-            proc.join(30)
-            return {**_summary(row, total, lat, torn), **_policy(scene.s)}
-        proc.join(30)
-        return _summary(row, total, lat, torn)
+            finish = lambda: writer.join(30)  # noqa: E731
+        if reader is not None:
+            lat, torn, cpu = _read_c(reader, seconds)
+            finish()
+            return _summary(row, total, lat, torn, cpu)
+        lat, torn, cpu = _read_python(scene.s, total)
+        finish()
+        return {**_summary(row, total, lat, torn, cpu), **_policy(scene.s)}
     finally:
         scene.close()
 
@@ -444,6 +470,13 @@ def main(argv: list[str]) -> int:
         "--rounds", type=int, default=1, help="wake-up rounds, interleaved (medians shown)"
     )
     p.add_argument("--quick", action="store_true", help="1 s per row")
+    p.add_argument(
+        "--rows",
+        type=lambda t: [r.strip() for r in t.split(",")],
+        default=[],
+        help="wake-up rows to run, comma-separated (default: all); e.g. "
+        "'shmstream.milk <- milk C,milk C <- milk C'",
+    )
     p.add_argument("--json", metavar="PATH", help=JSON_HELP)
     a = p.parse_args(argv)
     res = Results("milk", argv)
@@ -455,9 +488,10 @@ def main(argv: list[str]) -> int:
         lines = [
             f"milk's library: {where if peer else NA + ' (' + where + ')'}",
             f"writer {a.hz:.0f} Hz, {a.shape} float32, {os.cpu_count()} CPUs, "
-            f"{a.rounds} round(s) of {seconds:g} s a row (p50, p99: medians of the rounds)",
-            "| reader | frames | seen | missed | torn | wake-up p50 | p99 |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            f"{a.rounds} round(s) of {seconds:g} s a row (p50, p99, reader CPU: medians of the "
+            "rounds; CPU in shares of one core)",
+            "| reader | frames | seen | missed | torn | wake-up p50 | p99 | reader CPU |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         core = build_core_reader(workdir)
         rows = (
@@ -465,41 +499,55 @@ def main(argv: list[str]) -> int:
             "shmstream core C",
             "milk C",
             "shmstream.milk <- milk C",
+            "shmstream core C <- milk C",
             "milk C <- milk C",
             "stream",
         )
-        binaries = {row: core if row == "shmstream core C" else peer for row in rows}
+        unknown = sorted(set(a.rows) - set(rows))
+        if unknown:
+            p.error(f"--rows: no wake-up row {unknown}; the rows are {', '.join(rows)}")
+
+        def needs(row: str) -> list[str | None]:  # the binaries a row runs
+            reader, _, writer = row.partition(" <- ")
+            return [
+                *([core] if reader == "shmstream core C" else []),
+                *([peer] if "milk C" in (reader, writer) else []),
+            ]
+
         runs: dict[str, list[dict[str, Any]]] = {
-            row: [] for row in rows if binaries[row] is not None or " C" not in row
+            row: [] for row in rows if None not in needs(row) and (not a.rows or row in a.rows)
         }
         for k in range(a.rounds):  # every other round in reverse: drifting load hits all rows
             for row in list(runs) if k % 2 == 0 else list(runs)[::-1]:
                 progress(f"wake-up, {row}, round {k + 1} of {a.rounds}")
-                r = _wakeup(row, a.shape, a.hz, seconds, binaries[row])
+                r = _wakeup(row, a.shape, a.hz, seconds, peer, core)
                 res.add(section="wakeup", round=k + 1, **r)
                 runs[row].append(r)
         for row in rows:
+            if a.rows and row not in a.rows:
+                continue
             if row not in runs:
-                why = where if row != "shmstream core C" else "no C compiler or core sources"
+                why = where if core is not None else "no C compiler or core sources"
                 res.add(section="wakeup", reader=row, skipped=why)
-                lines.append(f"| {row} | {NA} | | | | | |")
+                lines.append(f"| {row} | {NA} | | | | | | |")
                 continue
             rs = runs[row]
             total = {key: sum(r[key] for r in rs) for key in ("frames", "seen", "missed", "torn")}
             p50 = statistics.median(r["p50_us"] for r in rs)
             p99 = statistics.median(r["p99_us"] for r in rs)
+            cpu = statistics.median(r["cpu"] for r in rs)
             lines.append(
                 f"| {row} | {total['frames']} | {total['seen']} | {total['missed']} "
-                f"| {total['torn']} | {_us(p50)} | {_us(p99)} |"
+                f"| {total['torn']} | {_us(p50)} | {_us(p99)} | {cpu:.0%} |"
             )
         lines.append("")
         for row, rs in runs.items():  # the Python readers: how their waits went
             if "policy_waits" in rs[0]:
                 n = {k: sum(r[f"policy_{k}"] for r in rs) for k in _POLICY_KEYS}
                 lines.append(
-                    f"{row}: {n['waits']} waits; {n['spun']} spun ({n['caught']} caught "
-                    f"in the spin, {n['preempted']} cut short), {n['slept_at_once']} slept "
-                    f"at once; {n['slept']} slept"
+                    f"{row}: {n['waits']} waits; {n['napped']} napped, {n['spun']} spun "
+                    f"({n['caught']} caught after the nap or in the spin, {n['preempted']} cut "
+                    f"short), {n['slept_at_once']} slept at once; {n['slept']} slept"
                 )
         emit(res, "\n".join(lines))
         lines = [

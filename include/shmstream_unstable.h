@@ -38,6 +38,9 @@ typedef struct ss_wait_policy_info {
   int64_t budget_ns;  /* the budget chosen for this handle's last wait */
   uint32_t hist[SS_WAIT_BUCKETS];
   uint64_t waits, spun, caught, slept, slept_at_once, preempted, contended_waits;
+  int64_t low_ns;     /* L, when this handle's publications are due (0: not known yet) */
+  int64_t nap_ns;     /* the nap of this handle's last wait (0: it did not nap) */
+  uint64_t napped;    /* waits that napped, then spun */
 } ss_wait_policy_info;
 
 SS_API void ss_wait_policy_info_get(const ss_segment *seg, ss_wait_policy_info *out);

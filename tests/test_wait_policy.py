@@ -366,3 +366,51 @@ def test_the_core_picks_the_budget_docs_waiting_md_describes(tmp_path):
     assert got == want
     assert got[1] == EDGES[8] and got[2] == 0
     assert got[3] == 400 * us, "the bucket the cap cuts is caught up to the cap"
+
+
+SEEN_WAKE_PROGRAM = r"""
+#include <stdio.h>
+#include "internal.h"
+
+/* "W N S1 .. SN": a handle's waits, each woken SK ns after its publication
+ * (the process's W fixed at W); prints the handle's observed wake-up cost
+ * after each. */
+int main(void) {
+  long long w, n;
+  if (scanf("%lld %lld", &w, &n) != 2) return 2;
+  ss_wait_policy_override(w, 0);
+  ss_wait_stats ws = {0};
+  int64_t now = 1000000000LL;
+  for (long long i = 0; i < n; i++) {
+    long long woke;
+    if (scanf("%lld", &woke) != 1) return 2;
+    ss_spin sp;
+    ss_spin_begin(&ws, 0, -1, now, &sp); /* cap 0: it sleeps at once */
+    now += 5000000;                      /* a 5 ms wait, woken `woke` after its publication */
+    ss_spin_end(&ws, &sp, SS_WAIT_WOKEN, now, woke);
+    ss_wait_policy_info info;
+    ss_wait_stats_info(&ws, &info);
+    printf("%lld\n", (long long)info.seen_wake_ns);
+  }
+  return 0;
+}
+"""
+
+
+def test_a_slow_first_wake_up_moves_the_handles_w_a_sixteenth_not_to_itself(tmp_path):
+    # The handle's W starts from the process's and steps 1/16 of itself
+    # towards each observed wake-up: one 835 us wake-up (a cold first one)
+    # against a W of 15 us moves it by ~1 us; steady 60 us ones take it there.
+    src = tmp_path / "seen.c"
+    src.write_text(SEEN_WAKE_PROGRAM)
+    exe = support.compile_c(
+        str(tmp_path / "seen"), [str(src)], flags=("-I", os.path.join(support.ROOT, "src", "core"))
+    )
+    samples = [835_000] + [60_000] * 40
+    text = f"15000 {len(samples)} {' '.join(map(str, samples))}\n"
+    out = subprocess.run(
+        [exe], input=text, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    seen = [int(x) for x in out]
+    assert seen[0] == 15_000 + 15_000 // 16 + 1
+    assert seen[-1] == 60_000

@@ -56,6 +56,9 @@ inline nb::dict wait_policy_dict(const ss_wait_policy_info &w) {
   d["slept_at_once"] = w.slept_at_once;
   d["preempted"] = w.preempted;
   d["contended_waits"] = w.contended_waits;
+  d["low_ns"] = w.low_ns;
+  d["nap_ns"] = w.nap_ns;
+  d["napped"] = w.napped;
   return d;
 }
 inline nb::dict wait_policy_dict(const ss_segment *seg) {

@@ -413,7 +413,8 @@ NB_MODULE(_native, m) {
           "spin_policy", [](Segment &s) { return wait_policy_dict(s.seg); },
           "This handle's wait policy (docs/waiting.md): the process's wake-up cost "
           "wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the "
-          "histogram of wait lengths and the counters waits, spun, caught, slept, "
+          "histogram of wait lengths, when publications are due (low_ns) and the last "
+          "nap (nap_ns), and the counters waits, spun, napped, caught, slept, "
           "slept_at_once, preempted, contended_waits.")
       .def_prop_ro("write_in_flight", [](Segment &s) { return (bool)ss_write_in_flight(s.seg); })
       .def_prop_ro("published_slot", [](Segment &s) { return ss_published_slot(s.seg); })

@@ -291,6 +291,10 @@ typedef struct ss_spin {
   int64_t cap_end; /* how far a write in flight may extend the spin */
   int64_t last;    /* the spin's last clock read */
   int64_t wake_ns; /* W when the wait began */
+  int64_t nap_end; /* when the nap ends (start: no nap): sleep until then, then spin */
+  int64_t low;     /* L when the wait began (a napping wait's spin starts from it) */
+  int64_t cap;     /* the cap when the wait began */
+  int64_t deadline; /* when the wait's timeout ends (INT64_MAX: none) */
   int counts;      /* 0 for a poll (timeout 0): not recorded */
 } ss_spin;
 
@@ -300,9 +304,21 @@ enum ss_wait_end { SS_WAIT_CAUGHT, SS_WAIT_WOKEN, SS_WAIT_TIMED_OUT };
 /* The budget docs/waiting.md's rule picks from a handle's histogram, for a
  * wake-up cost w, a cap and a price (10 with a spare core, 1 without). */
 int64_t ss_wait_budget(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price);
+/* The same, and that budget's cost scaled by price * total into *cost. */
+int64_t ss_wait_budget_cost(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price,
+                            int64_t *cost);
 /* Choose this wait's budget: cap_ns is the caller's cap (< 0: the policy's,
  * 0: no spin), timeout_ns the wait's (0: a poll, no spin). */
 void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now, ss_spin *s);
+/* A napping wait (s->nap_end > s->start) sleeps until s->nap_end as it
+ * would sleep for good (a publication wakes it), then calls this: its spin
+ * budget runs from then to the cap past max(now, start + L). */
+void ss_spin_nap_over(ss_spin *s, int64_t now);
+/* The nap docs/waiting.md's rule picks ("Napping"), 0 for none: low is L,
+ * moves how many waits moved it, slack the thread's timer slack, best the
+ * best budget's cost scaled as ss_wait_budget scales it (price * total). */
+int64_t ss_wait_nap(int64_t low, uint32_t moves, uint32_t total, int64_t best, int64_t w,
+                    int64_t cap, int64_t price, int64_t slack, int64_t timeout_ns);
 /* At each clock read of a spin: 1 if the spin must stop because it lost
  * its core (more than W since its last read); the process is then taken to
  * be contended. */

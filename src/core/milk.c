@@ -619,21 +619,47 @@ static int64_t woke_after(const ss_milk *m, int64_t asleep_at) {
   return at > asleep_at && now > at ? now - at : -1;
 }
 
+/* Sleep on semaphore i until cnt0 passes last (SS_OK) or the deadline
+ * (SS_ETIMEDOUT), or an errno: EINTR for a signal. The post comes after cnt0 goes up, so a frame published after
+ * the caller's last check leaves a count on the semaphore; older counts
+ * only make this loop go round once more. */
+static int sleep_on_sem(ss_milk *m, unsigned i, uint64_t last, int64_t deadline) {
+  for (;;) {
+    if (ss_milk_count(m) > last) return SS_OK;
+    if (ss_file_map_lost(m->map)) return SS_ECORRUPT;
+    int64_t now = ss_monotonic_ns();
+    if (deadline != INT64_MAX && now >= deadline) return SS_ETIMEDOUT;
+    int64_t until = deadline == INT64_MAX ? now + SS_NS_PER_S : deadline;
+    struct timespec ts = {.tv_sec = until / SS_NS_PER_S, .tv_nsec = until % SS_NS_PER_S};
+    if (sem_clockwait(sem_at(m, i), CLOCK_MONOTONIC, &ts) != 0 && errno != ETIMEDOUT) return errno;
+  }
+}
+
 int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t spin_ns) {
   /* Claim first, even when a frame is already there: a reader has its
    * semaphore from its first read_new on, as milk's readers do. */
   int i = ss_milk_claim(m, -1);
   if (i < 0) return i;
   if (ss_milk_count(m) > last) return SS_OK;
-  /* The spin of docs/waiting.md, on cnt0; milk's write flag is the write in
-   * flight that may carry the spin to its cap. A frame caught here leaves
-   * its post on the semaphore: the next sleep takes it back at once (the
-   * loop below looks at cnt0 again), as it does any left-over post. */
+  /* The wait of docs/waiting.md on cnt0: a nap if the policy chose one,
+   * the spin, then the sleep; milk's write flag is the write in flight that
+   * may carry the spin to its cap. A frame caught in the spin leaves its
+   * post on the semaphore: the next sleep takes it back at once (the sleep
+   * looks at cnt0 again), as it does any left-over post. */
   if (spin_ns < 0) spin_ns = ss_default_spin_ns();
   ss_spin sp;
   ss_spin_begin(&m->wait, spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
-  int64_t now = sp.start;
-  for (unsigned k = 1; sp.end > sp.start; k++) {
+  int64_t deadline = ss_deadline_ns(timeout_ns);
+  int64_t asleep_at = milk_clock_ns();
+  int rc = SS_ETIMEDOUT;
+  if (sp.nap_end > sp.start) {
+    rc = sleep_on_sem(m, (unsigned)i, last, sp.nap_end < deadline ? sp.nap_end : deadline);
+    if (rc == EINTR) return SS_ETIMEDOUT; /* the caller checks for signals */
+    if (rc != SS_OK && rc != SS_ETIMEDOUT) return rc;
+    if (rc == SS_ETIMEDOUT) ss_spin_nap_over(&sp, ss_monotonic_ns());
+  }
+  int64_t now = sp.last;
+  for (unsigned k = 1; rc != SS_OK && sp.end > sp.start; k++) {
     if (now >= sp.end && (now >= sp.cap_end || !ss_milk_writing(m))) break;
     ss_cpu_relax();
     if (ss_milk_count(m) > last) {
@@ -646,29 +672,11 @@ int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t sp
       if (ss_spin_preempted(&m->wait, &sp, now)) break;
     }
   }
-  int64_t deadline = ss_deadline_ns(timeout_ns);
-  int64_t asleep_at = milk_clock_ns();
-  int rc;
-  for (;;) {
-    /* The post comes after cnt0 goes up, so a frame published after the
-     * check above leaves a count on the semaphore; older counts only make
-     * this loop go round once more. */
-    if (ss_milk_count(m) > last) {
-      rc = SS_OK;
-      break;
-    }
-    if (ss_file_map_lost(m->map)) return SS_ECORRUPT;
-    now = ss_monotonic_ns();
-    if (deadline != INT64_MAX && now >= deadline) {
-      rc = SS_ETIMEDOUT;
-      break;
-    }
-    int64_t until = deadline == INT64_MAX ? now + SS_NS_PER_S : deadline;
-    struct timespec ts = {.tv_sec = until / SS_NS_PER_S, .tv_nsec = until % SS_NS_PER_S};
-    if (sem_clockwait(sem_at(m, (unsigned)i), CLOCK_MONOTONIC, &ts) != 0) {
-      if (errno == EINTR) return SS_ETIMEDOUT; /* the caller checks for signals */
-      if (errno != ETIMEDOUT) return errno;
-    }
+  if (rc != SS_OK) {
+    asleep_at = milk_clock_ns();
+    rc = sleep_on_sem(m, (unsigned)i, last, deadline);
+    if (rc == EINTR) return SS_ETIMEDOUT;
+    if (rc != SS_OK && rc != SS_ETIMEDOUT) return rc;
   }
   ss_spin_end(&m->wait, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT, ss_monotonic_ns(),
               rc == SS_OK ? woke_after(m, asleep_at) : -1);

@@ -232,34 +232,14 @@ static int cancelled(ss_channel *ch) {
   return atomic_load_explicit(&ch->seg.cancelled, memory_order_acquire);
 }
 
-/* Wait until *word >= target: spin, then sleep on wake_seq; every 100 ms
- * (and before giving up) check the peer. */
-static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target,
-                      SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
-                      int64_t timeout_ns, uint64_t *out) {
+/* Sleep on wake_seq until *word >= target (SS_OK, *out set) or `until`
+ * (SS_ETIMEDOUT); every 100 ms (and before giving up) check the peer. */
+static int sleep_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target,
+                       SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters, int64_t until,
+                       uint64_t *out) {
   uint64_t v;
-  /* ch->spin_ns is the cap: the policy (docs/waiting.md) picks the budget. */
-  ss_spin sp;
-  ss_wait_stats *ws = &ch->seg.wait;
-  ss_spin_begin(ws, ch->spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
-  int64_t now;
-  int64_t deadline = ss_deadline_ns(timeout_ns);
-  for (unsigned i = 1; sp.end > sp.start; i++) {
-    ss_cpu_relax();
-    v = atomic_load_explicit(word, memory_order_acquire);
-    if (v >= target) {
-      ss_spin_end(ws, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns(), -1);
-      *out = v;
-      return SS_OK;
-    }
-    if ((i & 15) == 0) {
-      if (cancelled(ch)) return SS_ECANCELLED;
-      now = ss_monotonic_ns();
-      if (now >= sp.end || ss_spin_preempted(ws, &sp, now)) break;
-    }
-  }
   for (;;) {
-    now = ss_monotonic_ns();
+    int64_t now = ss_monotonic_ns();
     int deep = now >= ch->next_peer_check;
     if (deep) ch->next_peer_check = now + SS_PEER_CHECK_NS;
     {
@@ -275,10 +255,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
       }
     }
     if (cancelled(ch)) return SS_ECANCELLED;
-    if (now >= deadline) {
-      ss_spin_end(ws, &sp, SS_WAIT_TIMED_OUT, now, -1);
-      return SS_ETIMEDOUT;
-    }
+    if (now >= until) return SS_ETIMEDOUT;
     /* SYNC POINT (k2): read wake_seq, announce ourselves, fence, re-check the
      * index: either the waker (store index; fence; read waiters) sees us
      * and bumps wake_seq, or we see its index, or wake_seq has moved and
@@ -289,21 +266,58 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v >= target) {
       atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
-      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
       *out = v;
       return SS_OK;
     }
-    int64_t until = deadline < ch->next_peer_check ? deadline : ch->next_peer_check;
-    int64_t left = until - now;
+    int64_t end = until < ch->next_peer_check ? until : ch->next_peer_check;
+    int64_t left = end - now;
     ss_futex_wait(wake_seq, w, left < 0 ? 0 : left);
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v >= target) {
-      ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
       *out = v;
       return SS_OK;
     }
   }
+}
+
+/* Wait until *word >= target: the policy's nap if it chose one, the spin,
+ * then the sleep (sleep_index). */
+static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target,
+                      SS_ATOMIC(uint32_t) *wake_seq, SS_ATOMIC(uint32_t) *waiters,
+                      int64_t timeout_ns, uint64_t *out) {
+  uint64_t v;
+  /* ch->spin_ns is the cap: the policy (docs/waiting.md) picks the budget. */
+  ss_spin sp;
+  ss_wait_stats *ws = &ch->seg.wait;
+  ss_spin_begin(ws, ch->spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
+  int64_t now;
+  int64_t deadline = ss_deadline_ns(timeout_ns);
+  if (sp.nap_end > sp.start) {
+    int64_t until = sp.nap_end < deadline ? sp.nap_end : deadline;
+    int rc = sleep_index(ch, word, target, wake_seq, waiters, until, out);
+    if (rc == SS_OK) ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
+    if (rc != SS_ETIMEDOUT) return rc;
+    ss_spin_nap_over(&sp, ss_monotonic_ns());
+  }
+  for (unsigned i = 1; sp.end > sp.start; i++) {
+    ss_cpu_relax();
+    v = atomic_load_explicit(word, memory_order_acquire);
+    if (v >= target) {
+      ss_spin_end(ws, &sp, SS_WAIT_CAUGHT, ss_monotonic_ns(), -1);
+      *out = v;
+      return SS_OK;
+    }
+    if ((i & 15) == 0) {
+      if (cancelled(ch)) return SS_ECANCELLED;
+      now = ss_monotonic_ns();
+      if (now >= sp.end || ss_spin_preempted(ws, &sp, now)) break;
+    }
+  }
+  int rc = sleep_index(ch, word, target, wake_seq, waiters, deadline, out);
+  if (rc == SS_OK || rc == SS_ETIMEDOUT)
+    ss_spin_end(ws, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT, ss_monotonic_ns(), -1);
+  return rc;
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */

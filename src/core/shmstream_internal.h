@@ -31,6 +31,11 @@ typedef struct ss_wait_stats {
   SS_ATOMIC(uint64_t) slept_at_once; /* waits whose budget was 0 */
   SS_ATOMIC(uint64_t) preempted;     /* spins cut short: the core was taken from them */
   SS_ATOMIC(uint64_t) contended;     /* waits that began while the process saw contention */
+  SS_ATOMIC(int64_t) low_ns;         /* L: the 1-in-10 quantile of recent T, 0: none yet */
+  SS_ATOMIC(int64_t) spread_ns;      /* D: the running mean of |T - L|, L's step */
+  SS_ATOMIC(uint32_t) low_moves;     /* waits that moved L (counted up to SS_NAP_SETTLE) */
+  SS_ATOMIC(int64_t) nap_ns;         /* the last wait's nap, 0: it did not nap */
+  SS_ATOMIC(uint64_t) napped;        /* waits that napped before their spin */
 } ss_wait_stats;
 
 /* A mapped segment. Local to one process; never placed in shared memory. */

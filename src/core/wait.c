@@ -63,6 +63,9 @@ int ss_check_writer(ss_segment *seg) {
 
 static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int slot,
                        int ignore_failed, uint64_t *count_out);
+static int sleep_announced(ss_segment *seg, uint64_t after, int64_t until, int ignore_failed,
+                           uint64_t *count_out, uint64_t *asleep_at);
+static void record_sleep(ss_segment *seg, ss_spin *sp, int rc, uint64_t asleep_at);
 
 int ss_wait_count(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   uint64_t *count_out) {
@@ -78,11 +81,24 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
     *count_out = c;
     return SS_OK;
   }
-  /* spin_ns is the cap: the policy (docs/waiting.md) picks the budget. */
+  /* spin_ns is the cap: the policy (docs/waiting.md) picks the budget, and
+   * whether the wait naps before it spins. */
   ss_spin sp;
   ss_spin_begin(&seg->wait, spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
   int64_t now = sp.start;
   int64_t deadline = ss_deadline_ns(timeout_ns);
+  uint64_t asleep_at;
+  if (sp.nap_end > sp.start) {
+    int rc = sleep_announced(seg, after, sp.nap_end < deadline ? sp.nap_end : deadline,
+                             ignore_failed, count_out, &asleep_at);
+    if (rc == SS_OK) {
+      record_sleep(seg, &sp, rc, asleep_at);
+      return rc;
+    }
+    if (rc != SS_ETIMEDOUT) return rc;
+    now = ss_monotonic_ns();
+    ss_spin_nap_over(&sp, now);
+  }
   /* Past the budget, a write in flight means the publication is a copy
    * away: the spin goes on, up to the cap. Only `pause` between checks:
    * sched_yield would let a producer on our core run in theory, but under
@@ -107,31 +123,41 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
       if (ss_spin_preempted(&seg->wait, &sp, now)) break;
     }
   }
-  /* Announce ourselves for the whole sleep: a sleeper slot (z1, z2) that a
-   * writer can check for liveness, or, if all 64 are taken, the waiters
-   * count around each futex wait. */
-  int slot = seg->readonly == SS_ACCESS_FOREIGN ? SS_POLL_SLOT : ss_sleeper_claim(seg);
-  uint64_t asleep_at = ss_realtime_ns();
-  int rc = sleep_until(seg, after, deadline, slot, ignore_failed, count_out);
-  ss_sleeper_release(seg, slot);
-  if (rc == SS_OK || rc == SS_ETIMEDOUT) {
-    /* How long after the publication this wait woke: the publication's
-     * CLOCK_REALTIME stamp (a racing newer write only makes it shorter);
-     * only for one published while the wait was going to sleep or asleep,
-     * which is a wake-up (one that came before found its count at once). */
-    int64_t woke = -1;
-    if (rc == SS_OK) {
-      uint64_t at = atomic_load_explicit(&p->write_time_ns, memory_order_relaxed);
-      uint64_t rt = ss_realtime_ns();
-      woke = at > asleep_at && rt > at ? (int64_t)(rt - at) : -1;
-    }
-    ss_spin_end(&seg->wait, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT, ss_monotonic_ns(),
-                woke);
-  }
+  int rc = sleep_announced(seg, after, deadline, ignore_failed, count_out, &asleep_at);
+  if (rc == SS_OK || rc == SS_ETIMEDOUT) record_sleep(seg, &sp, rc, asleep_at);
   return rc;
 }
 
-/* The sleeping half of ss_wait_count, between claiming and releasing the
+/* Sleep until count > after or `until`, announced for the whole sleep: a
+ * sleeper slot (z1, z2) that a writer can check for liveness, or, if all 64
+ * are taken, the waiters count around each futex wait. *asleep_at: when it
+ * went to sleep (CLOCK_REALTIME, the publications' clock). */
+static int sleep_announced(ss_segment *seg, uint64_t after, int64_t until, int ignore_failed,
+                           uint64_t *count_out, uint64_t *asleep_at) {
+  int slot = seg->readonly == SS_ACCESS_FOREIGN ? SS_POLL_SLOT : ss_sleeper_claim(seg);
+  *asleep_at = ss_realtime_ns();
+  int rc = sleep_until(seg, after, until, slot, ignore_failed, count_out);
+  ss_sleeper_release(seg, slot);
+  return rc;
+}
+
+/* The end of a wait that slept (rc SS_OK or SS_ETIMEDOUT), for the policy:
+ * how long after the publication it woke, from the publication's
+ * CLOCK_REALTIME stamp (a racing newer write only makes it shorter); only
+ * for one published while the wait was going to sleep or asleep, which is a
+ * wake-up (one that came before found its count at once). */
+static void record_sleep(ss_segment *seg, ss_spin *sp, int rc, uint64_t asleep_at) {
+  int64_t woke = -1;
+  if (rc == SS_OK) {
+    uint64_t at = atomic_load_explicit(&seg->hdr->pub.write_time_ns, memory_order_relaxed);
+    uint64_t rt = ss_realtime_ns();
+    woke = at > asleep_at && rt > at ? (int64_t)(rt - at) : -1;
+  }
+  ss_spin_end(&seg->wait, sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT, ss_monotonic_ns(),
+              woke);
+}
+
+/* The sleeping half of sleep_announced, between claiming and releasing the
  * sleeper slot. */
 static int sleep_until(ss_segment *seg, uint64_t after, int64_t deadline, int slot,
                        int ignore_failed, uint64_t *count_out) {

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,19 @@
 /* A measurement whose helper does not answer in this long (a machine so
  * loaded that it ran nothing else) keeps the delay it saw. */
 #define SS_WAKE_GIVE_UP_NS 50000000LL
+
+/* Napping (docs/waiting.md, "Napping"). L is the 1-in-SS_NAP_QUANTILE
+ * quantile of T: a wait moves it down by (SS_NAP_QUANTILE - 1) D / SS_NAP_STEP
+ * when T < L and up by D / SS_NAP_STEP otherwise (never past T), which
+ * balances where one wait in SS_NAP_QUANTILE is shorter; D, the running mean
+ * of |T - L| (1/SS_NAP_STEP a wait), makes the steps as fine as the waits'
+ * jitter and as coarse as a change of period. A handle naps once
+ * SS_NAP_SETTLE waits have moved L. Choices of how fast to follow, not fits. */
+#define SS_NAP_QUANTILE 10
+#define SS_NAP_STEP 16
+#define SS_NAP_SETTLE 16
+/* The kernel's default timer slack, if prctl cannot say. */
+#define SS_DEFAULT_SLACK_NS 50000
 
 /* ---- the process's measurements ------------------------------------------ */
 
@@ -236,7 +250,14 @@ static void bump(SS_ATOMIC(uint64_t) *c) {
  * there the share below the cap (the waits spread evenly over the bucket)
  * is caught, each at the cap. Scaled by price * total to stay integer. */
 int64_t ss_wait_budget(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price) {
+  int64_t cost;
+  return ss_wait_budget_cost(ws, w, cap, price, &cost);
+}
+
+int64_t ss_wait_budget_cost(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t price,
+                            int64_t *cost_out) {
   uint32_t total = atomic_load_explicit(&ws->total, R);
+  *cost_out = INT64_MAX;
   if (total == 0) return w < cap ? w : cap; /* no history: the 2-competitive budget */
   int64_t best_b = 0, best = (int64_t)total * price * w; /* B = 0 */
   int64_t caught_cpu = 0, left = total;
@@ -251,17 +272,63 @@ int64_t ss_wait_budget(const ss_wait_stats *ws, int64_t w, int64_t cap, int64_t 
     if (cost < best) best = cost, best_b = b;
     if (edge >= cap) break;
   }
+  *cost_out = best;
   return best_b;
+}
+
+/* The nap pays when the 1 wait in SS_NAP_QUANTILE that comes before L pays
+ * a wake-up and the others spin only the margin (S + 2W) after it, at less
+ * than the best budget's cost; scaled by price * total as that cost is. */
+int64_t ss_wait_nap(int64_t low, uint32_t moves, uint32_t total, int64_t best, int64_t w,
+                    int64_t cap, int64_t price, int64_t slack, int64_t timeout_ns) {
+  if (moves < SS_NAP_SETTLE || low <= 0 || w <= 0 || total == 0) return 0;
+  if (timeout_ns >= 0 && timeout_ns <= low) return 0;
+  int64_t margin = slack + 2 * w, nap = low - margin;
+  if (nap <= w || margin > cap) return 0;
+  int64_t cost = (int64_t)total * (price * w / SS_NAP_QUANTILE + margin);
+  return cost < best ? nap : 0;
+}
+
+/* The thread's timer slack: how late the kernel may end its timed sleep. */
+static int64_t timer_slack_ns(void) {
+  int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  return slack < 0 ? SS_DEFAULT_SLACK_NS : slack;
+}
+
+/* Move L towards this wait's T (docs/waiting.md, "Napping"). */
+static void move_low(ss_wait_stats *ws, int64_t t) {
+  int64_t low = atomic_load_explicit(&ws->low_ns, R), d = atomic_load_explicit(&ws->spread_ns, R);
+  if (t < 1) t = 1;
+  if (low <= 0) {
+    low = t;
+    d = t / SS_NAP_STEP + 1; /* no spread seen yet: steps of 1/SS_NAP_STEP of T */
+  } else {
+    int64_t dev = t < low ? low - t : t - low;
+    d += (dev - d) / SS_NAP_STEP;
+    if (d < 1) d = 1;
+    int64_t down = (SS_NAP_QUANTILE - 1) * d / SS_NAP_STEP + 1, up = d / SS_NAP_STEP + 1;
+    if (t < low)
+      low -= low - t < down ? low - t : down;
+    else
+      low += t - low < up ? t - low : up;
+  }
+  atomic_store_explicit(&ws->low_ns, low, R);
+  atomic_store_explicit(&ws->spread_ns, d, R);
+  uint32_t moves = atomic_load_explicit(&ws->low_moves, R);
+  if (moves < SS_NAP_SETTLE) atomic_store_explicit(&ws->low_moves, moves + 1, R);
 }
 
 void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_t now, ss_spin *s) {
   s->start = s->last = now;
   s->end = s->cap_end = now;
   s->wake_ns = 0;
+  s->nap_end = now;
+  s->low = s->cap = 0;
+  s->deadline = timeout_ns > 0 ? now + timeout_ns : INT64_MAX;
   s->counts = timeout_ns != 0;
   if (!s->counts) return; /* a poll */
   bump(&ws->waits);
-  int64_t b = 0;
+  int64_t b = 0, nap = 0;
   if (cap_ns != 0) {
     int64_t w = wake_ns(), seen = atomic_load_explicit(&ws->wake_ns, R);
     /* this handle's own wake-ups, once seen (unless a test fixed W) */
@@ -274,13 +341,34 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
     if (timeout_ns > 0 && timeout_ns < cap) cap = timeout_ns;
     if (busy) bump(&ws->contended);
     if (cap > 0) {
-      b = ss_wait_budget(ws, w, cap, price);
-      s->end = now + b;
-      s->cap_end = now + cap;
+      int64_t best;
+      b = ss_wait_budget_cost(ws, w, cap, price, &best);
+      int64_t low = atomic_load_explicit(&ws->low_ns, R);
+      uint32_t moves = atomic_load_explicit(&ws->low_moves, R);
+      if (moves >= SS_NAP_SETTLE)
+        nap = ss_wait_nap(low, moves, atomic_load_explicit(&ws->total, R), best, w, cap, price,
+                          timer_slack_ns(), timeout_ns);
+      if (nap > 0) { /* no spin before the nap; ss_spin_nap_over sets it */
+        b = cap;
+        s->nap_end = now + nap;
+        s->low = low;
+        s->cap = cap;
+      } else {
+        s->end = now + b;
+        s->cap_end = now + cap;
+      }
     }
   }
   atomic_store_explicit(&ws->budget_ns, b, R);
-  bump(b > 0 ? &ws->spun : &ws->slept_at_once);
+  atomic_store_explicit(&ws->nap_ns, nap, R);
+  bump(nap > 0 ? &ws->napped : b > 0 ? &ws->spun : &ws->slept_at_once);
+}
+
+void ss_spin_nap_over(ss_spin *s, int64_t now) {
+  int64_t due = s->start + s->low;
+  s->last = now; /* the nap is not a spin that lost its core */
+  int64_t end = (now > due ? now : due) + s->cap;
+  s->end = s->cap_end = end < s->deadline ? end : s->deadline;
 }
 
 /* A spin lost its core when one gap between its clock reads outlasts the
@@ -312,9 +400,14 @@ void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int6
     int64_t w = s->wake_ns > 0 ? s->wake_ns : atomic_load_explicit(&g_wake_ns, R);
     if (woke_ns > 0 && woke_ns <= t) {
       /* A running median (steps of 1/16 of the estimate towards each
-       * sample): a wake-up delayed by a busy machine moves it a little,
-       * not by its size. */
-      int64_t old = atomic_load_explicit(&ws->wake_ns, R), step = old / 16 + 1;
+       * sample), starting from the process's W: a wake-up delayed by a
+       * busy machine moves it a little, not by its size, the first one
+       * included (a first sample of 835 us against a W of 15 us once made
+       * a 200 Hz reader spin its whole 5 ms waits, its later waits all
+       * caught and so never correcting it). */
+      int64_t old = atomic_load_explicit(&ws->wake_ns, R);
+      if (old <= 0) old = atomic_load_explicit(&g_wake_ns, R);
+      int64_t step = old / 16 + 1;
       int64_t est = old <= 0               ? woke_ns
                     : woke_ns > old + step ? old + step
                     : woke_ns < old - step ? old - step
@@ -327,6 +420,7 @@ void ss_spin_end(ss_wait_stats *ws, const ss_spin *s, enum ss_wait_end how, int6
   } else {
     bump(&ws->slept);
   }
+  if (how != SS_WAIT_TIMED_OUT) move_low(ws, t);
   int j = bucket_of(t);
   atomic_store_explicit(&ws->hist[j], atomic_load_explicit(&ws->hist[j], R) + SS_WAIT_UNIT, R);
   uint32_t total = atomic_load_explicit(&ws->total, R) + SS_WAIT_UNIT;
@@ -364,4 +458,7 @@ void ss_wait_stats_info(const ss_wait_stats *ws, ss_wait_policy_info *out) {
   out->slept_at_once = atomic_load_explicit(&ws->slept_at_once, R);
   out->preempted = atomic_load_explicit(&ws->preempted, R);
   out->contended_waits = atomic_load_explicit(&ws->contended, R);
+  out->low_ns = atomic_load_explicit(&ws->low_moves, R) ? atomic_load_explicit(&ws->low_ns, R) : 0;
+  out->nap_ns = atomic_load_explicit(&ws->nap_ns, R);
+  out->napped = atomic_load_explicit(&ws->napped, R);
 }

@@ -319,7 +319,7 @@ class Segment:
     @property
     def spin_policy(self) -> dict:
         """
-        This handle's wait policy (docs/waiting.md): the process's wake-up cost wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the histogram of wait lengths and the counters waits, spun, caught, slept, slept_at_once, preempted, contended_waits.
+        This handle's wait policy (docs/waiting.md): the process's wake-up cost wake_ns and cap_ns, contended, the budget_ns chosen for the last wait, the histogram of wait lengths, when publications are due (low_ns) and the last nap (nap_ns), and the counters waits, spun, napped, caught, slept, slept_at_once, preempted, contended_waits.
         """
 
     @property

@@ -39,9 +39,11 @@ class Status(_Handle):
         wake-up cost ``wake_ns``, this handle's observed one ``seen_wake_ns``
         (0: none yet), the spin cap ``cap_ns``, whether it is
         ``contended``, the ``budget_ns`` chosen for the last wait, the
-        ``histogram`` of wait lengths and the counters ``waits``, ``spun``,
-        ``caught`` (ended in the spin), ``slept``, ``slept_at_once``,
-        ``preempted`` and ``contended_waits``."""
+        ``histogram`` of wait lengths, ``low_ns`` (when its publications are
+        due, 0 until known) and ``nap_ns`` (the last wait's nap, 0: none),
+        and the counters ``waits``, ``spun``, ``napped``, ``caught`` (ended
+        in the spin), ``slept``, ``slept_at_once``, ``preempted`` and
+        ``contended_waits``."""
         return self._check_open("read spin_policy from").spin_policy
 
     @property
