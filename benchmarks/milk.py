@@ -3,7 +3,7 @@
 
     python -m benchmarks milk [--shape 240x240] [--hz 2000] [--seconds 3]
                               [--rounds 1] [--read-shape 128x128]
-                              [--read-hz 10000] [--quick] [--json PATH]
+                              [--read-hz 10000] [--rows A,B] [--quick] [--json PATH]
 
 milk's library is used when ``$MILK_IMAGESTREAMIO`` names its install
 prefix (``$MILK_IMAGESTREAMIO/include/ImageStreamIO/ImageStreamIO.h``,
@@ -17,20 +17,23 @@ comparison is with shmstream's own streams.
    bytes carry CLOCK_MONOTONIC at the write, the rest the frame number.
    A reader in another process takes each new frame; its latency is its
    clock after the wake minus the stamp. Rows: ``shmstream.milk`` (our
-   reader: the wait policy's spin on cnt0, then the semaphore wait, write
-   flag + cnt0 check, one native call; this process; a line under the
-   table says how many of its waits spun, were caught in the spin or
-   slept), ``shmstream core C`` (the same call in C, without Python:
+   reader: the wait policy's nap or spin on cnt0, then the semaphore wait,
+   write flag + cnt0 check, one native call; this process; a line under
+   the table says how its waits went and how many reads met a write flag
+   held past the busy timeout, which are counted and skipped),
+   ``shmstream core C`` (the same call in C, without Python:
    benchmarks/c/milk_core_reader.c, built from this checkout), ``milk C``
    (milk's ImageStreamIO_semtimedwait on the semaphore
-   ImageStreamIO_getsemwaitindex gave, then a copy), both on frames our
-   writer publishes; ``shmstream.milk <- milk C`` and ``milk C <- milk C``
-   (milk's own writer, ImageStreamIO_UpdateIm, read by ours and by milk's;
-   its stamp is taken after the pixels are filled, ours before the write
-   call, so compare readers on the same writer); ``stream`` (a shmstream stream:
-   futex wait, seqlock). Every frame read is checked whole: torn counts
-   the ones that are not (it must stay 0 for ours; milk's C reader has no
-   check of its own, so its count is what milk's protocol gives).
+   ImageStreamIO_getsemwaitindex gave, then a copy), all on frames our
+   writer publishes; the same three ``<- milk C``, on milk's own writer
+   (ImageStreamIO_UpdateIm; its stamp is taken after the pixels are
+   filled, ours before the write call, so compare readers on the same
+   writer); ``stream`` (a shmstream stream: futex wait, seqlock). Every
+   frame read is checked whole: torn counts the ones that are not (it must
+   stay 0 for ours; milk's C reader has no check of its own, so its count
+   is what milk's protocol gives). Each row also gives the reader's CPU
+   time over its run, as a share of one core (a nap's spin is paid here).
+   ``--rows 'A,B'`` runs only the rows named.
 2. Read by milk's library. Our writer (another process) publishes
    ``--read-shape`` float32 frames at ``--read-hz``, then as fast as it
    can, for ``--seconds`` each; milk's C reader wakes on each post and
@@ -222,21 +225,28 @@ def _c_latencies(out: str) -> tuple[list[int], int]:
     return [int(p[0]) for p in pairs], sum(int(p[1]) for p in pairs)
 
 
-def _read_python(s: Any, total: int) -> tuple[list[int], int, float]:
-    """Latencies, torn frames and the share of a core used of a Python
-    reader of ``s`` (its wait policy's counters are added to the row by
-    :func:`_policy`)."""
-    lat, torn, count = [], 0, 0
+def _read_python(s: Any, total: int) -> tuple[list[int], int, float, int]:
+    """Latencies, torn frames, the share of a core used and the reads that
+    raised InconsistentStreamError of a Python reader of ``s`` (its wait
+    policy's counters are added to the row by :func:`_policy`)."""
+    lat, torn, count, busy = [], 0, 0, 0
     got = np.empty(s.shape, s.dtype)  # one buffer, as milk's C reader copies into one
     cpu, wall = time.thread_time(), time.monotonic()
     while count < total:
-        s.read_new(timeout=10.0, out=got)
+        try:
+            s.read_new(timeout=10.0, out=got)
+        except shmstream.InconsistentStreamError:
+            # milk's writer held its write flag past the busy timeout (a
+            # writer descheduled mid-write): no frame, and not a torn one;
+            # counted (and its frame missed), the run goes on
+            busy += 1
+            continue
         now = time.monotonic_ns()
         flat = got.reshape(-1)
         lat.append(now - int(flat.view(np.int64)[0]))
         torn += int(not (flat[2:] == flat[2]).all())
         count = int(flat[2])
-    return lat, torn, (time.thread_time() - cpu) / (time.monotonic() - wall)
+    return lat, torn, (time.thread_time() - cpu) / (time.monotonic() - wall), busy
 
 
 def _read_c(reader: subprocess.Popen, seconds: float) -> tuple[list[int], int, float]:
@@ -304,9 +314,9 @@ def _wakeup(
             lat, torn, cpu = _read_c(reader, seconds)
             finish()
             return _summary(row, total, lat, torn, cpu)
-        lat, torn, cpu = _read_python(scene.s, total)
+        lat, torn, cpu, busy = _read_python(scene.s, total)
         finish()
-        return {**_summary(row, total, lat, torn, cpu), **_policy(scene.s)}
+        return {**_summary(row, total, lat, torn, cpu), **_policy(scene.s), "busy_errors": busy}
     finally:
         scene.close()
 
@@ -547,7 +557,9 @@ def main(argv: list[str]) -> int:
                 lines.append(
                     f"{row}: {n['waits']} waits; {n['napped']} napped, {n['spun']} spun "
                     f"({n['caught']} caught after the nap or in the spin, {n['preempted']} cut "
-                    f"short), {n['slept_at_once']} slept at once; {n['slept']} slept"
+                    f"short), {n['slept_at_once']} slept at once; {n['slept']} slept; "
+                    f"{sum(r['busy_errors'] for r in rs)} InconsistentStreamError (a writer "
+                    "held its write flag past the busy timeout)"
                 )
         emit(res, "\n".join(lines))
         lines = [

@@ -79,7 +79,25 @@ NAP_PROGRAM = r"""
 int main(void) {
   char what[16];
   while (scanf("%15s", what) == 1) {
-    if (!strcmp(what, "nap")) {
+    if (!strcmp(what, "preempt")) { /* "preempt W GAP": after a nap, a spin's gap */
+      long long w, gap;
+      if (scanf("%lld %lld", &w, &gap) != 2) return 2;
+      ss_wait_policy_override(w, 0);
+      ss_wait_stats ws;
+      memset(&ws, 0, sizeof ws);
+      int64_t now = 1000000000LL;
+      for (int i = 0; i < 20; i++) { /* 5 ms waits: L settles, the last one naps */
+        ss_spin sp;
+        ss_spin_begin(&ws, -1, -1, now, &sp);
+        now += 5000000;
+        ss_spin_end(&ws, &sp, SS_WAIT_CAUGHT, now, -1);
+      }
+      ss_spin sp;
+      ss_spin_begin(&ws, -1, -1, now, &sp);
+      ss_wait_policy_override(w, -1); /* the load measured again: preemption counts */
+      ss_spin_nap_over(&sp, sp.nap_end);
+      printf("%d %d\n", sp.nap_end > sp.start, ss_spin_preempted(&ws, &sp, sp.nap_end + gap));
+    } else if (!strcmp(what, "nap")) {
       long long a[9];
       for (int i = 0; i < 9; i++)
         if (scanf("%lld", &a[i]) != 1) return 2;
@@ -201,6 +219,14 @@ def test_one_early_publication_barely_moves_l_and_a_new_period_is_followed(nap_p
     assert 3800 * us < low_after(steady + [4300 * us] * 60) <= 4300 * us
     # and ten times shorter: within 10 waits
     assert low_after(steady + [43 * us] * 10) <= 43 * us
+
+
+def test_a_spin_after_a_nap_that_loses_its_core_stops(nap_program):
+    # Its spin began at the nap's end: a gap longer than its cap (10 W)
+    # between two clock reads is a lost core, however long the nap was.
+    w = 50 * us
+    assert run(nap_program, f"preempt {w} {10 * w + 1}\n") == ["1 1"]
+    assert run(nap_program, f"preempt {w} {5 * w}\n") == ["1 0"]
 
 
 def test_a_timed_out_wait_leaves_l_alone(name):

@@ -1,6 +1,6 @@
 /* shmstream's C core as a milk reader, the C counterpart of `python -m
  * benchmarks milk`'s shmstream.milk row: the same call (ss_milk_read_new:
- * claim a semaphore, the wait policy's spin on cnt0, sem_clockwait, then the
+ * claim a semaphore, the wait policy's nap or spin on cnt0, sem_clockwait, then the
  * checked copy) without Python, so that row's distance from milk's C
  * reader splits into the core's and the Python layer's. Built by benchmarks/milk.py from the
  * checkout's sources (no library needed):

@@ -376,7 +376,8 @@ void ss_spin_nap_over(ss_spin *s, int64_t now) {
  * (a few µs, often more than a small W) is not that, a time slice given to
  * another task is. */
 int ss_spin_preempted(ss_wait_stats *ws, ss_spin *s, int64_t now) {
-  int64_t gap = now - s->last, cap = s->cap_end - s->start;
+  /* a napping wait's spin began at its nap's end: its own cap, not the nap's length */
+  int64_t gap = now - s->last, cap = s->nap_end > s->start ? s->cap : s->cap_end - s->start;
   s->last = now;
   if (cap < s->wake_ns) cap = s->wake_ns;
   if (gap <= cap || atomic_load_explicit(&g_load_override, R) >= 0) return 0;
