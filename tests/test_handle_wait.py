@@ -1,6 +1,6 @@
 """Reads that wait for a write: read_new, read_after, wait_for_count,
-their publication forms, read_new_async, notify streams, and close()
-waking a read that waits on the closed handle.
+read_new_async, notify streams, and close() waking every kind of read
+that waits on the closed handle (publication forms included).
 
 Specification: docs/API.md, "read_new", "read_new_async", "read_after",
 "Wait" and "Spinning and wake-ups".

@@ -1,10 +1,12 @@
 """Writing and reading a stream through its handles: write and read,
-frame_id, publications, missed writes, counters, clear, write_locked and
-write_view (including a write_view that aborts).
+frame_id, publications (all three read_*_publication forms), missed
+writes, counters, clear, write_locked and write_view (including a
+write_view that aborts).
 
 Specification: docs/API.md (pyshmem 1.4.0's handle, and what shmstream
 adds), "Write", "Read" and "Counters and freshness".
-Blocking reads are in test_handle_wait.py, the handle's life (close,
+read_new, read_after, wait_for_count, read_new_async and notify streams
+are in test_handle_wait.py, the handle's life (close,
 unlink, read-only, describe) in test_handle_lifecycle.py; locking in
 test_locking.py, crashes in test_crash.py, misuse in test_bad_input.py.
 The ``shm``/``other`` fixtures are in conftest.py, ``frame`` in support.py.
