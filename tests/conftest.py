@@ -5,6 +5,8 @@
 * ``spawn``: start a function in a child process with the 'spawn' start
   method; children still running at the end of the test are killed.
 * ``browser``: a headless Chromium per module, for the live-view tests.
+* ``shm`` / ``other``: a 3x3 float32 stream and a second handle on it, for
+  the handle tests (tests/test_handle_*.py); ``support.frame`` fills one frame.
 * A session-wide check that the suite left no ``shmstream-*`` segment in
   /dev/shm: a segment that exists at the end but did not at the start fails
   the run loudly, unless its creator is another process that still runs (a
@@ -199,6 +201,29 @@ def channel_pair(name):
     yield tx, rx
     tx.close()
     rx.close()
+
+
+@pytest.fixture
+def shm(name):
+    """The handle tests' stream (tests/test_handle_*.py): 3x3 float32,
+    closed after the test. ``support.frame(value)`` is one frame of it."""
+    import numpy as np
+
+    import shmstream
+
+    h = shmstream.create(name, shape=(3, 3), dtype=np.float32)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def other(shm):
+    """A second handle on the same stream, as another component would hold."""
+    import shmstream
+
+    h = shmstream.open(shm.name)
+    yield h
+    h.close()
 
 
 def _loader_pool_files(tokens: set[str]) -> set[str]:

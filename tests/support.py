@@ -22,6 +22,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 #: Generous limit for every wait on another process.
 WAIT = 30.0
 #: Capacity of the ``channel_pair`` fixture's channel (conftest.py).
@@ -114,6 +116,11 @@ def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, what: str = 
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         os.sched_yield()
         time.sleep(0.0005)  # a poll interval, not a synchronisation
+
+
+def frame(value, shape=(3, 3), dtype=np.float32):
+    """One frame of the handle tests' ``shm`` stream (conftest.py), all ``value``."""
+    return np.full(shape, value, dtype=dtype)
 
 
 # ---- raw segment access (the ABI tests and corrupt-header tests) ----------
