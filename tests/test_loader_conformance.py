@@ -462,7 +462,9 @@ def del_of_a_live_iterator(DL: Any) -> Any:
 @scenario
 def pin_memory_without_an_accelerator(DL: Any) -> Any:
     if torch.accelerator.is_available():
-        pytest.skip("this machine has an accelerator: pinning happens (tests/test_loader.py)")
+        pytest.skip(
+            "this machine has an accelerator: pinning happens (tests/test_loader_batches.py)"
+        )
     ds = lc.Rows(6)
     got = drain(iter(DL(ds, batch_size=2, num_workers=2, pin_memory=True)))
     assert got == single_process(ds, batch_size=2)
