@@ -18,8 +18,11 @@ uint64_t ss_realtime_ns(void) {
 }
 
 int64_t ss_deadline_ns(int64_t timeout_ns) {
+  return timeout_ns < 0 ? INT64_MAX : ss_deadline_from(ss_monotonic_ns(), timeout_ns);
+}
+
+int64_t ss_deadline_from(int64_t now, int64_t timeout_ns) {
   if (timeout_ns < 0) return INT64_MAX;
-  int64_t now = ss_monotonic_ns();
   /* Saturate: a timeout of years (math.inf in Python) means never. */
   return timeout_ns > INT64_MAX - now ? INT64_MAX : now + timeout_ns;
 }

@@ -29,6 +29,8 @@ uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h);
  * until a deadline from ss_deadline_ns, as the next call's timeout: -1 for
  * none (wait for ever), else >= 0 (0 once it has passed). */
 int64_t ss_remaining_ns(int64_t deadline);
+/* ss_deadline_ns from a clock read the caller already made. */
+int64_t ss_deadline_from(int64_t now, int64_t timeout_ns);
 /* One pause of a wait for a word another process should change within
  * microseconds (an odd seqlock), waiting since `since_ns`: sched_yield for
  * the first SS_BACKOFF_YIELD_NS, then sleeps that grow to 1 ms, so that a
@@ -291,10 +293,10 @@ typedef struct ss_spin {
   int64_t cap_end; /* how far a write in flight may extend the spin */
   int64_t last;    /* the spin's last clock read */
   int64_t wake_ns; /* W when the wait began */
-  int64_t nap_end; /* when the nap ends (start: no nap): sleep until then, then spin */
+  int64_t nap_end; /* when the nap ends (start: no nap; always before deadline) */
   int64_t low;     /* L when the wait began (a napping wait's spin starts from it) */
   int64_t cap;     /* the cap when the wait began */
-  int64_t deadline; /* when the wait's timeout ends (INT64_MAX: none) */
+  int64_t deadline; /* when the wait's timeout ends, as ss_deadline_ns (INT64_MAX: none) */
   int counts;      /* 0 for a poll (timeout 0): not recorded */
 } ss_spin;
 

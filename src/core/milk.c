@@ -649,11 +649,11 @@ int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t sp
   if (spin_ns < 0) spin_ns = ss_default_spin_ns();
   ss_spin sp;
   ss_spin_begin(&m->wait, spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
-  int64_t deadline = ss_deadline_ns(timeout_ns);
-  int64_t asleep_at = milk_clock_ns();
+  int64_t asleep_at = 0;
   int rc = SS_ETIMEDOUT;
   if (sp.nap_end > sp.start) {
-    rc = sleep_on_sem(m, (unsigned)i, last, sp.nap_end < deadline ? sp.nap_end : deadline);
+    asleep_at = milk_clock_ns();
+    rc = sleep_on_sem(m, (unsigned)i, last, sp.nap_end);
     if (rc == EINTR) return SS_ETIMEDOUT; /* the caller checks for signals */
     if (rc != SS_OK && rc != SS_ETIMEDOUT) return rc;
     if (rc == SS_ETIMEDOUT) ss_spin_nap_over(&sp, ss_monotonic_ns());
@@ -674,7 +674,7 @@ int ss_milk_wait_newer(ss_milk *m, uint64_t last, int64_t timeout_ns, int64_t sp
   }
   if (rc != SS_OK) {
     asleep_at = milk_clock_ns();
-    rc = sleep_on_sem(m, (unsigned)i, last, deadline);
+    rc = sleep_on_sem(m, (unsigned)i, last, sp.deadline);
     if (rc == EINTR) return SS_ETIMEDOUT;
     if (rc != SS_OK && rc != SS_ETIMEDOUT) return rc;
   }

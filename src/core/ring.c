@@ -292,10 +292,8 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
   ss_wait_stats *ws = &ch->seg.wait;
   ss_spin_begin(ws, ch->spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
   int64_t now;
-  int64_t deadline = ss_deadline_ns(timeout_ns);
   if (sp.nap_end > sp.start) {
-    int64_t until = sp.nap_end < deadline ? sp.nap_end : deadline;
-    int rc = sleep_index(ch, word, target, wake_seq, waiters, until, out);
+    int rc = sleep_index(ch, word, target, wake_seq, waiters, sp.nap_end, out);
     if (rc == SS_OK) ss_spin_end(ws, &sp, SS_WAIT_WOKEN, ss_monotonic_ns(), -1);
     if (rc != SS_ETIMEDOUT) return rc;
     ss_spin_nap_over(&sp, ss_monotonic_ns());
@@ -314,7 +312,7 @@ static int wait_index(ss_channel *ch, SS_ATOMIC(uint64_t) *word, uint64_t target
       if (now >= sp.end || ss_spin_preempted(ws, &sp, now)) break;
     }
   }
-  int rc = sleep_index(ch, word, target, wake_seq, waiters, deadline, out);
+  int rc = sleep_index(ch, word, target, wake_seq, waiters, sp.deadline, out);
   if (rc == SS_OK || rc == SS_ETIMEDOUT)
     ss_spin_end(ws, &sp, rc == SS_OK ? SS_WAIT_WOKEN : SS_WAIT_TIMED_OUT, ss_monotonic_ns(), -1);
   return rc;

@@ -86,11 +86,9 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
   ss_spin sp;
   ss_spin_begin(&seg->wait, spin_ns, timeout_ns, ss_monotonic_ns(), &sp);
   int64_t now = sp.start;
-  int64_t deadline = ss_deadline_ns(timeout_ns);
   uint64_t asleep_at;
   if (sp.nap_end > sp.start) {
-    int rc = sleep_announced(seg, after, sp.nap_end < deadline ? sp.nap_end : deadline,
-                             ignore_failed, count_out, &asleep_at);
+    int rc = sleep_announced(seg, after, sp.nap_end, ignore_failed, count_out, &asleep_at);
     if (rc == SS_OK) {
       record_sleep(seg, &sp, rc, asleep_at);
       return rc;
@@ -123,7 +121,7 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
       if (ss_spin_preempted(&seg->wait, &sp, now)) break;
     }
   }
-  int rc = sleep_announced(seg, after, deadline, ignore_failed, count_out, &asleep_at);
+  int rc = sleep_announced(seg, after, sp.deadline, ignore_failed, count_out, &asleep_at);
   if (rc == SS_OK || rc == SS_ETIMEDOUT) record_sleep(seg, &sp, rc, asleep_at);
   return rc;
 }

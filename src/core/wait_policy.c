@@ -324,7 +324,7 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
   s->wake_ns = 0;
   s->nap_end = now;
   s->low = s->cap = 0;
-  s->deadline = timeout_ns > 0 ? now + timeout_ns : INT64_MAX;
+  s->deadline = ss_deadline_from(now, timeout_ns);
   s->counts = timeout_ns != 0;
   if (!s->counts) return; /* a poll */
   bump(&ws->waits);
@@ -345,9 +345,12 @@ void ss_spin_begin(ss_wait_stats *ws, int64_t cap_ns, int64_t timeout_ns, int64_
       b = ss_wait_budget_cost(ws, w, cap, price, &best);
       int64_t low = atomic_load_explicit(&ws->low_ns, R);
       uint32_t moves = atomic_load_explicit(&ws->low_moves, R);
-      if (moves >= SS_NAP_SETTLE)
-        nap = ss_wait_nap(low, moves, atomic_load_explicit(&ws->total, R), best, w, cap, price,
-                          timer_slack_ns(), timeout_ns);
+      uint32_t total = atomic_load_explicit(&ws->total, R);
+      /* A slack only shortens the nap and raises its cost: the system call
+       * that reads it is made only for a wait that could nap without one
+       * (not for every wait of a prompt peer). */
+      if (ss_wait_nap(low, moves, total, best, w, cap, price, 0, timeout_ns) > 0)
+        nap = ss_wait_nap(low, moves, total, best, w, cap, price, timer_slack_ns(), timeout_ns);
       if (nap > 0) { /* no spin before the nap; ss_spin_nap_over sets it */
         b = cap;
         s->nap_end = now + nap;
@@ -459,7 +462,7 @@ void ss_wait_stats_info(const ss_wait_stats *ws, ss_wait_policy_info *out) {
   out->slept_at_once = atomic_load_explicit(&ws->slept_at_once, R);
   out->preempted = atomic_load_explicit(&ws->preempted, R);
   out->contended_waits = atomic_load_explicit(&ws->contended, R);
-  out->low_ns = atomic_load_explicit(&ws->low_moves, R) ? atomic_load_explicit(&ws->low_ns, R) : 0;
+  out->low_ns = atomic_load_explicit(&ws->low_ns, R); /* 0 until a wait moved it */
   out->nap_ns = atomic_load_explicit(&ws->nap_ns, R);
   out->napped = atomic_load_explicit(&ws->napped, R);
 }
