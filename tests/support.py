@@ -9,6 +9,7 @@ broken test (CI runs on two noisy cores).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 import multiprocessing as mp
@@ -17,6 +18,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -116,6 +118,27 @@ def wait_until(predicate: Callable[[], Any], timeout: float = WAIT, what: str = 
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         os.sched_yield()
         time.sleep(0.0005)  # a poll interval, not a synchronisation
+
+
+@contextlib.contextmanager
+def lock_held_by_another_thread(handle):
+    """``handle``'s lock held by another thread of this process for the
+    whole with-block: taken before the block runs, released after it."""
+    held, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with handle.locked():
+            held.set()
+            done.wait(WAIT)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(WAIT), "the holder thread never took the lock"
+        yield
+    finally:
+        done.set()
+        t.join(WAIT)
 
 
 def frame(value, shape=(3, 3), dtype=np.float32):

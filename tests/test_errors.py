@@ -135,23 +135,12 @@ def test_a_wait_cut_short_by_close_is_a_WaitCancelledError(name):
 
 def test_closing_a_handle_whose_lock_another_thread_holds_is_a_LockHeldError(name):
     h = shmstream.create(name, shape=(4,), dtype=np.int64)
-    held, done = threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with h.locked():
-            held.set()
-            done.wait(support.WAIT)
-
-    t = threading.Thread(target=holder)
-    t.start()
     try:
-        assert held.wait(support.WAIT)
-        with pytest.raises(shmstream.LockHeldError) as info:
-            h.close()
-        assert isinstance(info.value, RuntimeError)
+        with support.lock_held_by_another_thread(h):
+            with pytest.raises(shmstream.LockHeldError) as info:
+                h.close()
+            assert isinstance(info.value, RuntimeError)
     finally:
-        done.set()
-        t.join(support.WAIT)
         h.unlink()
 
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import threading
 
 import numpy as np
 import pytest
 
 import shmstream
 
-from support import WAIT, frame
+from support import WAIT, frame, lock_held_by_another_thread
 
 # ---- children ----------------------------------------------------------------
 
@@ -71,43 +70,15 @@ def test_close_is_idempotent_and_does_not_destroy_the_stream(name):
 
 
 def test_close_of_a_handle_whose_lock_another_thread_holds_raises(shm):
-    held = threading.Event()
-    done = threading.Event()
-
-    def holder():
-        with shm.locked():
-            held.set()
-            done.wait(WAIT)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    try:
-        assert held.wait(WAIT)
+    with lock_held_by_another_thread(shm):
         with pytest.raises(RuntimeError, match="another thread owns its lock"):
             shm.close()
-    finally:
-        done.set()
-        t.join(WAIT)
     assert shm.count == 0  # still usable after the refused close
 
 
 def test_close_of_another_handle_succeeds_while_one_handle_holds_the_lock(shm, other):
-    held = threading.Event()
-    done = threading.Event()
-
-    def holder():
-        with shm.locked():
-            held.set()
-            done.wait(WAIT)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    try:
-        assert held.wait(WAIT)
+    with lock_held_by_another_thread(shm):
         other.close()
-    finally:
-        done.set()
-        t.join(WAIT)
     with pytest.raises(RuntimeError, match="closed shared memory"):
         other.read()
     shm.write(frame(1))

@@ -307,28 +307,26 @@ print(loader._shm_pool.token, flush=True)
 """
 
 
-def test_the_pool_goes_at_normal_process_exit():
+def run_exit_script(extra: str, end: str) -> str:
+    """Run SCRIPT_EXIT in a fresh interpreter; the token of its loader's pool."""
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT_EXIT.format(extra=", persistent_workers=True", end="")],
+        [sys.executable, "-c", SCRIPT_EXIT.format(extra=extra, end=end)],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    token = out.stdout.strip()
+    return out.stdout.strip()
+
+
+def test_the_pool_goes_at_normal_process_exit():
+    token = run_exit_script(", persistent_workers=True", "")
     assert len(token) == 16 and not lp.list_slot_files(token)
     assert not os.path.exists(SHM + lp._native.segment_name(lp.root_name(token)))
 
 
 def test_purge_removes_the_pool_of_a_dead_loader_and_keeps_live_ones():
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT_EXIT.format(extra="", end="os._exit(0)")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    dead = out.stdout.strip()
+    dead = run_exit_script("", "os._exit(0)")
     assert lp.list_slot_files(dead)  # killed: nothing removed its pool
     live = DataLoader(Rows(), batch_size=4, num_workers=1)
     for b in live:

@@ -15,7 +15,7 @@ import pytest
 
 import shmstream
 
-from support import WAIT
+from support import WAIT, lock_held_by_another_thread
 
 
 @pytest.fixture
@@ -115,17 +115,7 @@ def test_locked_releases_when_the_block_raises(shm):
 
 
 def test_acquire_times_out_promptly_while_another_thread_holds_the_lock(shm):
-    held, done = threading.Event(), threading.Event()
-
-    def holder():
-        with shm.locked():
-            held.set()
-            done.wait(WAIT)
-
-    t = threading.Thread(target=holder)
-    t.start()
-    try:
-        assert held.wait(WAIT)
+    with lock_held_by_another_thread(shm):
         second = shmstream.open(shm.name)
         for handle in (shm, second):
             start = time.monotonic()
@@ -133,9 +123,6 @@ def test_acquire_times_out_promptly_while_another_thread_holds_the_lock(shm):
                 handle.acquire(timeout=0.05)
             assert time.monotonic() - start < 2.0
         second.close()
-    finally:
-        done.set()
-        t.join(WAIT)
     shm.acquire(timeout=WAIT)  # free again
     shm.release()
 
@@ -330,30 +317,19 @@ def test_locked_many_rejects_a_non_positive_poll_interval(three, poll_interval):
 def test_locked_many_releases_taken_locks_when_a_later_one_times_out(make_name):
     first = shmstream.create(make_name("a"), shape=(1,))
     second = shmstream.create(make_name("b"), shape=(1,))
-    held, done = threading.Event(), threading.Event()
-
-    def holder():
-        with second.locked():
-            held.set()
-            done.wait(WAIT)
-
-    t = threading.Thread(target=holder)
-    t.start()
     try:
-        assert held.wait(WAIT)
-        with pytest.raises(TimeoutError):
-            with shmstream.locked_many([second, first], timeout=0.1):
-                pass
-        # 'first' (taken before 'second' in name order) was released again:
-        # another thread can take it.
-        got = []
-        probe = threading.Thread(target=lambda: got.append(_try_lock(first)))
-        probe.start()
-        probe.join(WAIT)
-        assert got == [True]
+        with lock_held_by_another_thread(second):
+            with pytest.raises(TimeoutError):
+                with shmstream.locked_many([second, first], timeout=0.1):
+                    pass
+            # 'first' (taken before 'second' in name order) was released again:
+            # another thread can take it.
+            got = []
+            probe = threading.Thread(target=lambda: got.append(_try_lock(first)))
+            probe.start()
+            probe.join(WAIT)
+            assert got == [True]
     finally:
-        done.set()
-        t.join(WAIT)
         first.close()
         second.close()
 
