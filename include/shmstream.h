@@ -222,7 +222,11 @@ typedef struct ss_stream_area { /* 2240: the stream kind's control lines */
    * lease"); zero in versions 1 and 2. */
   SS_ATOMIC(uint64_t) lock_lease; /* 2368 holder's lease | bit 63 waiters; 0 free */
   SS_ATOMIC(uint32_t) lock_wake; /* 2376 the futex waiters for the lock sleep on */
-  uint8_t reserved_[52]; /* 2380 */
+  uint32_t reserved_0; /* 2380 */
+  /* 2384: a reader's turn: its lease | bit 63 waiters; 0 none (docs/ABI.md,
+   * "Reader's turn"). */
+  SS_ATOMIC(uint64_t) read_pending;
+  uint8_t reserved_[40]; /* 2392 */
   /* 2432: who sleeps on the stream: pid | start-time low 32 bits << 32,
    * 0 = free (docs/ABI.md, "Sleeper table"). */
   SS_ATOMIC(uint64_t) sleeper[SS_SLEEPER_SLOTS];
@@ -302,6 +306,7 @@ SS_PIN(stream.undo.state, 2340);
 SS_STATIC_ASSERT(sizeof(ss_undo_line) == 64, "the undo line is one cache line");
 SS_PIN(stream.lock_lease, 2368);
 SS_PIN(stream.lock_wake, 2376);
+SS_PIN(stream.read_pending, 2384);
 SS_PIN(stream.sleeper, 2432);
 SS_STATIC_ASSERT(sizeof(ss_notify_line) == 64, "the notify line is one cache line");
 SS_PIN(kind_area, 2240);

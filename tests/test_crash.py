@@ -310,22 +310,26 @@ def test_a_stream_outlives_its_creator_readable_and_writable_by_others(name, spa
 
 
 def test_a_reader_that_died_waiting_for_the_lock_does_not_slow_writers_down(name):
-    # A reader in its lock fallback announces itself (notify.lock_readers at
-    # 2184) so writers step aside; if it dies there, the word stays set. The
-    # next write notices the stale announcement and clears it.
+    # A reader in its lock fallback names its lease in read_pending (2384,
+    # docs/ABI.md, "Reader's turn") so writers wait for it; if it dies
+    # there, the word stays set. The next write finds the lease gone and
+    # clears it (tests/test_reader_turn.py kills a real reader there). The
+    # version-1 word, lock_readers, is not used by a version-4 stream.
     h = shmstream.create(name, shape=(4,), dtype=np.float32)
     try:
-        offset, size = support.field("lock_readers")
+        offset, size = support.field("read_pending")
         path = "/dev/shm" + h.segment
+        dead = (1 << 62) + 7  # a lease nobody holds
         with open(path, "r+b") as f:
             f.seek(offset)
-            f.write((3).to_bytes(size, "little"))
-        h.write(np.ones(4, np.float32))
+            f.write(dead.to_bytes(size, "little"))
+        h.write(np.ones(4, np.float32), timeout=0)
         with open(path, "rb") as f:
             f.seek(offset)
             assert int.from_bytes(f.read(size), "little") == 0
         h.write(np.ones(4, np.float32))
         assert h.count == 2
+        assert support.read_u(path, *support.field("lock_readers")) == 0
     finally:
         h.close()
 

@@ -74,6 +74,8 @@ MODE_POINTS = {
 REPAIR_POINTS = ["lock.takeover", "repair.r1", "repair.r3", "repair.r4"]
 
 SLEEP_POINTS = ["sleep.claim", "sleep.release"]
+#: A reader killed holding its turn at the lock: tests/test_reader_turn.py.
+READ_TURN_POINTS = ["read.claimed", "read.locked"]
 
 #: History streams: every stream point of a write, plus the ones only a
 #: history stream passes (its slot record; the repair emptying it).
@@ -117,6 +119,7 @@ def test_every_stream_and_channel_point_is_tested_here():
         | set(SLEEP_POINTS)
         | set(HISTORY_POINTS)
         | set(HISTORY_REPAIR_POINTS)
+        | set(READ_TURN_POINTS)
     )
     assert covered == set(_testhooks.fault_points())
 

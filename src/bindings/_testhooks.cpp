@@ -106,6 +106,7 @@ NB_MODULE(_testhooks, m) {
     F(notify.sleepers, sleepers);
     F(stream.lock_lease, lock_lease);
     F(stream.lock_wake, lock_wake);
+    F(stream.read_pending, read_pending);
     F(stream.sleeper, sleeper);
 #undef F
     return d;

@@ -27,6 +27,7 @@ static const char *const k_points[] = {
     "lock.acquired",    "lock.takeover", "repair.r1",    "repair.history", "repair.r3",
     "repair.r4",        "lock.unlock",   "ring.record",  "ring.head",      "ring.read",
     "ring.tail",        "ring.release",  "ring.detach",  "sleep.claim",    "sleep.release",
+    "read.claimed",     "read.locked",
 };
 #define N_POINTS (sizeof k_points / sizeof k_points[0])
 

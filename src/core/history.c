@@ -157,6 +157,32 @@ int ss_history_locate(ss_segment *seg, uint64_t after, uint32_t max_frames, int6
   return rc;
 }
 
+/* Every frame located in SS_HISTORY_READ_TRIES rounds was lapped before its
+ * copy: the writers outrun this reader. The newest publication instead,
+ * copied by the snapshot protocol, which takes the reader's turn at the lock
+ * when its copies are lapped too (docs/ABI.md, "Reader's turn"), so a batch
+ * is not empty while a newer publication exists. What it skipped is missed. */
+static int newest(ss_segment *seg, uint64_t after, int64_t timeout_ns, ss_history_frame *frames,
+                  ss_history_dst_fn dst_for, void *ctx, uint32_t *n, uint64_t *last) {
+  void *dst = dst_for(ctx, 1);
+  if (!dst) return ENOMEM;
+  ss_host_dst d = {dst, (size_t)seg->id.payload_bytes};
+  ss_snapshot_args a = {ss_copy_to_host, &d, 0, 1}; /* failed writes are skipped */
+  ss_pubinfo info;
+  int rc = ss_snapshot(seg, timeout_ns, &a, &info, &frames[0].at);
+  if (rc == SS_ETIMEDOUT || (rc == SS_OK && info.count <= after)) {
+    dst_for(ctx, 0); /* an empty batch, as after every round: *last stands */
+    return SS_OK;
+  }
+  if (rc != SS_OK) return rc;
+  frames[0].count = info.count;
+  frames[0].frame_id = info.frame_id;
+  frames[0].write_time_ns = info.write_time_ns;
+  *n = 1;
+  *last = info.count;
+  return SS_OK;
+}
+
 int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_t timeout_ns,
                     int64_t spin_ns, ss_history_frame *frames, ss_history_dst_fn dst_for, void *ctx,
                     uint32_t *n, uint64_t *last) {
@@ -174,8 +200,12 @@ int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_
     if (ss_mapping_lost(seg)) return SS_ECORRUPT;
     /* A reader far behind a fast writer can find every frame it located
      * overwritten before its copy: it goes on from there (what is lost is
-     * counted from `after`) a few times rather than return an empty batch. */
-    if (*n || !located || attempt + 1 == SS_HISTORY_READ_TRIES) return SS_OK;
+     * counted from `after`) a few times, then takes the newest frame. */
+    if (*n) return SS_OK;
+    /* Nothing located (the walk was lapped SS_LOCATE_TRIES times), or
+     * every round's frames lapped under the copy. */
+    if (!located || attempt + 1 == SS_HISTORY_READ_TRIES)
+      return newest(seg, after, timeout_ns, frames, dst_for, ctx, n, last);
     from = *last;
   }
 }

@@ -7,8 +7,9 @@
  *   sleepers.c     who sleeps on a stream                (liveness, proc, clock)
  *   mutex.c        a plain robust mutex                  (clock)
  *   lease_lock.c   a version-4 stream's lock by lease    (liveness, futex, clock)
+ *   read_pending.c a reader's turn at that lock          (liveness, futex, clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
- *   stream_lock.c  the stream lock: mutex + repair + reader priority
+ *   stream_lock.c  the stream lock: mutex + repair + reader priority (read_pending)
  *   snapshot.c     the reader's protocol                 (publish, stream_lock)
  *   wait.c         waiting for a publication, read_new   (futex, publish, stream_lock, snapshot)
  *   history.c      reading every frame of a history      (publish, snapshot, wait)
@@ -278,10 +279,25 @@ int ss_wait_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t s
 int ss_read_newer(ss_segment *seg, uint64_t after, int64_t timeout_ns, int64_t spin_ns,
                   int ignore_failed, const ss_snapshot_args *a, ss_pubinfo *info, ss_frame *frame);
 
+/* ---- src/core/read_pending.c: a reader's turn (docs/ABI.md) ------------- */
+
+/* A writer's gate when read_pending is set (ss_lock loads it first, rp2):
+ * wait while a live reader's claim stands, clearing a dead one's. SS_OK,
+ * or SS_ETIMEDOUT (timeout 0: a trylock defers to the reader). */
+int ss_turn_gate_slow(ss_segment *seg, int64_t timeout_ns);
+/* Claim the turn (rp1): 1 claimed (*mine: the lease to give back), 0
+ * another live reader's turn stands, -1 no lease to name (lock without). */
+int ss_turn_claim(ss_segment *seg, uint64_t *mine);
+/* Sleep while another reader's turn stands, one chunk at most. */
+void ss_turn_wait(ss_segment *seg, int64_t deadline);
+/* Give the turn back (rp3) and wake who sleeps on it. */
+void ss_turn_give_back(ss_segment *seg, uint64_t mine);
+
 /* ---- src/core/stream_lock.c ---------------------------------------------- */
 
-/* ss_lock for a reader's fallback: announced in notify.lock_readers, so
- * writers step aside for it. */
+/* ss_lock for a reader's fallback, without the writers' gate: the reader's
+ * turn (version 4, read_pending.c) or notify.lock_readers (versions 1 and
+ * 2) makes writers step aside for it. */
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns);
 
 /* ---- the wait policy (src/core/wait_policy.c, docs/waiting.md) ---------- */

@@ -8,8 +8,9 @@
 
 #include "internal.h"
 
-/* A torn copy is retried this many times before the reader takes the lock:
- * a writer that laps every copy cannot lap the lock. */
+/* A torn copy is retried this many times before the reader takes its turn
+ * at the lock: a writer that laps every copy cannot lap the lock, and while
+ * the turn stands writers do not take it (docs/ABI.md, "Reader's turn"). */
 #define SS_READ_TRIES 4
 /* How long a reader spins on a write in flight (odd seq) before it falls
  * back to the lock, which also detects a dead writer. A reader waits for
@@ -85,6 +86,18 @@ static enum try_result try_read(ss_segment *seg, const ss_snapshot_args *a, ss_p
   return atomic_load_explicit(sseq, memory_order_relaxed) == ss1 ? TRY_DONE : TRY_TORN;
 }
 
+/* The fallback that always finishes: no writer runs while we copy, and a
+ * dead writer's lock is handed to us with the stream repaired. */
+static int locked_copy(ss_segment *seg, int64_t deadline, const ss_snapshot_args *a,
+                       ss_pubinfo *info, ss_frame *frame) {
+  int rc = ss_lock_for_read(seg, ss_remaining_ns(deadline));
+  if (rc != SS_OK && rc != SS_EOWNERDEAD) return rc;
+  SS_CRASH_POINT("read.locked");
+  rc = copy_owned(seg, a, info, frame);
+  ss_unlock(seg);
+  return rc;
+}
+
 static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a,
                     ss_pubinfo *info, ss_frame *frame) {
   if (a->holds_lock) return copy_owned(seg, a, info, frame);
@@ -117,13 +130,25 @@ static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args 
     }
     return SS_ETIMEDOUT;
   }
-  /* Fallback that always finishes: no writer runs while we copy, and a dead
-   * writer's lock is handed to us with the stream repaired. */
-  rc = ss_lock_for_read(seg, ss_remaining_ns(deadline));
-  if (rc != SS_OK && rc != SS_EOWNERDEAD) return rc;
-  rc = copy_owned(seg, a, info, frame);
-  ss_unlock(seg);
-  return rc;
+  if (!ss_lease_locked(&seg->id)) return locked_copy(seg, deadline, a, info, frame);
+  /* The reader's turn (docs/ABI.md, "Reader's turn"): writers stop taking
+   * the lock while it stands, so the lock comes after at most one write per
+   * writer thread. Another reader's turn holds the writers back too: read
+   * optimistically at each wake until it is ours. */
+  for (;;) {
+    uint64_t mine = 0;
+    int claimed = ss_turn_claim(seg, &mine);
+    if (claimed != 0) {
+      rc = locked_copy(seg, deadline, a, info, frame);
+      if (claimed > 0) ss_turn_give_back(seg, mine);
+      return rc;
+    }
+    if (try_read(seg, a, info, &arrival, frame, &rc) == TRY_DONE &&
+        !(rc == SS_EINCONSISTENT && a->last_complete))
+      return rc;
+    if (ss_remaining_ns(deadline) == 0) return SS_ETIMEDOUT;
+    ss_turn_wait(seg, deadline);
+  }
 }
 
 int ss_snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args *a, ss_pubinfo *info,

@@ -8,9 +8,10 @@
 
 #include "internal.h"
 
-/* A writer that never pauses would win the mutex back every time (it is not
- * fair), starving a reader that fell back to it. Writers therefore step
- * aside while a reader waits, for at most this long. */
+/* A writer that never pauses would win the lock back every time (it is not
+ * fair), starving a reader that fell back to it. Writers of a version-4
+ * stream wait while a live reader's turn stands (read_pending.c); those of
+ * versions 1 and 2 step aside while a reader waits, for at most this long. */
 #define SS_READER_PRIORITY_NS 2000000
 
 /* Which lock is decided by the layout version of the handle's private
@@ -45,7 +46,15 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
    * fuzz_live, corpus regress-lock-after-truncation). */
   if (ss_mapping_lost(seg)) return SS_ECORRUPT;
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
-  if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
+  if (ss_lease_locked(&seg->id)) {
+    /* SYNC POINT (rp2): the gate, seq_cst: in one total order with a
+     * reader's claim (rp1), so a writer passes it at most once after the
+     * claim (docs/ABI.md, "Reader's turn"). Uncontended: this one load. */
+    if (atomic_load_explicit(&seg->hdr->stream.read_pending, memory_order_seq_cst)) {
+      int rc = ss_turn_gate_slow(seg, timeout_ns);
+      if (rc != SS_OK) return rc;
+    }
+  } else if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
     if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
     int64_t until = ss_monotonic_ns() + SS_READER_PRIORITY_NS;
     while (atomic_load_explicit(readers, memory_order_relaxed) > 0 && ss_monotonic_ns() < until)
@@ -88,6 +97,8 @@ uint32_t ss_read_state(const ss_segment *seg) {
 }
 
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
+  /* Version 4: the reader's turn (read_pending.c) holds writers back. */
+  if (ss_lease_locked(&seg->id)) return lock_and_repair(seg, timeout_ns);
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
   atomic_fetch_add_explicit(readers, 1, memory_order_relaxed);
   int rc = lock_and_repair(seg, timeout_ns);

@@ -115,8 +115,10 @@ class History(_Handle):
         wait. ``max_frames`` returns at most that many (the oldest; the next
         call goes on from there). ``out=`` fills a preallocated array of
         shape ``(m, *shape)`` (at most m frames are read) instead of
-        allocating one. The batch is empty (with ``missed`` > 0) when the
-        writer overwrote every newer publication before it could be copied.
+        allocating one. When writers overwrite every newer publication
+        before it can be copied, a few rounds in a row, the batch is the
+        newest one alone (copied under the lock if need be) and ``missed``
+        counts the rest.
         On a stream without history the batch is the newest complete
         publication."""
         seg = self._history_segment("read history from")
