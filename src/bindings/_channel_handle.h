@@ -367,7 +367,17 @@ class Channel {
       rc = chunked(timeout_ns, [&](int64_t chunk) {
         return ss_channel_acquire_tx(ch, size, meta_len, chunk, payload, meta);
       });
-    if (rc) raise_status(rc, "send");
+    if (rc) send_failed(rc, size, meta_len, "send");
+  }
+
+  // Why a send's acquire failed, in the words of the checks a send skips on
+  // its way in (each is a call into the core that every send would pay,
+  // issue 48; the core refuses the same cases): this end's role, an open
+  // zero-copy send, a message that can never fit; else the status.
+  [[noreturn]] void send_failed(int rc, size_t size, size_t meta_len, const char *op) {
+    if (rc == SS_EROLE) check_sender(op);
+    if (rc == SS_ETOOBIG) check_size(size, meta_len);
+    raise_status(rc, op);
   }
 
   void check_size(size_t size, size_t meta_len) {
@@ -385,9 +395,10 @@ class Channel {
                          "); create the channel with a larger capacity");
   }
 
+  // One message; its size is checked by the core (send_failed says why).
   void send_one(const void *src, size_t n, const char *meta, size_t meta_len, uint32_t type_id,
                 int64_t timeout_ns) {
-    check_size(n, meta_len);
+    if (meta_len > SS_MSG_MAX_META) check_size(n, meta_len);  // before the u32 below
     void *payload, *mp;
     acquire_tx(n, (uint32_t)meta_len, timeout_ns, &payload, &mp);
     if (meta_len) std::memcpy(mp, meta, meta_len);
@@ -401,7 +412,7 @@ class Channel {
   }
 
   void send(nb::handle obj, uint32_t type_id, nb::handle meta, int64_t timeout_ns) {
-    check_sender("send");
+    check_open("send");  // the role and an open loan: the core's, on failure
     const char *mp;
     size_t ml;
     meta_bytes(meta, mp, ml);
