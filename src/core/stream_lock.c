@@ -45,16 +45,21 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
    * deferring to announced readers answered SS_ETIMEDOUT; the fuzzer's
    * fuzz_live, corpus regress-lock-after-truncation). */
   if (ss_mapping_lost(seg)) return SS_ECORRUPT;
+  /* SYNC POINT (rp2): the gate, seq_cst: in one total order with a reader's
+   * claim (rp1), so a writer passes it at most once after the claim
+   * (docs/ABI.md, "Reader's turn"). Uncontended: this one plain load. Zero
+   * in versions 1 and 2 (reserved bytes; the slow path ignores it there). */
+  if (__builtin_expect(
+          atomic_load_explicit(&seg->hdr->stream.read_pending, memory_order_seq_cst) != 0, 0)) {
+    int64_t deadline = ss_deadline_ns(timeout_ns);
+    int rc = ss_turn_gate_slow(seg, timeout_ns);
+    if (rc != SS_OK) return rc;
+    timeout_ns = ss_remaining_ns(deadline); /* the lock gets what the gate left */
+  }
+  /* Versions 1 and 2: their readers announce themselves here instead (a
+   * version-4 reader never does). */
   SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
-  if (ss_lease_locked(&seg->id)) {
-    /* SYNC POINT (rp2): the gate, seq_cst: in one total order with a
-     * reader's claim (rp1), so a writer passes it at most once after the
-     * claim (docs/ABI.md, "Reader's turn"). Uncontended: this one load. */
-    if (atomic_load_explicit(&seg->hdr->stream.read_pending, memory_order_seq_cst)) {
-      int rc = ss_turn_gate_slow(seg, timeout_ns);
-      if (rc != SS_OK) return rc;
-    }
-  } else if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
+  if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
     if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
     int64_t until = ss_monotonic_ns() + SS_READER_PRIORITY_NS;
     while (atomic_load_explicit(readers, memory_order_relaxed) > 0 && ss_monotonic_ns() < until)
