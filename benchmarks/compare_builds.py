@@ -15,7 +15,8 @@ JSON files are kept under --out (default: a dated folder in
 benchmarks/results/).
 
 ``--micro N`` adds the floor of a write + read in one process (4 floats
-and 100x100 float32), N fresh processes per build: the parts' rows move by
+and 100x100 float32) and of a 32 B channel ``send``, N fresh processes per
+build: the parts' rows move by
 10-20% from run to run on a small VM (where the heap puts the arrays
 relative to the slots, other threads' spinning), while the best of many
 timings on page-aligned buffers moves by about 1%, so a few-percent cost
@@ -74,7 +75,8 @@ def _run(python: str, part: str, path: Path) -> None:
 
 #: The floor of a write + read in one process, free of heap-layout luck:
 #: page-aligned source and destination, the best of 200 timings of 500
-#: pairs, in a fresh process per measurement. Prints ns per pair per shape.
+#: pairs, in a fresh process per measurement. Prints ns per pair per shape,
+#: then ns per 32 B channel send (best of 200 timings of 500 sends).
 MICRO = r"""
 import mmap, os, sys, time
 import numpy as np, shmstream
@@ -92,6 +94,20 @@ for shape in [(4,), (100, 100)]:
         best = min(best, (time.perf_counter() - t0) / 500 * 1e9)
     s.close(); s.unlink()
     print(f"{'x'.join(map(str, shape))} {best:.1f}")
+# A 32 B channel send as a user writes it (the method looked up each call),
+# drained between timings: the binding's and the end's per-call cost.
+name = f"compare-builds-ch-{os.getpid()}"
+tx = shmstream.channel(name, 1 << 22)
+rx = shmstream.open_channel(name)
+msg, best = bytes(32), float("inf")
+for _ in range(200):
+    t0 = time.perf_counter()
+    for _ in range(500):
+        tx.send(msg, timeout=10)
+    best = min(best, (time.perf_counter() - t0) / 500 * 1e9)
+    rx.drain(1000)
+rx.close(); tx.close(); shmstream.unlink_channel(name)
+print(f"send-32B {best:.1f}")
 """
 
 
@@ -173,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                 for shape, ns in _micro(getattr(args, build)).items():
                     floors[build].setdefault(shape, []).append(ns)
         print(
-            f"\nwrite + read floor, ns per pair: median of {args.micro} processes (each the "
-            "best of 200 timings)"
+            f"\nfloors, ns per write + read pair or per send: median of {args.micro} processes "
+            "(each the best of 200 timings)"
         )
         for shape in floors["base"]:
             b, n = (statistics.median(floors[k][shape]) for k in ("base", "new"))
@@ -183,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "part": "micro",
                     "row": [shape],
-                    "field": "ns_per_pair",
+                    "field": "ns_per_send" if shape.startswith("send") else "ns_per_pair",
                     "base": b,
                     "new": n,
                     "ratio": n / b,
