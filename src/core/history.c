@@ -170,8 +170,12 @@ static int newest(ss_segment *seg, uint64_t after, int64_t timeout_ns, ss_histor
   ss_snapshot_args a = {ss_copy_to_host, &d, 0, 1}; /* failed writes are skipped */
   ss_pubinfo info;
   int rc = ss_snapshot(seg, timeout_ns, &a, &info, &frames[0].at);
+  /* Out of time (the binding's next chunk starts the read again, up to the
+   * caller's timeout), except for a mapping that can never take the lock:
+   * it gets the empty batch, as after every round, and *last stands. */
+  if (rc == SS_ETIMEDOUT && seg->readonly != SS_ACCESS_FOREIGN) return rc;
   if (rc == SS_ETIMEDOUT || (rc == SS_OK && info.count <= after)) {
-    dst_for(ctx, 0); /* an empty batch, as after every round: *last stands */
+    dst_for(ctx, 0);
     return SS_OK;
   }
   if (rc != SS_OK) return rc;
@@ -191,7 +195,10 @@ int ss_history_read(ss_segment *seg, uint64_t after, uint32_t max_frames, int64_
     /* Only the first locate waits: a retry goes on from what is left now. */
     int rc = ss_history_locate(seg, from, max_frames, attempt ? 0 : timeout_ns,
                                attempt ? 0 : spin_ns, frames, n, last);
-    if (rc == SS_ETIMEDOUT && attempt) return SS_OK; /* nothing newer yet: *n 0, *last from */
+    /* Nothing published since the frames the last round found lapped: the
+     * writers that lapped them are still writing. */
+    if (rc == SS_ETIMEDOUT && attempt)
+      return newest(seg, after, timeout_ns, frames, dst_for, ctx, n, last);
     if (rc != SS_OK) return rc;
     uint32_t located = *n;
     void *dst = dst_for(ctx, located);
