@@ -57,17 +57,16 @@ typedef struct ss_ring_index_line {
 } ss_ring_index_line;
 
 typedef struct ss_ring_end_line {
-  /* Layout 3: the owner's lease number (docs/ABI.md, "Liveness leases");
-   * layout 1: pid in the low 32 bits, low 32 bits of its /proc start ticks
-   * in the high 32 bits. 0 when no process holds this end. One word, so a
-   * claim or takeover is a single compare-and-swap. */
+  /* The owner handle's lease number (docs/ABI.md, "Liveness leases"), 0
+   * when no process holds this end. One word, so a claim or takeover is a
+   * single compare-and-swap. */
   SS_ATOMIC(uint64_t) owner;
   SS_ATOMIC(uint32_t) state;       /* enum ss_end_state */
   uint32_t pad0_;
   SS_ATOMIC(uint64_t) attaches;    /* claims, takeovers included */
   SS_ATOMIC(uint64_t) takeovers;   /* claims that replaced a dead owner */
-  /* Layout 3, for humans only (stat, messages): the owner's pid in its own
-   * PID namespace and that namespace's st_ino; liveness is by lease. */
+  /* For humans only (stat, messages): the owner's pid in its own PID
+   * namespace and that namespace's st_ino; liveness is by lease. */
   SS_ATOMIC(int32_t) pid;
   uint32_t pad1_;
   SS_ATOMIC(uint64_t) pidns_ino;

@@ -8,11 +8,8 @@ they work across namespaces: every message arrives, a SIGKILLed end is
 seen as dead from the other namespace, a live end is never taken over
 from there although both ends are pid 1. A fork child's inherited handle
 does not keep its dead parent's end alive. A shared array (no word judged
-by pid) opens too; streams made by an older build (layout 1 or 2) are
-still refused from another namespace, with an error naming their layout
-version. This build's streams (layout 4, locked by lease) are tested in
-test_containers_streams.py, its loader pools (layout 5) in
-test_containers_loader.py. Skipped where ``unshare --pid`` is not permitted."""
+by pid) opens too. Streams (locked by lease) are tested in
+test_containers_streams.py, loader pools in test_containers_loader.py. Skipped where ``unshare --pid`` is not permitted."""
 
 from __future__ import annotations
 
@@ -177,28 +174,6 @@ def test_a_fork_child_does_not_keep_its_dead_parents_end_alive(chan, ctx, spawn)
     finally:
         os.kill(child_pid, signal.SIGKILL)
         rx.close()
-
-
-@pytest.mark.parametrize("history", [0, 3])
-def test_an_old_layout_stream_from_another_pid_namespace_is_refused_naming_its_version(
-    name, children, history
-):
-    h = shmstream.create(name, shape=(2,), dtype="int32", history=history)
-    support.make_legacy_stream(name)  # as an older build makes it: layout 1 or 2, pid words
-    try:
-        c = children(f"""
-            import shmstream
-            try:
-                shmstream.open({name!r})
-            except shmstream.PidNamespaceError as exc:
-                say("refused", str(exc).replace(chr(10), " "))
-        """)
-        msg = c.expect("refused")
-        assert f"layout version {2 if history else 1}" in msg
-        assert "--pid=container:" in msg
-        c.finish()
-    finally:
-        h.close()
 
 
 def test_a_shared_array_is_shared_across_pid_namespaces(name, children):
@@ -406,7 +381,7 @@ def test_the_c_api_judges_channel_ends_by_lease(chan, tmp_path):
         [exe, chan], capture_output=True, text=True, timeout=support.WAIT, check=True
     ).stdout.splitlines()
     assert out == [
-        f"create 0 version {_native.LAYOUT_VERSION_LEASES}",
+        f"create 0 version {_native.LAYOUT_VERSION_CHANNEL}",
         "open 0",
         "same process -14",  # SS_EATTACHED: another handle's lease, even in this process
         "alive 1",

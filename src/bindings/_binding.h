@@ -184,7 +184,7 @@ struct StatusRow {
 
 // What opening a channel says for any segment it cannot use (three statuses).
 inline constexpr const char kBadChannelSegment[] =
-    "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
+    "segment of '$name' is not a valid channel (bad magic, checksum or ring size); "
     "remove it with shmstream.unlink_channel('$name')";
 
 // Every error the bindings raise for a status code, in one place. The first
@@ -245,10 +245,6 @@ inline const StatusRow kStatusTable[] = {
      "the header of $kind '$name' was rewritten after it was opened ($detail changed), so $op was "
      "refused and nothing was written; close this handle, remove the segment with "
      "shmstream.unlink('$name') and create it again"},
-    {SS_ECORRUPT, nullptr, "bad lock", &g_corrupt,
-     "the lock of $kind '$name' can never be taken: its mutex is not one shmstream made, or its "
-     "word names thread $detail, which does not exist (another process overwrote it); remove "
-     "the segment with shmstream.unlink('$name') and create it again"},
     // -- names and headers
     {ENODEV, nullptr, "open", nullptr,
      "the /dev/shm entry of $kind '$name' is not a shared-memory segment (a FIFO, directory or "
@@ -269,7 +265,10 @@ inline const StatusRow kStatusTable[] = {
     {SS_EKIND, nullptr, nullptr, &g_value,
      "'$name' is a shared-memory object of another kind (not a $kind)"},
     {SS_ECORRUPT, "channel", "open", &g_corrupt, kBadChannelSegment},
-    {SS_EVERSION, "channel", "open", &g_version, kBadChannelSegment},
+    {SS_EVERSION, "channel", "open", &g_version,
+     "channel segment of '$name' has layout version $detail; another shmstream version made "
+     "it: use the same version on both sides, or remove it with "
+     "shmstream.unlink_channel('$name')"},
     {SS_EBUSY, "channel", "open", &g_corrupt, kBadChannelSegment},
     {SS_ECORRUPT, "channel", nullptr, &g_corrupt,
      "channel '$name' holds an impossible record header or ring position (corrupt ring); "
@@ -278,8 +277,8 @@ inline const StatusRow kStatusTable[] = {
      "segment of '$name' is corrupt or not a shmstream segment (bad magic, checksum or size); "
      "remove it with shmstream.unlink('$name')"},
     {SS_EVERSION, nullptr, nullptr, &g_version,
-     "segment of '$name' has an unknown layout version; it was made by another shmstream version; "
-     "upgrade, or remove it with shmstream.unlink('$name')"},
+     "segment of '$name' has layout version $detail; another shmstream version made it: use "
+     "the same version on both sides, or remove it with shmstream.unlink('$name')"},
     {SS_EBUSY, nullptr, "peek", nullptr,
      "segment $name is still being created (or its creator died while creating it)", Raise::OsWhat},
     {SS_EBUSY, nullptr, nullptr, &g_corrupt,
@@ -334,12 +333,6 @@ inline const StatusRow kStatusTable[] = {
      "shmstream.unlink('$name') and create it again"},
     {SS_EPIDNS, "GPU stream", "map the device buffer", &g_pidns,
      "cannot map the device buffer of GPU stream '$name': $detail"},
-    {SS_EPIDNS, nullptr, nullptr, &g_pidns,
-     "$kind '$name' was created in another PID namespace ($detail): its pids (creator, lock "
-     "owner, writer, channel ends) mean nothing here, so a live peer would look dead. Processes "
-     "that share a segment must share a PID namespace: run the containers with "
-     "`docker run --pid=container:<id>` (or --pid=host), or set `shareProcessNamespace: true` "
-     "in the Kubernetes pod spec"},
     // -- GPU streams
     {SS_EGPUGONE, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
     {SS_EPOISONED, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
@@ -368,9 +361,9 @@ inline const StatusRow kStatusTable[] = {
     {0, "DirectArray", nullptr, nullptr, "$name", Raise::OsPath},  // any other errno
 };
 
-// The $detail of SS_EOWNER and SS_EPIDNS, from the segment that failed to
-// open (ss_segment_open_ex leaves the refused owner in seg.owner_uid); ""
-// for other statuses.
+// The $detail of SS_EOWNER and SS_EVERSION, from the segment that failed to
+// open (ss_segment_open_ex leaves the refused owner in seg.owner_uid and
+// the identity it found); "" for other statuses.
 inline std::string user_text(uint32_t uid) {
   std::string out = "uid " + std::to_string(uid);
   struct passwd pw, *found = nullptr;
@@ -384,21 +377,12 @@ inline std::string open_detail(int rc, const ss_segment *seg) {
   if (rc == SS_EOWNER)
     return user_text(ss_segment_owner_uid(seg)) + ", not by this process's effective " +
            user_text((uint32_t)geteuid());
-  if (rc == SS_EPIDNS) {
-    uint32_t dev = 0;
-    uint64_t ino = 0;
-    ss_pidns_self(&dev, &ino);
-    // The version says why: its liveness is by pid (docs/ABI.md, "Owner
-    // and PID namespace"); a version-3 channel would have opened.
+  if (rc == SS_EVERSION) {
+    // Both versions: the one found, and the one this build makes of that
+    // kind (docs/ABI.md, "Layout versions").
     const ss_identity *id = ss_segment_identity(seg);
-    // A DataLoader pool of layout 1 (docs/ABI.md, "Loader pool by lease"):
-    // the loader that made it runs an older version.
-    std::string pool = (id->kind == SS_KIND_ARRAY && (id->flags & SS_FLAG_LOADER_POOL))
-                           ? " (a DataLoader slot pool made by an older shmstream version; "
-                             "run the loader with this version)"
-                           : "";
-    return "this process is in pid:[" + std::to_string(ino) + "]; its layout version " +
-           std::to_string(id->layout_version) + pool + " judges liveness by pid";
+    return std::to_string(id->layout_version) + "; this shmstream version reads layout " +
+           std::to_string(ss_layout_version(id->kind, id->flags));
   }
   return "";
 }

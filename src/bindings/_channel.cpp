@@ -106,11 +106,10 @@ NB_MODULE(_channel, m) {
         d["tail"] = w.tail;
         d["producer"] = end_info(w, SS_ROLE_PRODUCER);
         d["consumer"] = end_info(w, SS_ROLE_CONSUMER);
-        d["leases"] = w.leases != 0;
         return d;
       },
       "segname"_a,
-      "capacity, head, tail, leases (liveness by lease: layout 3) and both ends (pid, state, "
+      "capacity, head, tail and both ends (pid, state, "
       "attaches, takeovers, alive, pidns_ino).");
 
   nb::class_<Message>(m, "Message",

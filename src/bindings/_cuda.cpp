@@ -237,7 +237,7 @@ NB_MODULE(_cuda, m) {
               delete s;
               ssb::raise_status(rc, {"GPU stream", name, "map the device buffer", "", detail});
             }
-            if (rc == SS_EOWNER || rc == SS_EPIDNS) {
+            if (rc == SS_EOWNER || rc == SS_EVERSION) {
               std::string detail = ssb::open_detail(rc, s->seg);
               delete s;
               ssb::raise_status(rc, {"GPU stream", name, "attach", "", detail});

@@ -88,9 +88,6 @@ class Segment {
       rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_lock(seg, chunk); });
     if (rc == SS_OK) return false;
     if (rc == SS_EOWNERDEAD) return true;
-    if (rc == SS_ECORRUPT && !*corrupt_when(seg, nullptr))
-      ssb::raise_status(
-          rc, {kind_name(), name(), "lock", "bad lock", std::to_string(ss_lock_word_tid(seg))});
     ss_segment_words w;
     ss_segment_words_get(seg, &w);
     raise_status(rc, "lock", std::to_string(w.owner_pid));

@@ -80,7 +80,7 @@ NB_MODULE(_testhooks, m) {
     F(id.creator_lease, creator_lease);
     F(id.reserved, identity_reserved);
     F(id.checksum, checksum);
-    F(lock.m, mutex);
+    F(lock.reserved, lock_reserved);
     F(lock.owner_pid, owner_pid);
     F(lock.owner_tid, owner_tid);
     F(lock.acquisitions, acquisitions);

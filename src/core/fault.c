@@ -68,7 +68,7 @@ void ss_fault_hit(const char *point) {
   if (++hits < armed_nth) return;
   if (armed_action == SS_FAULT_EXIT) _exit(SS_FAULT_EXIT_CODE);
   /* SIGKILL cannot be caught: the process ends here, mid-protocol, and the
-   * kernel releases its robust mutexes exactly as for an external kill. */
+   * kernel drops its leases exactly as for an external kill. */
   raise(SIGKILL);
   _exit(SS_FAULT_EXIT_CODE); /* not reached */
 }

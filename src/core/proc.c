@@ -100,10 +100,3 @@ uint64_t ss_self_start_ticks(void) {
   return t;
 }
 
-uint64_t ss_self_owner_word(void) {
-  return (ss_self_start_ticks() & 0xffffffffull) << 32 | (uint32_t)ss_self_pid();
-}
-
-int ss_owner_word_alive(uint64_t word) {
-  return ss_proc_alive((int32_t)(word & 0xffffffffull), word >> 32);
-}

@@ -42,7 +42,7 @@ static const char *const kStatusText[] = {
     [-SS_DIRECT_ETRUNCATED] = "the file shrank under a read",
     [-SS_DIRECT_ENOTREG] = "the path is not a regular file",
     [-SS_EOWNER] = "the segment belongs to another user, who is not allowed",
-    [-SS_EPIDNS] = "the segment's creator is in another PID namespace: liveness cannot be judged",
+    [-SS_EPIDNS] = "the GPU stream's creator is in another PID namespace: its buffer cannot be mapped",
 };
 
 const char *ss_strerror(int status) {

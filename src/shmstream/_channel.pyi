@@ -33,7 +33,7 @@ def set_decoder(arg: object, /) -> None: ...
 
 def peek(segname: str) -> dict:
     """
-    capacity, head, tail, leases (liveness by lease: layout 3) and both ends (pid, state, attaches, takeovers, alive, pidns_ino).
+    capacity, head, tail and both ends (pid, state, attaches, takeovers, alive, pidns_ino).
     """
 
 class Message:

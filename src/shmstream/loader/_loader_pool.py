@@ -365,8 +365,8 @@ class PoolClient:
         self.lease = int(seg.lease)  # what this worker's slot lines name
         if not self.lease:
             raise ShmstreamOSError(
-                f"loader pool {root_name(token)!r} gave this worker no lease (layout "
-                f"{int(seg.layout_version)}); its batches take torch's path"
+                f"loader pool {root_name(token)!r} gave this worker no lease (its file "
+                "could not be locked); its batches take torch's path"
             )
         self.maps: dict[int, Mapped] = {}  # k -> its mapping, buf: wrap(the bytes)
         #: What the caller writes through (the mmap itself by default).

@@ -427,8 +427,9 @@ def open(
     locks and unlink. Raises FileNotFoundError if it does not exist.
     Another user's stream is refused (SegmentOwnerError) unless that user
     is in ``allow_owner`` (a uid, a user name, or a collection of them) or
-    in ``SHMSTREAM_ALLOW_OWNERS``; one made in another PID namespace is
-    refused (PidNamespaceError; docs/ABI.md, "Owner and PID namespace")."""
+    in ``SHMSTREAM_ALLOW_OWNERS``. One made in another PID namespace opens
+    (its lock, sleepers and creator are judged by lease); a GPU stream's
+    device buffer maps only in its creator's (PidNamespaceError)."""
     _checks.check_name(name)
     owners = _checks.check_allow_owner(allow_owner)
     try:
