@@ -228,12 +228,6 @@ DOTTED_ALLOWED = {
     "shmstream.x",
     "shmstream._native.x",
     "shmstream.loader._pool",
-    # old module paths that raise naming their new place (common/_moved.py;
-    # tests/test_old_paths.py checks that they raise), and a made-up name
-    # that test imports to see it plainly missing
-    "shmstream._loader_pool",
-    "shmstream._npyfile",
-    "shmstream.nothing",
 }
 #: Documents of history, which name what was: the changelog and the
 #: benchmarks' results log.

@@ -16,12 +16,12 @@ import os
 import subprocess
 import sys
 import warnings
+import weakref
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-import shmstream.torch as st  # noqa: E402
 from shmstream.loader import _loader_pool as lp  # noqa: E402
 from shmstream.torch import DataLoader, ShmTransportWarning  # noqa: E402
 
@@ -321,7 +321,7 @@ def test_an_exception_between_claiming_a_slot_and_leasing_it_frees_the_slot(monk
     ds = Rows(n=16)
     loader = DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
     it = iter(loader)
-    real = st.weakref.finalize
+    real = weakref.finalize
     raised = []
 
     def finalize_once(obj, fn, *args):
@@ -330,10 +330,10 @@ def test_an_exception_between_claiming_a_slot_and_leasing_it_frees_the_slot(monk
             raise _Interrupted
         return real(obj, fn, *args)
 
-    monkeypatch.setattr(st.weakref, "finalize", finalize_once)
+    monkeypatch.setattr(weakref, "finalize", finalize_once)
     with pytest.raises(_Interrupted):
         next(it)
-    monkeypatch.setattr(st.weakref, "finalize", real)
+    monkeypatch.setattr(weakref, "finalize", real)
     assert raised, "the batch never reached the lease"
     k = raised[0][0]
     assert states(loader)[k] != lp.HELD
