@@ -411,6 +411,7 @@ def test_any_other_layout_version_is_refused_naming_found_and_wanted(name, kind,
         support.patch_identity(path, support.field("layout_version")[0], found.to_bytes(4, "little"))
         with pytest.raises(shmstream.LayoutVersionError) as info:
             open_it()
+        assert isinstance(info.value, shmstream.CorruptStreamError)
         assert f"layout version {found}; this shmstream version reads layout {wanted}" in str(
             info.value
         )
