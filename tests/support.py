@@ -357,5 +357,3 @@ def compile_c(
     if proc.returncode != 0:
         raise AssertionError(f"compiling {sources} failed:\n{proc.stderr}")
     return out
-
-

@@ -408,7 +408,9 @@ def test_any_other_layout_version_is_refused_naming_found_and_wanted(name, kind,
     open_it, close, remove, segment = _made(kind, name)
     path = support.segment_path(segment)
     try:
-        support.patch_identity(path, support.field("layout_version")[0], found.to_bytes(4, "little"))
+        support.patch_identity(
+            path, support.field("layout_version")[0], found.to_bytes(4, "little")
+        )
         with pytest.raises(shmstream.LayoutVersionError) as info:
             open_it()
         assert isinstance(info.value, shmstream.CorruptStreamError)
@@ -418,7 +420,9 @@ def test_any_other_layout_version_is_refused_naming_found_and_wanted(name, kind,
         with pytest.raises(shmstream.LayoutVersionError):
             shmstream.stat(segment)
     finally:
-        support.patch_identity(path, support.field("layout_version")[0], wanted.to_bytes(4, "little"))
+        support.patch_identity(
+            path, support.field("layout_version")[0], wanted.to_bytes(4, "little")
+        )
         close()
         remove()
 

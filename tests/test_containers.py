@@ -9,7 +9,8 @@ seen as dead from the other namespace, a live end is never taken over
 from there although both ends are pid 1. A fork child's inherited handle
 does not keep its dead parent's end alive. A shared array (no word judged
 by pid) opens too. Streams (locked by lease) are tested in
-test_containers_streams.py, loader pools in test_containers_loader.py. Skipped where ``unshare --pid`` is not permitted."""
+test_containers_streams.py, loader pools in test_containers_loader.py.
+Skipped where ``unshare --pid`` is not permitted."""
 
 from __future__ import annotations
 
@@ -329,7 +330,7 @@ C_LEASE_PROGRAM = r"""
 static int producer_alive(ss_channel *ch) {
   ss_ring_words w;
   ss_ring_words_get(ss_channel_segment(ch), &w);
-  return w.leases ? w.producer.alive : -1;
+  return w.producer.alive;
 }
 
 int main(int argc, char **argv) {

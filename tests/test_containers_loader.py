@@ -132,5 +132,3 @@ def test_stat_and_purge_from_a_third_namespace_remove_a_pool_only_when_abandoned
             shmstream.stat(root)
     finally:
         _remove_pool(token)
-
-

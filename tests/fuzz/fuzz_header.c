@@ -26,7 +26,7 @@ static void check_accepted(const ss_header *h, uint64_t file_bytes) {
   if (id->kind == SS_KIND_CHANNEL) FZ_CHECK(id->layout_version == SS_LAYOUT_VERSION_CHANNEL);
   if (id->kind == SS_KIND_ARRAY)
     FZ_CHECK(id->layout_version == (id->flags & SS_FLAG_LOADER_POOL ? SS_LAYOUT_VERSION_LOADER_POOL
-                                                                     : SS_LAYOUT_VERSION_ARRAY));
+                                                                    : SS_LAYOUT_VERSION_ARRAY));
   if (id->history) {
     FZ_CHECK(id->kind == SS_KIND_STREAM && !(id->flags & SS_FLAG_GPU));
     FZ_CHECK(id->slot_count == id->history + 1);
