@@ -30,7 +30,8 @@ namespace nb = nanobind;
 // Blocking calls come back to Python this often to honour Ctrl-C.
 constexpr int64_t kSignalCheckNs = 100'000'000;
 
-[[noreturn]] inline void raise(PyObject *type, const std::string &msg) {
+// Raise `type` with `msg`. Not named raise: that is libc's raise(), a signal.
+[[noreturn]] inline void raise_error(PyObject *type, const std::string &msg) {
   PyErr_SetString(type, msg.c_str());
   throw nb::python_error();
 }
@@ -427,12 +428,12 @@ inline std::string fill(const char *text, const ErrorContext &c) {
     std::string msg = fill(r.text, c);
     if (r.how == Raise::OsPath) raise_os_path(rc, c.name);
     if (r.how == Raise::OsWhat) raise_os_sentence(rc == SS_EBUSY ? EAGAIN : rc, msg);
-    raise(*r.type, msg);
+    raise_error(*r.type, msg);
   }
   if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
   // A status without a row: the core's one sentence for it (ss_strerror).
-  raise(g_error, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed: " + ss_strerror(rc) +
-                     " (status " + std::to_string(rc) + ")");
+  raise_error(g_error, std::string(c.op) + " " + c.kind + " '" + c.name +
+                           "' failed: " + ss_strerror(rc) + " (status " + std::to_string(rc) + ")");
 }
 
 // An explicit count the core refused (ss_publish_count_check: ERANGE above
@@ -441,11 +442,11 @@ inline std::string fill(const char *text, const ErrorContext &c) {
 [[noreturn]] inline void raise_count(int rc, uint64_t count, uint64_t now,
                                      const std::string &name) {
   if (rc == ERANGE)
-    raise(g_value, "count must be in [1, 2**63), got " + std::to_string(count) +
-                       ": the count must still grow after it");
+    raise_error(g_value, "count must be in [1, 2**63), got " + std::to_string(count) +
+                             ": the count must still grow after it");
   if (rc == EINVAL)
-    raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name +
-                       "' (" + std::to_string(now) + "): a mirror's counts only grow");
+    raise_error(g_value, "count " + std::to_string(count) + " does not exceed the count of '" +
+                             name + "' (" + std::to_string(now) + "): a mirror's counts only grow");
   raise_os(rc, "write '" + name + "'");
 }
 
@@ -482,12 +483,13 @@ inline int64_t to_ns(nb::handle timeout, const char *what = "timeout") {
     }
   }
   if (!real)
-    raise(g_type, std::string(what) +
-                      " must be a number of seconds, math.inf or None, "
-                      "not " +
-                      Py_TYPE(o)->tp_name);
+    raise_error(g_type, std::string(what) +
+                            " must be a number of seconds, math.inf or None, "
+                            "not " +
+                            Py_TYPE(o)->tp_name);
   if (std::isinf(t) && t > 0) return -1;
-  if (!(t >= 0)) raise(g_value, std::string(what) + " must be >= 0 seconds, math.inf or None");
+  if (!(t >= 0))
+    raise_error(g_value, std::string(what) + " must be >= 0 seconds, math.inf or None");
   double ns = t * 1e9;
   return ns >= 9.2e18 ? -1 : (int64_t)ns;
 }

@@ -45,15 +45,15 @@ NB_MODULE(_channel, m) {
     // memoryview of the whole tensor that keeps it alive, or None when it
     // is not C-contiguous.
         if (a.device_type() != nb::device::cpu::value)
-          raise(g_value,
-                "send takes tensors in CPU memory; copy a device tensor to the host first "
-                "(e.g. t.cpu())");
+          raise_error(g_value,
+                      "send takes tensors in CPU memory; copy a device tensor to the host first "
+                      "(e.g. t.cpu())");
         std::string text = dl_text(a.dtype());
         if (text.empty())
-          raise(g_value, "a tensor of DLPack dtype (code " + std::to_string(a.dtype().code) + ", " +
-                             std::to_string(a.dtype().bits) + " bits, " +
-                             std::to_string(a.dtype().lanes) +
-                             " lanes) cannot be sent: its elements are not whole bytes");
+          raise_error(g_value, "a tensor of DLPack dtype (code " + std::to_string(a.dtype().code) +
+                                   ", " + std::to_string(a.dtype().bits) + " bits, " +
+                                   std::to_string(a.dtype().lanes) +
+                                   " lanes) cannot be sent: its elements are not whole bytes");
         nb::list shape;
         bool contiguous = true;  // C order (a dim of 1 any stride; no elements: any)
         int64_t step = 1;
@@ -271,14 +271,14 @@ NB_MODULE(_channel, m) {
           [](Channel &c, int role) {
             // (pid, state, attaches, takeovers, alive, pidns_ino) of one end, for stat and tests.
             if (!ss_segment_mapped(ss_channel_segment(c.ch)))
-              raise(g_handle_closed, "channel is closed");
+              raise_error(g_handle_closed, "channel is closed");
             return end_info(ring_words(c), role);
           },
           "role"_a)
       .def("peer_status",
            [](Channel &c) {
              // 0 ok, or the negative status (dead / closed), and the peer's pid.
-             if (!c.attached()) raise(g_handle_closed, "channel is closed");
+             if (!c.attached()) raise_error(g_handle_closed, "channel is closed");
              int32_t pid = 0;
              int rc = ss_channel_peer_status(c.ch, &pid);
              return nb::make_tuple(rc, pid);
@@ -304,7 +304,7 @@ NB_MODULE(_channel, m) {
       .def(
           "commit",
           [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
-            if (!ss_channel_tx_open(c.ch)) raise(g_loan, "no zero-copy send is open");
+            if (!ss_channel_tx_open(c.ch)) raise_error(g_loan, "no zero-copy send is open");
             ss_channel_commit_tx(c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
           },
           "nbytes"_a, "type_id"_a = 0, "array"_a = false)

@@ -186,13 +186,14 @@ int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t siz
 }
 
 [[noreturn]] void raise_layout(int why, size_t size) {
-  if (why == 1) raise(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
-  raise(g_corrupt,
-        "a received array message is corrupt: its shape and dtype describe "
-        "another size than its " +
-            std::to_string(size) +
-            " payload bytes; "
-            "the producer wrote a bad record");
+  if (why == 1)
+    raise_error(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
+  raise_error(g_corrupt,
+              "a received array message is corrupt: its shape and dtype describe "
+              "another size than its " +
+                  std::to_string(size) +
+                  " payload bytes; "
+                  "the producer wrote a bad record");
 }
 
 // A DLPack capsule of a message's bytes, pinned by `pin`.
@@ -224,9 +225,9 @@ struct RxMessage {
 
   void check() const {
     if (!pin.is_valid() || pin.is_none())
-      raise(g_handle_closed,
-            "this zero-copy message was released at the end of its 'with' "
-            "block; keep what you need (np.array(msg) copies) inside the block");
+      raise_error(g_handle_closed,
+                  "this zero-copy message was released at the end of its 'with' "
+                  "block; keep what you need (np.array(msg) copies) inside the block");
   }
   nb::object bytes_view() const {
     check();
@@ -297,25 +298,27 @@ class Channel {
   bool attached() const { return ss_channel_attached(ch) != 0; }
   void check_open(const char *what) const {
     if (!attached())
-      raise(g_handle_closed, std::string(what) + " on channel '" + name_ +
-                                 "', which is closed; attach again with shmstream.open_channel('" +
-                                 name_ + "')");
+      raise_error(g_handle_closed,
+                  std::string(what) + " on channel '" + name_ +
+                      "', which is closed; attach again with shmstream.open_channel('" + name_ +
+                      "')");
   }
   bool producer() const { return ss_channel_role(ch) == SS_ROLE_PRODUCER; }
 
   // A send while this end's zero-copy send is open: the loan's state, not
   // the end's role, is wrong (LoanStateError).
   [[noreturn]] void raise_loan_open(const char *op) const {
-    raise(g_loan, std::string(op) + " on channel '" + name_ +
-                      "': a zero-copy send on it is already open; end its 'with "
-                      "send_zero_copy(...)' block first");
+    raise_error(g_loan, std::string(op) + " on channel '" + name_ +
+                            "': a zero-copy send on it is already open; end its 'with "
+                            "send_zero_copy(...)' block first");
   }
 
   // What every send checks first: an open producer end with no zero-copy
   // send in progress.
   void check_sender(const char *op) {
     check_open(op);
-    if (!producer()) raise(g_role, std::string(op) + " on the consumer end of '" + name_ + "'");
+    if (!producer())
+      raise_error(g_role, std::string(op) + " on the consumer end of '" + name_ + "'");
     if (ss_channel_tx_open(ch)) raise_loan_open(op);
   }
 
@@ -372,17 +375,17 @@ class Channel {
 
   void check_size(size_t size, size_t meta_len) {
     if (meta_len > SS_MSG_MAX_META)
-      raise(g_value, "array description of " + std::to_string(meta_len) +
-                         " bytes is too long for a message header");
+      raise_error(g_value, "array description of " + std::to_string(meta_len) +
+                               " bytes is too long for a message header");
     uint64_t max = ss_channel_max_message(ch, (uint32_t)meta_len);
     if (size > max)
-      raise(g_value, "message of " + std::to_string(size) +
-                         " bytes is larger than the "
-                         "ring of '" +
-                         name_ + "' can hold (at most " + std::to_string(max) +
-                         " bytes per message with capacity " +
-                         std::to_string(ss_channel_capacity(ch)) +
-                         "); create the channel with a larger capacity");
+      raise_error(g_value, "message of " + std::to_string(size) +
+                               " bytes is larger than the "
+                               "ring of '" +
+                               name_ + "' can hold (at most " + std::to_string(max) +
+                               " bytes per message with capacity " +
+                               std::to_string(ss_channel_capacity(ch)) +
+                               "); create the channel with a larger capacity");
   }
 
   void send_one(const void *src, size_t n, const char *meta, size_t meta_len, uint32_t type_id,
@@ -477,7 +480,8 @@ class Channel {
 
   void check_consumer(const char *what) {
     check_open(what);
-    if (producer()) raise(g_role, std::string(what) + " on the producer end of '" + name_ + "'");
+    if (producer())
+      raise_error(g_role, std::string(what) + " on the producer end of '" + name_ + "'");
   }
 
   // After copying a message out: release it now unless views pin earlier ones.

@@ -113,7 +113,7 @@ NB_MODULE(_native, m) {
       "segment_bytes",
       [](uint64_t payload, uint32_t slots, uint32_t history) {
         uint64_t n = ss_segment_bytes(payload, slots, history);
-        if (n == 0) raise(g_value, "a segment of that size cannot be addressed");
+        if (n == 0) raise_error(g_value, "a segment of that size cannot be addressed");
         return n;
       },
       nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
@@ -380,7 +380,7 @@ NB_MODULE(_native, m) {
       .def(
           "view_valid",
           [](Segment &s, uint32_t slot, uint64_t slot_seq) {
-            if (slot >= s.id().slot_count) raise(g_index, "no such slot");
+            if (slot >= s.id().slot_count) raise_error(g_index, "no such slot");
             ss_frame f{slot, slot_seq};
             bool valid = ss_view_valid(s.seg, &f);
             s.check_mapping("read_view");  // a shrunk file is not an overwrite
@@ -398,7 +398,7 @@ NB_MODULE(_native, m) {
           [](Segment &s, uint32_t slot) {
         // A writable byte view of one slot; it keeps this Segment (and so
         // the mapping) alive for as long as the view exists.
-            if (slot >= s.id().slot_count) raise(g_index, "no such slot");
+            if (slot >= s.id().slot_count) raise_error(g_index, "no such slot");
             nb::handle owner = nb::find(&s);
             size_t shape[1] = {s.payload_bytes()};
             return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(s.seg, slot), 1, shape,
@@ -449,7 +449,7 @@ NB_MODULE(_native, m) {
             auto *row = (const uint64_t *)b.view.buf;
             nb::list out;
             for (size_t i = 0; i < n; i++, row += 5) {
-              if (row[3] >= s.id().slot_count) raise(g_index, "no such slot");
+              if (row[3] >= s.id().slot_count) raise_error(g_index, "no such slot");
               ss_frame f{(uint32_t)row[3], row[4]};
               out.append((bool)ss_view_valid(s.seg, &f));
             }
