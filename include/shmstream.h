@@ -112,7 +112,7 @@ enum ss_status {
   /* who may open a segment (src/core/owner.c; docs/ABI.md, "Owner and PID namespace") */
   SS_EOWNER =
       -28, /* the file belongs to another uid, not allowed (ss_open_opts, SHMSTREAM_ALLOW_OWNERS) */
-  SS_EPIDNS = -29 /* a GPU stream's creator is in another PID namespace: its buffer cannot be mapped */
+  SS_EPIDNS = -29 /* a GPU stream's creator is in another PID namespace (its buffer) */
 };
 
 /* A sentence for a status code: an ss_status (0 included), or a positive
@@ -317,7 +317,7 @@ SS_STATIC_ASSERT(offsetof(ss_slot_record, write_time_ns) == 24, "ABI offset of r
 /* A mapped segment: an opaque handle, local to one process, never placed in
  * shared memory. ss_segment_new allocates one (closed); ss_segment_create,
  * _open or _peek fill it; ss_segment_close unmaps it, ss_segment_free
- * releases it. Its fields are the core's (src/core/shmstream_internal.h):
+ * releases it. Its fields are the core's (src/core/internal_api.h):
  * read them through the accessors below. */
 typedef struct ss_segment ss_segment;
 

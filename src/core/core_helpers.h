@@ -12,12 +12,12 @@
  *   wait.c         waiting for a publication, read_new   (futex, publish, stream_lock, snapshot)
  *   history.c      reading every frame of a history      (publish, snapshot, wait)
  */
-#ifndef SS_INTERNAL_H
-#define SS_INTERNAL_H
+#ifndef SS_CORE_HELPERS_H
+#define SS_CORE_HELPERS_H
 
 #include <string.h>
 
-#include "shmstream_internal.h"
+#include "internal_api.h"
 
 #define SS_NS_PER_S 1000000000LL
 

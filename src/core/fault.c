@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* The one list of crash points; docs/ABI.md's table names the same ones
  * (a test compares them). */

@@ -14,7 +14,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 #define SS_LOCK_WAITERS (1ull << 63)
 /* How long a waiter sleeps before it tests the holder's lease again: the

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 #define SS_ALLOW_OWNERS_ENV "SHMSTREAM_ALLOW_OWNERS"
 

@@ -11,7 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* Reads /proc/<pid>/stat: state letter and starttime (field 22). */
 static int proc_stat(int32_t pid, char *state, uint64_t *ticks) {
@@ -99,4 +99,3 @@ uint64_t ss_self_start_ticks(void) {
   }
   return t;
 }
-

@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* The documented offsets (docs/ABI.md); a change here is a layout bump. */
 static_assert(offsetof(ss_header, kind_area) == SS_RING_CONTROL_OFFSET, "ring control offset");

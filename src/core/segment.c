@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* How long open() waits for a creator that has made the file but not yet
  * stored the magic. Creation takes microseconds; this is generous. */

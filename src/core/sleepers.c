@@ -6,7 +6,7 @@
  * FUTEX_WAKE woke nobody, checks the owners of the set bits and clears the
  * dead ones, so writes go back to making no syscall. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "core_helpers.h"
 
 /* A slot holds the sleeper handle's lease (docs/ABI.md, "Stream lock by
  * lease"), judged by l2, so sleepers in another PID namespace are judged
@@ -18,7 +18,7 @@ static int word_alive(const ss_segment *seg, uint64_t word) {
 }
 
 /* A heal checks /proc (or a lease) for each set bit: at most once per
- * SS_HEAL_INTERVAL_NS (src/core/internal.h) per handle. */
+ * SS_HEAL_INTERVAL_NS (src/core/core_helpers.h) per handle. */
 
 /* Clear slot i if its owner word is still `word` (dead): the bit first
  * (z3), then the word (z4), as a reader that leaves. */

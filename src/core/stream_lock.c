@@ -5,7 +5,7 @@
 #define _GNU_SOURCE
 #include <sched.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* A writer that never pauses would win the lock back every time (it is not
  * fair), starving a reader that fell back to it. Writers therefore step
