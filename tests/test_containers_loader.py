@@ -62,14 +62,14 @@ def test_a_worker_in_another_namespace_is_judged_by_its_lease_and_its_slot_recla
         k, fresh = (int(v) for v in w.expect("took").split())
         assert fresh == 1
         line = _line(pool, k)
-        assert line[lp._STATE] == lp.FILLING and line[lp._PID] == 1  # pid 1 there: humans only
+        assert line[lp.STATE] == lp.FILLING and line[lp.PID] == 1  # pid 1 there: humans only
         # Alive in its namespace (its pid, 1, is this namespace's init too):
         # its lease is held, so its slot stays FILLING.
         pool.reclaim_dead()
-        assert _line(pool, k)[lp._STATE] == lp.FILLING
+        assert _line(pool, k)[lp.STATE] == lp.FILLING
         w.kill()
         pool.reclaim_dead()  # its lease is gone: the complete slot is FREE again
-        assert _line(pool, k)[lp._STATE] == lp.FREE
+        assert _line(pool, k)[lp.STATE] == lp.FREE
         client = lp.PoolClient(pool.token, pool.instance_id)
         again = client.take(1000)
         assert not isinstance(again, str) and again.k == k and not again.fresh
@@ -96,7 +96,7 @@ def test_a_worker_killed_holding_the_pool_lock_in_another_namespace_is_taken_ove
         assert pool.table.seg.lock(timeout=support.WAIT) is True
         pool.table.seg.unlock()
         pool.reclaim_dead()
-        assert _line(pool, k)[lp._STATE] == lp.FREE
+        assert _line(pool, k)[lp.STATE] == lp.FREE
     finally:
         pool.destroy()
 
