@@ -316,8 +316,7 @@ inline const StatusRow kStatusTable[] = {
      Raise::OsWhat},
     {ENOENT, "channel", nullptr, nullptr,
      "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
-    {EINVAL, "channel", "create", &g_value,
-     "capacity must be a power of two from 4096 to 2**40 bytes"},
+    {EINVAL, "channel", "create", &g_value, "capacity must be a power of two from $detail bytes"},
     // the core's limits of a segment header; shmstream.create checks each
     // first and names the argument, so only a direct caller meets this one
     {EINVAL, nullptr, "create", &g_value,

@@ -662,11 +662,20 @@ ss_ring_words ring_words(const Channel &c) {
   return w;
 }
 
+// The capacities a ring may have, from the core's limits (one copy:
+// include/shmstream_channel.h): "4096 to 2**40".
+inline std::string capacity_rule() {
+  int max_log2 = 0;
+  while ((1ull << (max_log2 + 1)) <= SS_CHANNEL_MAX_CAPACITY) max_log2++;
+  return std::to_string(SS_CHANNEL_MIN_CAPACITY) + " to 2**" + std::to_string(max_log2);
+}
+
 void check_create_rc(Channel *c, int rc, const std::string &name, bool creating) {
   if (rc == SS_OK) return;
-  std::string detail = rc == SS_ENAME       ? name_rule()
-                       : rc == SS_EATTACHED ? (creating ? "end" : "end of that role")
-                                            : ssb::open_detail(rc, ss_channel_segment(c->ch));
+  std::string detail = rc == SS_ENAME             ? name_rule()
+                       : rc == SS_EATTACHED       ? (creating ? "end" : "end of that role")
+                       : rc == EINVAL && creating ? capacity_rule()
+                                                  : ssb::open_detail(rc, ss_channel_segment(c->ch));
   delete c;
   ssb::raise_status(rc, {"channel", name, creating ? "create" : "open", "", detail});
 }
