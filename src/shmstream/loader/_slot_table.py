@@ -66,7 +66,7 @@ class SlotTable:
     def locked(self) -> Iterator[np.ndarray]:
         # SYNC POINT pool-lock: every change of the table, and each hand-over
         # of a slot's bytes (FILLING -> HELD -> FREE -> FILLING), happens under
-        # the root's lock (by lease, layout 5); it orders one side's writes
+        # the root's lock (by lease); it orders one side's writes
         # of the bytes before the other side's reads.
         if self.seg.lock():
             self._repair()  # the previous holder died, maybe mid-update
