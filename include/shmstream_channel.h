@@ -179,6 +179,25 @@ SS_API void ss_channel_skip_rx(ss_channel *ch);
 /* Release everything before ring position `upto` (<= the read cursor). */
 SS_API void ss_channel_release_rx(ss_channel *ch, uint64_t upto);
 
+/* ---- array metadata (src/core/msg_meta.c; docs/ABI.md, "Channels") ------ */
+
+/* An array message's metadata: u32 ndim, u32 dtype_len, u64 shape[ndim],
+ * then the dtype text, little-endian. Encoded and parsed here once, for
+ * the bindings, the bridge and C programs. */
+typedef struct ss_msg_meta {
+  uint32_t ndim;               /* 0..SS_MAX_NDIM */
+  uint32_t dtype_len;          /* bytes of dtype */
+  uint64_t shape[SS_MAX_NDIM]; /* entries past ndim are 0 */
+  const char *dtype;           /* the dtype text, inside the parsed bytes (no NUL) */
+} ss_msg_meta;
+/* Write m's metadata into out (cap bytes); the bytes written, or 0 if
+ * ndim > SS_MAX_NDIM, or it would exceed SS_MSG_MAX_META or cap. */
+SS_API size_t ss_msg_meta_encode(const ss_msg_meta *m, void *out, size_t cap);
+/* Parse len bytes of metadata (another process wrote them: input) into
+ * out, whose dtype points into meta. SS_OK, or SS_ECORRUPT if ndim >
+ * SS_MAX_NDIM or the shape and text do not fit in len. */
+SS_API int ss_msg_meta_parse(const void *meta, size_t len, ss_msg_meta *out);
+
 /* ---- both ends -------------------------------------------------------------- */
 
 /* The other end: SS_OK (attached and alive, or never attached yet),

@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -80,6 +81,38 @@ NB_MODULE(_channel, m) {
       },
       "text"_a, nb::sig("def dlpack_dtype(text: str) -> tuple[int, int] | None"),
       "(code, bits) of a 'dlpack:<code>:<bits>' dtype text, or None.");
+
+  // A message's array metadata, encoded and parsed by the core (one copy of
+  // the format: docs/ABI.md, "Channels").
+  m.def(
+      "encode_meta",
+      [](const std::string &dtype, const std::vector<uint64_t> &shape) -> nb::object {
+        ss_msg_meta meta{};
+        meta.ndim = (uint32_t)std::min<size_t>(shape.size(), SS_MAX_NDIM + 1);
+        if (meta.ndim > SS_MAX_NDIM) return nb::none();
+        for (uint32_t i = 0; i < meta.ndim; i++) meta.shape[i] = shape[i];
+        meta.dtype = dtype.data();
+        meta.dtype_len = (uint32_t)std::min<size_t>(dtype.size(), SS_MSG_MAX_META + 1);
+        char out[SS_MSG_MAX_META];
+        size_t n = ss_msg_meta_encode(&meta, out, sizeof out);
+        if (n == 0) return nb::none();
+        return nb::bytes(out, n);
+      },
+      "dtype"_a, "shape"_a,
+      nb::sig("def encode_meta(dtype: str, shape: tuple[int, ...]) -> bytes | None"),
+      "An array message's metadata for dtype text and shape; None if it does not fit "
+      "(more than MAX_NDIM dimensions, or more than MAX_META bytes).");
+  m.def(
+      "parse_meta",
+      [](nb::bytes meta) -> nb::object {
+        ss_msg_meta m;
+        if (ss_msg_meta_parse(meta.c_str(), meta.size(), &m) != SS_OK) return nb::none();
+        nb::list shape;
+        for (uint32_t i = 0; i < m.ndim; i++) shape.append(m.shape[i]);
+        return nb::make_tuple(nb::bytes(m.dtype, m.dtype_len), nb::tuple(shape));
+      },
+      "meta"_a, nb::sig("def parse_meta(meta: bytes) -> tuple[bytes, tuple[int, ...]] | None"),
+      "(dtype text bytes, shape) of an array message's metadata; None if malformed.");
 
   load_error_types();
   m.def("set_decoder", [](nb::handle decode) {

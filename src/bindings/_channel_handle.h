@@ -125,38 +125,12 @@ std::string dl_text(nb::dlpack::dtype dt) {
   return std::string(kDLTextPrefix) + std::to_string(dt.code) + ":" + std::to_string(dt.bits);
 }
 
-// Array metadata (docs/ABI.md): u32 ndim, u32 dtype_len, u64 shape[ndim],
-// dtype text. Returns false if it is malformed.
-struct ArrayMeta {
-  uint32_t ndim = 0;
-  size_t shape[SS_MAX_NDIM]{};
-  const char *dtype = nullptr;
-  uint32_t dtype_len = 0;
-};
-
-bool parse_meta(const uint8_t *m, uint32_t len, ArrayMeta *out) {
-  if (len < 8) return false;
-  uint32_t ndim, dlen;
-  std::memcpy(&ndim, m, 4);
-  std::memcpy(&dlen, m + 4, 4);
-  if (ndim > SS_MAX_NDIM || 8ull + 8ull * ndim + dlen > len) return false;
-  out->ndim = ndim;
-  for (uint32_t i = 0; i < ndim; i++) {
-    uint64_t d;
-    std::memcpy(&d, m + 8 + 8 * i, 8);
-    out->shape[i] = (size_t)d;
-  }
-  out->dtype = (const char *)m + 8 + 8 * ndim;
-  out->dtype_len = dlen;
-  return true;
-}
-
 // Bytes the shape and item size describe equal the payload's, without
 // overflow: a view built from the metadata stays inside the record.
-bool meta_fits(const ArrayMeta &am, size_t itemsize, size_t size) {
-  size_t n = itemsize;
+bool meta_fits(const ss_msg_meta &am, size_t itemsize, size_t size) {
+  uint64_t n = itemsize;
   for (uint32_t i = 0; i < am.ndim; i++) {
-    if (am.shape[i] && n > SIZE_MAX / am.shape[i]) return false;
+    if (am.shape[i] && n > UINT64_MAX / am.shape[i]) return false;
     n *= am.shape[i];
   }
   return n == size;
@@ -175,10 +149,11 @@ struct DLLayout {
 int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t size, DLLayout *out) {
   out->shape[0] = size;
   if (!(flags & SS_MSG_ARRAY)) return 0;
-  ArrayMeta am;
-  if (!parse_meta(meta, meta_len, &am) || !dl_dtype(am.dtype, am.dtype_len, &out->dt, &out->numpy))
+  ss_msg_meta am;
+  if (ss_msg_meta_parse(meta, meta_len, &am) != SS_OK ||
+      !dl_dtype(am.dtype, am.dtype_len, &out->dt, &out->numpy))
     return 1;
-  for (uint32_t i = 0; i < am.ndim; i++) out->shape[i] = am.shape[i];
+  for (uint32_t i = 0; i < am.ndim; i++) out->shape[i] = (size_t)am.shape[i];
   out->ndim = (int32_t)am.ndim;
   // The metadata is the producer's word: a shape that claims more bytes
   // than the record carries would make a view past it (fuzz_py_recv finding).
