@@ -179,6 +179,27 @@ SS_API void ss_channel_skip_rx(ss_channel *ch);
 /* Release everything before ring position `upto` (<= the read cursor). */
 SS_API void ss_channel_release_rx(ss_channel *ch, uint64_t upto);
 
+/* Messages released out of order (src/core/rx_holds.c): a consumer that
+ * keeps several zero-copy messages gives each back when it is done with
+ * it, and the ring is freed in order, over the longest prefix of records
+ * no one holds (docs/ABI.md, "Consume"). One thread at a time per handle,
+ * as every consumer call.
+ * hold_rx: move past the acquired message, holding its bytes (and every
+ *   later message's) until ss_channel_unhold_rx(ch, msg.end); SS_OK or
+ *   ENOMEM (then the message is released at once).
+ * done_rx: everything read up to the read cursor (skipped messages, a
+ *   copied one) is done: released now if nothing earlier is held, else when
+ *   the holds before it end.
+ * unhold_rx: the message that ends at `end` is done. The tail is published
+ *   when nothing is held any more, or an eighth of the ring is free to give
+ *   back: not once per message, as each publication may wake the producer.
+ * flush_rx: publish now every byte the holds gave back (before a wait,
+ *   at close). */
+SS_API int ss_channel_hold_rx(ss_channel *ch);
+SS_API void ss_channel_done_rx(ss_channel *ch);
+SS_API void ss_channel_unhold_rx(ss_channel *ch, uint64_t end);
+SS_API void ss_channel_flush_rx(ss_channel *ch);
+
 /* ---- array metadata (src/core/msg_meta.c; docs/ABI.md, "Channels") ------ */
 
 /* An array message's metadata: u32 ndim, u32 dtype_len, u64 shape[ndim],

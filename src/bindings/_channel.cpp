@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -298,7 +297,6 @@ NB_MODULE(_channel, m) {
       .def_prop_ro("head", [](Channel &c) { return ring_words(c).head; })
       .def_prop_ro("tail", [](Channel &c) { return ring_words(c).tail; })
       .def_prop_ro("pending", [](Channel &c) { return ss_channel_pending(c.ch); })
-      .def_prop_ro("pinned", [](Channel &c) { return c.pins.size(); })
       .def(
           "end_info",
           [](Channel &c, int role) {

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -255,9 +254,6 @@ class Channel {
  public:
   ss_channel *ch = new_handle();  // the C API's opaque handle
   std::string name_;
-  // Records read but not yet released, in ring order: (end, released).
-  std::deque<std::pair<uint64_t, bool>> pins;
-  uint64_t unreleased = 0;  // freed by views but not yet published as tail
 
   Channel() = default;
   Channel(const Channel &) = delete;
@@ -459,13 +455,11 @@ class Channel {
       raise_error(g_role, std::string(what) + " on the producer end of '" + name_ + "'");
   }
 
-  // After copying a message out: release it now unless views pin earlier ones.
+  // After copying a message out: released now unless views pin earlier
+  // ones (the core's rule: ss_channel_done_rx).
   void done_copied() {
     ss_channel_skip_rx(ch);
-    if (pins.empty())
-      ss_channel_release_rx(ch, ss_channel_rx_cursor(ch));
-    else
-      pins.emplace_back(ss_channel_rx_cursor(ch), true);
+    ss_channel_done_rx(ch);
   }
 
   static nb::object copy_out(const ss_msg &m, nb::object *meta) {
@@ -526,16 +520,17 @@ class Channel {
       ss_channel_skip_rx(ch);
       if (out.size() >= max || ss_channel_acquire_rx(ch, 0, &m) != SS_OK) break;
     }
-    if (pins.empty())
-      ss_channel_release_rx(ch, ss_channel_rx_cursor(ch));
-    else
-      pins.emplace_back(ss_channel_rx_cursor(ch), true);
+    ss_channel_done_rx(ch);  // the batch at once: one tail publication
     return out;
   }
 
+  // Move past m, holding its bytes until its Pin is gone (ss_channel_hold_rx).
+  void hold(const ss_msg &m) {
+    if (ss_channel_hold_rx(ch) != SS_OK) throw std::bad_alloc();  // released: no view
+  }
+
   RxMessage pinned(const ss_msg &m) {
-    ss_channel_skip_rx(ch);
-    pins.emplace_back(m.end, false);
+    hold(m);
     Pin *p = new Pin{nb::borrow(nb::find(this)), this, m.end};
     RxMessage r;
     r.pin = nb::cast(p, nb::rv_policy::take_ownership);
@@ -577,8 +572,7 @@ class Channel {
         if (out.size() == 0) raise_layout(why, m.size);
         break;
       }
-      ss_channel_skip_rx(ch);
-      pins.emplace_back(m.end, false);
+      hold(m);
       nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end},
                                 nb::rv_policy::take_ownership);
       out.append(dl_message(m.data, l, pin, false));
@@ -587,27 +581,10 @@ class Channel {
     return out;
   }
 
-  // A pin died: release the longest prefix of records nobody refers to.
-  void unpin(uint64_t end) {
-    for (auto &p : pins)
-      if (p.first == end && !p.second) {
-        p.second = true;
-        break;
-      }
-    while (!pins.empty() && pins.front().second) {
-      unreleased = pins.front().first;
-      pins.pop_front();
-    }
-    // Publish the tail when nothing is pinned any more or an eighth of the
-    // ring is free to give back: not once per view (each publish may wake
-    // the producer), and always before this end waits (flush_release).
-    if (pins.empty() || unreleased - ss_channel_rx_released(ch) >= ss_channel_capacity(ch) / 8)
-      flush_release();
-  }
+  // A pin died: the core releases the longest prefix nobody holds.
+  void unpin(uint64_t end) { ss_channel_unhold_rx(ch, end); }
 
-  void flush_release() {
-    if (unreleased > ss_channel_rx_released(ch)) ss_channel_release_rx(ch, unreleased);
-  }
+  void flush_release() { ss_channel_flush_rx(ch); }
 
   void close() {
     if (ss_channel_role(ch) == SS_ROLE_CONSUMER) flush_release();

@@ -395,6 +395,10 @@ void ss_channel_detach(ss_channel *ch) {
 
 void ss_channel_close(ss_channel *ch) {
   ss_channel_detach(ch);
+  /* The zero-copy holds (rx_holds.c) name bytes of the ring unmapped now. */
+  free(ch->holds);
+  ch->holds = NULL;
+  ch->holds_cap = ch->holds_first = ch->holds_n = 0;
   ss_segment_close(&ch->seg);
   ch->ctl = NULL;
   ch->ring = NULL;
