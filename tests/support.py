@@ -357,3 +357,15 @@ def compile_c(
     if proc.returncode != 0:
         raise AssertionError(f"compiling {sources} failed:\n{proc.stderr}")
     return out
+
+
+def run_c_program(tmp_path: Any, source: str, *args: str) -> list[str]:
+    """Compile ``source``, a C program using the core, in ``tmp_path`` and
+    run it with ``args``; its standard output, line by line (a non-zero
+    exit fails)."""
+    src = os.path.join(str(tmp_path), "program.c")
+    with open(src, "w") as f:
+        f.write(source)
+    exe = compile_c(os.path.join(str(tmp_path), "program"), [src])
+    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=WAIT, check=True)
+    return proc.stdout.splitlines()

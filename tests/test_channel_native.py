@@ -190,12 +190,7 @@ def test_the_core_frees_the_ring_over_the_prefix_of_messages_no_one_holds(name, 
     # order free nothing until every earlier one is given back; the tail is
     # published in batches (flush_rx publishes what is given back); a copied
     # message after a held one waits for it.
-    src = tmp_path / "holds.c"
-    src.write_text(C_HOLDS_PROGRAM)
-    exe = support.compile_c(str(tmp_path / "holds"), [str(src)])
-    out = subprocess.run(
-        [exe, name], capture_output=True, text=True, timeout=support.WAIT, check=True
-    ).stdout.splitlines()
+    out = support.run_c_program(tmp_path, C_HOLDS_PROGRAM, name)
     assert out == [
         "held 128 256 384",
         "second given back: tail 0",

@@ -373,14 +373,7 @@ int main(int argc, char **argv) {
 
 
 def test_the_c_api_judges_channel_ends_by_lease(chan, tmp_path):
-    import subprocess
-
-    src = tmp_path / "lease.c"
-    src.write_text(C_LEASE_PROGRAM)
-    exe = support.compile_c(str(tmp_path / "lease"), [str(src)])
-    out = subprocess.run(
-        [exe, chan], capture_output=True, text=True, timeout=support.WAIT, check=True
-    ).stdout.splitlines()
+    out = support.run_c_program(tmp_path, C_LEASE_PROGRAM, chan)
     assert out == [
         f"create 0 version {_native.LAYOUT_VERSION_CHANNEL}",
         "open 0",
