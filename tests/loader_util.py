@@ -49,7 +49,7 @@ def slot_backed(t: torch.Tensor) -> bool:
 def states(loader) -> list[int]:
     table = loader._shm_pool.table
     with table.locked():
-        return [int(table.line(k)[lp._STATE]) for k in range(table.nslots)]
+        return [int(table.line(k)[lp.STATE]) for k in range(table.nslots)]
 
 
 def list_of_samples(samples):

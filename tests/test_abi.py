@@ -59,12 +59,6 @@ def test_abi_md_documents_every_compiled_header_field_at_its_offset_and_size():
         f: {"doc": documented[f], "code": compiled[f]}
         for f in compiled
         if documented[f] != compiled[f]
-        # the mutex is documented with its reserved size (48: arm64 glibc)
-        and not (
-            f == "mutex"
-            and documented[f][0] == compiled[f][0]
-            and documented[f][1] >= compiled[f][1]
-        )
     }
     assert not wrong, f"docs/ABI.md disagrees with the compiled layout: {wrong}"
 
@@ -86,7 +80,7 @@ def test_documented_fields_do_not_overlap_and_fit_in_the_4096_byte_header():
 def test_control_words_sit_on_their_own_cache_lines():
     layout = compiled_fields()
     lines = {
-        "lock": ["mutex", "owner_pid", "owner_tid", "acquisitions"],
+        "lock": ["lock_reserved", "owner_pid", "owner_tid", "acquisitions"],
         "publish": [
             "seq",
             "count",
@@ -203,10 +197,10 @@ def test_raw_header_bytes_match_the_documented_layout(live):
         raw = f.read()
     assert raw[0:8] == b"SHMSTRM1"
     assert u(raw, "magic") == 0x314D5254534D4853
-    # a CPU stream made by this build is locked by lease (docs/ABI.md, "Stream lock by lease")
-    assert u(raw, "layout_version") == 4 == _native.LAYOUT_VERSION_STREAM_LEASES
+    # a stream is locked by lease (docs/ABI.md, "Stream lock by lease")
+    assert u(raw, "layout_version") == 4 == _native.LAYOUT_VERSION_STREAM
     assert 2**62 <= u(raw, "creator_lease") <= 2**63 - 2
-    assert u(raw, "lock_lease") == 0  # free; the robust mutex's bytes stay zero
+    assert u(raw, "lock_lease") == 0  # free; the reserved bytes before it stay zero
     assert raw[2048:2096] == bytes(48)
     assert u(raw, "kind") == _native.KIND_STREAM == 1
     assert u(raw, "header_bytes") == 4096
@@ -282,7 +276,7 @@ def test_an_aborted_write_view_is_recorded_in_state_and_aborted(live):
     assert support.read_u(path, *compiled_fields()["state"]) == _native.STATE_VALID == 0
 
 
-# ---- history streams: the version-2 layout ---------------------------------------------
+# ---- history streams: slot records after the slots ---------------------------------------
 
 
 def documented_record_fields() -> dict[str, tuple[int, int]]:
@@ -310,8 +304,7 @@ def test_a_history_segment_is_version_4_with_its_records_after_the_slots(name):
         path = support.segment_path(name)
         with open(path, "rb") as f:
             raw = f.read()
-        # version 2 is an older build's history stream; this build's locks by lease
-        assert u(raw, "layout_version") == 4 == _native.LAYOUT_VERSION_STREAM_LEASES
+        assert u(raw, "layout_version") == 4 == _native.LAYOUT_VERSION_STREAM
         assert u(raw, "history") == 6 and u(raw, "slot_count") == 7
         stride = u(raw, "slot_stride")
         table = 4096 + 7 * stride
@@ -329,7 +322,6 @@ def test_a_history_segment_is_version_4_with_its_records_after_the_slots(name):
             held[count] = i
         # the seven newest publications, the newest in the published slot
         assert sorted(held) == list(range(3, 10)) and held[9] == u(raw, "slot")
-        # a build without history (layout version 1 only) would refuse it
         st = shmstream.stat(name)
         assert (st["history"], st["slots"]) == (6, 7)
     finally:
@@ -344,40 +336,105 @@ def test_a_stream_without_history_is_version_4_with_a_zero_history_field(live):
     assert len(raw) == 4096 + 4096 * _native.DEFAULT_SLOTS
 
 
-# ---- an older build's streams (layout 1 and 2) --------------------------------------------------
+# ---- one layout version per kind ------------------------------------------------------------
 
 
-def _hold_then_die(stream_name, held):
-    h = shmstream.open(stream_name)
-    with h.write_view(frame_id=99) as v:
-        v[...] = 99  # a whole frame written, never published
-        held.set()
-        os.kill(os.getpid(), 9)
+def _stream(name):
+    h = shmstream.create(name, shape=(3,), dtype=np.int64)
+    return lambda: shmstream.open(name), h.close, lambda: shmstream.unlink(name)
 
 
-@pytest.mark.parametrize("history", [0, 3])
-def test_an_older_builds_stream_is_still_locked_with_its_robust_mutex(name, spawn, ctx, history):
-    # docs/ABI.md, "Stream lock by lease", "Versions": this build reads and
-    # writes version 1 and 2 streams as before, and a holder's death hands
-    # their robust mutex over with EOWNERDEAD.
-    h0 = shmstream.create(name, shape=(3,), dtype=np.int64, history=history)
-    support.make_legacy_stream(name)
-    h = shmstream.open(name)
+def _history_stream(name):
+    h = shmstream.create(name, shape=(3,), dtype=np.int64, history=3)
+    return lambda: shmstream.open(name), h.close, lambda: shmstream.unlink(name)
+
+
+def _channel(name):
+    tx = shmstream.channel(name, 4096, role="producer")
+    return (
+        lambda: shmstream.open_channel(name),
+        tx.close,
+        lambda: shmstream.unlink_channel(name),
+    )
+
+
+def _array(name):
+    a = shmstream.share(np.arange(3), name)
+    return lambda: shmstream.SharedArray.open(name), lambda: None, a.close
+
+
+def _loader_pool(name):
+    from shmstream.loader import _loader_pool as lp
+
+    pool = lp.Pool(nslots=1, max_bytes=1 << 16)
+    assert pool.table is not None, pool.broken
+    root = lp.root_name(pool.token)
+    return lambda: lp.PoolClient(pool.token, pool.instance_id), lambda: None, pool.destroy, root
+
+
+KINDS = {
+    "stream": (_stream, _native.LAYOUT_VERSION_STREAM),
+    "history stream": (_history_stream, _native.LAYOUT_VERSION_STREAM),
+    "channel": (_channel, _native.LAYOUT_VERSION_CHANNEL),
+    "shared array": (_array, _native.LAYOUT_VERSION_ARRAY),
+    "loader pool": (_loader_pool, _native.LAYOUT_VERSION_LOADER_POOL),
+}
+
+
+def _made(kind, name):
+    made = KINDS[kind][0](name)
+    return (*made[:3], made[3] if len(made) > 3 else name)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_kind_is_made_with_its_one_layout_version(name, kind):
+    _open, close, remove, segment = _made(kind, name)
     try:
-        assert h._seg.layout_version == (2 if history else 1)
-        h.write([1, 1, 1], frame_id=1)
-        held = ctx.Event()
-        child = spawn(_hold_then_die, name, held)
-        assert held.wait(support.WAIT)
-        assert child.join() == -9
-        with pytest.raises(shmstream.InconsistentStreamError, match="exited"):
-            h.read(timeout=support.WAIT)
-        assert support.read_u(support.segment_path(name), *support.field("lock_lease")) == 0
-        h.write([2, 2, 2], frame_id=2)
-        assert h.read().tolist() == [2, 2, 2] and h.count == 2
-        if history:
-            batch = h.read_since(0)
-            assert list(batch.frame_ids) == [1, 2] and batch.frames[:, 0].tolist() == [1, 2]
+        path = support.segment_path(segment)
+        assert support.read_u(path, *support.field("layout_version")) == KINDS[kind][1]
     finally:
-        h.close()
-        h0.close()
+        close()
+        remove()
+
+
+@pytest.mark.parametrize(
+    "kind,found",
+    [(k, v) for k in sorted(KINDS) for v in (1, 2, 3, 4, 5, 99) if v != KINDS[k][1]],
+)
+def test_any_other_layout_version_is_refused_naming_found_and_wanted(name, kind, found):
+    # No compatibility for layouts that were never released: one version
+    # per kind (docs/ABI.md, "Layout versions"), every other refused.
+    wanted = KINDS[kind][1]
+    open_it, close, remove, segment = _made(kind, name)
+    path = support.segment_path(segment)
+    try:
+        support.patch_identity(
+            path, support.field("layout_version")[0], found.to_bytes(4, "little")
+        )
+        with pytest.raises(shmstream.LayoutVersionError) as info:
+            open_it()
+        assert isinstance(info.value, shmstream.CorruptStreamError)
+        assert f"layout version {found}; this shmstream version reads layout {wanted}" in str(
+            info.value
+        )
+        with pytest.raises(shmstream.LayoutVersionError):
+            shmstream.stat(segment)
+    finally:
+        support.patch_identity(
+            path, support.field("layout_version")[0], wanted.to_bytes(4, "little")
+        )
+        close()
+        remove()
+
+
+def test_the_lock_line_holds_no_platform_sized_word(live):
+    # The lock is the stream area's lease word: the first 48 bytes of the
+    # lock line are reserved zero, never a pthread_mutex_t (whose size
+    # differs between platforms).
+    h, _ = live
+    with h.locked():
+        with open(support.segment_path(h.name), "rb") as f:
+            raw = f.read(4096)
+        off, size = support.field("lock_reserved")
+        assert (off, size) == (2048, 48) and raw[off : off + size] == bytes(48)
+        assert u(raw, "lock_lease") != 0

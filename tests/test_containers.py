@@ -8,11 +8,9 @@ they work across namespaces: every message arrives, a SIGKILLed end is
 seen as dead from the other namespace, a live end is never taken over
 from there although both ends are pid 1. A fork child's inherited handle
 does not keep its dead parent's end alive. A shared array (no word judged
-by pid) opens too; streams made by an older build (layout 1 or 2) are
-still refused from another namespace, with an error naming their layout
-version. This build's streams (layout 4, locked by lease) are tested in
-test_containers_streams.py, its loader pools (layout 5) in
-test_containers_loader.py. Skipped where ``unshare --pid`` is not permitted."""
+by pid) opens too. Streams (locked by lease) are tested in
+test_containers_streams.py, loader pools in test_containers_loader.py.
+Skipped where ``unshare --pid`` is not permitted."""
 
 from __future__ import annotations
 
@@ -179,28 +177,6 @@ def test_a_fork_child_does_not_keep_its_dead_parents_end_alive(chan, ctx, spawn)
         rx.close()
 
 
-@pytest.mark.parametrize("history", [0, 3])
-def test_an_old_layout_stream_from_another_pid_namespace_is_refused_naming_its_version(
-    name, children, history
-):
-    h = shmstream.create(name, shape=(2,), dtype="int32", history=history)
-    support.make_legacy_stream(name)  # as an older build makes it: layout 1 or 2, pid words
-    try:
-        c = children(f"""
-            import shmstream
-            try:
-                shmstream.open({name!r})
-            except shmstream.PidNamespaceError as exc:
-                say("refused", str(exc).replace(chr(10), " "))
-        """)
-        msg = c.expect("refused")
-        assert f"layout version {2 if history else 1}" in msg
-        assert "--pid=container:" in msg
-        c.finish()
-    finally:
-        h.close()
-
-
 def test_a_shared_array_is_shared_across_pid_namespaces(name, children):
     import numpy as np
 
@@ -354,7 +330,7 @@ C_LEASE_PROGRAM = r"""
 static int producer_alive(ss_channel *ch) {
   ss_ring_words w;
   ss_ring_words_get(ss_channel_segment(ch), &w);
-  return w.leases ? w.producer.alive : -1;
+  return w.producer.alive;
 }
 
 int main(int argc, char **argv) {
@@ -397,16 +373,9 @@ int main(int argc, char **argv) {
 
 
 def test_the_c_api_judges_channel_ends_by_lease(chan, tmp_path):
-    import subprocess
-
-    src = tmp_path / "lease.c"
-    src.write_text(C_LEASE_PROGRAM)
-    exe = support.compile_c(str(tmp_path / "lease"), [str(src)])
-    out = subprocess.run(
-        [exe, chan], capture_output=True, text=True, timeout=support.WAIT, check=True
-    ).stdout.splitlines()
+    out = support.run_c_program(tmp_path, C_LEASE_PROGRAM, chan)
     assert out == [
-        f"create 0 version {_native.LAYOUT_VERSION_LEASES}",
+        f"create 0 version {_native.LAYOUT_VERSION_CHANNEL}",
         "open 0",
         "same process -14",  # SS_EATTACHED: another handle's lease, even in this process
         "alive 1",

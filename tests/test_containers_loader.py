@@ -2,17 +2,13 @@
 (docs/containers.md, docs/ABI.md "Loader pool by lease"): each side runs as
 pid 1 of its own namespace (``unshare --pid --fork --mount-proc``).
 
-A pool made by this build (root layout 5) names its workers by the leases
-of their root handles and its owner by the creator's lease: a worker in
-another namespace takes slots and is never taken for dead while it lives
-(although it is pid 1 there), a worker SIGKILLed there has its slot
-reclaimed here, its lock taken over, and ``stat``/``purge`` from a third
-namespace remove a pool only when neither its loader nor any worker has it
-open. A pool of layout 1 (an older build's, judged by pid) is still refused
-from another namespace with an error naming its version. Every test here
-but the last failed on the build before layout 5, which refused the pool
-from another namespace with ``PidNamespaceError``. Skipped where
-``unshare --pid`` is not permitted."""
+A pool names its workers by the leases of their root handles and its owner
+by the creator's lease: a worker in another namespace takes slots and is
+never taken for dead while it lives (although it is pid 1 there), a worker
+SIGKILLed there has its slot reclaimed here, its lock taken over, and
+``stat``/``purge`` from a third namespace remove a pool only when neither
+its loader nor any worker has it open. Skipped where ``unshare --pid`` is
+not permitted."""
 
 from __future__ import annotations
 
@@ -66,19 +62,19 @@ def test_a_worker_in_another_namespace_is_judged_by_its_lease_and_its_slot_recla
         k, fresh = (int(v) for v in w.expect("took").split())
         assert fresh == 1
         line = _line(pool, k)
-        assert line[lp._STATE] == lp.FILLING and line[lp._PID] == 1  # pid 1 there: humans only
+        assert line[lp.STATE] == lp.FILLING and line[lp.PID] == 1  # pid 1 there: humans only
         # Alive in its namespace (its pid, 1, is this namespace's init too):
         # its lease is held, so its slot stays FILLING.
         pool.reclaim_dead()
-        assert _line(pool, k)[lp._STATE] == lp.FILLING
+        assert _line(pool, k)[lp.STATE] == lp.FILLING
         w.kill()
         pool.reclaim_dead()  # its lease is gone: the complete slot is FREE again
-        assert _line(pool, k)[lp._STATE] == lp.FREE
+        assert _line(pool, k)[lp.STATE] == lp.FREE
         client = lp.PoolClient(pool.token, pool.instance_id)
         again = client.take(1000)
         assert not isinstance(again, str) and again.k == k and not again.fresh
         assert pool.stats()["slots"] == 1
-        assert int(pool.table.seg.layout_version) == _native.LAYOUT_VERSION_POOL_LEASES
+        assert int(pool.table.seg.layout_version) == _native.LAYOUT_VERSION_LOADER_POOL
     finally:
         pool.destroy()
 
@@ -100,7 +96,7 @@ def test_a_worker_killed_holding_the_pool_lock_in_another_namespace_is_taken_ove
         assert pool.table.seg.lock(timeout=support.WAIT) is True
         pool.table.seg.unlock()
         pool.reclaim_dead()
-        assert _line(pool, k)[lp._STATE] == lp.FREE
+        assert _line(pool, k)[lp.STATE] == lp.FREE
     finally:
         pool.destroy()
 
@@ -136,24 +132,3 @@ def test_stat_and_purge_from_a_third_namespace_remove_a_pool_only_when_abandoned
             shmstream.stat(root)
     finally:
         _remove_pool(token)
-
-
-def test_an_old_layout_pool_from_another_namespace_is_refused_naming_its_version(children):
-    pool = lp.Pool(nslots=2, max_bytes=1 << 20)
-    assert pool.table is not None, pool.broken
-    support.make_legacy_stream(lp.root_name(pool.token))  # layout 1, as an older build
-    try:
-        c = children(f"""
-            import shmstream
-            from shmstream.loader import _loader_pool as lp
-            try:
-                lp.PoolClient({pool.token!r}, {pool.instance_id!r})
-            except shmstream.PidNamespaceError as exc:
-                say("refused", str(exc).replace(chr(10), " "))
-        """)
-        msg = c.expect("refused")
-        assert "layout version 1 (a DataLoader slot pool made by an older" in msg
-        assert "--pid=container:" in msg
-        c.finish()
-    finally:
-        pool.destroy()

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import shmstream
-from shmstream import DirectArray, _direct, direct, direct_mmap
+from shmstream import DirectArray, _direct, direct_mmap
+from shmstream.arrays import direct
 
 # One dtype per itemsize 1..16 (V/S for the odd ones), plus a structured one.
 DTYPES = [

@@ -228,12 +228,6 @@ DOTTED_ALLOWED = {
     "shmstream.x",
     "shmstream._native.x",
     "shmstream.loader._pool",
-    # old module paths that raise naming their new place (common/_moved.py;
-    # tests/test_old_paths.py checks that they raise), and a made-up name
-    # that test imports to see it plainly missing
-    "shmstream._loader_pool",
-    "shmstream._npyfile",
-    "shmstream.nothing",
 }
 #: Documents of history, which name what was: the changelog and the
 #: benchmarks' results log.
@@ -293,3 +287,43 @@ def test_the_name_check_sees_a_missing_name():
     assert [
         m.group(1) for m in _DOTTED.finditer("shmstream.torch.DataLoader, libshmstream.so")
     ] == [".torch.DataLoader"]
+
+
+# ---- docs send users to public names only -----------------------------------------
+
+#: ``shmstream.a._b``: a dotted path through a private (underscore) name.
+_PRIVATE_PATH = re.compile(r"shmstream(?:\.[A-Za-z]\w*)*\.(_(?!_)\w+)")
+#: The suite's own extension: the docs name it where they explain a test hook.
+PRIVATE_ALLOWED = {"_testhooks"}
+
+
+def _private_paths(text: str) -> set[str]:
+    return {m.group(0) for m in _PRIVATE_PATH.finditer(text)} - {
+        m.group(0) for m in _PRIVATE_PATH.finditer(text) if m.group(1) in PRIVATE_ALLOWED
+    }
+
+
+def test_the_docs_send_users_to_no_private_name():
+    # A leading underscore means private everywhere: README.md and docs/
+    # name public paths only (shmstream.purge, not a module's _helper).
+    found = {}
+    for path in [
+        "README.md",
+        "BENCHMARKS.md",
+        *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+    ]:
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            names = _private_paths(f.read())
+        if names:
+            found[os.path.relpath(os.path.join(ROOT, path), ROOT)] = sorted(names)
+    assert not found, f"documents that name private paths: {found}"
+
+
+def test_the_private_name_check_sees_one():
+    assert _private_paths(
+        "see shmstream.loader._loader_pool.Pool and shmstream.torch._ShmIter"
+    ) == {
+        "shmstream.loader._loader_pool",
+        "shmstream.torch._ShmIter",
+    }
+    assert _private_paths("shmstream._testhooks.fault_arm, shmstream.__version__") == set()

@@ -179,18 +179,6 @@ def test_a_closed_channel_end_is_a_HandleClosedError(name):
         shmstream.unlink_channel(name)
 
 
-def test_another_layout_version_is_a_LayoutVersionError(name):
-    h = shmstream.create(name, shape=(4,), dtype=np.int64)
-    h.close()
-    support.patch_bytes(support.segment_path(name), 8, (99).to_bytes(4, "little"))
-    try:
-        with pytest.raises(shmstream.LayoutVersionError) as info:
-            shmstream.open(name)
-        assert isinstance(info.value, shmstream.CorruptStreamError)
-    finally:
-        shmstream.unlink(name)
-
-
 @pytest.mark.skipif(shmstream.gpu_available(), reason="this process has CUDA")
 def test_a_GPU_stream_without_CUDA_is_a_CudaUnavailableError(name):
     with pytest.raises(shmstream.CudaUnavailableError) as info:

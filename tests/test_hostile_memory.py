@@ -342,32 +342,6 @@ def test_a_seqlock_left_odd_by_a_live_peer_costs_no_core(name, spawn):
         w.close()
 
 
-def test_a_lock_word_naming_a_thread_that_does_not_exist_is_reported_not_waited_on(name):
-    # The kernel clears a dead owner's tid from a robust mutex, so a tid
-    # of no thread was written by another process: a write without a
-    # timeout must not wait for ever on it.
-    fake = 0x3FFFFFF0  # above any pid_max: no such thread, ever
-    with shmstream.stream(name, shape=(N,), dtype=np.float32):
-        support.make_legacy_stream(name)  # an older build's robust mutex (layout 1)
-        s = shmstream.open(name)
-        s.write(_frame(1))
-        path = support.segment_path(name)
-        mutex = support.field("mutex")[0]
-        lock_word, owner_word = mutex, mutex + 8  # glibc: __lock, __owner
-        support.patch_bytes(path, lock_word, fake.to_bytes(4, "little"))
-        support.patch_bytes(path, owner_word, fake.to_bytes(4, "little"))
-        try:
-            with pytest.raises(shmstream.CorruptStreamError, match=f"names thread {fake}"):
-                s.write(_frame(2))
-            assert shmstream.stat(name)["lock_owner_tid"] == fake
-        finally:
-            support.patch_bytes(path, lock_word, bytes(4))
-            support.patch_bytes(path, owner_word, bytes(4))
-        s.write(_frame(3))  # the word repaired: writes go on
-        assert s.count == 2 and np.array_equal(s.read(), _frame(3))
-        s.close()
-
-
 def test_a_lock_word_naming_no_held_lease_is_taken_over_not_waited_on(name):
     # A version-4 stream's lock word names a lease (docs/ABI.md, "Stream
     # lock by lease"): one that nobody holds, or no lease number at all

@@ -1,13 +1,15 @@
 """The sources pass the project's linters and formatters: ruff check and
 ruff format ([tool.ruff] in pyproject.toml) over src, benchmarks, tests and
-tools, and clang-format (.clang-format) over every C and C++ file, with no
-finding left. ruff and clang-format come with the test extra
-(pip install '.[test]')."""
+tools, clang-format (.clang-format) over every C and C++ file, and vulture
+over the package (no dead code), with no finding left. ruff, clang-format
+and vulture come with the test extra (pip install '.[test]')."""
 
+import importlib.metadata
 import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
 
 import pytest
@@ -115,3 +117,35 @@ def test_c_sources_are_in_clang_format_layout():
         "clang-format would change these files (run `clang-format -i` on them, "
         f"see CONTRIBUTING.md):\n{proc.stderr[-4000:]}"
     )
+
+
+# The version pinned in pyproject.toml's test extra: what it finds changes
+# between releases.
+VULTURE = "2.16"
+#: What reads the package's names besides the package: its users. The
+#: whitelist names what is used where vulture cannot see (a protocol hook).
+VULTURE_USERS = ["tests", "benchmarks", "examples", "tools"]
+
+
+def test_vulture_finds_no_dead_code_in_the_package():
+    """Nothing in src/shmstream that nothing uses: vulture over the package
+    and its users (a public name the tests or examples use is used), every
+    finding of any confidence reported, tests/vulture_whitelist.py for the
+    names only Python or a library calls. Remove what it finds, or add the
+    name to the whitelist saying who uses it."""
+    try:
+        version = importlib.metadata.version("vulture")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("vulture is not installed (pip install '.[test]')")
+    if version != VULTURE:
+        pytest.skip(f"vulture {version} is not the pinned {VULTURE}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "vulture", "src/shmstream", *VULTURE_USERS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode in (0, 3), proc.stderr  # 3: it found something
+    dead = [line for line in proc.stdout.splitlines() if line.startswith("src/")]
+    assert not dead, "unused code in the package (remove it, or whitelist it):\n" + "\n".join(dead)

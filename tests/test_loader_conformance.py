@@ -40,7 +40,7 @@ from torch.utils.data.dataloader import (  # noqa: E402
 )
 
 import shmstream.torch as st  # noqa: E402
-from shmstream.loader import _loader_pool  # noqa: E402
+from shmstream.loader import _pool_client  # noqa: E402  (the worker side makes slot files)
 
 from support import private_shm_available, run_in_private_shm  # noqa: E402
 
@@ -508,7 +508,7 @@ def _no_room_for_slots(worker_id: int) -> None:
     def full(*args: Any, **kwargs: Any) -> Any:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    _loader_pool.create_slot_file = full
+    _pool_client.create_slot_file = full
 
 
 @scenario

@@ -16,12 +16,12 @@ import os
 import subprocess
 import sys
 import warnings
+import weakref
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-import shmstream.torch as st  # noqa: E402
 from shmstream.loader import _loader_pool as lp  # noqa: E402
 from shmstream.torch import DataLoader, ShmTransportWarning  # noqa: E402
 
@@ -37,10 +37,12 @@ pytestmark = pytest.mark.usefixtures("no_loader_pool_left")
 def no_space_in_worker(worker_id):
     import errno
 
+    from shmstream.loader import _pool_client  # the worker's side creates slot files
+
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device (simulated)")
 
-    lp.create_slot_file = full
+    _pool_client.create_slot_file = full
 
 
 def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
@@ -61,7 +63,9 @@ def test_a_full_dev_shm_falls_back_to_torchs_path_with_one_warning():
 def space_for_one_slot(worker_id):
     import errno
 
-    real = lp.create_slot_file
+    from shmstream.loader import _pool_client  # the worker's side creates slot files
+
+    real = _pool_client.create_slot_file
     made = []
 
     def then_full(*args, **kwargs):
@@ -70,7 +74,7 @@ def space_for_one_slot(worker_id):
         made.append(1)
         return real(*args, **kwargs)
 
-    lp.create_slot_file = then_full
+    _pool_client.create_slot_file = then_full
 
 
 def test_after_a_full_dev_shm_a_worker_keeps_reusing_the_slots_that_exist():
@@ -207,7 +211,7 @@ def test_a_batch_whose_slot_was_reclaimed_is_an_error_not_another_batch():
         taken = client.take(1000)
         assert not isinstance(taken, str) and taken.fresh
         with pool.table.locked():  # as if a worker had died with the batch sent
-            pool.table.line(taken.k)[lp._LEASE] = _dead_lease(pool)
+            pool.table.line(taken.k)[lp.LEASE] = _dead_lease(pool)
         pool.reclaim_dead()
         again = client.take(1000)
         assert again.k == taken.k and not again.fresh and again.seq == taken.seq + 1
@@ -224,10 +228,10 @@ def _die_holding_the_pool_lock(token: str, instance_id: str) -> None:
     client = lp.PoolClient(token, instance_id)
     client.table.seg.lock()
     line = client.table.line(1)  # half-way through creating slot 1
-    line[lp._STATE], line[lp._PID], line[lp._READY] = lp.FILLING, os.getpid(), 0
-    line[lp._LEASE] = client.lease  # gone when this process exits
-    line[lp._CAP] = 1 << 16
-    client.table.words[lp._H_TOTAL] = 999_999_999
+    line[lp.STATE], line[lp.PID], line[lp.READY] = lp.FILLING, os.getpid(), 0
+    line[lp.LEASE] = client.lease  # gone when this process exits
+    line[lp.CAP] = 1 << 16
+    client.table.words[lp.H_TOTAL] = 999_999_999
     os._exit(0)
 
 
@@ -321,7 +325,7 @@ def test_an_exception_between_claiming_a_slot_and_leasing_it_frees_the_slot(monk
     ds = Rows(n=16)
     loader = DataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True)
     it = iter(loader)
-    real = st.weakref.finalize
+    real = weakref.finalize
     raised = []
 
     def finalize_once(obj, fn, *args):
@@ -330,10 +334,10 @@ def test_an_exception_between_claiming_a_slot_and_leasing_it_frees_the_slot(monk
             raise _Interrupted
         return real(obj, fn, *args)
 
-    monkeypatch.setattr(st.weakref, "finalize", finalize_once)
+    monkeypatch.setattr(weakref, "finalize", finalize_once)
     with pytest.raises(_Interrupted):
         next(it)
-    monkeypatch.setattr(st.weakref, "finalize", real)
+    monkeypatch.setattr(weakref, "finalize", real)
     assert raised, "the batch never reached the lease"
     k = raised[0][0]
     assert states(loader)[k] != lp.HELD

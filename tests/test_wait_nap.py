@@ -68,7 +68,7 @@ NAP_PROGRAM = r"""
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include "internal.h"
+#include "core_helpers.h"
 
 /* "nap LOW MOVES TOTAL BEST W CAP PRICE SLACK TIMEOUT": ss_wait_nap's answer.
  * "waits W SLACK T1 T2 ...": waits on one handle (W injected, no

@@ -301,7 +301,7 @@ def test_a_real_time_process_measures_its_wake_cost_without_spinning_it_away(nam
 
 BUDGET_PROGRAM = r"""
 #include <stdio.h>
-#include "internal.h"
+#include "core_helpers.h"
 
 /* Each input line: w cap price, then the 17 bucket counts; prints the
  * budget the core's rule picks. */
@@ -370,7 +370,7 @@ def test_the_core_picks_the_budget_docs_waiting_md_describes(tmp_path):
 
 SEEN_WAKE_PROGRAM = r"""
 #include <stdio.h>
-#include "internal.h"
+#include "core_helpers.h"
 
 /* "W N S1 .. SN": a handle's waits, each woken SK ns after its publication
  * (the process's W fixed at W); prints the handle's observed wake-up cost

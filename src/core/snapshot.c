@@ -6,7 +6,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* A torn copy is retried this many times before the reader takes the lock:
  * a writer that laps every copy cannot lap the lock. */

@@ -1,39 +1,26 @@
-/* The stream lock: the lock line's robust mutex (mutex.c; layout versions 1
- * and 2) or the lock by lease (lease_lock.c; version 4, which works across
- * PID namespaces), plus what is stream-specific about it: the takeover after a dead owner repairs the
- * stream (publish.c) before anything else, and writers step aside for
- * readers that fell back to the lock. */
+/* The stream lock: the lock by lease (lease_lock.c, which works across PID
+ * namespaces), plus what is stream-specific about it: the takeover after a
+ * dead owner repairs the stream (publish.c) before anything else, and
+ * writers step aside for readers that fell back to the lock. */
 #define _GNU_SOURCE
 #include <sched.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
-/* A writer that never pauses would win the mutex back every time (it is not
+/* A writer that never pauses would win the lock back every time (it is not
  * fair), starving a reader that fell back to it. Writers therefore step
  * aside while a reader waits, for at most this long. */
 #define SS_READER_PRIORITY_NS 2000000
 
-/* Which lock is decided by the layout version of the handle's private
- * copy of the identity, never by the shared header. */
-static int raw_lock(ss_segment *seg, int64_t timeout_ns) {
-  return ss_lease_locked(&seg->id) ? ss_lease_lock(seg, timeout_ns)
-                                   : ss_mutex_lock(&seg->hdr->lock, timeout_ns);
-}
-
-static int raw_unlock(ss_segment *seg) {
-  return ss_lease_locked(&seg->id) ? ss_lease_unlock(seg) : ss_mutex_unlock(&seg->hdr->lock);
-}
-
 static int lock_and_repair(ss_segment *seg, int64_t timeout_ns) {
-  int rc = raw_lock(seg, timeout_ns);
+  int rc = ss_lease_lock(seg, timeout_ns);
   if (rc == SS_EOWNERDEAD) {
     /* The previous owner died holding the lock, maybe mid-write: repair
      * before anyone reads (docs/ABI.md, "Repair after a death"). A death
-     * during the repair leaves the mutex owner-dead (or the word naming a
-     * dead lease) for the next one. */
+     * during the repair leaves the word naming a dead lease for the next
+     * one. */
     SS_CRASH_POINT("lock.takeover");
     ss_stream_repair(seg);
-    if (!ss_lease_locked(&seg->id)) ss_mutex_consistent(&seg->hdr->lock);
   }
   return rc;
 }
@@ -61,21 +48,13 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
     /* A header rewritten after open: nothing is written into a segment
      * whose other users may size it differently (docs/ABI.md, "The header
      * is trusted once"). */
-    raw_unlock(seg);
+    ss_lease_unlock(seg);
     return SS_ECORRUPT;
   }
   return rc;
 }
 
-int32_t ss_lock_word_tid(const ss_segment *seg) {
-  /* A lease word names no thread: the owner words say who holds it. */
-  return ss_lease_locked(&seg->id) ? 0 : ss_mutex_word_tid(&seg->hdr->lock);
-}
-
-static int owner_died(const ss_segment *seg) {
-  return ss_lease_locked(&seg->id) ? ss_lease_lock_holder_alive(seg) == 0
-                                   : ss_mutex_owner_died(&seg->hdr->lock);
-}
+static int owner_died(const ss_segment *seg) { return ss_lease_lock_holder_alive(seg) == 0; }
 
 uint32_t ss_read_state(const ss_segment *seg) {
   uint32_t state = atomic_load_explicit(&seg->hdr->pub.state, memory_order_acquire);
@@ -101,4 +80,4 @@ int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
 
 /* A write under the lock that ran into a truncated file (src/core/guard.c)
  * is reported when the lock is released: every write ends here. */
-int ss_unlock(ss_segment *seg) { return ss_guarded(seg, raw_unlock(seg)); }
+int ss_unlock(ss_segment *seg) { return ss_guarded(seg, ss_lease_unlock(seg)); }

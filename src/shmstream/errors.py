@@ -294,13 +294,12 @@ class SegmentOwnerError(ShmstreamPermissionError):
 
 
 class PidNamespaceError(ShmstreamError, RuntimeError):
-    """The segment was created in another PID namespace (another container
-    sharing /dev/shm) and its kind judges liveness by pid (a GPU stream; a
-    stream, loader pool or channel made by an older build): its pids cannot be
-    judged from here, so a live peer would look dead. Peers must share a
-    PID namespace (``docker run --pid=container:<id>``, Kubernetes
-    ``shareProcessNamespace: true``). Channels and shared arrays are not
-    refused (docs/containers.md).
+    """A GPU stream was created in another PID namespace (another container
+    sharing /dev/shm): its device buffer (CUDA IPC memory) is mapped only
+    where its creator's pid can be judged. Peers of a GPU stream must share
+    a PID namespace (``docker run --pid=container:<id>``, Kubernetes
+    ``shareProcessNamespace: true``). CPU streams, channels, shared arrays
+    and loader pools are not refused (docs/containers.md).
 
     A RuntimeError, not an OSError: the call and the file are fine, the
     deployment is not; code that catches OSError around ``open`` to create

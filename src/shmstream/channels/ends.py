@@ -446,8 +446,7 @@ def open_channel(
     is refused (SegmentOwnerError) unless ``allow_owner`` (a uid, a user
     name or a collection of them) or SHMSTREAM_ALLOW_OWNERS names that
     user. It opens from another PID namespace (its ends are judged by
-    lease); only a channel made there by an older build raises
-    PidNamespaceError."""
+    lease)."""
     _checks.check_name(name, "channel")
     owners = _checks.check_allow_owner(allow_owner)
     ch = _wrap(_channel.Channel.open(name, _role(role), owners))

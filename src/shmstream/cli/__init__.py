@@ -24,11 +24,10 @@ _COMMAND_MODULES = (objects, watch, view, record, demo, bridge)
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., int]]]:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Inspect, watch, record, replay, remove and benchmark shmstream's "
+        description="Inspect, watch, record, replay and remove shmstream's "
         "shared-memory objects (streams, channels, shared arrays, loader slots).",
         epilog="Examples: 'shmstream list', 'shmstream watch cam/left', "
-        "'shmstream view cam/left', 'shmstream demo --seconds 3', "
-        "'shmstream bench stream --quick'.",
+        "'shmstream view cam/left', 'shmstream demo --seconds 3'.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {package().__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command")
@@ -37,8 +36,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable[..., in
         commands.update(module.register(sub))
     bench_p = sub.add_parser(
         "bench",
-        help="run a benchmark part against its peers, from a source checkout "
-        "(python -m benchmarks); 'shmstream bench --help' lists the parts",
+        help="say how to run the benchmarks (python -m benchmarks, from a source "
+        "checkout: they are not installed)",
         add_help=False,
     )
     bench_p.add_argument("args", nargs=argparse.REMAINDER, help="PART [options]")
@@ -49,14 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``shmstream`` command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
-        # The benchmarks own their options; hand everything after "bench" over.
         from . import bench
 
-        try:
-            return bench.main(argv[1:])
-        except KeyboardInterrupt:
-            print(f"{PROG}: interrupted", file=sys.stderr)
-            return 130
+        return bench.main(argv[1:])
     parser, commands = _build_parser()
     try:
         args = parser.parse_args(argv)

@@ -63,13 +63,6 @@ class GpuSharedMemory(SharedMemory):
             f"shmstream.open({n!r}, gpu_device='cuda:N') (or gpu_device=True)"
         )
 
-    def _gpu_for(self, operation: str) -> Any:
-        self._check_open(operation)
-        gs = self._gs
-        if gs is None:
-            raise self._unattached(operation)
-        return gs
-
     def _cpu_reads(self) -> bool:
         """An unattached handle of a mirrored stream reads the mirror."""
         return self._gs is None and self.cpu_mirror

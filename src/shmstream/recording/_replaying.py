@@ -19,8 +19,8 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from ..streams.shared_memory import create as _create
-from ..streams.shared_memory import open as _open
+from ..streams import create as _create
+from ..streams import open as _open
 from ._stopping import CHUNK_S, Stopped, signals_stop
 from .files import Recording, load_recording
 

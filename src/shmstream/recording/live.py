@@ -32,7 +32,7 @@ from ..errors import (
     NoCpuMirrorError,
     ShmstreamFileNotFoundError,
 )
-from ..streams.shared_memory import open as _open
+from ..streams import open as _open
 from ._replaying import ReplayStats, replay
 from ._stopping import CHUNK_S, Stopped, signals_stop
 from .files import RecordingWriter

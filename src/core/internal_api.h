@@ -101,6 +101,11 @@ struct ss_channel {
   uint64_t tail;            /* bytes released (published) */
   uint64_t head_cache;      /* last head read */
   uint64_t rx_len;          /* record length of the acquired message */
+  /* zero-copy holds (src/core/rx_holds.c): records read but not yet
+   * released, in ring order, a circular array of holds_cap */
+  struct ss_rx_hold *holds;
+  uint32_t holds_cap, holds_first, holds_n;
+  uint64_t done_upto;       /* released by the holds, not yet published as tail */
   int64_t next_peer_check;  /* rate limit of liveness checks */
   int64_t next_heal_ns;     /* rate limit of dead-sleeper checks (heal_line) */
   uint64_t peer_dead;       /* peer owner word found dead (sticky) */

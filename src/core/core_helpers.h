@@ -5,20 +5,19 @@
  *   owner.c        who may open a segment: owner uid, PID namespace (leaf)
  *   liveness.c     leases: is a peer alive, without a pid  (proc, clock)
  *   sleepers.c     who sleeps on a stream                (liveness, proc, clock)
- *   mutex.c        a plain robust mutex                  (clock)
- *   lease_lock.c   a version-4 stream's lock by lease    (liveness, futex, clock)
+ *   lease_lock.c   a stream's lock by lease              (liveness, futex, clock)
  *   publish.c      the writer's protocol and the repair  (futex, clock)
- *   stream_lock.c  the stream lock: mutex + repair + reader priority
+ *   stream_lock.c  the stream lock: lease lock + repair + reader priority
  *   snapshot.c     the reader's protocol                 (publish, stream_lock)
  *   wait.c         waiting for a publication, read_new   (futex, publish, stream_lock, snapshot)
  *   history.c      reading every frame of a history      (publish, snapshot, wait)
  */
-#ifndef SS_INTERNAL_H
-#define SS_INTERNAL_H
+#ifndef SS_CORE_HELPERS_H
+#define SS_CORE_HELPERS_H
 
 #include <string.h>
 
-#include "shmstream_internal.h"
+#include "internal_api.h"
 
 #define SS_NS_PER_S 1000000000LL
 
@@ -44,11 +43,6 @@ void ss_backoff(int64_t since_ns, int64_t now_ns);
 int32_t ss_self_pid(void);
 int32_t ss_self_tid(void);
 uint64_t ss_self_start_ticks(void);
-/* An owner word, as the channel ends and the stream's sleeper table store
- * it: pid in the low 32 bits, the low 32 bits of the start time above (0:
- * free). ss_owner_word_alive: ss_proc_alive of the process a word names. */
-uint64_t ss_self_owner_word(void);
-int ss_owner_word_alive(uint64_t word);
 /* How often a waker whose FUTEX_WAKE woke nobody may check whether the
  * sleepers it counted died (/proc reads): at most once per this per handle
  * (src/core/sleepers.c for streams, src/core/ring.c for channels). */
@@ -57,7 +51,6 @@ int ss_owner_word_alive(uint64_t word);
 /* src/core/owner.c (ss_pidns_self and ss_pidns_match are public): who may
  * open a segment (docs/ABI.md, "Owner and PID namespace"). */
 void ss_pidns_record(ss_identity *id);       /* at create, before the checksum */
-int ss_pidns_check(const ss_identity *id);   /* SS_EPIDNS or SS_OK (unknown passes) */
 int ss_owner_record(int fd, ss_segment *seg); /* seg->owner_uid and file_mode from fstat */
 /* ss_owner_record, then SS_EOWNER unless the owner is the caller's euid,
  * in opts (may be NULL) or in SHMSTREAM_ALLOW_OWNERS. */
@@ -94,18 +87,22 @@ int ss_more_fds(void);
 /* Whether any handle holds a lease on the segment's file (one F_OFD_GETLK
  * over the lease range): 1, 0, or -1 cannot tell. */
 int ss_lease_any(const ss_segment *seg);
-/* A version-3 channel, a version-4 stream or a version-5 loader pool (made
- * by this build): liveness by lease. */
-static inline int ss_uses_leases(const ss_identity *id) {
-  return id->layout_version == SS_LAYOUT_VERSION_LEASES ||
-         id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES ||
-         id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES;
+/* Every kind but a plain shared array judges liveness by lease: a channel
+ * its ends, a stream and a loader pool's root their lock, sleepers and
+ * creator (docs/ABI.md, "Liveness leases"). By kind and flags, as a
+ * creator knows them; by the handle's private identity copy after open. */
+static inline int ss_kind_uses_leases(uint32_t kind, uint32_t flags) {
+  return kind != SS_KIND_ARRAY || (flags & SS_FLAG_LOADER_POOL);
 }
-/* A version-4 stream or version-5 loader pool: locked by lease
- * (src/core/lease_lock.c). */
+static inline int ss_uses_leases(const ss_identity *id) {
+  return ss_kind_uses_leases(id->kind, id->flags);
+}
+/* A stream or a loader pool's root: locked by lease (src/core/lease_lock.c). */
+static inline int ss_kind_lease_locked(uint32_t kind, uint32_t flags) {
+  return kind == SS_KIND_STREAM || (kind == SS_KIND_ARRAY && (flags & SS_FLAG_LOADER_POOL));
+}
 static inline int ss_lease_locked(const ss_identity *id) {
-  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES ||
-         id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES;
+  return ss_kind_lease_locked(id->kind, id->flags);
 }
 
 /* ---- src/core/fault.c: crash points (docs/ABI.md, "Crash points") ------- */
@@ -187,30 +184,13 @@ void ss_sleeper_release(ss_segment *seg, int slot);
 /* Clear the slots of sleepers that died asleep (rate-limited per handle). */
 void ss_heal_sleepers(ss_segment *seg);
 
-/* ---- src/core/mutex.c: the plain robust mutex of the lock line ---------- */
+/* ---- src/core/lease_lock.c: the lock of a stream or loader pool ------- */
 
-void ss_mutex_init(pthread_mutex_t *m);
-/* timeout_ns < 0 waits forever, 0 tries once. SS_OK or SS_EOWNERDEAD (held;
- * the caller repairs what the dead owner left, then ss_mutex_consistent),
- * SS_ETIMEDOUT, SS_EDEADLK, SS_ECORRUPT (the kind word is not ours: the mutex
- * is not one ss_mutex_init made; or, checked every 100 ms of a wait, the
- * word names a thread that does not exist: no one will release it), or a
- * positive errno. The owner is recorded. */
-int ss_mutex_lock(ss_lock_line *l, int64_t timeout_ns);
-void ss_mutex_consistent(ss_lock_line *l);
-/* The tid the mutex word names as its owner (0: free, or not glibc). */
-int32_t ss_mutex_word_tid(const ss_lock_line *l);
-/* Whether the owner died holding the mutex (the next lock gets
- * EOWNERDEAD): read from the mutex word, nothing changed. */
-int ss_mutex_owner_died(const ss_lock_line *l);
-int ss_mutex_unlock(ss_lock_line *l);
-
-/* ---- src/core/lease_lock.c: the lock of a version-4 stream -------------- */
-
-/* The same contract as ss_mutex_lock, on the stream area's lock_lease word
- * (docs/ABI.md, "Stream lock by lease"): SS_EOWNERDEAD is a takeover from a
- * holder whose lease is gone (the caller repairs; nothing to make
- * consistent). The owner is recorded. */
+/* The lock on the stream area's lock_lease word (docs/ABI.md, "Stream lock
+ * by lease"). timeout_ns < 0 waits forever, 0 tries once. SS_OK,
+ * SS_EOWNERDEAD (held: a takeover from a holder whose lease is gone; the
+ * caller repairs), SS_ETIMEDOUT, SS_EDEADLK or a positive errno. The owner
+ * is recorded. */
 int ss_lease_lock(ss_segment *seg, int64_t timeout_ns);
 int ss_lease_unlock(ss_segment *seg);
 /* Whether the holder's lease is alive (l2): 1, 0 (dead: the next lock takes
