@@ -6,7 +6,7 @@
   method; children still running at the end of the test are killed.
 * ``browser``: a headless Chromium per module, for the live-view tests.
 * ``shm`` / ``other``: a 3x3 float32 stream and a second handle on it, for
-  the handle tests (tests/test_handle_*.py); ``support.frame`` fills one frame.
+  the handle tests (tests/streams/test_handle_*.py); ``support.frame`` fills one frame.
 * A session-wide check that the suite left no ``shmstream-*`` segment in
   /dev/shm: a segment that exists at the end but did not at the start fails
   the run loudly, unless its creator is another process that still runs (a
@@ -68,7 +68,7 @@ def _creator_pid(head: bytes) -> int | None:
 def _identity(segname: str) -> tuple[str, int | None]:
     """(stored user name, creator pid) of a leftover segment: read from its
     bytes at the compiled offsets, or, in an install without the suite's
-    hooks (the release wheel, tests/test_release.py), from the core's peek."""
+    hooks (the release wheel, tests/repo/test_release.py), from the core's peek."""
     try:
         from shmstream import _testhooks  # noqa: F401 - the offsets' source
     except ImportError:
@@ -205,7 +205,7 @@ def channel_pair(name):
 
 @pytest.fixture
 def shm(name):
-    """The handle tests' stream (tests/test_handle_*.py): 3x3 float32,
+    """The handle tests' stream (tests/streams/test_handle_*.py): 3x3 float32,
     closed after the test. ``support.frame(value)`` is one frame of it."""
     import numpy as np
 

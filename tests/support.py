@@ -304,7 +304,9 @@ def run_in_private_shm(
 
 # ---- the C compile recipe (examples, the fake CUDA driver, harnesses) -------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: tests/, where the helper modules are (children that import them put it on sys.path)
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS_DIR)
 
 
 def c_compiler() -> str | None:
