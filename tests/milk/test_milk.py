@@ -481,6 +481,7 @@ def test_read_new_spins_the_policy_s_budget_then_sleeps_on_its_semaphore(tmp_pat
             r.spin_us = -1
 
 
+@pytest.mark.serial  # a reply must come while the reader spins: no other test's load
 def test_a_frame_published_while_the_reader_spins_ends_its_wait_there(tmp_path, policy):
     import threading
 

@@ -74,3 +74,31 @@ def test_every_row_names_a_file_that_exists():
         if n not in known and n not in top and not (ROOT / n).exists()
     )
     assert stale == [], "docs/ARCHITECTURE.md names what is not in the tree:\n" + "\n".join(stale)
+
+
+#: Folders of tests/ that are no folder of the package, and what each holds
+#: (CONTRIBUTING.md, "Build and test").
+TESTS_BESIDE_THE_PACKAGE = {
+    "core": "the C core and its ABI (src/core/, include/)",
+    "fuzz": "the fuzz harnesses and the replay of their corpora",
+    "repo": "checks of the repository: lint, types, stubs, docs, layers, release, benchmarks",
+}
+#: Test modules still at the top of tests/: the pre-release compatibility
+#: work of issue 45 deletes this one.
+TESTS_AT_THE_TOP = {"test_old_paths.py"}
+
+
+def test_the_tests_mirror_the_package():
+    tests = ROOT / "tests"
+    kinds = {
+        d.name
+        for d in (ROOT / "src" / "shmstream").iterdir()
+        if d.is_dir() and (d / "__init__.py").exists()
+    }
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert folders - kinds - set(TESTS_BESIDE_THE_PACKAGE) == set(), "a tests/ folder no kind has"
+    assert kinds - folders == set(), "a folder of the package without tests/<kind>/"
+    assert {p.name for p in tests.glob("test_*.py")} <= TESTS_AT_THE_TOP, (
+        "a test module at tests/'s top: it goes in the folder of its kind"
+    )
+    assert not list(tests.glob("*/*/test_*.py")), "one level of folders"

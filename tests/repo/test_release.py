@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.release
+# a minute of compiling and installing: run alone, not beside the parallel suite
+pytestmark = [pytest.mark.release, pytest.mark.serial]
 
 #: The release extra's tools, by the module each one is run as.
 TOOLS = {

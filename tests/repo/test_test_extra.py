@@ -104,10 +104,29 @@ def test_every_third_party_module_the_suite_imports_comes_with_the_test_extra():
 def test_ci_runs_the_readme_test_command_in_a_fresh_virtual_environment():
     readme = (ROOT / "README.md").read_text()
     command = re.search(
-        r"^(python3 -m pip install \"\.\[test\]\" && python3 -m pytest)", readme, re.M
+        r"^(python3 -m pip install \"\.\[test\]\" && python3 -m pytest.*)$", readme, re.M
     )
     assert command is not None, "README.md lost its test command"
     ci = (ROOT / ".ci" / "run").read_text()
     venv_at = ci.index("python3 -m venv")
     activate_at = ci.index("/bin/activate")
     assert venv_at < activate_at < ci.index(command[1] + "\n")
+
+
+def test_the_readme_command_runs_in_parallel_then_the_serial_tests_alone():
+    """CONTRIBUTING.md, "Build and test": the suite on every core (pytest-xdist,
+    from the test extra) but for the tests marked ``serial``, which then run
+    in one process; every skip's reason shown (``-rs`` in addopts)."""
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"^python3 -m pip install \"\.\[test\]\" && (.*)$", readme, re.M)
+    assert command is not None, "README.md lost its test command"
+    runs = command[1].split(" && ")
+    assert runs == [
+        'python3 -m pytest -n auto -m "not serial"',
+        "python3 -m pytest -m serial",
+    ], runs
+    assert "pytest-xdist" in _requirement_names(md.requires("shmstream"), "test")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    addopts = re.search(r"^addopts = \"(.*)\"$", pyproject, re.M)
+    assert addopts is not None and "-rs" in addopts[1].split()
+    assert re.search(r"^    \"serial: ", pyproject, re.M), "the serial marker is not declared"

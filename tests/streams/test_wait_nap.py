@@ -22,6 +22,9 @@ from shmstream import _testhooks
 
 import support
 
+# Waits on a clock that nap, then spin: run with the machine to themselves.
+pytestmark = pytest.mark.serial
+
 PRICE = 10  # k = 1/10 with a spare core
 QUANTILE = 10  # L is the 1-in-10 quantile
 STEP = 16  # D moves 1/16 of the way to |T - L|; L steps 9 D/16 down, D/16 up
