@@ -238,7 +238,7 @@ def test_every_part_has_a_smoke_run():
 def _leftovers() -> list[str]:
     """This run's files in /dev/shm, and iceoryx2's default-prefix files
     (which name no process: a peer built without the run's own prefix,
-    benchmarks/_iceoryx2.py, leaves them)."""
+    benchmarks/peers/_iceoryx2.py, leaves them)."""
     pid = str(os.getpid())
     return [
         f

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._common import NA_HINT, BenchError, call_quietly
-from .._iceoryx2 import node as iox_node
-from .peer import (
+from .._stream.peer import (
     ACK,
     COPY,
     STOP,
@@ -37,7 +36,8 @@ from .peer import (
     ping_buffers,
     wait_deadline,
 )
-from .peer_shmstream import pattern
+from ._iceoryx2 import node as iox_node
+from .stream_shmstream import pattern
 
 
 def _service(iox: Any, node: Any, name: str, create: bool, subscribers: int = 1) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._common import BenchError, call_quietly
-from .peer import STOP, Names, Peer, Requester, check_request
+from .._stream.peer import STOP, Names, Peer, Requester, check_request
 
 PIPE = "os.pipe"
 

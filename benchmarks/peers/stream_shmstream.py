@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._common import BenchError, call_quietly
-from .peer import (
+from .._stream.peer import (
     ACK,
     COPY,
     STOP,

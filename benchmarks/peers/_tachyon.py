@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ._common import latency_summary, ping_latencies
+from .._common import latency_summary, ping_latencies
 
 SPAWN = mp.get_context("spawn")
 CAPACITY = 1 << 22

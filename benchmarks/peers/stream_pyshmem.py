@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from .._common import NA_HINT, BenchError
-from .peer import COPY, WAIT_S, ZERO_COPY, Peer, ping_buffers
-from .peer_shmstream import ShmstreamPeer
+from .._stream.peer import COPY, WAIT_S, ZERO_COPY, Peer, ping_buffers
+from .stream_shmstream import ShmstreamPeer
 
 
 class PyshmemPeer(ShmstreamPeer):

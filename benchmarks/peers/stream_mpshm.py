@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._common import BenchError, call_quietly
-from .._rawshm import raw_shm, raw_unlink
-from .peer import (
+from .._stream.peer import (
     ACK,
     COPY,
     STOP,
@@ -37,7 +36,8 @@ from .peer import (
     ping_buffers,
     wait_deadline,
 )
-from .peer_shmstream import pattern
+from ._rawshm import raw_shm, raw_unlink
+from .stream_shmstream import pattern
 
 
 class MpshmPeer(Peer):
