@@ -149,6 +149,11 @@ def test_results_json_has_the_common_sections_and_the_part_ones(tmp_path):
 
 #: A results file's name: DATE-MACHINE-PART[-variant].ext (BENCHMARKS.md).
 RESULT_NAME = re.compile(r"\d{4}-\d{2}-\d{2}-[a-z]+\d+c-[a-z0-9-]+(\.(json|txt|png))?")
+#: A kept results file: the same, and a run's other repeats as one archive;
+#: groups: date, machine and part (with its variant).
+KEPT_NAME = re.compile(
+    r"(\d{4}-\d{2}-\d{2})-([a-z]+\d+c)-([a-z0-9-]+?)(-latency|-throughput|-epochs)?\.(json|txt|png|tar\.xz)"
+)
 
 
 def test_results_go_to_a_dated_file_per_machine_that_no_later_run_overwrites(tmp_path, monkeypatch):
@@ -179,8 +184,38 @@ def test_every_result_file_is_in_benchmarks_results_named_by_date_and_machine():
         p.name for p in (ROOT / "benchmarks").glob("*") if p.suffix in (".json", ".txt", ".png")
     ]
     assert stray == [], "raw results belong in benchmarks/results/"
-    names = [p.name for p in (ROOT / "benchmarks" / "results").iterdir() if p.name != "LOG.md"]
-    assert names and [n for n in names if not RESULT_NAME.fullmatch(n)] == []
+    results = ROOT / "benchmarks" / "results"
+    folders = [p.name for p in results.iterdir() if p.is_dir()]
+    assert folders == [], "a run's several files go in one DATE-MACHINE-PART.tar.xz"
+    names = [p.name for p in results.iterdir() if p.name != "LOG.md"]
+    assert names and [n for n in names if not KEPT_NAME.fullmatch(n)] == []
+
+
+def test_benchmarks_results_keeps_one_run_per_part_and_machine():
+    """BENCHMARKS.md, "Where results are kept": the current run of each
+    part on each machine; earlier runs are in the log and in git."""
+    dates: dict[tuple[str, str], set[str]] = {}
+    for p in (ROOT / "benchmarks" / "results").iterdir():
+        m = KEPT_NAME.fullmatch(p.name)
+        if m:
+            dates.setdefault((m[2], m[3]), set()).add(m[1])
+    assert dates, "no results kept"
+    several = {key: sorted(d) for key, d in dates.items() if len(d) > 1}
+    assert several == {}, "runs of one part and machine on several days"
+    repeats = sorted(
+        f"{machine} {part}"
+        for machine, part in dates
+        if re.fullmatch(r".+-\d+", part) and (machine, part.rsplit("-", 1)[0]) in dates
+    )
+    assert repeats == [], "a repeat beside its run: it goes in the run's .tar.xz"
+
+
+def test_every_raw_results_file_benchmarks_md_cites_is_kept_and_every_kept_one_cited():
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    cited = set(re.findall(r"\(benchmarks/results/([^()\s#]+)\)", text)) - {"LOG.md"}
+    kept = {p.name for p in (ROOT / "benchmarks" / "results").iterdir() if p.name != "LOG.md"}
+    assert cited - kept == set(), "BENCHMARKS.md links a file that is not kept"
+    assert kept - cited == set(), "a kept file no table of BENCHMARKS.md cites: the log's now"
 
 
 def test_plot_reads_the_newest_plain_run_of_each_part(tmp_path):

@@ -107,7 +107,7 @@ _REPO_PATH = re.compile(
     r"(?<![\w/.-])((?:src|include|tests|docs|examples|tools|benchmarks)/[\w./*-]*[\w*/])"
 )
 #: A placeholder in a path (``benchmarks/results/DATE-MACHINE-PART.json``).
-_PLACEHOLDER = re.compile(r"\b(?:DATE|MACHINE|PART)\b")
+_PLACEHOLDER = re.compile(r"\b(?:DATE|MACHINE|PART|COMMIT|NAME)\b")
 #: What may precede a path that is not this tree's: an older commit's file
 #: (``git show e2e106b:benchmarks/x.py``) or a file a command will write
 #: (``--json benchmarks/results/x.json``).
