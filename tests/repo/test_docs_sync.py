@@ -9,15 +9,24 @@
 * Every ``shmstream.x`` name a comment or document gives is importable or
   an attribute of what it names (``DOTTED_ALLOWED`` lists the few that are
   not on purpose, each with its reason).
+* Every bare file name (``channel.py``, ``_binding.h``) a document, comment
+  or docstring gives is a file of this repository, and every backticked
+  code name (``read_new``, ``ss_publish()``) one the code defines or uses;
+  ``EXTERNAL_FILES`` and ``EXTERNAL_NAMES`` list other projects' names,
+  each with its reason.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import glob
 import importlib
+import io
 import os
 import re
+import subprocess
+import tokenize
 
 import support
 
@@ -295,3 +304,235 @@ def test_the_name_check_sees_a_missing_name():
     assert [
         m.group(1) for m in _DOTTED.finditer("shmstream.torch.DataLoader, libshmstream.so")
     ] == [".torch.DataLoader"]
+
+
+# ---- no stale file names or code names ---------------------------------------------
+
+
+def _tracked() -> list[str]:
+    out = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return [f for f in out.splitlines() if os.path.isfile(os.path.join(ROOT, f))]
+
+
+def _py_prose(text: str) -> list[tuple[int, str]]:
+    """(line, text) of a Python file's comments and docstrings."""
+    out: list[tuple[int, str]] = []
+    statement_start = True
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            out.append((tok.start[0], tok.string))
+        elif tok.type == tokenize.STRING and statement_start:
+            out += [(tok.start[0] + k, ln) for k, ln in enumerate(tok.string.splitlines())]
+        if tok.type not in (tokenize.COMMENT, tokenize.NL):
+            statement_start = tok.type in (
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENCODING,
+            )
+    return out
+
+
+_C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def _c_prose(text: str) -> list[tuple[int, str]]:
+    """(line, text) of a C or C++ file's comments."""
+    out: list[tuple[int, str]] = []
+    for m in _C_COMMENT.finditer(text):
+        first = text.count("\n", 0, m.start()) + 1
+        out += [(first + k, ln) for k, ln in enumerate(m.group(0).splitlines())]
+    return out
+
+
+def prose(rel: str) -> list[tuple[int, str]]:
+    """What a person wrote for people in a file: a Markdown page whole, a
+    source file's comments (and a Python file's docstrings)."""
+    text = _read(rel)
+    if rel.endswith(".md"):
+        return list(enumerate(text.splitlines(), 1))
+    if rel.endswith((".py", ".pyi")):
+        return _py_prose(text)
+    if rel.endswith((".c", ".h", ".cpp")):
+        return _c_prose(text)
+    return []
+
+
+def _prose_files() -> list[str]:
+    return [
+        rel
+        for rel in _scanned_files()
+        if rel not in HISTORY and rel != "tests/repo/test_docs_sync.py" and "/corpus/" not in rel
+    ]
+
+
+#: File names given bare that are other projects' files, with the reason.
+EXTERNAL_FILES = {
+    # milk-org/ImageStreamIO, milk's library (docs/milk.md)
+    "ImageStreamIO.c": "milk's",
+    "ImageStreamIO.h": "milk's",
+    "ImageStruct.h": "milk's",
+    # NVIDIA's driver API header, which the core does without (cuda_internal.h)
+    "cuda.h": "NVIDIA's",
+    # dmlc/dlpack, vendored as src/bindings/_dlpack.h
+    "dlpack.h": "dmlc's",
+    # torch/multiprocessing/reductions.py, where torch shares tensors
+    "reductions.py": "torch's",
+    # glibc's nptl/tpp.c, the priority-protect mutexes
+    "tpp.c": "glibc's",
+    # placeholders: the reader's own program, a harness's name
+    "prog.c": "a placeholder",
+    "fuzz_x.c": "a placeholder",
+    "fuzz_x.py": "a placeholder",
+    # a crash point's name, "stream.c" (docs/ABI.md, "Crash points")
+    "stream.c": "a crash point",
+    # the script tests/repo/test_doc_blocks.py writes for each block
+    "block.py": "a test's file",
+}
+#: A file name given bare: not after a word, a path, a dot, a glob or an
+#: #include's bracket (``<stdio.h>``, the system's).
+_BARE_FILE = re.compile(
+    r"(?<![\w/.*<-])([\w-]+(?:\.[\w-]+)*\.(?:py|pyi|c|h|cpp|md|sh|toml))\b(?![\w/(-])"
+)
+
+
+def bare_file_names_missing() -> list[str]:
+    tracked = _tracked()
+    anywhere = {os.path.basename(f) for f in tracked}
+    # The library's comments name the library's files, never the benchmarks'
+    # (a stale "channel.py" must not pass for benchmarks/channel.py).
+    library = {os.path.basename(f) for f in tracked if not f.startswith("benchmarks/")}
+    missing = []
+    for rel in _prose_files():
+        known = library if rel.startswith(("src/", "include/")) else anywhere
+        for i, line in prose(rel):
+            for m in _BARE_FILE.finditer(line):
+                name = m.group(1)
+                if name not in known and name not in EXTERNAL_FILES:
+                    missing.append(f"{rel}:{i}: {name}")
+    return missing
+
+
+def test_no_comment_or_document_names_a_missing_file():
+    assert bare_file_names_missing() == []
+
+
+#: Code names given in backticks that are other projects' (or the system's),
+#: with the reason; a name starting with one of ``EXTERNAL_PREFIXES`` is too.
+EXTERNAL_NAMES = {
+    # milk's ImageStreamIO constants (docs/milk.md)
+    "CIRCULAR_BUFFER": "milk's",
+    "DAO_COMPAT": "milk's",
+    "IMAGESTRUCT_VERSION": "milk's",
+    "IMAGESTRUCT_WRITEHISTORY": "milk's",
+    "MATH_DATA": "milk's",
+    "complex_float": "milk's",
+    "SEMAPHORE_MAXVAL": "milk's",
+    # torch's DataLoader iterator, whose state docs/loader.md compares with ours
+    "_data_queue": "torch's",
+    "_index_queues": "torch's",
+    "_next_data": "torch's",
+    "_num_yielded": "torch's",
+    "_rcvd_idx": "torch's",
+    "_task_info": "torch's",
+    "_worker_result_queue": "torch's",
+    "_workers_status": "torch's",
+    "is_shared": "torch's",
+    "share_memory_": "torch's",
+    # Zenoh's configuration keys (docs/bridge.md)
+    "access_control": "Zenoh's",
+    # Linux and C11 (docs/direct.md, docs/waiting.md, docs/ABI.md)
+    "io_uring_disabled": "Linux's",
+    "io_uring_enter": "Linux's",
+    "sched_runtime": "Linux's",
+    "sched_setattr": "Linux's",
+    "compare_exchange": "C11's atomic_compare_exchange_*",
+    # a wheel's platform tag (CONTRIBUTING.md, "Release build")
+    "manylinux_2_34": "PyPA's",
+}
+EXTERNAL_PREFIXES = ("ImageStreamIO_",)  # milk's functions
+_TICKED = re.compile(r"``([^`\n]+)``|`([^`\n]+)`")
+_CODE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\(\))?")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+@functools.lru_cache(maxsize=1)
+def code_words() -> frozenset[str]:
+    """Every name the code uses, its comments and docstrings left out (so a
+    comment cannot vouch for itself), and the tracked files' names."""
+    words: set[str] = set()
+    for rel in _tracked():
+        if not rel.startswith(("src/", "include/", "benchmarks/", "examples/", "tools/", "tests/")):
+            continue
+        if "/corpus/" in rel or rel == "tests/repo/test_docs_sync.py":
+            continue  # data, and this file's examples of missing names
+        text = _read(rel) if rel.endswith((*SUFFIXES, ".sh", ".html")) else ""
+        if rel.endswith((".py", ".pyi")):
+            docstrings = {ln for _, ln in _py_prose(text)}
+            words.update(
+                w
+                for line in text.splitlines()
+                if line not in docstrings
+                for w in _WORD.findall(line.split("#", 1)[0])
+            )
+        elif rel.endswith((".c", ".h", ".cpp")):
+            words.update(_WORD.findall(_C_COMMENT.sub(" ", text)))
+        else:
+            words.update(_WORD.findall(text))
+        words.add(os.path.basename(rel).split(".")[0])
+    for rel in ("CMakeLists.txt", "pyproject.toml"):
+        words.update(_WORD.findall(_read(rel)))
+    return frozenset(words)
+
+
+def _is_code_name(name: str, words: frozenset[str]) -> bool:
+    """A name the code has, or a C function's short name (``commit_rx``
+    for ``ss_channel_commit_rx``), or another project's."""
+    if name in words or name in EXTERNAL_NAMES or name.startswith(EXTERNAL_PREFIXES):
+        return True
+    return any(w.startswith("ss_") and w.endswith("_" + name) for w in words)
+
+
+def code_names_missing() -> list[str]:
+    words = code_words()
+    missing = []
+    for rel in _prose_files():
+        for i, line in prose(rel):
+            for m in _TICKED.finditer(line):
+                ticked = (m.group(1) or m.group(2)).strip()
+                if not _CODE_NAME.fullmatch(ticked) or ticked.startswith("shmstream."):
+                    continue  # not a code name, or the dotted-name check's
+                parts = ticked.removesuffix("()").split(".")
+                if parts[-1] in _FILE_SUFFIXES:
+                    continue  # a file name: the file-name check's
+                for part in parts:
+                    # names of code: snake_case or called; plain words are prose
+                    if ("_" in part.strip("_") or ticked.endswith("()")) and not _is_code_name(
+                        part, words
+                    ):
+                        missing.append(f"{rel}:{i}: {part}")
+    return missing
+
+
+def test_no_comment_or_document_names_missing_code():
+    assert code_names_missing() == []
+
+
+def test_the_file_and_code_name_checks_see_what_is_missing():
+    assert _BARE_FILE.search("see channel.py's decoder").group(1) == "channel.py"
+    assert not _BARE_FILE.search("#include <stdio.h>") and not _BARE_FILE.search("src/a/b.py")
+    assert not _BARE_FILE.search("the helpers (*_util.py)")
+    words = code_words()
+    assert "read_new" in words and "list_segments" not in words
+    assert _is_code_name("commit_tx", words) and not _is_code_name("list_segments", words)
+    assert _py_prose('x = 1  # a note\n"""Doc."""\ny = "not prose"\n') == [
+        (1, "# a note"),
+        (2, '"""Doc."""'),
+    ]
+    assert _c_prose("int a; /* one\n two */ int b; // three\n") == [
+        (1, "/* one"),
+        (2, " two */"),
+        (2, "// three"),
+    ]

@@ -497,3 +497,54 @@ def test_no_module_of_the_package_is_over_500_lines():
     sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in paths}
     long = sorted(f"{p} ({n})" for p, n in sizes.items() if n > MAX_PY_LINES)
     assert not long, f"modules over {MAX_PY_LINES} lines (split them by job): {long}"
+
+
+#: The package's modules that import torch (CONTRIBUTING.md, "Layout"): the
+#: DataLoader's three, at their top, and the GPU device layer, inside the
+#: function that first needs it. ``import shmstream`` and CPU streams import
+#: none of them (tests/common/test_api.py checks torch stays out).
+TORCH_AT_THE_TOP = {"loader/torch.py", "loader/_worker.py", "loader/_batch.py"}
+TORCH_LAZILY = {"gpu/device.py"}
+
+
+def _torch_imports(tree: ast.Module) -> tuple[bool, bool]:
+    """(imports torch at module level, imports it inside a function)."""
+    lazy_nodes = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for n in ast.walk(f)
+    }
+    top = lazy = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        if any(n == "torch" or n.startswith("torch.") for n in names):
+            if id(node) in lazy_nodes:
+                lazy = True
+            else:
+                top = True
+    return top, lazy
+
+
+def test_only_the_loader_and_the_gpu_device_import_torch():
+    top, lazy = set(), set()
+    for path in sorted(PKG.rglob("*.py")):
+        at_top, inside = _torch_imports(ast.parse(path.read_text()))
+        rel = path.relative_to(PKG).as_posix()
+        if at_top:
+            top.add(rel)
+        if inside:
+            lazy.add(rel)
+    assert top == TORCH_AT_THE_TOP
+    assert lazy == TORCH_LAZILY
+
+
+def test_the_torch_import_check_tells_top_from_lazy():
+    assert _torch_imports(ast.parse("import torch.utils.data\n")) == (True, False)
+    assert _torch_imports(ast.parse("def f():\n    from torch import cuda\n")) == (False, True)
+    assert _torch_imports(ast.parse("import sys\nsys.modules.get('torch')\n")) == (False, False)
