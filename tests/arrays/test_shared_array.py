@@ -410,6 +410,9 @@ def die_holding(name, conn):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+# purge removes every abandoned shared array in /dev/shm: beside other
+# tests it would remove theirs and see them, so it runs alone
+@pytest.mark.serial
 def test_purge_removes_what_dead_creators_left_and_nothing_else():
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

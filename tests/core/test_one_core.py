@@ -95,7 +95,7 @@ def test_the_library_exports_only_the_api(nm):
 
 def test_one_arming_for_every_module():
     # The crash points are one table: only the test hooks expose them, and
-    # they cover the channel's points (tests/core/test_crash_points.py arms those).
+    # they cover the channel's points (tests/streams/test_crash_points.py arms those).
     assert not hasattr(_channel, "fault_arm") and not hasattr(_native, "fault_arm")
     assert any(p.startswith("ring.") for p in _testhooks.fault_points())
 

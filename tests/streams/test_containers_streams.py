@@ -289,6 +289,9 @@ def test_a_repairer_dying_in_a_second_namespace_leaves_the_repair_to_a_third(nam
 # ---- stat and purge from a third namespace ------------------------------------------------------
 
 
+# purge removes every abandoned channel, array and loader pool in /dev/shm: beside other
+# tests it would remove theirs and see them, so it runs alone
+@pytest.mark.serial
 def test_stat_and_purge_from_a_third_namespace_judge_streams_by_lease(name, make_name, children):
     gone, chan_live, chan_gone = make_name(), make_name(), make_name()
     live = children(f"""

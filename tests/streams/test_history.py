@@ -2,7 +2,7 @@
 the last N for a reader that must see every frame, with exact miss counts
 (docs/history.md, docs/ABI.md "History").
 
-A writer that dies mid-write is covered in tests/core/test_crash_points.py (a
+A writer that dies mid-write is covered in tests/streams/test_crash_points.py (a
 history writer killed at every crash point: the abandoned frame never
 appears in the history, the rest stays whole).
 """
