@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checklist of docs/gpu.md in one run: build, gpu_available(), the
-# device tests, the fake-driver tests, the benchmark beside pyshmem, and the
-# device memory and /dev/shm before and after. For a GPU machine that may
+# device tests, the fake-driver tests, the benchmark beside pyshmem, the
+# ping-pong floors, and the device memory and /dev/shm before and after. For a GPU machine that may
 # have no network: wheels in .whl/ (pyshmem, nanobind) are installed first.
 #
 #   tools/gpu_check.sh [OUTDIR]      # logs and bench-gpu.json go to OUTDIR
@@ -72,6 +72,12 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step "ping-pong floor with torch alone (tools/gpu_pingpong_floor.py)"
   timeout 120 $py tools/gpu_pingpong_floor.py >"$out/pingpong-floor.log" 2>&1
   cat "$out/pingpong-floor.log"
+  if command -v nvcc >/dev/null; then
+    step "ping-pong floor by copy method, driver API (tools/gpu_pingpong_engines.c)"
+    nvcc -O2 -o /tmp/gpu_pingpong_engines tools/gpu_pingpong_engines.c -lcuda &&
+      timeout 120 /tmp/gpu_pingpong_engines >"$out/engines.log" 2>&1
+    cat "$out/engines.log"
+  fi
 fi
 
 step "after"

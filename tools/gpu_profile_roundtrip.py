@@ -1,4 +1,4 @@
-"""Where a 100x100 GPU round trip spends its time: per-call times of
+"""Where a 100x100 and a 1000x1000 GPU round trip spend their time: per-call times of
 shmstream's and pyshmem's write and read beside torch's own ``copy_``, and a
 cProfile of shmstream's (docs/gpu.md, "Runs on a GPU", item 8).
 
@@ -30,23 +30,32 @@ def per_call(fn, n=N):
     return (time.perf_counter() - t) / n * 1e6
 
 
-src = torch.rand(100, 100, device="cuda:0")
-dst = torch.empty_like(src)
-print(f"torch copy_ only: {per_call(lambda: dst.copy_(src)):.1f} us")
-print(f"torch copy_+sync: {per_call(lambda: (dst.copy_(src), torch.cuda.synchronize())):.1f} us")
-print(f"torch empty: {per_call(lambda: torch.empty(100, 100, device='cuda:0')):.1f} us")
+def floor(side):
+    src = torch.rand(side, side, device="cuda:0")
+    dst = torch.empty_like(src)
+    print(f"{side}x{side} torch copy_ only: {per_call(lambda: dst.copy_(src)):.1f} us")
+    print(
+        f"{side}x{side} torch copy_+sync: {per_call(lambda: (dst.copy_(src), torch.cuda.synchronize())):.1f} us"
+    )
+    print(
+        f"{side}x{side} torch empty: {per_call(lambda: torch.empty(side, side, device='cuda:0')):.1f} us"
+    )
+    return src
 
 
-def profile(lib, src):
+def profile(lib, src, cprofile):
     name = "prof-" + uuid.uuid4().hex[:8]
-    h = lib.create(name, shape=(100, 100), dtype=np.float32, gpu_device="cuda:0")
+    h = lib.create(name, shape=tuple(src.shape), dtype=np.float32, gpu_device="cuda:0")
     out = torch.empty_like(src)
     rt = per_call(lambda: (h.write(src), h.read()))
     w = per_call(lambda: h.write(src))
     r = per_call(h.read)
-    print(f"{lib.__name__}: round trip {rt:.1f} us, write {w:.1f} us, read {r:.1f} us")
+    print(
+        f"{tuple(src.shape)} {lib.__name__}: round trip {rt:.1f} us, write {w:.1f} us, read {r:.1f} us"
+    )
     if lib is shmstream:
         print(f"  read(out=) {per_call(lambda: h.read(out=out)):.1f} us")
+    if lib is shmstream and cprofile:
         pr = cProfile.Profile()
         pr.enable()
         for _ in range(3000):
@@ -58,5 +67,7 @@ def profile(lib, src):
     lib.unlink(name)
 
 
-for lib in (shmstream, pyshmem):
-    profile(lib, src)
+for side in (100, 1000):
+    src = floor(side)
+    for lib in (shmstream, pyshmem):
+        profile(lib, src, cprofile=side == 100)

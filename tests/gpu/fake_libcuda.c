@@ -175,6 +175,10 @@ CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) {
   (void)s;
   return cuMemsetD8(p, v, n);
 }
+/* Copies queued, by direction: tests read them (ctypes) to see which path
+ * the core took (tests/gpu/test_gpu_fake.py, staging). */
+long fake_dtod_copies, fake_dtoh_copies;
+
 CUresult cuMemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, void *st) {
   (void)st;
   memcpy((void *)(uintptr_t)d, s, n);
@@ -182,11 +186,13 @@ CUresult cuMemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, void *st) {
 }
 CUresult cuMemcpyDtoHAsync(void *d, CUdeviceptr s, size_t n, void *st) {
   (void)st;
+  fake_dtoh_copies++;
   memcpy(d, (void *)(uintptr_t)s, n);
   return OK;
 }
 CUresult cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) {
   (void)st;
+  fake_dtod_copies++;
   memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
   return OK;
 }

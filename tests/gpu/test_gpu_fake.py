@@ -88,6 +88,41 @@ def test_write_then_read_round_trips_through_the_device_buffer(fake_driver, mirr
     )
 
 
+@pytest.mark.parametrize(
+    "stage_max, small_staged, large_staged",
+    [(None, True, False), ("0", False, False), (str(8 << 20), True, True)],
+)
+def test_a_read_stages_payloads_up_to_the_limit_through_host_memory(
+    fake_driver, stage_max, small_staged, large_staged
+):
+    # docs/gpu.md, "Staging small payloads": up to SHMSTREAM_GPU_STAGE_MAX
+    # bytes (256 KiB by default) a device-to-device copy goes device to host
+    # to device (copy engines only); above it, one device-to-device copy.
+    env = "" if stage_max is None else f"os.environ['SHMSTREAM_GPU_STAGE_MAX'] = {stage_max!r}"
+    run(
+        fake_driver,
+        f"""
+        {env}
+        import ctypes
+        lib = ctypes.CDLL(os.environ["SHMSTREAM_LIBCUDA"])
+        dtod = ctypes.c_long.in_dll(lib, "fake_dtod_copies")
+        dtoh = ctypes.c_long.in_dll(lib, "fake_dtoh_copies")
+        for name, side, staged in ((NAME, 100, {small_staged}), (NAME + "l", 1000, {large_staged})):
+            h = shmstream.create(name, shape=(side, side), gpu_device="cuda:0")
+            x = np.arange(side * side, dtype=np.float32).reshape(side, side)
+            h.write(x)
+            before = (dtod.value, dtoh.value)
+            r = h.read()
+            moved = (dtod.value - before[0], dtoh.value - before[1])
+            h.close()
+            if name != NAME:
+                shmstream.unlink(name)
+            assert moved == ((0, 1) if staged else (1, 0)), (side, moved)
+            assert (r.get() == x).all()
+    """,
+    )
+
+
 def test_a_numpy_write_and_cpu_streams_do_not_import_torch(fake_driver):
     run(
         fake_driver,
