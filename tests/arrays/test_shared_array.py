@@ -27,6 +27,8 @@ from shmstream import _native
 from shmstream.arrays.shared_array import SharedArray, SharedRecArray, share
 from shmstream.errors import StaleStreamError
 
+import support
+
 SHM = "/dev/shm"
 TOKEN = f"sa{uuid.uuid4().hex[:8]}"
 WAIT = 60.0
@@ -410,13 +412,11 @@ def die_holding(name, conn):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-# purge removes every abandoned shared array in /dev/shm: beside other
-# tests it would remove theirs and see them, so it runs alone
-@pytest.mark.serial
-def test_purge_removes_what_dead_creators_left_and_nothing_else():
+def test_purge_removes_what_dead_creators_left_and_nothing_else(monkeypatch):
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     dead = f"{TOKEN}-dead"
+    support.purge_sees_only(monkeypatch, {dead, f"{TOKEN}-alive"})
     p = ctx.Process(target=die_holding, args=(dead, child))
     p.start()
     assert parent.poll(WAIT) and parent.recv() == "shared"

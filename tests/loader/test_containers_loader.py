@@ -105,8 +105,7 @@ def test_a_worker_killed_holding_the_pool_lock_in_another_namespace_is_taken_ove
         pool.destroy()
 
 
-# purge removes every abandoned loader pool in /dev/shm: beside other
-# tests it would remove theirs and see them, so it runs alone
+# purge of loader pools sweeps every dead pool in /dev/shm (other tests')
 @pytest.mark.serial
 def test_stat_and_purge_from_a_third_namespace_remove_a_pool_only_when_abandoned(children):
     owner = children("""

@@ -289,11 +289,13 @@ def test_a_repairer_dying_in_a_second_namespace_leaves_the_repair_to_a_third(nam
 # ---- stat and purge from a third namespace ------------------------------------------------------
 
 
-# purge removes every abandoned channel, array and loader pool in /dev/shm: beside other
-# tests it would remove theirs and see them, so it runs alone
+# purge of loader pools sweeps every dead pool in /dev/shm (other tests')
 @pytest.mark.serial
-def test_stat_and_purge_from_a_third_namespace_judge_streams_by_lease(name, make_name, children):
+def test_stat_and_purge_from_a_third_namespace_judge_streams_by_lease(
+    name, make_name, children, monkeypatch
+):
     gone, chan_live, chan_gone = make_name(), make_name(), make_name()
+    support.purge_sees_only(monkeypatch, {name, gone, chan_live, chan_gone})
     live = children(f"""
         import shmstream
         h = shmstream.create({name!r}, shape=(2,), dtype="int32")
