@@ -1,5 +1,5 @@
 """Datasets, collate functions and worker hooks of the loader conformance
-scenarios (tests/test_loader_conformance.py), plus what turns a scenario's
+scenarios (tests/loader/test_loader_conformance.py), plus what turns a scenario's
 result into a plain comparable value.
 
 A module of its own because spawn and forkserver workers unpickle the

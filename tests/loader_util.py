@@ -1,6 +1,6 @@
 """Datasets and probes shared by the DataLoader tests
-(tests/test_loader_batches.py, tests/test_loader_pool.py,
-tests/test_loader_failures.py).
+(tests/loader/test_loader_batches.py, tests/loader/test_loader_pool.py,
+tests/loader/test_loader_failures.py).
 
 A module of its own because spawn and forkserver workers unpickle a dataset
 by importing its module: this folder is on their ``sys.path`` (pytest puts

@@ -302,9 +302,28 @@ def run_in_private_shm(
     )
 
 
+def purge_sees_only(monkeypatch, names) -> None:
+    """Let ``shmstream.purge`` see only the objects of these user names in
+    the real /dev/shm: others share it (the suite's other workers, other
+    users), and a test's purge must neither remove nor report theirs. A
+    loader pool's slot files are the exception: that kind sweeps every dead
+    pool itself, so a test purging loader pools is marked ``serial``."""
+    from shmstream.registry import _purge
+
+    real, mine = _purge.survey, set(names)
+
+    def survey(kinds=None):
+        entries, _skipped = real(kinds)
+        return [e for e in entries if e.name in mine], []
+
+    monkeypatch.setattr(_purge, "survey", survey)
+
+
 # ---- the C compile recipe (examples, the fake CUDA driver, harnesses) -------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: tests/, where the helper modules are (children that import them put it on sys.path)
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS_DIR)
 
 
 def c_compiler() -> str | None:

@@ -1,4 +1,4 @@
-"""Names of src/shmstream that vulture (tests/test_lint.py) would report
+"""Names of src/shmstream that vulture (tests/repo/test_lint.py) would report
 as unused, but that are used where it cannot see: Python, a library or the
 kernel calls them by name, or they keep an object alive. vulture counts a
 name as used wherever it appears, so one attribute of a stand-in per name

@@ -210,7 +210,7 @@ struct RxMessage {
                                                      nb::dtype<uint8_t>(), nb::device::cpu::value));
   }
   // A typed, read-only view, or None when the dtype has no DLPack code or
-  // no NumPy one (channel.py's decoder says what to do then).
+  // no NumPy one (channels/_messages.py's decoder says what to do then).
   nb::object typed_view() const {
     check();
     DLLayout l;
@@ -222,7 +222,7 @@ struct RxMessage {
   }
   // The payload as a read-only ndarray view (uint8 for a bytes message);
   // a dtype without a DLPack code (structured, strings, ...) is viewed by
-  // channel.py's decoder (set_decoder).
+  // channels/_messages.py's decoder (set_decoder).
   nb::object array_view() const {
     nb::object asarray = nb::module_::import_("numpy").attr("asarray");
     nb::object typed = typed_view();

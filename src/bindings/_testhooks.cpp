@@ -1,7 +1,7 @@
 // shmstream._testhooks: the suite's hooks into the core, built beside the
 // production extensions from a checkout (CMake option SHMSTREAM_TEST_HOOKS,
 // on by default) and left out of a build from the sdist, so the release
-// wheel carries none of them (pyproject.toml, tests/test_release.py). Crash
+// wheel carries none of them (pyproject.toml, tests/repo/test_release.py). Crash
 // points, the wait policy's injected wake-up cost and the compiled offsets
 // of the shared layout (docs/ABI.md), which the ABI tests compare with the
 // document and with live segments.

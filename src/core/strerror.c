@@ -8,7 +8,7 @@
 #include "core_helpers.h"
 
 /* Indexed by -status (enum ss_status in include/shmstream.h). A code added
- * there gets its line here; tests/test_strerror.py checks every code of the
+ * there gets its line here; tests/core/test_strerror.py checks every code of the
  * enum has a distinct text. */
 static const char *const kStatusText[] = {
     [0] = "success",

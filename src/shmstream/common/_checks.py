@@ -3,7 +3,7 @@ dtypes, modes, timeouts, owners, and the errors for a missing or existing
 name. One rule and one message for each, so the kinds cannot drift apart.
 A check that belongs to one kind lives in its folder with its wording
 (``streams/_checks.py``, ``channels/_checks.py``; the loader, arrays and
-recordings keep theirs beside their code); tests/test_layers.py holds
+recordings keep theirs beside their code); tests/repo/test_layers.py holds
 that each check here is used by two kinds at least.
 
 Each check returns the normalised value or raises the exception a Python
