@@ -108,7 +108,7 @@ SCANNED = [
     "CONTRIBUTING.md",
     "BENCHMARKS.md",
 ]
-SUFFIXES = (".c", ".h", ".cpp", ".py", ".pyi", ".md", ".txt", ".toml")
+SUFFIXES = (".c", ".h", ".cpp", ".py", ".pyi", ".md", ".txt", ".toml", ".sh")
 #: Paths named on purpose that are not in this repository (another project's).
 EXTERNAL = {"include/dlpack/dlpack.h"}  # dmlc/dlpack, vendored in src/bindings/_dlpack.h
 

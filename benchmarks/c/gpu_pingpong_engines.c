@@ -5,7 +5,7 @@
  * shmstream: the floor under the ping-pong row of `python -m benchmarks gpu`
  * (docs/gpu.md, "Runs on a GPU").
  *
- *   nvcc -O2 -o /tmp/engines tools/gpu_pingpong_engines.c -lcuda
+ *   nvcc -O2 -o /tmp/engines benchmarks/c/gpu_pingpong_engines.c -lcuda
  *   /tmp/engines [flag|dtod|batch|batch-ce|via-host] ...
  *
  * Methods (each side's copy in and copy out):

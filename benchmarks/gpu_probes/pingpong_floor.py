@@ -4,7 +4,7 @@ through flags in shared memory, and each side's device work is chosen by the
 mode, so that the rows tell apart what a hand-over between two CUDA
 contexts costs from what the copies and synchronizes cost.
 
-    python tools/gpu_pingpong_floor.py      # needs torch with CUDA and a GPU
+    python benchmarks/gpu_probes/pingpong_floor.py      # needs torch with CUDA and a GPU
 
 Modes (the echo side's work; the timing side always copies in, copies out):
 

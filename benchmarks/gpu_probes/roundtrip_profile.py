@@ -2,7 +2,7 @@
 shmstream's and pyshmem's write and read beside torch's own ``copy_``, and a
 cProfile of shmstream's (docs/gpu.md, "Runs on a GPU", item 8).
 
-    python tools/gpu_profile_roundtrip.py   # needs torch with CUDA, pyshmem
+    python benchmarks/gpu_probes/roundtrip_profile.py   # needs torch with CUDA, pyshmem
 """
 
 import cProfile
