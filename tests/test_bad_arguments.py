@@ -8,6 +8,9 @@ One table: (call, bad value) -> the class and the argument's name."""
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 import pytest
 
@@ -35,6 +38,31 @@ def objs(make_name, tmp_path):
 
 def _record(o, **kw):
     return shmstream.record(o["h"].name, str(o["dir"] / "rec"), frames=1, seconds=0.01, **kw)
+
+
+def _on_a_fifo(o, call):
+    """call(path of a FIFO) in a thread; one still blocked in the open
+    after 60 s is released by a writer's open and fails the test (issue 47,
+    bug 1: the open must check the file's type without blocking)."""
+    path = str(o["dir"] / "fifo")
+    os.mkfifo(path)
+    raised: list[BaseException] = []
+
+    def run():
+        try:
+            call(path)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # lets the blocked open go on
+        thread.join()
+        pytest.fail("opening a FIFO blocked until a writer opened it")
+    if raised:
+        raise raised[0]
 
 
 #: (id, call(objs, bad), bad value, expected class, the argument's name)
@@ -158,6 +186,13 @@ CASES = [
         "shape",
     ),
     ("DirectArray path None", lambda o, v: shmstream.DirectArray(v, (8,), "u8"), None, T, "path"),
+    (
+        "DirectArray path FIFO",
+        lambda o, v: _on_a_fifo(o, lambda p: shmstream.DirectArray(p, v, "u1")),
+        (0,),
+        V,
+        "not a regular file",
+    ),
     ("direct_mmap path int", lambda o, v: shmstream.direct_mmap(v, (8,), "u8"), 3, T, "path"),
     # -- recording
     ("record path None", lambda o, v: shmstream.record(o["h"].name, v, frames=1), None, T, "path"),
