@@ -432,3 +432,43 @@ def test_stat_help_names_every_kind_it_accepts():
     proc = _shmstream("stat", "--help")
     assert proc.returncode == 0
     assert "DataLoader slot pool" in " ".join(proc.stdout.split())
+
+
+# A signal at a known point of the create (issue 47, bug 2): the demo's
+# create sends it to its own process just after the segment is made,
+# before the create returns to the demo.
+SIGNAL_IN_CREATE = """
+import os, signal, sys
+import shmstream
+from shmstream import cli
+
+real_create = shmstream.create
+
+def create(*args, **kwargs):
+    handle = real_create(*args, **kwargs)
+    os.kill(os.getpid(), signal.{sig})
+    return handle
+
+shmstream.create = create
+sys.exit(cli.main(["demo", "--seconds", "600", "--shape", "8x8"]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_demo_signalled_while_it_creates_removes_its_stream(sig):
+    demo = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_IN_CREATE.format(sig=sig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stream = f"shmstream-demo-{demo.pid}"
+    try:
+        out, err = demo.communicate(timeout=support.WAIT)
+    finally:
+        demo.kill()
+        left = stream in shmstream.list_streams()
+        shmstream.unlink(stream)
+    assert not left, (demo.returncode, out, err)
+    assert demo.returncode == 0, err
+    assert "while creating" in out and "removed" in out
