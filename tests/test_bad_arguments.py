@@ -40,6 +40,12 @@ def _record(o, **kw):
     return shmstream.record(o["h"].name, str(o["dir"] / "rec"), frames=1, seconds=0.01, **kw)
 
 
+def _bridge(**kw):
+    from shmstream.bridge import Bridge
+
+    return Bridge(**kw)
+
+
 def _on_a_fifo(o, call):
     """call(path of a FIFO) in a thread; one still blocked in the open
     after 60 s is released by a writer's open and fails the test (issue 47,
@@ -143,6 +149,72 @@ CASES = [
         T,
         "poll_interval",
     ),
+    # -- booleans (issue 47, bug 4): "no" is truthy, never read as true
+    ("open readonly", lambda o, v: shmstream.open(o["h"].name, readonly=v), "no", T, "readonly"),
+    (
+        "create auto_unlink",
+        lambda o, v: shmstream.create(o["new"](), shape=(2,), auto_unlink=v),
+        "no",
+        T,
+        "auto_unlink",
+    ),
+    (
+        "create notify",
+        lambda o, v: shmstream.create(o["new"](), shape=(2,), notify=v),
+        1,
+        T,
+        "notify",
+    ),
+    (
+        "create cpu_mirror",
+        lambda o, v: shmstream.create(o["new"](), shape=(2,), cpu_mirror=v),
+        "no",
+        T,
+        "cpu_mirror",
+    ),
+    ("read safe", lambda o, v: o["h"].read(safe=v), "no", T, "safe"),
+    ("read_publication safe", lambda o, v: o["h"].read_publication(safe=v), "no", T, "safe"),
+    ("read_new safe", lambda o, v: o["h"].read_new(safe=v, timeout=0), "no", T, "safe"),
+    ("read_after safe", lambda o, v: o["h"].read_after(0, safe=v, timeout=0), "no", T, "safe"),
+    (
+        "share writable",
+        lambda o, v: shmstream.share(np.arange(3), name=o["new"](), writable=v),
+        "no",
+        T,
+        "writable",
+    ),
+    (
+        "SharedArray.open writable",
+        lambda o, v: shmstream.SharedArray.open(o["new"](), writable=v),
+        "no",
+        T,
+        "writable",
+    ),
+    (
+        "DirectArray use_page_cache",
+        lambda o, v: shmstream.DirectArray(o["path"], (8,), "u8", use_page_cache=v),
+        "no",
+        T,
+        "use_page_cache",
+    ),
+    ("record overwrite", lambda o, v: _record(o, overwrite=v), "no", T, "overwrite"),
+    ("record handle_signals", lambda o, v: _record(o, handle_signals=v), "no", T, "handle_signals"),
+    (
+        "replay renumber",
+        lambda o, v: shmstream.replay(o["dir"], "x", renumber=v),
+        "no",
+        T,
+        "renumber",
+    ),
+    (
+        "purge include_cuda_orphans",
+        lambda o, v: shmstream.purge(include_cuda_orphans=v),
+        "no",
+        T,
+        "cuda",
+    ),
+    ("Bridge unlink_on_close", lambda o, v: _bridge(unlink_on_close=v), "no", T, "unlink_on_close"),
+    ("view block", lambda o, v: shmstream.view(o["h"].name, port=-1, block=v), "no", T, "block"),
     # -- channels
     ("send type_id -1", lambda o, v: o["tx"].send(b"x", type_id=v), -1, V, "type_id"),
     ("send type_id 2**32", lambda o, v: o["tx"].send(b"x", type_id=v), 2**32, V, "type_id"),

@@ -20,6 +20,7 @@ import os
 import stat
 from typing import Any
 
+from ..common import _checks
 from ..errors import (
     InsecureBridgeError,
     ShmstreamFileNotFoundError,
@@ -227,8 +228,7 @@ def require(cfg: Any, insecure: Any, who: str) -> str:
     """The authentication mode of ``cfg``; InsecureBridgeError when it is
     "none" and the session would listen, connect or scout, unless
     ``insecure``."""
-    if not isinstance(insecure, bool):
-        raise ShmstreamTypeError(f"insecure must be True or False, not {insecure!r}")
+    insecure = _checks.check_bool("insecure", insecure)
     found = mode(cfg)
     if found == "none" and reaches_out(cfg) and not insecure:
         where = ", ".join(endpoints(cfg)) or "multicast scouting"

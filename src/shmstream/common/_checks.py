@@ -93,6 +93,14 @@ def check_u64(what: str, value: Any, minimum: int = 0) -> int:
     return check_unsigned(what, value, 64, minimum)
 
 
+def check_bool(what: str, value: Any) -> bool:
+    """A flag: True or False (NumPy's bool too). Anything else, a string
+    such as "no" or an int included, is a TypeError, not read as true."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ShmstreamTypeError(f"{what} must be True or False, not {type(value).__name__} {value!r}")
+
+
 def check_path(what: str, path: Any) -> str:
     """A file or directory path: a str or an os.PathLike (bytes are
     decoded as the file system does)."""

@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Iterable
 
-from ..common import _kinds, _proc
+from ..common import _checks, _kinds, _proc
 from ..common._space import SHM_DIR
 from ..errors import ShmstreamValueError
 from ._survey import KINDS, Entry, Skipped, listdir, survey, unlink_file
@@ -170,6 +170,7 @@ def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = N
     processes using a removed object keep their mapping, but nobody can
     open it again.
     """
+    include_cuda_orphans = _checks.check_bool("include_cuda_orphans", include_cuda_orphans)
     wanted = set(KINDS) if kinds is None else set(kinds)
     unknown = wanted - set(KINDS)
     if unknown:
