@@ -40,6 +40,18 @@ def _record(o, **kw):
     return shmstream.record(o["h"].name, str(o["dir"] / "rec"), frames=1, seconds=0.01, **kw)
 
 
+def _recording(o):
+    """A recording (of no frame) of the fixture's stream."""
+    _record(o)
+    return shmstream.load_recording(o["dir"] / "rec")
+
+
+def _remote_exports(**kw):
+    from shmstream.bridge import remote_exports
+
+    return remote_exports(**kw)
+
+
 def _bridge(**kw):
     from shmstream.bridge import Bridge
 
@@ -271,6 +283,29 @@ CASES = [
     ("record since 2**70", lambda o, v: _record(o, since=v), BIG, V, "since"),
     ("replay path None", lambda o, v: shmstream.replay(v, o["new"]()), None, T, "path"),
     ("load_recording path", lambda o, v: shmstream.load_recording(v), 1.5, T, "path"),
+    # -- errors that were plain built-ins (issue 47, bug 8)
+    (
+        "record path unwritable",
+        lambda o, v: shmstream.record(o["h"].name, v, frames=1),
+        "/proc/no-such-dir/rec",
+        shmstream.ShmstreamFileNotFoundError,
+        "recording directory '/proc/no-such-dir/rec'",
+    ),
+    (
+        "Recording.frame 10**6",
+        lambda o, v: _recording(o).frame(v),
+        10**6,
+        shmstream.ShmstreamIndexError,
+        "frame index i=1000000",
+    ),
+    ("Recording.frame str", lambda o, v: _recording(o).frame(v), "0", T, "frame index"),
+    (
+        "remote_exports timeout -1",
+        lambda o, v: _remote_exports(timeout=v, insecure=True),
+        -1,
+        V,
+        "timeout",
+    ),
 ]
 
 

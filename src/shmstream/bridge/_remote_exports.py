@@ -7,10 +7,12 @@ Separate from the Bridge: it makes no bridge, exports and imports nothing
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import NoPeerError
+from ..common import _checks
+from ..errors import NoPeerError, ShmstreamValueError
 from . import _auth, _keys
 from ._session import close_session, make_config, open_session, peer_count
 
@@ -35,6 +37,13 @@ def remote_exports(
     (nothing is reachable with these endpoints, or none let us in).
     Authentication as for :class:`Bridge`: InsecureBridgeError without it
     unless ``insecure=True``."""
+    seconds = _checks.check_timeout(timeout)
+    if seconds is None or math.isinf(seconds):
+        raise ShmstreamValueError(
+            f"timeout must be a finite number of seconds (how long to wait for answers), "
+            f"got {timeout!r}"
+        )
+    timeout = seconds
     keys = _keys.Keys(key_prefix, "-")
     cfg = make_config(
         config,
