@@ -30,7 +30,10 @@ def objs(make_name, tmp_path):
     rx = shmstream.open_channel(chan)
     path = tmp_path / "a.bin"
     path.write_bytes(bytes(64))
-    yield {"h": h, "tx": tx, "rx": rx, "path": str(path), "new": make_name, "dir": tmp_path}
+    o = {"h": h, "tx": tx, "rx": rx, "path": str(path), "new": make_name, "dir": tmp_path}
+    yield o
+    if "milk" in o:
+        o["milk"].close()
     tx.close()
     rx.close()
     h.close()
@@ -38,6 +41,14 @@ def objs(make_name, tmp_path):
 
 def _record(o, **kw):
     return shmstream.record(o["h"].name, str(o["dir"] / "rec"), frames=1, seconds=0.01, **kw)
+
+
+def _milk(o, **kw):
+    """A milk stream of shape (2,) in the test's directory."""
+    from shmstream import milk
+
+    o["milk"] = milk.create("m", (2,), "u1", dir=str(o["dir"]), **kw)
+    return o["milk"]
 
 
 def _recording(o):
@@ -283,6 +294,30 @@ CASES = [
     ("record since 2**70", lambda o, v: _record(o, since=v), BIG, V, "since"),
     ("replay path None", lambda o, v: shmstream.replay(v, o["new"]()), None, T, "path"),
     ("load_recording path", lambda o, v: shmstream.load_recording(v), 1.5, T, "path"),
+    # -- milk streams (issue 47, bug 7)
+    ("milk cb_size -1", lambda o, v: _milk(o, cb_size=v), -1, V, "cb_size"),
+    ("milk cb_size 2**32", lambda o, v: _milk(o, cb_size=v), 2**32, V, "cb_size"),
+    ("milk nsem -1", lambda o, v: _milk(o, nsem=v), -1, V, "nsem"),
+    ("milk nsem 10**6", lambda o, v: _milk(o, nsem=v), 10**6, V, "nsem"),
+    ("milk nkw -1", lambda o, v: _milk(o, nkw=v), -1, V, "nkw"),
+    ("milk nkw str", lambda o, v: _milk(o, nkw=v), "4", T, "nkw"),
+    ("milk mode", lambda o, v: _milk(o, mode=v), 0o7777, V, "mode must be"),
+    (
+        "create mode octal",
+        lambda o, v: shmstream.create(o["new"](), shape=2, mode=v),
+        0o7777,
+        V,
+        "got 0o7777",
+    ),
+    (
+        "milk keyword comment",
+        lambda o, v: _milk(o).set_keyword("k", 1, v),
+        "c" * 200,
+        V,
+        "comment is at most 79 bytes",
+    ),
+    ("milk keyword comment int", lambda o, v: _milk(o).set_keyword("k", 1, v), 5, T, "comment"),
+    ("milk write None", lambda o, v: _milk(o).write(v), None, T, "array"),
     # -- errors that were plain built-ins (issue 47, bug 8)
     (
         "record path unwritable",

@@ -177,7 +177,10 @@ def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
 
 def check_mode(mode: Any) -> int:
     if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or not 0 < mode <= 0o777:
-        raise ShmstreamValueError(f"mode must be permission bits like 0o600, got {mode!r}")
+        shown = oct(mode) if isinstance(mode, (int, np.integer)) and mode > 0 else repr(mode)
+        raise ShmstreamValueError(
+            f"mode must be permission bits from 0o1 to 0o777 like 0o600, got {shown}"
+        )
     return int(mode)
 
 

@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..streams.publication import FrameBatch, Publication
 from . import _errors
+from ._checks import check_create, check_keyword
 from ._unlink import unlink
 from ._views import MilkReadView
 from .dtypes import code_of
@@ -363,6 +364,8 @@ class MilkStream:
         """Publish a frame as milk's writers do: write flag, pixels, circular
         buffer, times, cnt0 + 1, flag down, then post every semaphore.
         ``atime`` (seconds, milk's clock) is the acquisition time; None: now."""
+        if not hasattr(array, "__len__") and not hasattr(array, "__array__"):
+            raise ShmstreamTypeError(f"write takes an array, not {type(array).__name__}")
         arr = np.asarray(array)
         if arr.shape != self.shape:
             raise ShmstreamValueError(f"frame of shape {arr.shape}; the stream's is {self.shape}")
@@ -387,15 +390,10 @@ class MilkStream:
 
     def set_keyword(self, name: str, value: int | float | str, comment: str = "") -> None:
         """Write keyword ``name`` (up to 15 bytes) in its slot, or the first
-        unused one; int -> 'L', float -> 'D', str (up to 15 bytes) -> 'S'."""
+        unused one; int -> 'L', float -> 'D', str (up to 15 bytes) -> 'S';
+        ``comment`` up to 79 bytes."""
         native = self._live()
-        if not isinstance(name, str) or not name or len(name.encode()) > 15:
-            raise ShmstreamValueError(f"a milk keyword name is 1 to 15 bytes, not {name!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ShmstreamTypeError(f"a keyword value is an int, float or str, not {value!r}")
-        if isinstance(value, str) and len(value.encode()) > 15:
-            raise ShmstreamValueError("a milk keyword string is at most 15 bytes")
-        kind = "L" if isinstance(value, int) else "D" if isinstance(value, float) else "S"
+        kind = check_keyword(name, value, comment)
         free = None
         for i in range(self.layout.nkw):
             kname, kkind, _v, _c, _n = native.keyword(i)
@@ -472,17 +470,11 @@ def create(
     ``nsem`` reader semaphores (milk's default 10), ``nkw`` keyword slots,
     ``cb_size`` frames of milk's fast circular buffer (0: none). The file is
     created ``mode`` (0600: only this user; milk itself makes 0666)."""
-    shp = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not 1 <= len(shp) <= 3 or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shp):
-        raise ShmstreamValueError(f"a milk stream has 1 to 3 axes of at least 1, not {shape!r}")
-    if any(s >= 2**32 for s in shp):
-        raise ShmstreamValueError(f"a milk axis is below 2**32 elements, not {shape!r}")
+    shp, nsem, nkw, cb_size, mode = check_create(shape, nsem, nkw, cb_size, mode)
     code = code_of(dtype)
     path = path_of(name, dir)
     try:
-        native = _milk.Stream.create(
-            path, name, [int(s) for s in shp[::-1]], code, nsem, nkw, cb_size, mode
-        )
+        native = _milk.Stream.create(path, name, list(shp[::-1]), code, nsem, nkw, cb_size, mode)
     except ShmstreamFileExistsError:
         raise ShmstreamFileExistsError(
             errno.EEXIST,
