@@ -472,3 +472,28 @@ def test_demo_signalled_while_it_creates_removes_its_stream(sig):
     assert not left, (demo.returncode, out, err)
     assert demo.returncode == 0, err
     assert "while creating" in out and "removed" in out
+
+
+@pytest.mark.parametrize(
+    "command", [["stat", "NAME"], ["list"], ["watch", "--count", "1000000", "NAME"]]
+)
+def test_a_closed_standard_output_ends_the_command_quietly(name, command):
+    """issue 47, bug 10: ``shmstream stat NAME | head -1`` said "error:
+    [Errno 32] Broken pipe" and exited 1. The pipe's read end is closed
+    before the command starts, so its first write meets the closed pipe."""
+    with shmstream.create(name, shape=(2,), dtype=np.float32) as h:
+        h.write(np.ones(2, np.float32))
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "shmstream", *(name if a == "NAME" else a for a in command)],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=support.WAIT,
+                check=False,
+            )
+        finally:
+            os.close(write_end)
+    assert proc.stderr == "" and proc.returncode == cli.STDOUT_CLOSED, proc.stderr
