@@ -17,6 +17,7 @@ import errno
 import json
 import logging
 import os
+import ssl
 import stat
 from typing import Any
 
@@ -181,6 +182,64 @@ def apply(
         else:
             eps = _tls_endpoints(eps or [])
         cfg.insert_json5(which, json.dumps(eps))
+
+
+def _pem_has(path: str, marker: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return marker.encode() in f.read(1 << 20)
+    except OSError:
+        return False
+
+
+def check_own_tls(cfg: Any) -> None:
+    """Our own certificate, key and CA of ``cfg`` (the --tls-* flags' or a
+    Zenoh file's), loaded here as a TLS library does when a session opens:
+    a file that is not PEM, or a key that is not the certificate's, is
+    refused naming the file. Zenoh would only fail each handshake, and the
+    peers would see nobody answering (issue 47)."""
+
+    def setting(name: str) -> Any:
+        try:
+            return json.loads(cfg.get_json(f"transport/link/tls/{name}"))
+        except Exception:  # noqa: BLE001 - a key this Zenoh does not know
+            return None
+
+    cert, key, ca = (
+        setting(n) for n in ("listen_certificate", "listen_private_key", "root_ca_certificate")
+    )
+    if not (isinstance(cert, str) and isinstance(key, str) and isinstance(ca, str)):
+        return  # not set as files: Zenoh's own checks
+    for flag, path, marker, what in (
+        ("--tls-cert", cert, "-----BEGIN CERTIFICATE-----", "a PEM certificate"),
+        ("--tls-key", key, "PRIVATE KEY-----", "a PEM private key"),
+        ("--tls-ca", ca, "-----BEGIN CERTIFICATE-----", "a PEM CA certificate"),
+    ):
+        if not _pem_has(path, marker):
+            raise ShmstreamValueError(
+                f"{flag} {path!r} is not {what} (no '{marker}' line): our own TLS files are "
+                "unusable; give the PEM files (openssl x509 -outform PEM converts DER)"
+            )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        ctx.load_verify_locations(cafile=ca)
+    except (ssl.SSLError, OSError) as exc:
+        raise ShmstreamValueError(
+            f"--tls-ca {ca!r} cannot be loaded as a CA certificate ({exc}): our own TLS files "
+            "are unusable"
+        ) from None
+    try:
+        ctx.load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, OSError) as exc:
+        if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+            raise ShmstreamValueError(
+                f"--tls-key {key!r} is not the private key of --tls-cert {cert!r}: our own TLS "
+                "files are unusable; give the key the certificate was made for"
+            ) from None
+        raise ShmstreamValueError(
+            f"--tls-cert {cert!r} with --tls-key {key!r} cannot be loaded ({exc}): our own TLS "
+            "files are unusable (an encrypted key is not supported)"
+        ) from None
 
 
 def _tls_endpoints(eps: list[str]) -> list[str]:

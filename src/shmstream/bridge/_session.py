@@ -127,6 +127,7 @@ def open_session(cfg: Any) -> Any:
     """zenoh.open(cfg), closed at interpreter exit if its owner forgot (a
     session with Python callbacks that is still open hangs the exit)."""
     zenoh = import_zenoh()
+    _auth.check_own_tls(cfg)
     try:
         session = zenoh.open(cfg)
     except zenoh.ZError as exc:
