@@ -29,10 +29,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     watch_p.add_argument(
         "--count",
-        type=number(above=False, kind=int),
-        default=0,
+        type=number(kind=int),
+        default=None,
         metavar="N",
-        help="stop after N refreshes (default: run until Ctrl-C)",
+        help="stop after N refreshes, N >= 1 (default: run until Ctrl-C)",
     )
     watch_p.add_argument(
         "--no-read",
@@ -97,7 +97,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             status_line(line, tty)
             prev_count, prev_t = count, now
             refreshes += 1
-            if args.count and refreshes >= args.count:
+            if args.count is not None and refreshes >= args.count:
                 break
     except KeyboardInterrupt:
         pass

@@ -17,6 +17,8 @@ import math
 import numbers
 import operator
 import os
+import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -211,6 +213,7 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
     another uid than the caller's effective uid unless it is listed here or
     in the environment variable SHMSTREAM_ALLOW_OWNERS (docs/ABI.md, "Owner
     and PID namespace")."""
+    _check_allow_owners_env()
     if allow_owner is None:
         return []
     items = [allow_owner] if isinstance(allow_owner, (int, str)) else allow_owner
@@ -239,6 +242,38 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
             raise ShmstreamValueError(f"allow_owner: {item} is not a uid (0 to 2**32 - 2)")
         uids.append(int(item))
     return uids
+
+
+#: The SHMSTREAM_ALLOW_OWNERS value last checked (each value is warned about once).
+_env_checked: list[str | None] = [None]
+
+
+def _check_allow_owners_env() -> None:
+    """A SHMSTREAM_ALLOW_OWNERS entry that is neither a uid nor a user name
+    here is ignored by the core's rule: say so once, naming it, rather than
+    refuse other users' segments with no hint why."""
+    value = os.environ.get("SHMSTREAM_ALLOW_OWNERS")
+    if value is None or value == _env_checked[0]:
+        return
+    _env_checked[0] = value
+    import pwd
+
+    bad = []
+    for entry in re.split(r"[,\s]+", value):
+        if not entry or (entry.isascii() and entry.isdigit() and int(entry) < 2**32 - 1):
+            continue
+        try:
+            pwd.getpwnam(entry)
+        except KeyError:
+            bad.append(entry)
+    if bad:
+        warnings.warn(
+            f"SHMSTREAM_ALLOW_OWNERS: {', '.join(map(repr, bad))} is neither a uid (0 to "
+            "2**32 - 2) nor a user name here, so it is ignored; list uids or user names, "
+            "separated by commas or blanks",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def spin_ns(spin_us: Any) -> int:
