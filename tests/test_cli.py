@@ -497,3 +497,26 @@ def test_a_closed_standard_output_ends_the_command_quietly(name, command):
         finally:
             os.close(write_end)
     assert proc.stderr == "" and proc.returncode == cli.STDOUT_CLOSED, proc.stderr
+
+
+def child_make_channel_and_stream(chan: str, stream: str) -> None:
+    shmstream.channel(chan, 4096)  # the process exits holding it: its creator is dead after
+    shmstream.create(stream, shape=(2,))
+
+
+def test_purge_abandoned_keeps_streams_and_says_why_it_keeps_what_is_in_use(name, spawn, capsys):
+    """issue 47: 'purge --abandoned' is the safe purge (never a stream),
+    and what purge keeps although ``list`` shows its creator dead (bug
+    11: a DataLoader pool whose workers still hold leases) is explained."""
+    chan = name + "-chan"
+    spawn(child_make_channel_and_stream, chan, name).result()
+    rx = shmstream.open_channel(chan)  # a live process holds an end
+    try:
+        assert cli.main(["purge", "--abandoned"]) == 0
+        err = capsys.readouterr().err
+        assert "kept" in err and chan in err and "creator is dead" in err, err
+        assert name in shmstream.list_streams()  # a stream is never abandoned
+        assert chan in shmstream.list_channels()
+    finally:
+        rx.close()
+        shmstream.unlink_channel(chan)

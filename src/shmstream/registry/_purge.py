@@ -152,8 +152,9 @@ class PurgeResult(list[str]):
 
 
 def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = None) -> PurgeResult:
-    """Remove every stream in /dev/shm (pyshmem's meaning: in use or not),
-    and the channels, shared arrays and loader slots that nobody uses any
+    """Remove EVERY stream in /dev/shm that the caller may remove, in use or
+    not, other jobs' too (pyshmem's meaning); ``kinds=("channel", "array",
+    "loader-pool")`` is the safe choice, never a stream. Also the channels, shared arrays and loader slots that nobody uses any
     more (their creator is dead, and for a channel no live process holds
     either end); return the user names removed, sorted, as a
     :class:`PurgeResult` that also says what it removed without a name,
