@@ -154,9 +154,9 @@ class PurgeResult(list[str]):
 def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = None) -> PurgeResult:
     """Remove EVERY stream in /dev/shm that the caller may remove, in use or
     not, other jobs' too (pyshmem's meaning); ``kinds=("channel", "array",
-    "loader-pool")`` is the safe choice, never a stream. Also the channels, shared arrays and loader slots that nobody uses any
-    more (their creator is dead, and for a channel no live process holds
-    either end); return the user names removed, sorted, as a
+    "loader-pool")`` is the safe choice, never a stream. Also the channels,
+    shared arrays and loader slots that nobody uses any more (their creator
+    is dead, and for a channel no live process holds either end); return the user names removed, sorted, as a
     :class:`PurgeResult` that also says what it removed without a name,
     what it skipped and why, and which CUDA IPC files it removed.
 
