@@ -210,7 +210,7 @@ def test_watch_refreshes_count_times_then_exits_0(name, capsys):
     assert len(lines) == 2  # not a TTY: one line per refresh
     assert all(name in line and "count 2" in line for line in lines)
     assert "rate" in lines[0] and "missed" in lines[0] and "age" in lines[0]
-    assert "producer alive" in lines[0]
+    assert "creator alive" in lines[0]
 
 
 def test_watch_sees_a_writer_in_another_process(name, capsys):

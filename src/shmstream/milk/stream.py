@@ -101,10 +101,12 @@ class MilkStream:
         ``cb_size - 1`` (0 without one)."""
         return self.layout.cbsize - 1 if self.layout.cbsize >= 2 else 0
 
-    def producer_alive(self) -> bool:
-        """Whether the stream's creator (milk's creatorPID) still runs,
-        judged by pid alone (milk records no start time)."""
+    def creator_alive(self) -> bool:
+        """Whether the stream's CREATOR (milk's creatorPID), not its writer,
+        still runs, judged by pid alone (milk records no start time)."""
         return _proc.alive(int(self._live().identity()[2]))
+
+    producer_alive = creator_alive  # a stream's name, for the tools and the bridge
 
     def to_config(self) -> dict[str, Any]:
         """The stream's configuration as a shmstream stream's (what a bridge
