@@ -43,6 +43,11 @@ def _record(o, **kw):
     return shmstream.record(o["h"].name, str(o["dir"] / "rec"), frames=1, seconds=0.01, **kw)
 
 
+def _create(o, **kw):
+    """A new stream of shape (2,) made with ``kw``."""
+    return shmstream.create(o["new"](), shape=(2,), **kw)
+
+
 def _milk(o, **kw):
     """A milk stream of shape (2,) in the test's directory."""
     from shmstream import milk
@@ -174,27 +179,9 @@ CASES = [
     ),
     # -- booleans (issue 47, bug 4): "no" is truthy, never read as true
     ("open readonly", lambda o, v: shmstream.open(o["h"].name, readonly=v), "no", T, "readonly"),
-    (
-        "create auto_unlink",
-        lambda o, v: shmstream.create(o["new"](), shape=(2,), auto_unlink=v),
-        "no",
-        T,
-        "auto_unlink",
-    ),
-    (
-        "create notify",
-        lambda o, v: shmstream.create(o["new"](), shape=(2,), notify=v),
-        1,
-        T,
-        "notify",
-    ),
-    (
-        "create cpu_mirror",
-        lambda o, v: shmstream.create(o["new"](), shape=(2,), cpu_mirror=v),
-        "no",
-        T,
-        "cpu_mirror",
-    ),
+    ("create auto_unlink", lambda o, v: _create(o, auto_unlink=v), "no", T, "auto_unlink"),
+    ("create notify", lambda o, v: _create(o, notify=v), 1, T, "notify"),
+    ("create cpu_mirror", lambda o, v: _create(o, cpu_mirror=v), "no", T, "cpu_mirror"),
     ("read safe", lambda o, v: o["h"].read(safe=v), "no", T, "safe"),
     ("read_publication safe", lambda o, v: o["h"].read_publication(safe=v), "no", T, "safe"),
     ("read_new safe", lambda o, v: o["h"].read_new(safe=v, timeout=0), "no", T, "safe"),
@@ -304,7 +291,7 @@ CASES = [
     ("milk mode", lambda o, v: _milk(o, mode=v), 0o7777, V, "mode must be"),
     (
         "create mode octal",
-        lambda o, v: shmstream.create(o["new"](), shape=2, mode=v),
+        lambda o, v: _create(o, mode=v),
         0o7777,
         V,
         "got 0o7777",
