@@ -102,6 +102,8 @@ class EndedView:
         )
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):  # a protocol probed with hasattr (_repr_html_, ...)
+            raise AttributeError(attr)
         return self._ended()
 
     def __repr__(self) -> str:
