@@ -114,15 +114,16 @@ def read_password_file(path: Any) -> tuple[str, str]:
     return entries[0]
 
 
-def endpoints(cfg: Any) -> list[str]:
-    """Every listen and connect endpoint of ``cfg``. Zenoh may key them by
+def endpoints(cfg: Any, which: tuple[str, ...] = ("listen", "connect")) -> list[str]:
+    """Every listen and connect endpoint of ``cfg`` (``which``: only
+    those). Zenoh may key them by
     mode ({router: [...], peer: [...]}, as its defaults do, which listen on
     tcp/[::]:0 in peer mode when a file says nothing): those of ``cfg``'s
     mode."""
     node_mode = json.loads(cfg.get_json("mode")) or "peer"
     found: list[str] = []
-    for which in ("listen/endpoints", "connect/endpoints"):
-        value = json.loads(cfg.get_json(which))
+    for part in which:
+        value = json.loads(cfg.get_json(f"{part}/endpoints"))
         if isinstance(value, dict):
             value = value.get(node_mode)
         found.extend(str(e) for e in value or ())

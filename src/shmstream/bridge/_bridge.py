@@ -26,6 +26,7 @@ from ..errors import AlreadyStartedError, ShmstreamTimeoutError, WaitCancelledEr
 from . import _auth, _keys, _thread
 from ._export_side import ExportSide
 from ._import_side import QUERY_TIMEOUT_S, ImportSide
+from ._remote_exports import why_nobody_answered
 from ._session import at_exit, close_session, open_session, peer_count, undeclare_all
 
 log = logging.getLogger("shmstream.bridge")
@@ -105,6 +106,9 @@ class Bridge(ExportSide, ImportSide):
                 if reply.ok is not None:
                     self._token(str(reply.ok.key_expr), True)
             self._scan(strict=True)
+            connect = _auth.endpoints(self._config, ("connect",))
+            if connect and peer_count(s) == 0:  # Zenoh keeps trying; say why none yet
+                log.warning("bridge %s: %s", self.id, why_nobody_answered(connect, timeout))
             self._starting = False
             self._thread = _thread.start(self._control, "bridge control")
         except BaseException:

@@ -78,13 +78,13 @@ def remote_exports(
                 }
             )
         if not found and peer_count(session) == 0:
-            raise NoPeerError(_nobody(connect, timeout))
+            raise NoPeerError(why_nobody_answered(connect, timeout))
     finally:
         close_session(session)
     return sorted(found, key=lambda e: (e["namespace"], e["name"], e["kind"], e["bridge"]))
 
 
-def _nobody(connect: Sequence[str], timeout: float) -> str:
+def why_nobody_answered(connect: Sequence[str], timeout: float) -> str:
     """Why no peer answered: nothing listens at the endpoints (unreachable),
     or something accepts connections there but its Zenoh did not let this
     session in (our credentials refused). A plain TCP connect tells them
