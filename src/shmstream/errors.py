@@ -52,6 +52,7 @@ __all__ = [
     "InconsistentStreamError",
     "StaleStreamError",
     "FrameOverwrittenError",
+    "ViewEndedError",
     "CorruptStreamError",
     "LayoutVersionError",
     "ChannelClosedError",
@@ -249,6 +250,13 @@ class FrameOverwrittenError(ShmstreamError, RuntimeError):
     the writer while the block was still using it: what the block read may
     mix two frames. Copy out what you need inside the block, create the
     stream with more ``slots``, or use ``read()`` for a copy."""
+
+
+class ViewEndedError(ShmstreamError, RuntimeError):
+    """The ``payload`` of a zero-copy read view (``read_view``,
+    ``read_new_view``; ``frames`` of ``read_since_view``) was used after its
+    block: the slot it showed may hold a newer frame by then. Copy out what
+    you keep inside the block (``np.array(pub.payload)``), or use ``read()``."""
 
 
 class CorruptStreamError(ShmstreamError, RuntimeError):

@@ -637,3 +637,24 @@ def test_empty_arrays_and_zero_rows(tmp_path):
         assert a[:].shape == (0, 4) and len(a) == 0
         with pytest.raises(IndexError):
             a[0]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "read-before"])
+def test_a_file_truncated_under_a_reader_is_an_OSError_not_a_signal(tmp_path, warm):
+    """docs/direct.md: truncating the file under a reader gives
+    ShmstreamOSError ("became shorter than the array") for a read after the
+    cut, pages read before it included (issue 47 found the docs saying
+    SIGBUS)."""
+    path = tmp_path / "a.bin"
+    np.arange(1 << 16, dtype=np.uint64).tofile(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a filesystem without O_DIRECT
+        a = shmstream.DirectArray(str(path), (1 << 16,), "u8")
+    try:
+        if warm:
+            assert int(a[:].sum()) == (1 << 16) * ((1 << 16) - 1) // 2
+        os.truncate(path, 0)
+        with pytest.raises(shmstream.ShmstreamOSError, match="became shorter than the array"):
+            a[60000:60010]
+    finally:
+        a.close()

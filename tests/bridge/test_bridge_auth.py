@@ -309,6 +309,27 @@ def test_a_peer_with_a_wrong_password_or_none_gets_nothing(make_name, tmp_path):
         src.unlink()
 
 
+def test_remote_exports_says_whether_nothing_listens_or_our_credentials_were_refused(caplog):
+    """issue 47, bug 9: both ended as "nobody answered ... is a bridge
+    running there". Nothing listening and a listener that never lets a
+    Zenoh session in (a plain socket: what a refused handshake looks like
+    from here) are told apart by a TCP connect."""
+    port = free_port()
+    assert _nothing_listens(port)
+    with pytest.raises(shmstream.NoPeerError, match="nothing accepts connections at tcp/"):
+        remote_exports(connect=[endpoint(port)], timeout=0.5, **auth())
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        with pytest.raises(shmstream.NoPeerError, match="refused our credentials"):
+            remote_exports(connect=[endpoint(listener.getsockname()[1])], timeout=0.5, **auth())
+        with caplog.at_level(logging.WARNING, logger="shmstream.bridge"):
+            ep = endpoint(listener.getsockname()[1])
+            with Bridge(imports=["x"], connect=[ep], **auth()).start(timeout=0.5):
+                pass
+        assert "refused our credentials" in caplog.text  # a bridge says it in its log
+
+
 def test_a_password_file_others_can_read_is_refused(tmp_path):
     ep = endpoint(free_port())
     for mode in (0o644, 0o640, 0o604, 0o620):

@@ -20,7 +20,7 @@ if shutil.which("openssl") is None:
     pytest.skip("the openssl command is needed to make test certificates", allow_module_level=True)
 
 import shmstream
-from shmstream.bridge import Bridge, mirror_status, status_name
+from shmstream.bridge import Bridge, mirror_status, remote_exports, status_name
 
 import support
 from bridge_util import BridgeProc, free_port
@@ -222,3 +222,29 @@ def test_two_bridges_with_the_tls_flags_and_a_stranger_left_out(tmp_path, make_n
         src.unlink()
         for n in (local, status_name(local)):
             shmstream.unlink(n)
+
+
+def test_our_own_unusable_tls_files_are_named_before_a_peer_is_asked(tmp_path):
+    """issue 47, bug 9: a key of another certificate, a DER certificate or
+    a CA file that holds no certificate ended as "nobody answered". They
+    are refused when the session would open, naming the file."""
+    _certificates(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    _certificates(other)
+    _openssl("x509", "-in", "camhost-cert.pem", "-outform", "DER", "-out", "cert.der", cwd=tmp_path)
+    good = dict(
+        tls_cert=str(tmp_path / "camhost-cert.pem"),
+        tls_key=str(tmp_path / "camhost-key.pem"),
+        tls_ca=str(tmp_path / "ca.pem"),
+    )
+    ep = f"tcp/127.0.0.1:{free_port()}"
+    for bad, match in (
+        ({"tls_key": str(other / "camhost-key.pem")}, "is not the private key of --tls-cert"),
+        ({"tls_cert": str(tmp_path / "cert.der")}, "--tls-cert .* is not a PEM certificate"),
+        ({"tls_ca": str(tmp_path / "camhost-key.pem")}, "--tls-ca .* is not a PEM CA cert"),
+    ):
+        with pytest.raises(shmstream.ShmstreamValueError, match=match):
+            remote_exports(connect=[ep], timeout=0.5, **{**good, **bad})
+        with pytest.raises(shmstream.ShmstreamValueError, match=match):
+            Bridge(exports="x", listen=[ep], **{**good, **bad}).start()

@@ -513,3 +513,19 @@ def test_send_many_arrays_keep_dtype_and_shape(channel_pair):
         np.testing.assert_array_equal(m.array, frames[i])
     np.testing.assert_array_equal(got[5].array, np.arange(3))
     assert got[6].array.dtype == np.float64
+
+
+def test_unlink_channel_removes_channels_only(name, make_name):
+    """issue 47, bug 5: unlink_channel of a stream's or a shared array's
+    name removed it; it now says what the name is and leaves it."""
+    array_name = make_name()
+    with shmstream.create(name, shape=(2,)), shmstream.share(np.arange(3), name=array_name):
+        for other, kind in ((name, "stream"), (array_name, "array")):
+            with pytest.raises(shmstream.ShmstreamValueError, match=f"is a {kind} segment, not"):
+                shmstream.unlink_channel(other)
+        shmstream.open(name).close()  # still there
+        shmstream.SharedArray.open(array_name).close()
+    chan = make_name()
+    shmstream.channel(chan, 4096).close()
+    assert shmstream.unlink_channel(chan) is True
+    assert shmstream.unlink_channel(chan) is False

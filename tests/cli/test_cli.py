@@ -210,7 +210,7 @@ def test_watch_refreshes_count_times_then_exits_0(name, capsys):
     assert len(lines) == 2  # not a TTY: one line per refresh
     assert all(name in line and "count 2" in line for line in lines)
     assert "rate" in lines[0] and "missed" in lines[0] and "age" in lines[0]
-    assert "producer alive" in lines[0]
+    assert "creator alive" in lines[0]
 
 
 def test_watch_sees_a_writer_in_another_process(name, capsys):
@@ -432,3 +432,91 @@ def test_stat_help_names_every_kind_it_accepts():
     proc = _shmstream("stat", "--help")
     assert proc.returncode == 0
     assert "DataLoader slot pool" in " ".join(proc.stdout.split())
+
+
+# A signal at a known point of the create (issue 47, bug 2): the demo's
+# create sends it to its own process just after the segment is made,
+# before the create returns to the demo.
+SIGNAL_IN_CREATE = """
+import os, signal, sys
+import shmstream
+from shmstream import cli
+
+real_create = shmstream.create
+
+def create(*args, **kwargs):
+    handle = real_create(*args, **kwargs)
+    os.kill(os.getpid(), signal.{sig})
+    return handle
+
+shmstream.create = create
+sys.exit(cli.main(["demo", "--seconds", "600", "--shape", "8x8"]))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_demo_signalled_while_it_creates_removes_its_stream(sig):
+    demo = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_IN_CREATE.format(sig=sig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stream = f"shmstream-demo-{demo.pid}"
+    try:
+        out, err = demo.communicate(timeout=support.WAIT)
+    finally:
+        demo.kill()
+        left = stream in shmstream.list_streams()
+        shmstream.unlink(stream)
+    assert not left, (demo.returncode, out, err)
+    assert demo.returncode == 0, err
+    assert "while creating" in out and "removed" in out
+
+
+@pytest.mark.parametrize(
+    "command", [["stat", "NAME"], ["list"], ["watch", "--count", "1000000", "NAME"]]
+)
+def test_a_closed_standard_output_ends_the_command_quietly(name, command):
+    """issue 47, bug 10: ``shmstream stat NAME | head -1`` said "error:
+    [Errno 32] Broken pipe" and exited 1. The pipe's read end is closed
+    before the command starts, so its first write meets the closed pipe."""
+    with shmstream.create(name, shape=(2,), dtype=np.float32) as h:
+        h.write(np.ones(2, np.float32))
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "shmstream", *(name if a == "NAME" else a for a in command)],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=support.WAIT,
+                check=False,
+            )
+        finally:
+            os.close(write_end)
+    assert proc.stderr == "" and proc.returncode == cli.STDOUT_CLOSED, proc.stderr
+
+
+def child_make_channel_and_stream(chan: str, stream: str) -> None:
+    shmstream.channel(chan, 4096)  # the process exits holding it: its creator is dead after
+    shmstream.create(stream, shape=(2,))
+
+
+def test_purge_abandoned_keeps_streams_and_says_why_it_keeps_what_is_in_use(name, spawn, capsys):
+    """issue 47: 'purge --abandoned' is the safe purge (never a stream),
+    and what purge keeps although ``list`` shows its creator dead (bug
+    11: a DataLoader pool whose workers still hold leases) is explained."""
+    chan = name + "-chan"
+    spawn(child_make_channel_and_stream, chan, name).result()
+    rx = shmstream.open_channel(chan)  # a live process holds an end
+    try:
+        assert cli.main(["purge", "--abandoned"]) == 0
+        err = capsys.readouterr().err
+        assert "kept" in err and chan in err and "creator is dead" in err, err
+        assert name in shmstream.list_streams()  # a stream is never abandoned
+        assert chan in shmstream.list_channels()
+    finally:
+        rx.close()
+        shmstream.unlink_channel(chan)

@@ -28,6 +28,7 @@ BAD_OPTIONS = [
     (["watch", "--interval", "inf", "x"], "--interval"),
     (["watch", "--interval", "0", "x"], "--interval"),
     (["watch", "--count", "-1", "x"], "--count"),
+    (["watch", "--count", "0", "x"], "--count"),  # never stopped (issue 47, bug 11)
     (["watch", "--count", "1.5", "x"], "--count"),
     (["list", "--remote", "--timeout", "nan"], "--timeout"),
     (["list", "--remote", "--timeout", "-1"], "--timeout"),

@@ -8,6 +8,9 @@ One table: (call, bad value) -> the class and the argument's name."""
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 import pytest
 
@@ -27,7 +30,10 @@ def objs(make_name, tmp_path):
     rx = shmstream.open_channel(chan)
     path = tmp_path / "a.bin"
     path.write_bytes(bytes(64))
-    yield {"h": h, "tx": tx, "rx": rx, "path": str(path), "new": make_name, "dir": tmp_path}
+    o = {"h": h, "tx": tx, "rx": rx, "path": str(path), "new": make_name, "dir": tmp_path}
+    yield o
+    if "milk" in o:
+        o["milk"].close()
     tx.close()
     rx.close()
     h.close()
@@ -35,6 +41,62 @@ def objs(make_name, tmp_path):
 
 def _record(o, **kw):
     return shmstream.record(o["h"].name, str(o["dir"] / "rec"), frames=1, seconds=0.01, **kw)
+
+
+def _create(o, **kw):
+    """A new stream of shape (2,) made with ``kw``."""
+    return shmstream.create(o["new"](), shape=(2,), **kw)
+
+
+def _milk(o, **kw):
+    """A milk stream of shape (2,) in the test's directory."""
+    from shmstream import milk
+
+    o["milk"] = milk.create("m", (2,), "u1", dir=str(o["dir"]), **kw)
+    return o["milk"]
+
+
+def _recording(o):
+    """A recording (of no frame) of the fixture's stream."""
+    _record(o)
+    return shmstream.load_recording(o["dir"] / "rec")
+
+
+def _remote_exports(**kw):
+    from shmstream.bridge import remote_exports
+
+    return remote_exports(**kw)
+
+
+def _bridge(**kw):
+    from shmstream.bridge import Bridge
+
+    return Bridge(**kw)
+
+
+def _on_a_fifo(o, call):
+    """call(path of a FIFO) in a thread; one still blocked in the open
+    after 60 s is released by a writer's open and fails the test (issue 47,
+    bug 1: the open must check the file's type without blocking)."""
+    path = str(o["dir"] / "fifo")
+    os.mkfifo(path)
+    raised: list[BaseException] = []
+
+    def run():
+        try:
+            call(path)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # lets the blocked open go on
+        thread.join()
+        pytest.fail("opening a FIFO blocked until a writer opened it")
+    if raised:
+        raise raised[0]
 
 
 #: (id, call(objs, bad), bad value, expected class, the argument's name)
@@ -115,6 +177,54 @@ CASES = [
         T,
         "poll_interval",
     ),
+    # -- booleans (issue 47, bug 4): "no" is truthy, never read as true
+    ("open readonly", lambda o, v: shmstream.open(o["h"].name, readonly=v), "no", T, "readonly"),
+    ("create auto_unlink", lambda o, v: _create(o, auto_unlink=v), "no", T, "auto_unlink"),
+    ("create notify", lambda o, v: _create(o, notify=v), 1, T, "notify"),
+    ("create cpu_mirror", lambda o, v: _create(o, cpu_mirror=v), "no", T, "cpu_mirror"),
+    ("read safe", lambda o, v: o["h"].read(safe=v), "no", T, "safe"),
+    ("read_publication safe", lambda o, v: o["h"].read_publication(safe=v), "no", T, "safe"),
+    ("read_new safe", lambda o, v: o["h"].read_new(safe=v, timeout=0), "no", T, "safe"),
+    ("read_after safe", lambda o, v: o["h"].read_after(0, safe=v, timeout=0), "no", T, "safe"),
+    (
+        "share writable",
+        lambda o, v: shmstream.share(np.arange(3), name=o["new"](), writable=v),
+        "no",
+        T,
+        "writable",
+    ),
+    (
+        "SharedArray.open writable",
+        lambda o, v: shmstream.SharedArray.open(o["new"](), writable=v),
+        "no",
+        T,
+        "writable",
+    ),
+    (
+        "DirectArray use_page_cache",
+        lambda o, v: shmstream.DirectArray(o["path"], (8,), "u8", use_page_cache=v),
+        "no",
+        T,
+        "use_page_cache",
+    ),
+    ("record overwrite", lambda o, v: _record(o, overwrite=v), "no", T, "overwrite"),
+    ("record handle_signals", lambda o, v: _record(o, handle_signals=v), "no", T, "handle_signals"),
+    (
+        "replay renumber",
+        lambda o, v: shmstream.replay(o["dir"], "x", renumber=v),
+        "no",
+        T,
+        "renumber",
+    ),
+    (
+        "purge include_cuda_orphans",
+        lambda o, v: shmstream.purge(include_cuda_orphans=v),
+        "no",
+        T,
+        "cuda",
+    ),
+    ("Bridge unlink_on_close", lambda o, v: _bridge(unlink_on_close=v), "no", T, "unlink_on_close"),
+    ("view block", lambda o, v: shmstream.view(o["h"].name, port=-1, block=v), "no", T, "block"),
     # -- channels
     ("send type_id -1", lambda o, v: o["tx"].send(b"x", type_id=v), -1, V, "type_id"),
     ("send type_id 2**32", lambda o, v: o["tx"].send(b"x", type_id=v), 2**32, V, "type_id"),
@@ -158,12 +268,66 @@ CASES = [
         "shape",
     ),
     ("DirectArray path None", lambda o, v: shmstream.DirectArray(v, (8,), "u8"), None, T, "path"),
+    (
+        "DirectArray path FIFO",
+        lambda o, v: _on_a_fifo(o, lambda p: shmstream.DirectArray(p, v, "u1")),
+        (0,),
+        V,
+        "not a regular file",
+    ),
     ("direct_mmap path int", lambda o, v: shmstream.direct_mmap(v, (8,), "u8"), 3, T, "path"),
     # -- recording
     ("record path None", lambda o, v: shmstream.record(o["h"].name, v, frames=1), None, T, "path"),
     ("record since 2**70", lambda o, v: _record(o, since=v), BIG, V, "since"),
     ("replay path None", lambda o, v: shmstream.replay(v, o["new"]()), None, T, "path"),
     ("load_recording path", lambda o, v: shmstream.load_recording(v), 1.5, T, "path"),
+    # -- milk streams (issue 47, bug 7)
+    ("milk cb_size -1", lambda o, v: _milk(o, cb_size=v), -1, V, "cb_size"),
+    ("milk cb_size 2**32", lambda o, v: _milk(o, cb_size=v), 2**32, V, "cb_size"),
+    ("milk nsem -1", lambda o, v: _milk(o, nsem=v), -1, V, "nsem"),
+    ("milk nsem 10**6", lambda o, v: _milk(o, nsem=v), 10**6, V, "nsem"),
+    ("milk nkw -1", lambda o, v: _milk(o, nkw=v), -1, V, "nkw"),
+    ("milk nkw str", lambda o, v: _milk(o, nkw=v), "4", T, "nkw"),
+    ("milk mode", lambda o, v: _milk(o, mode=v), 0o7777, V, "mode must be"),
+    (
+        "create mode octal",
+        lambda o, v: _create(o, mode=v),
+        0o7777,
+        V,
+        "got 0o7777",
+    ),
+    (
+        "milk keyword comment",
+        lambda o, v: _milk(o).set_keyword("k", 1, v),
+        "c" * 200,
+        V,
+        "comment is at most 79 bytes",
+    ),
+    ("milk keyword comment int", lambda o, v: _milk(o).set_keyword("k", 1, v), 5, T, "comment"),
+    ("milk write None", lambda o, v: _milk(o).write(v), None, T, "array"),
+    # -- errors that were plain built-ins (issue 47, bug 8)
+    (
+        "record path unwritable",
+        lambda o, v: shmstream.record(o["h"].name, v, frames=1),
+        "/proc/no-such-dir/rec",
+        shmstream.ShmstreamFileNotFoundError,
+        "recording directory '/proc/no-such-dir/rec'",
+    ),
+    (
+        "Recording.frame 10**6",
+        lambda o, v: _recording(o).frame(v),
+        10**6,
+        shmstream.ShmstreamIndexError,
+        "frame index i=1000000",
+    ),
+    ("Recording.frame str", lambda o, v: _recording(o).frame(v), "0", T, "frame index"),
+    (
+        "remote_exports timeout -1",
+        lambda o, v: _remote_exports(timeout=v, insecure=True),
+        -1,
+        V,
+        "timeout",
+    ),
 ]
 
 

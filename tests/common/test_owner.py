@@ -448,3 +448,15 @@ def test_a_loader_slot_file_of_another_uid_or_not_a_file_is_refused(tmp_path):
         assert caught.value.errno == _errno.ENODEV
     finally:
         os.unlink(path)
+
+
+def test_an_unusable_allow_owners_entry_is_named_in_a_warning(name, monkeypatch):
+    """issue 47, bug 11: "nosuchuser,-3,," was ignored silently."""
+    with shmstream.create(name, shape=(2,), dtype=np.int32):
+        monkeypatch.setenv("SHMSTREAM_ALLOW_OWNERS", "nosuchuser,-3,,1234")
+        with pytest.warns(RuntimeWarning, match=r"'nosuchuser', '-3' is neither a uid"):
+            shmstream.open(name).close()
+        monkeypatch.setenv("SHMSTREAM_ALLOW_OWNERS", f"1234, root {OTHER_UID}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            shmstream.open(name).close()

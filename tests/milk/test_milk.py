@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -341,12 +342,12 @@ def test_the_circular_buffer_reads_as_history(tmp_path):
         assert (b.missed, b.last_count) == (2, 5)
         b = r.read_since(3, max_frames=1)
         assert b.counts.tolist() == [4] and b.last_count == 4 and b.missed == 0
-        assert len(r.read_since(5).frames) == 0
+        with pytest.raises(TimeoutError):  # nothing newer: it waits, as a stream's does
+            r.read_since(5, timeout=0)
         r.unlink()
     with milk.create("nocb", (2,), "f4", dir=d) as s, milk.open("nocb", dir=d) as r:
         # without a circular buffer: the current frame, as a stream without history
-        assert len(r.read_since(0).frames) == 0  # nothing written yet
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError):  # nothing written yet
             r.read_since(0, timeout=0.01)
         for k in (1, 2, 3):
             s.write(np.full(2, k, np.float32))
@@ -505,3 +506,17 @@ def test_a_frame_published_while_the_reader_spins_ends_its_wait_there(tmp_path, 
         p = r.spin_policy
     assert p["waits"] == n
     assert p["caught"] >= n // 2, p  # most ended in the spin, not the semaphore
+
+
+def test_read_since_waits_for_a_newer_frame_as_a_stream_s_does(tmp_path):
+    """issue 47, bug 11: with timeout None a milk stream's read_since
+    returned an empty batch at once, where a stream's waits for ever."""
+    d = str(tmp_path)
+    with milk.create("wait", (2,), "u1", dir=d, cb_size=4) as r:
+        got = []
+        reader = threading.Thread(target=lambda: got.append(r.read_since(0)), daemon=True)
+        reader.start()  # waits: nothing is written yet
+        support.Child(child_write_counted, (d, "wait", 1)).result()
+        reader.join(support.WAIT)
+        assert not reader.is_alive() and got[0].counts.tolist() == [1]
+        r.unlink()

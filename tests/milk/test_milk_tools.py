@@ -171,7 +171,7 @@ def test_watch_follows_a_milk_stream(milk_dir, ctx, spawn):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 2 and all(line.startswith("milk:w  count ") for line in lines)
-    assert "producer alive" in lines[-1] and "age " in lines[-1]
+    assert "creator alive" in lines[-1] and "age " in lines[-1]
     assert int(lines[-1].split()[2]) > 1  # the count went on while it watched
 
 

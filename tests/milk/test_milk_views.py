@@ -105,3 +105,15 @@ def test_a_view_kept_past_close_stays_mapped(tmp_path):
                 pass
         del kept, pub
         w.unlink()
+
+
+def test_a_view_used_after_its_block_raises_ViewEndedError(tmp_path):
+    d = str(tmp_path)
+    with milk.create("v", (4,), "u1", dir=d) as s:
+        s.write(np.full(4, 1, np.uint8))
+        with s.read_view() as pub:
+            assert (pub.payload == 1).all()
+        support.Child(child_write_one, (d, "v", 2)).result()
+        with pytest.raises(shmstream.ViewEndedError, match="milk stream 'v'"):
+            np.asarray(pub.payload)
+        s.unlink()

@@ -262,3 +262,22 @@ def test_from_dlpack_gives_a_snapshot_that_later_writes_do_not_change(shm):
     shm.write(frame(2))
     assert np.array_equal(snap, frame(1))
     assert np.array_equal(np.from_dlpack(shm), frame(2))
+
+
+def child_set_up_stream(name: str) -> int:
+    shmstream.create(name, shape=(2,), dtype=np.int32)  # exits: the creator is gone
+    return os.getpid()
+
+
+def test_creator_alive_judges_the_creator_not_the_writer(name, spawn):
+    """issue 47: "producer" meant "creator". A stream a set-up process made
+    and another writes: frames flow while its creator is dead, which
+    creator_alive() says by name; producer_alive() is pyshmem's name for it."""
+    spawn(child_set_up_stream, name).result()
+    with shmstream.open(name) as h:
+        h.write(np.array([1, 2], np.int32))
+        assert h.read().tolist() == [1, 2]
+        assert h.creator_alive() is False and h.producer_alive() is False
+        assert "producer:     dead" in h.describe()
+    with shmstream.create(name + "-mine", shape=(2,), auto_unlink=True) as mine:
+        assert mine.creator_alive() is True and mine.producer_alive() is True

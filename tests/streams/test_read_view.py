@@ -117,3 +117,78 @@ def test_read_view_on_a_closed_handle_names_open(name):
     with pytest.raises(RuntimeError, match="closed shared memory"):
         with h.read_view():
             pass
+
+
+# ---- a view kept after its block (issue 47, bug 6) ---------------------------
+
+
+def child_write_view_kept(name):
+    """Fills a frame with write_view, then tries to write the kept array."""
+    with shmstream.open(name) as h:
+        with h.write_view() as a:
+            a[:] = 1
+        try:
+            a[:] = 9
+        except ValueError as exc:
+            return str(exc)
+        return "wrote"
+
+
+@pytest.mark.parametrize("locked", [False, True], ids=["write_view", "write_view_locked"])
+def test_a_write_view_array_kept_after_its_block_is_read_only(name, locked):
+    h = shmstream.create(name, shape=(3,), dtype=np.int64)
+    try:
+        r = shmstream.open(name)
+        if locked:
+            with h.locked(), h.write_view_locked() as a:
+                a[:] = 1
+        else:
+            with h.write_view() as a:
+                a[:] = 1
+        with pytest.raises(ValueError, match="read-only"):
+            a[:] = 9
+        assert r.read().tolist() == [1, 1, 1]
+        with h.write_view() as b:  # the next block's array is writable again
+            b[:] = 2
+        assert r.read().tolist() == [2, 2, 2] and not a.flags.writeable
+        r.close()
+    finally:
+        h.close()
+
+
+def test_a_write_view_array_kept_in_another_process_does_not_reach_readers(name, spawn):
+    h = shmstream.create(name, shape=(3,), dtype=np.int64)
+    try:
+        assert "read-only" in spawn(child_write_view_kept, name).result()
+        assert h.read().tolist() == [1, 1, 1]
+    finally:
+        h.close()
+
+
+def _view_payloads(h):
+    """Each zero-copy read view of ``h``: (the block, what it yields' frames)."""
+    return [
+        (h.read_view, lambda pub: pub.payload),
+        (lambda: h.read_new_view(timeout=0), lambda pub: pub.payload),
+        (lambda: h.read_since_view(0), lambda batch: batch.frames),
+    ]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["read_view", "read_new_view", "since_view"])
+def test_a_read_view_used_after_its_block_raises_ViewEndedError(name, which):
+    h = shmstream.create(name, shape=(3,), dtype=np.int64, history=4)
+    try:
+        r = shmstream.open(name)
+        h.write(np.array([1, 1, 1]))
+        block, frames = _view_payloads(r)[which]
+        with block() as kept:
+            inside = frames(kept)
+            assert np.asarray(inside).ravel().tolist()[:3] == [1, 1, 1]
+        h.write(np.array([2, 2, 2]))  # the slot may now hold a newer frame
+        for use in (np.asarray, lambda p: p[0], lambda p: p.sum(), lambda p: p + 1, len):
+            with pytest.raises(shmstream.ViewEndedError, match="ended with its block"):
+                use(frames(kept))
+        assert "ended zero-copy view" in repr(frames(kept))
+        r.close()
+    finally:
+        h.close()

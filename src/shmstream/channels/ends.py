@@ -456,5 +456,17 @@ def open_channel(
 
 
 def unlink_channel(name: str) -> bool:
-    """Remove the channel's name. True if it existed."""
-    return _native.unlink_segname(_native.segment_name(_checks.check_name(name, "channel")))
+    """Remove the channel ``name``: True if it existed, False if nothing
+    has that name. It removes channels only: a name that is another kind's
+    (a stream, a shared array; a corrupt or unfinished segment) is a
+    ShmstreamValueError naming what it is, and stays."""
+    segname = _native.segment_name(_checks.check_name(name, "channel"))
+    from .. import registry  # here: the registry imports every kind
+
+    found = registry.entry(segname)
+    if found is not None and found.kind != "channel":
+        raise ShmstreamValueError(
+            f"{name!r} is a {found.kind} segment, not a channel: unlink_channel removes only "
+            f"channels; to remove it anyway, shmstream.unlink({name!r}) (any kind)"
+        )
+    return _native.unlink_segname(segname)

@@ -11,6 +11,7 @@ usage errors return 2); nothing here prints a traceback for a user mistake.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -61,13 +62,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        return command(args)
+        status = command(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is seen below
+        return status
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
     except USER_ERRORS as exc:
         error(one_line(exc))
         return 1
+
+
+#: The status of a command whose reader closed its standard output: what a
+#: shell shows for a Unix tool that SIGPIPE ended (128 + 13).
+STDOUT_CLOSED = 141
+
+
+def _stdout_closed() -> int:
+    """The reader of standard output went away (``shmstream list | head
+    -1``): end quietly, as other Unix tools do. What is still buffered goes
+    to /dev/null, so the flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a file descriptor (tests)
+        pass
+    return STDOUT_CLOSED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -63,18 +63,22 @@ class MilkHistory(_Handle):
         so a buffer of ``cb_size`` keeps ``cb_size - 1`` frames; a stream
         without one (``cb_size`` < 2) gives its current frame, as a stream
         without history does. ``frame_ids`` and ``write_times_ns`` are 0:
-        milk's writers do not record them per frame. ``timeout`` None (the
-        default) returns an empty batch when nothing is newer than
-        ``count``; a number of seconds waits that long for a newer frame,
-        then TimeoutError. ``out=`` fills an array of shape ``(m, *shape)``
-        (at most m frames) instead of allocating one."""
+        milk's writers do not record them per frame. When nothing is newer
+        than ``count`` it waits, as a stream's read_since does: ``timeout``
+        None for ever, a number of seconds that long, then TimeoutError.
+        ``out=`` fills an array of shape ``(m, *shape)`` (at most m frames)
+        instead of allocating one."""
+        if self._live().count() <= int(count):
+            self._wait_newer(timeout, int(count))
+        return self._read_since(count, max_frames, out)
+
+    def _read_since(self, count: int, max_frames: int | None, out: Any) -> FrameBatch:
+        """:meth:`read_since` without the wait: an empty batch if nothing is newer."""
         native = self._live()
         depth = max(1, self.history)
         cap = depth if max_frames is None else max(1, min(int(max_frames), depth))
         if out is not None:
             cap = min(cap, self._batch_out(out))
-        if timeout is not None and native.count() <= int(count):
-            self._wait_newer(timeout, int(count))
         frames = np.empty((cap, *self.shape), self.dtype) if out is None else out[:cap]
         counts = np.zeros(cap, np.uint64)
         if self.history:
@@ -119,7 +123,7 @@ class MilkHistory(_Handle):
         :attr:`missed_writes`."""
         after = self.count if count is None else int(count)
         while True:
-            batch = self.read_since(after)
+            batch = self._read_since(after, None, None)
             self._missed += batch.missed
             yield from batch.frames
             after = batch.last_count

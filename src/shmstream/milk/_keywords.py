@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import ShmstreamTypeError, ShmstreamValueError
+from ..errors import ShmstreamValueError
+from ._checks import check_keyword
 
 if TYPE_CHECKING:
     from .layout import Layout
@@ -40,15 +41,10 @@ class MilkKeywords(_Handle):
 
     def set_keyword(self, name: str, value: int | float | str, comment: str = "") -> None:
         """Write keyword ``name`` (up to 15 bytes) in its slot, or the first
-        unused one; int -> 'L', float -> 'D', str (up to 15 bytes) -> 'S'."""
+        unused one; int -> 'L', float -> 'D', str (up to 15 bytes) -> 'S';
+        ``comment`` up to 79 bytes."""
         native = self._live()
-        if not isinstance(name, str) or not name or len(name.encode()) > 15:
-            raise ShmstreamValueError(f"a milk keyword name is 1 to 15 bytes, not {name!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ShmstreamTypeError(f"a keyword value is an int, float or str, not {value!r}")
-        if isinstance(value, str) and len(value.encode()) > 15:
-            raise ShmstreamValueError("a milk keyword string is at most 15 bytes")
-        kind = "L" if isinstance(value, int) else "D" if isinstance(value, float) else "S"
+        kind = check_keyword(name, value, comment)
         free = None
         for i in range(self.layout.nkw):
             kname, kkind, _v, _c, _n = native.keyword(i)

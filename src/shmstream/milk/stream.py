@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..streams.publication import Publication
 from . import _errors
+from ._checks import check_create
 from ._history import MilkHistory
 from ._keywords import MilkKeywords
 from ._unlink import unlink
@@ -101,10 +102,12 @@ class MilkStream(MilkHistory, MilkKeywords):
         ``cb_size - 1`` (0 without one)."""
         return self.layout.cbsize - 1 if self.layout.cbsize >= 2 else 0
 
-    def producer_alive(self) -> bool:
-        """Whether the stream's creator (milk's creatorPID) still runs,
-        judged by pid alone (milk records no start time)."""
+    def creator_alive(self) -> bool:
+        """Whether the stream's CREATOR (milk's creatorPID), not its writer,
+        still runs, judged by pid alone (milk records no start time)."""
         return _proc.alive(int(self._live().identity()[2]))
+
+    producer_alive = creator_alive  # a stream's name, for the tools and the bridge
 
     def to_config(self) -> dict[str, Any]:
         """The stream's configuration as a shmstream stream's (what a bridge
@@ -282,6 +285,8 @@ class MilkStream(MilkHistory, MilkKeywords):
         """Publish a frame as milk's writers do: write flag, pixels, circular
         buffer, times, cnt0 + 1, flag down, then post every semaphore.
         ``atime`` (seconds, milk's clock) is the acquisition time; None: now."""
+        if not hasattr(array, "__len__") and not hasattr(array, "__array__"):
+            raise ShmstreamTypeError(f"write takes an array, not {type(array).__name__}")
         arr = np.asarray(array)
         if arr.shape != self.shape:
             raise ShmstreamValueError(f"frame of shape {arr.shape}; the stream's is {self.shape}")
@@ -352,17 +357,11 @@ def create(
     ``nsem`` reader semaphores (milk's default 10), ``nkw`` keyword slots,
     ``cb_size`` frames of milk's fast circular buffer (0: none). The file is
     created ``mode`` (0600: only this user; milk itself makes 0666)."""
-    shp = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not 1 <= len(shp) <= 3 or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shp):
-        raise ShmstreamValueError(f"a milk stream has 1 to 3 axes of at least 1, not {shape!r}")
-    if any(s >= 2**32 for s in shp):
-        raise ShmstreamValueError(f"a milk axis is below 2**32 elements, not {shape!r}")
+    shp, nsem, nkw, cb_size, mode = check_create(shape, nsem, nkw, cb_size, mode)
     code = code_of(dtype)
     path = path_of(name, dir)
     try:
-        native = _milk.Stream.create(
-            path, name, [int(s) for s in shp[::-1]], code, nsem, nkw, cb_size, mode
-        )
+        native = _milk.Stream.create(path, name, list(shp[::-1]), code, nsem, nkw, cb_size, mode)
     except ShmstreamFileExistsError:
         raise ShmstreamFileExistsError(
             errno.EEXIST,

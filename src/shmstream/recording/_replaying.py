@@ -74,6 +74,11 @@ def replay(
     _checks.check_name(name)
     path = _checks.check_path("path", path)
     pace = _check_rate(rate)  # the arguments before the files
+    renumber, restamp = (
+        _checks.check_bool("renumber", renumber),
+        _checks.check_bool("restamp", restamp),
+    )
+    handle_signals = _checks.check_bool("handle_signals", handle_signals)
     rec = load_recording(path)
     handle, created = _target(rec, name, history)
     stats = ReplayStats(name, str(path), created=created)

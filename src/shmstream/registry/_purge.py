@@ -9,7 +9,7 @@ import time
 import warnings
 from collections.abc import Iterable
 
-from ..common import _kinds, _proc
+from ..common import _checks, _kinds, _proc
 from ..common._space import SHM_DIR
 from ..errors import ShmstreamValueError
 from ._remove import listdir, unlink_file
@@ -143,10 +143,11 @@ class PurgeResult(list[str]):
 
 
 def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = None) -> PurgeResult:
-    """Remove every stream in /dev/shm (pyshmem's meaning: in use or not),
-    and the channels, shared arrays and loader slots that nobody uses any
-    more (their creator is dead, and for a channel no live process holds
-    either end); return the user names removed, sorted, as a
+    """Remove EVERY stream in /dev/shm that the caller may remove, in use or
+    not, other jobs' too (pyshmem's meaning); ``kinds=("channel", "array",
+    "loader-pool")`` is the safe choice, never a stream. Also the channels,
+    shared arrays and loader slots that nobody uses any more (their creator
+    is dead, and for a channel no live process holds either end); return the user names removed, sorted, as a
     :class:`PurgeResult` that also says what it removed without a name,
     what it skipped and why, and which CUDA IPC files it removed.
 
@@ -161,6 +162,7 @@ def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = N
     processes using a removed object keep their mapping, but nobody can
     open it again.
     """
+    include_cuda_orphans = _checks.check_bool("include_cuda_orphans", include_cuda_orphans)
     wanted = set(KINDS) if kinds is None else set(kinds)
     unknown = wanted - set(KINDS)
     if unknown:

@@ -35,16 +35,17 @@ def open(
     (its lock, sleepers and creator are judged by lease); a GPU stream's
     device buffer maps only in its creator's (PidNamespaceError)."""
     _checks.check_name(name)
+    readonly = _checks.check_bool("readonly", readonly)
     owners = _checks.check_allow_owner(allow_owner)
     try:
-        segment = _native.Segment.open(name, _native.KIND_STREAM, bool(readonly), owners)
+        segment = _native.Segment.open(name, _native.KIND_STREAM, readonly, owners)
     except FileNotFoundError:
         raise _checks.missing_name_error(name) from None
     if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
         assert GPU.open is not None, "shmstream.gpu is imported with shmstream"
-        return GPU.open(segment, name, gpu_device, bool(readonly), owners)
+        return GPU.open(segment, name, gpu_device, readonly, owners)
     check_cpu_open(name, gpu_device)
-    return SharedMemory(segment, readonly=bool(readonly))
+    return SharedMemory(segment, readonly=readonly)
 
 
 def unlink(name: str) -> None:

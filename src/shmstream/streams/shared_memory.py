@@ -54,7 +54,7 @@ from ..errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
-from ._checks import check_config, check_history, check_slots
+from ._checks import check_config, check_create_flags, check_history, check_slots
 from ._gpu import GPU
 from ._history import History
 from ._lockstate import HANDLES, lock_state_for
@@ -375,6 +375,7 @@ def create(
     if expected >= 2**62:
         raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
     mode = _checks.check_mode(mode)
+    auto_unlink, notify, cpu_mirror = check_create_flags(auto_unlink, notify, cpu_mirror)
     history = check_history(history, slots, gpu_device is not None)
     slots = check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
     if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
@@ -385,7 +386,7 @@ def create(
             )
         assert GPU.create is not None, "shmstream.gpu is imported with shmstream"
         handle = GPU.create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
-        handle._auto_unlink = bool(auto_unlink)
+        handle._auto_unlink = auto_unlink
         return handle
     flags = _native.FLAG_NOTIFY if notify else 0
     try:
@@ -411,5 +412,5 @@ def create(
     except FileExistsError:
         raise _checks.duplicate_name_error(name) from None
     handle = SharedMemory(segment, owner=True)
-    handle._auto_unlink = bool(auto_unlink)
+    handle._auto_unlink = auto_unlink
     return handle
