@@ -20,5 +20,6 @@ USED_WHERE_VULTURE_CANNOT_SEE = (
     _.__signature__,  # inspect.signature reads it (stream(): help() and IDEs)
     _.should_exit,  # uvicorn.Server's stop flag, set by the viewer
     _._close_all,  # registered with atexit (the bridge's sessions)
+    _._close_started,  # registered by the bridge's at_exit (started bridges)
     _.imagetype,  # milk.Layout's field: milk's image type, for readers of the layout
 )
