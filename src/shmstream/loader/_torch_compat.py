@@ -19,10 +19,11 @@ pickled by value is loaded back (``reduce_storage`` and ``load_storage``).
 
 ``PROCESS_DATA`` is that table; ``check`` reads the installed iterator's
 signature (not its version string) to pick the override, and refuses a
-torch outside ``SUPPORTED``, or one whose loader or iterator lacks a hook or has a
-``_process_data`` of another shape. ``shmstream.torch.DataLoader`` raises
-the refusal (``ExtraVersionError``) at construction, so no ``TypeError``
-from torch's insides reaches a user. Nothing here imports torch: the tests
+torch outside ``SUPPORTED``, or one whose loader or iterator lacks a hook
+or has a ``_process_data`` of another shape. ``shmstream.torch.DataLoader``
+raises the refusal (``ExtraVersionError``) at construction, so no
+``TypeError`` from torch's insides reaches a user. Importing this module
+does not import torch (only ``load_storage`` does, when called): the tests
 check it against fake iterator classes of every shape.
 """
 

@@ -143,7 +143,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     reports the pool. Generic like torch's (``DataLoader[torch.Tensor]``);
     ``iter()`` returns a subclass of torch's multi-process iterator. See the
     module documentation for how batches travel and what falls back to
-    torch's default path.
+    torch's default path. Needs torch 2.4 to 2.14: with another,
+    construction raises ``ExtraVersionError`` (docs/loader.md, "torch
+    versions").
     """
 
     def __init__(
