@@ -17,6 +17,7 @@ USED_WHERE_VULTURE_CANNOT_SEE = (
     _._keep,  # CudaArray._keep: holds the buffer's owner alive as long as the view
     _.persistent_id,  # pickle.Pickler calls it (the loader's worker side)
     _.persistent_load,  # pickle.Unpickler calls it (the loader's main side)
+    _.reducer_override,  # pickle.Pickler calls it (the loader's worker side, torch < 2.6)
     _.__signature__,  # inspect.signature reads it (stream(): help() and IDEs)
     _.should_exit,  # uvicorn.Server's stop flag, set by the viewer
     _._close_all,  # registered with atexit (the bridge's sessions)

@@ -34,6 +34,7 @@ __all__ = [
     "ShmstreamIndexError",
     "ShmstreamBufferError",
     "MissingExtraError",
+    "ExtraVersionError",
     "NoPeerError",
     "InsecureBridgeError",
     "HandleClosedError",
@@ -140,6 +141,13 @@ class ShmstreamBufferError(ShmstreamError, BufferError):
 class MissingExtraError(ShmstreamError, ModuleNotFoundError):
     """An optional dependency is not installed (``zenoh`` for the bridge);
     the message names the extra to install."""
+
+
+class ExtraVersionError(ShmstreamError, RuntimeError):
+    """An optional dependency is installed in a version shmstream does not
+    support: ``shmstream.torch.DataLoader`` with a torch outside the range it
+    is tested with (the message names the installed version and the range).
+    Install a supported version, or use the dependency's own API."""
 
 
 class NoPeerError(ShmstreamError, ConnectionError):

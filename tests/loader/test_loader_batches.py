@@ -20,6 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import loader_cases as lc  # noqa: E402
+
 from shmstream.loader import _batch  # noqa: E402
 from shmstream.loader import _loader_pool as lp  # noqa: E402
 from shmstream.torch import DataLoader  # noqa: E402
@@ -272,7 +274,7 @@ def test_pin_memory_true_works():
         warnings.simplefilter("ignore")  # CPU-only torch: "no accelerator is found"
         got = list(DataLoader(ds, batch_size=4, num_workers=2, pin_memory=True))
     assert all(torch.equal(b["x"], ds.data[b["i"]]) for b in got)
-    if torch.accelerator.is_available():
+    if lc.accelerator_available():
         assert all(b["x"].is_pinned() for b in got)
     del got
 
@@ -287,7 +289,7 @@ def test_the_pin_memory_thread_path_builds_the_batch_and_frees_the_slot(monkeypa
     it = iter(loader)
     _, desc = it._get_data()  # the raw item from the worker queue (torch's method)
     assert isinstance(desc, _batch.Descriptor)
-    if not torch.accelerator.is_available():
+    if not lc.accelerator_available():
         monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self.clone())
     b = torch.utils.data._utils.pin_memory.pin_memory(desc)
     assert torch.equal(b["x"], ds.data[:4]) and not slot_backed(b["x"])

@@ -22,6 +22,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import loader_cases as lc  # noqa: E402
+
 from shmstream.loader import _loader_pool as lp  # noqa: E402
 from shmstream.loader import _worker  # noqa: E402
 from shmstream.torch import DataLoader  # noqa: E402
@@ -123,6 +125,7 @@ def test_two_loaders_in_one_process_keep_their_own_pools():
     del l1, l2, x, y
 
 
+@pytest.mark.skipif(not lc.HAS_IN_ORDER, reason=lc.NO_IN_ORDER)
 def test_in_order_false_and_prefetch_factor():
     ds = Rows(n=64)
     loader = DataLoader(ds, batch_size=4, num_workers=2, in_order=False, prefetch_factor=4)

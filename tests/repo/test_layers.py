@@ -502,7 +502,7 @@ def test_no_module_of_the_package_is_over_500_lines():
 #: function that first needs it. ``import shmstream`` and CPU streams import
 #: none of them (tests/common/test_api.py checks torch stays out).
 TORCH_AT_THE_TOP = {"loader/torch.py", "loader/_worker.py", "loader/_batch.py"}
-TORCH_LAZILY = {"gpu/device.py"}
+TORCH_LAZILY = {"gpu/device.py", "loader/_torch_compat.py"}
 
 
 def _torch_imports(tree: ast.Module) -> tuple[bool, bool]:
