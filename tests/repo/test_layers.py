@@ -546,3 +546,34 @@ def test_the_torch_import_check_tells_top_from_lazy():
     assert _torch_imports(ast.parse("import torch.utils.data\n")) == (True, False)
     assert _torch_imports(ast.parse("def f():\n    from torch import cuda\n")) == (False, True)
     assert _torch_imports(ast.parse("import sys\nsys.modules.get('torch')\n")) == (False, False)
+
+
+# ---- no pointer math in the Python surface -------------------------------------
+
+#: Where a module reads a raw address, and why that is not pointer math
+#: (docs/ARCHITECTURE.md, "Rules"); any other module reading one fails.
+ADDRESS_READERS = {
+    # the one exception to the rule, stated there: a view's bytes are
+    # checked to lie inside its mapping, and its offset taken, to pickle it
+    # (NumPy's own addresses, compared and subtracted, never dereferenced)
+    "arrays/shared_array.py": "bounds and offset of a view in its mapping",
+    # torch's device address handed to the binding unchanged
+    "gpu/_values.py": "passes data_ptr() through",
+    # the CUDA array interface protocol, which CuPy and Numba read
+    "gpu/device.py": "exposes __cuda_array_interface__",
+    # storage addresses as dictionary keys; positions are storage offsets
+    "loader/_worker.py": "identity keys",
+}
+_ADDRESS = re.compile(
+    r"data_ptr\(\)|__array_interface__|__cuda_array_interface__|\.ctypes\.data|import ctypes"
+)
+
+
+def test_the_python_surface_reads_addresses_only_where_the_table_says():
+    readers = {
+        path.relative_to(PKG).as_posix()
+        for path in sorted(PKG.rglob("*.py"))
+        if _ADDRESS.search(path.read_text())
+    }
+    assert readers == set(ADDRESS_READERS)
+    assert _ADDRESS.search("p = a.ctypes.data + 8") and not _ADDRESS.search("a.ctypes_data")
