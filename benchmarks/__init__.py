@@ -1,7 +1,7 @@
 """Benchmarks: ``python -m benchmarks [PART] [options]``, run from a checkout.
 
 They live beside the library, not in it: ``pip install shmstream`` installs
-none of this (``shmstream bench`` runs them when started inside a checkout).
+none of this (``shmstream bench`` only says how to run them).
 Peers: ``pip install "shmstream[bench]"``.
 
 Each part is a module ``benchmarks.<part>`` with ``main(argv) -> int``;
@@ -35,7 +35,7 @@ def known_parts() -> list[str]:
 
 def _usage(parts: list[str]) -> str:
     return (
-        "usage: python -m benchmarks [PART] [options]   (from a checkout; or shmstream bench)\n"
+        "usage: python -m benchmarks [PART] [options]   (from a checkout)\n"
         f"parts: {', '.join(parts)}, all   (default: {DEFAULT_PART})\n"
         "'python -m benchmarks PART --help' shows a part's options."
     )

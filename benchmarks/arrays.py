@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from shmstream.shared_array import share
+from shmstream import share
 from ._common import JSON_HELP, BenchError, Results, emit, fmt_ratio, median, progress, render_table
-from ._rawshm import raw_shm, raw_unlink
+from .peers._rawshm import raw_shm, raw_unlink
 
 METHODS = ("shmstream", "pickled", "stdlib shm")
 DTYPE = np.dtype([("t", "M8[ns]"), ("x", "f8"), ("s", "U6")])

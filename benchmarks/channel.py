@@ -2,7 +2,7 @@
 all peers in one run, interleaved round by round (these machines are noisy).
 
 Peers: iceoryx2, pyzmq ipc:// and Tachyon (``import tachyon``, optional:
-its rows say "skipped: <why>" when it does not import; _tachyon.py).
+its rows say "skipped: <why>" when it does not import; peers/_tachyon.py).
 
 Scenarios (each in fresh processes, producer and consumer apart):
   thr32     32-byte messages, Python -> Python, msgs/s. shmstream uses its
@@ -35,11 +35,11 @@ import tempfile
 import time
 import uuid
 
-from . import _tachyon
 from ._common import JSON_HELP, Results, fmt_fields, latency_summary, median, ping_latencies
-from ._iceoryx2 import node as iox_node
-from ._iceoryx2 import remove as iox_remove
-from ._iceoryx2 import run_files as iox_files
+from .peers import _tachyon
+from .peers._iceoryx2 import node as iox_node
+from .peers._iceoryx2 import remove as iox_remove
+from .peers._iceoryx2 import run_files as iox_files
 
 SPAWN = mp.get_context("spawn")
 MSG32 = b"m" * 32
@@ -425,7 +425,7 @@ class _Frame(ctypes.Structure):
 
 
 def _iox_service(name, payload, depth):
-    # the run's own files (benchmarks/_iceoryx2.py): the main process's pid
+    # the run's own files (benchmarks/peers/_iceoryx2.py): the main process's pid
     # is the third field of every name (_name), in the spawned peers too
     iox2, node = iox_node(*iox_files(int(name.split("-")[2])))
     svc = (

@@ -31,7 +31,7 @@ import numpy as np
 
 import shmstream
 from ._common import JSON_HELP, Results, emit, fmt_ratio, median, progress, render_table
-from ._rawshm import raw_shm, raw_unlink
+from .peers._rawshm import raw_shm, raw_unlink
 
 METHODS = ("shmstream create", "stdlib + fallocate", "stdlib + first write")
 GIB = 1 << 30

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from shmstream.direct import DirectArray, io_backend
+from shmstream.arrays.direct import DirectArray, io_backend
 from . import _pagecache
 from ._common import JSON_HELP, Results, fmt_ratio, progress, render_table
 

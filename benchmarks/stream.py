@@ -41,7 +41,7 @@ spawned once per run and reused (start-up is not measured); each measurement
 warms up before it is timed. Payloads carry sequence numbers that are checked:
 a mismatch is an error, not a statistic.
 
-Peers (one adapter each in ``_stream/peer_*.py``): pyshmem 1.4.0 (``read(out=)``,
+Peers (one adapter each in ``peers/stream_*.py``): pyshmem 1.4.0 (``read(out=)``,
 ``wait_for_count`` for ping-pong because its ``read_new`` is edge-triggered and can deadlock request/response);
 iceoryx2 (publish-subscribe over a u8 slice, loaned samples, busy-polling
 ``receive()``, its own file prefix so it leaves nothing behind); the raw

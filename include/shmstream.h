@@ -1,4 +1,4 @@
-/* shmstream public C API and on-memory ABI (layout version 1).
+/* shmstream public C API and on-memory ABI (one layout version per kind).
  *
  * This header is the ABI: docs/ABI.md describes every field below, and the
  * static_asserts at the end pin the documented offsets. A C or C++ process
@@ -11,7 +11,6 @@
 #ifndef SHMSTREAM_H
 #define SHMSTREAM_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,21 +32,13 @@ extern "C" {
 /* ---- constants --------------------------------------------------------- */
 
 #define SS_MAGIC 0x314D5254534D4853ULL /* "SHMSTRM1" little-endian */
-#define SS_LAYOUT_VERSION 1u
-/* A stream with history (id.history > 0) is layout version 2: a build that
- * predates history refuses it instead of writing its slots the old way. */
-#define SS_LAYOUT_VERSION_HISTORY 2u
-/* A channel whose ends are judged by leases, not pids (docs/ABI.md,
- * "Liveness leases"): it works across PID namespaces. */
-#define SS_LAYOUT_VERSION_LEASES 3u
-/* A CPU stream (history or not) whose lock, sleepers and creator are judged
- * by leases (docs/ABI.md, "Stream lock by lease"): it works across PID
- * namespaces, and builds that lock with the robust mutex refuse it. */
-#define SS_LAYOUT_VERSION_STREAM_LEASES 4u
-/* A DataLoader slot pool's root (an array with SS_FLAG_LOADER_POOL) whose
- * lock, creator and slot holders are judged by leases (docs/ABI.md, "Loader
- * pool by lease"): it works across PID namespaces. */
-#define SS_LAYOUT_VERSION_POOL_LEASES 5u
+/* The one layout version of each kind (docs/ABI.md, "Layout versions"):
+ * an opener refuses any other with SS_EVERSION. The numbers differ between
+ * kinds; 2 was a pre-release stream layout and is never used again. */
+#define SS_LAYOUT_VERSION_ARRAY 1u       /* a shared array */
+#define SS_LAYOUT_VERSION_CHANNEL 3u     /* ends judged by leases */
+#define SS_LAYOUT_VERSION_STREAM 4u      /* CPU or GPU, history or not: locked by lease */
+#define SS_LAYOUT_VERSION_LOADER_POOL 5u /* an array with SS_FLAG_LOADER_POOL, locked by lease */
 #define SS_HEADER_BYTES 4096u
 #define SS_IDENTITY_BYTES 2048u /* checksummed, immutable after create */
 #define SS_PAYLOAD_ALIGN 4096u
@@ -121,7 +112,7 @@ enum ss_status {
   /* who may open a segment (src/core/owner.c; docs/ABI.md, "Owner and PID namespace") */
   SS_EOWNER =
       -28, /* the file belongs to another uid, not allowed (ss_open_opts, SHMSTREAM_ALLOW_OWNERS) */
-  SS_EPIDNS = -29 /* the creator is in another PID namespace: pids cannot be judged */
+  SS_EPIDNS = -29 /* a GPU stream's creator is in another PID namespace (its buffer) */
 };
 
 /* A sentence for a status code: an ss_status (0 included), or a positive
@@ -158,17 +149,14 @@ typedef struct ss_identity {
   uint32_t history; /* 1968 publications kept (slot_count - 1); 0 = none */
   uint32_t
       pidns_dev; /* 1972 creator's PID namespace: st_dev of /proc/self/ns/pid (0: unknown or > 32 bits) */
-  uint64_t pidns_ino; /* 1976 and its st_ino; 0: unknown (made by an older build) */
-  uint64_t creator_lease; /* 1984 versions 4, 5: the creator handle's lease; else 0 */
+  uint64_t pidns_ino; /* 1976 and its st_ino; 0: unknown (no /proc) */
+  uint64_t creator_lease; /* 1984 streams, loader pools: the creator handle's lease; else 0 */
   uint8_t reserved[48]; /* 1992 */
   uint64_t checksum; /* 2040 FNV-1a 64 of bytes 0..2039, magic as 0 */
 } ss_identity;
 
 typedef struct ss_lock_line { /* 2048: touched by lock holders */
-  union { /* 2048 robust, process-shared, error-checking */
-    pthread_mutex_t mutex; /* 40 bytes on x86-64 glibc, 48 on arm64 */
-    uint8_t raw[48];
-  } m;
+  uint8_t reserved[48]; /* 2048 zero: the lock is the stream area's lock_lease */
   SS_ATOMIC(int32_t) owner_pid; /* 2096 0 when free; informational */
   SS_ATOMIC(int32_t) owner_tid; /* 2100 */
   SS_ATOMIC(uint64_t) acquisitions; /* 2104 lock takeovers count too */
@@ -218,8 +206,7 @@ typedef struct ss_undo_line {
 typedef struct ss_stream_area { /* 2240: the stream kind's control lines */
   ss_slot_line slots; /* 2240 */
   ss_undo_line undo; /* 2304 */
-  /* 2368: the lock of a version-4 stream (docs/ABI.md, "Stream lock by
-   * lease"); zero in versions 1 and 2. */
+  /* 2368: the stream's lock (docs/ABI.md, "Stream lock by lease"). */
   SS_ATOMIC(uint64_t) lock_lease; /* 2368 holder's lease | bit 63 waiters; 0 free */
   SS_ATOMIC(uint32_t) lock_wake; /* 2376 the futex waiters for the lock sleep on */
   uint32_t reserved_0; /* 2380 */
@@ -279,7 +266,7 @@ SS_PIN(id.pidns_ino, 1976);
 SS_PIN(id.creator_lease, 1984);
 SS_PIN(id.reserved, 1992);
 SS_PIN(id.checksum, 2040);
-SS_PIN(lock.m, 2048);
+SS_PIN(lock.reserved, 2048);
 SS_PIN(lock.owner_pid, 2096);
 SS_PIN(lock.owner_tid, 2100);
 SS_PIN(lock.acquisitions, 2104);
@@ -311,7 +298,6 @@ SS_PIN(stream.sleeper, 2432);
 SS_STATIC_ASSERT(sizeof(ss_notify_line) == 64, "the notify line is one cache line");
 SS_PIN(kind_area, 2240);
 SS_STATIC_ASSERT(sizeof(ss_header) == SS_HEADER_BYTES, "header is 4096 bytes");
-SS_STATIC_ASSERT(sizeof(pthread_mutex_t) <= 48, "robust mutex fits its 48 bytes");
 #undef SS_PIN
 
 /* ---- slot records (history streams; docs/ABI.md, "History") ------------- */
@@ -336,7 +322,7 @@ SS_STATIC_ASSERT(offsetof(ss_slot_record, write_time_ns) == 24, "ABI offset of r
 /* A mapped segment: an opaque handle, local to one process, never placed in
  * shared memory. ss_segment_new allocates one (closed); ss_segment_create,
  * _open or _peek fill it; ss_segment_close unmaps it, ss_segment_free
- * releases it. Its fields are the core's (src/core/shmstream_internal.h):
+ * releases it. Its fields are the core's (src/core/internal_api.h):
  * read them through the accessors below. */
 typedef struct ss_segment ss_segment;
 
@@ -379,6 +365,9 @@ SS_API int ss_segment_name(const char *name, size_t len, char out[SS_SEGMENT_NAM
 
 /* ---- segments (src/core/segment.c) ------------------------------------- */
 
+/* The one layout version a segment of this kind (enum ss_kind) and these
+ * flags has (SS_LAYOUT_VERSION_*), or 0 for an unknown kind. */
+SS_API uint32_t ss_layout_version(uint32_t kind, uint32_t flags);
 /* Returns 0 or a positive errno (EEXIST, ENOSPC, ...) or a negative ss_status. */
 SS_API int ss_segment_create(ss_segment *seg, const ss_create_args *args);
 /* expected_kind 0 accepts any kind. */
@@ -394,9 +383,10 @@ typedef struct ss_open_opts {
   size_t n_allow_owners;
 } ss_open_opts;
 /* Refuses with SS_EOWNER a file whose owner is not the caller's effective
- * uid nor allowed (seg->owner_uid says who owns it), and with SS_EPIDNS a
- * segment whose creator recorded another PID namespace than the caller's
- * (docs/ABI.md, "Owner and PID namespace"). opts may be NULL. */
+ * uid nor allowed (seg->owner_uid says who owns it; docs/ABI.md, "Owner and
+ * PID namespace"), and with SS_EVERSION a segment of another layout
+ * version than its kind's (ss_segment_identity(seg) then holds what was
+ * found). opts may be NULL. */
 SS_API int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t expected_kind,
                               int readonly, const ss_open_opts *opts);
 /* Map the header only (for stat/list): payload bytes are not mapped. Does
@@ -445,19 +435,15 @@ SS_API void ss_file_map_close(ss_file_map *m);
  * or NULL. The handle goes on using its copy; writers refuse (ss_lock). */
 SS_API const char *ss_identity_changed(const ss_segment *seg);
 
-/* ---- the robust cross-process lock (src/core/stream_lock.c) ------------ */
+/* ---- the cross-process lock (src/core/stream_lock.c) ------------------- */
 
 /* timeout_ns < 0 waits forever. Returns SS_OK, SS_EOWNERDEAD (acquired;
  * the dead owner's half-written frame has been marked abandoned),
- * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. A version-4 stream locks
- * by lease (docs/ABI.md, "Stream lock by lease"): a dead owner is taken
- * over within 10 ms, from any PID namespace; versions 1 and 2 use the
- * robust mutex. */
+ * SS_ETIMEDOUT, SS_EDEADLK or a positive errno. The lock is judged by
+ * lease (docs/ABI.md, "Stream lock by lease"): a dead owner is taken over
+ * within 10 ms, from any PID namespace. */
 SS_API int ss_lock(ss_segment *seg, int64_t timeout_ns);
 SS_API int ss_unlock(ss_segment *seg);
-/* The thread id the lock's mutex word names as its owner (0: free): what
- * stat shows when the informational owner words are empty. */
-SS_API int32_t ss_lock_word_tid(const ss_segment *seg);
 /* The frame state (enum ss_state) a read finds now, for stat and list: the
  * published state, or SS_STATE_ABANDONED while a write is in flight and the
  * lock's owner died (the next lock or read takes the lock over and marks
@@ -629,8 +615,8 @@ SS_API uint64_t ss_proc_start_ticks(int32_t pid);
  * st_ino of /proc/self/ns/pid. 0 or a positive errno (then both are 0). */
 SS_API int ss_pidns_self(uint32_t *dev, uint64_t *ino);
 /* Was the segment made in this process's PID namespace? 1 yes, 0 no (its
- * pids mean nothing here: liveness cannot be judged), -1 unknown (made by
- * an older build, or no /proc). */
+ * pids mean nothing here: liveness cannot be judged), -1 unknown (the
+ * creator had no /proc, or this process has none). */
 SS_API int ss_pidns_match(const ss_identity *id);
 
 /* ---- clocks (src/core/clock.c) ----------------------------------------- */

@@ -57,17 +57,16 @@ typedef struct ss_ring_index_line {
 } ss_ring_index_line;
 
 typedef struct ss_ring_end_line {
-  /* Layout 3: the owner's lease number (docs/ABI.md, "Liveness leases");
-   * layout 1: pid in the low 32 bits, low 32 bits of its /proc start ticks
-   * in the high 32 bits. 0 when no process holds this end. One word, so a
-   * claim or takeover is a single compare-and-swap. */
+  /* The owner handle's lease number (docs/ABI.md, "Liveness leases"), 0
+   * when no process holds this end. One word, so a claim or takeover is a
+   * single compare-and-swap. */
   SS_ATOMIC(uint64_t) owner;
   SS_ATOMIC(uint32_t) state;       /* enum ss_end_state */
   uint32_t pad0_;
   SS_ATOMIC(uint64_t) attaches;    /* claims, takeovers included */
   SS_ATOMIC(uint64_t) takeovers;   /* claims that replaced a dead owner */
-  /* Layout 3, for humans only (stat, messages): the owner's pid in its own
-   * PID namespace and that namespace's st_ino; liveness is by lease. */
+  /* For humans only (stat, messages): the owner's pid in its own PID
+   * namespace and that namespace's st_ino; liveness is by lease. */
   SS_ATOMIC(int32_t) pid;
   uint32_t pad1_;
   SS_ATOMIC(uint64_t) pidns_ino;
@@ -179,6 +178,46 @@ SS_API void ss_channel_commit_rx(ss_channel *ch);
 SS_API void ss_channel_skip_rx(ss_channel *ch);
 /* Release everything before ring position `upto` (<= the read cursor). */
 SS_API void ss_channel_release_rx(ss_channel *ch, uint64_t upto);
+
+/* Messages released out of order (src/core/rx_holds.c): a consumer that
+ * keeps several zero-copy messages gives each back when it is done with
+ * it, and the ring is freed in order, over the longest prefix of records
+ * no one holds (docs/ABI.md, "Consume"). One thread at a time per handle,
+ * as every consumer call.
+ * hold_rx: move past the acquired message, holding its bytes (and every
+ *   later message's) until ss_channel_unhold_rx(ch, msg.end); SS_OK or
+ *   ENOMEM (then the message is released at once).
+ * done_rx: everything read up to the read cursor (skipped messages, a
+ *   copied one) is done: released now if nothing earlier is held, else when
+ *   the holds before it end.
+ * unhold_rx: the message that ends at `end` is done. The tail is published
+ *   when nothing is held any more, or an eighth of the ring is free to give
+ *   back: not once per message, as each publication may wake the producer.
+ * flush_rx: publish now every byte the holds gave back (before a wait,
+ *   at close). */
+SS_API int ss_channel_hold_rx(ss_channel *ch);
+SS_API void ss_channel_done_rx(ss_channel *ch);
+SS_API void ss_channel_unhold_rx(ss_channel *ch, uint64_t end);
+SS_API void ss_channel_flush_rx(ss_channel *ch);
+
+/* ---- array metadata (src/core/msg_meta.c; docs/ABI.md, "Channels") ------ */
+
+/* An array message's metadata: u32 ndim, u32 dtype_len, u64 shape[ndim],
+ * then the dtype text, little-endian. Encoded and parsed here once, for
+ * the bindings, the bridge and C programs. */
+typedef struct ss_msg_meta {
+  uint32_t ndim;               /* 0..SS_MAX_NDIM */
+  uint32_t dtype_len;          /* bytes of dtype */
+  uint64_t shape[SS_MAX_NDIM]; /* entries past ndim are 0 */
+  const char *dtype;           /* the dtype text, inside the parsed bytes (no NUL) */
+} ss_msg_meta;
+/* Write m's metadata into out (cap bytes); the bytes written, or 0 if
+ * ndim > SS_MAX_NDIM, or it would exceed SS_MSG_MAX_META or cap. */
+SS_API size_t ss_msg_meta_encode(const ss_msg_meta *m, void *out, size_t cap);
+/* Parse len bytes of metadata (another process wrote them: input) into
+ * out, whose dtype points into meta. SS_OK, or SS_ECORRUPT if ndim >
+ * SS_MAX_NDIM or the shape and text do not fit in len. */
+SS_API int ss_msg_meta_parse(const void *meta, size_t len, ss_msg_meta *out);
 
 /* ---- both ends -------------------------------------------------------------- */
 

@@ -6,7 +6,7 @@
  * 64-bit Linux build without DAO_COMPAT or IMAGESTRUCT_WRITEHISTORY, then
  * the pixels, keywords, semaphores and the arrays that follow. ss_milk_md
  * mirrors the block field by field; src/core/milk.c pins every offset with
- * static asserts, docs/milk.md lists them and tests/test_milk_layout.py
+ * static asserts, docs/milk.md lists them and tests/milk/test_milk_layout.py
  * compares the three. */
 #ifndef SHMSTREAM_MILK_H
 #define SHMSTREAM_MILK_H

@@ -117,9 +117,9 @@ typedef struct ss_segment_words {
 } ss_segment_words;
 SS_API void ss_segment_words_get(const ss_segment *seg, ss_segment_words *out);
 
-/* A version-4 stream's liveness by lease (docs/ABI.md, "Stream lock by
- * lease"), each 1 alive, 0 gone, -1 cannot tell (not a version-4 stream, a
- * free lock, a handle without fd): the creator handle's lease, the lock
+/* A stream's or loader pool's liveness by lease (docs/ABI.md, "Stream lock
+ * by lease"), each 1 alive, 0 gone, -1 cannot tell (another kind, a free
+ * lock, a handle without fd): the creator handle's lease, the lock
  * holder's, and whether any handle holds a lease on the file. One
  * F_OFD_GETLK each; changes nothing. */
 typedef struct ss_stream_leases {
@@ -159,20 +159,19 @@ SS_API uint64_t ss_channel_rx_released(const ss_channel *ch);
 
 /* A channel segment's ring words (docs/ABI.md, "Channels"), each one
  * relaxed load, from an attached channel's segment or a peeked one (kind
- * checked by the caller). An end: its owner's pid and start ticks (the
- * owner word), state, attaches, takeovers. */
+ * checked by the caller). An end: its owner's lease, pid and PID
+ * namespace, state, attaches, takeovers, and whether its lease is held. */
 typedef struct ss_ring_end_words {
-  int32_t pid;    /* the owner's pid, in its own PID namespace (layout 3) */
+  int32_t pid; /* the owner's pid, in its own PID namespace (informational) */
   uint32_t state;
-  uint64_t start_ticks_low, attaches, takeovers;
-  uint64_t owner;     /* the owner word: a lease (layout 3) or pid word */
-  uint64_t pidns_ino; /* layout 3: the owner's PID namespace (0: unknown) */
-  int alive;          /* the owner is alive (by lease, or by pid in layout 1) */
+  uint64_t attaches, takeovers;
+  uint64_t owner;     /* the owner word: the owner handle's lease */
+  uint64_t pidns_ino; /* the owner's PID namespace (0: unknown) */
+  int alive;          /* the owner's lease is held */
 } ss_ring_end_words;
 typedef struct ss_ring_words {
   uint64_t head, tail;
   ss_ring_end_words producer, consumer;
-  int leases; /* layout 3: liveness by lease, good in any PID namespace */
 } ss_ring_words;
 SS_API void ss_ring_words_get(const ss_segment *seg, ss_ring_words *out);
 

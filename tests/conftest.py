@@ -6,27 +6,35 @@
   method; children still running at the end of the test are killed.
 * ``browser``: a headless Chromium per module, for the live-view tests.
 * ``shm`` / ``other``: a 3x3 float32 stream and a second handle on it, for
-  the handle tests (tests/test_handle_*.py); ``support.frame`` fills one frame.
-* A session-wide check that the suite left no ``shmstream-*`` segment in
+  the handle tests (tests/streams/test_handle_*.py); ``support.frame`` fills one frame.
+* A run-wide check that the suite left no ``shmstream-*`` segment in
   /dev/shm: a segment that exists at the end but did not at the start fails
   the run loudly, unless its creator is another process that still runs (a
-  concurrent user of /dev/shm). Segments under this session's names are
-  removed; others are only listed.
+  concurrent user of /dev/shm). Segments under this run's names are
+  removed; others are only listed. Under pytest-xdist (``-n``) the check runs
+  once, in the controller, after every worker has finished: a worker's own
+  end would see the segments of tests other workers are still running.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import uuid
 
 import pytest
 
 import support
 
-#: Every name this session makes starts with this token, so leftovers can be
+#: An xdist worker: it runs tests, the controller (or a run without -n) checks.
+_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+#: Every name this run makes starts with this token, so leftovers can be
 #: told apart from segments of other processes that use /dev/shm meanwhile.
-SESSION_TOKEN = f"t{uuid.uuid4().hex[:8]}"
+#: One token for the whole run: xdist's workers inherit it from the
+#: controller's environment.
+SESSION_TOKEN = os.environ["SHMSTREAM_TEST_RUN"] if _WORKER else f"t{uuid.uuid4().hex[:8]}"
+os.environ["SHMSTREAM_TEST_RUN"] = SESSION_TOKEN
 #: A name made by another run of this suite (another session's token).
 _OTHER_SESSION = re.compile(r"t[0-9a-f]{8}-")
 
@@ -68,7 +76,7 @@ def _creator_pid(head: bytes) -> int | None:
 def _identity(segname: str) -> tuple[str, int | None]:
     """(stored user name, creator pid) of a leftover segment: read from its
     bytes at the compiled offsets, or, in an install without the suite's
-    hooks (the release wheel, tests/test_release.py), from the core's peek."""
+    hooks (the release wheel, tests/repo/test_release.py), from the core's peek."""
     try:
         from shmstream import _testhooks  # noqa: F401 - the offsets' source
     except ImportError:
@@ -98,12 +106,22 @@ def _creator_gone_or_me(pid: int | None) -> bool:
     return False
 
 
-@pytest.fixture(scope="session", autouse=True)
-def no_segments_left_behind():
-    before = _segments()
-    yield
+#: /dev/shm's segments when the run started (None in an xdist worker).
+_before: set[str] | None = None
+
+
+def pytest_sessionstart(session):
+    global _before
+    if not _WORKER:
+        _before = _segments()
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's controller has ended its workers
+def pytest_sessionfinish(session, exitstatus):
+    if _before is None:
+        return
     ours, unattributed = [], []
-    for segname in sorted(_segments() - before):
+    for segname in sorted(_segments() - _before):
         stored, creator = _identity(segname)
         if segname.startswith(support.SEGMENT_PREFIX + SESSION_TOKEN) or stored.startswith(
             SESSION_TOKEN
@@ -115,19 +133,26 @@ def no_segments_left_behind():
             continue  # a concurrent run of this suite names its segments so
         elif _creator_gone_or_me(creator):
             unattributed.append(segname)
-    for segname in ours:  # certainly this session's: clean up
+    for segname in ours:  # certainly this run's: clean up
         try:
             os.unlink(os.path.join(support.SHM_DIR, segname))
         except OSError:
             pass
     if ours or unattributed:
-        pytest.fail(
+        message = (
             "the test suite left shared-memory segments behind in /dev/shm:\n"
-            f"  made under this session's names (removed now): {ours}\n"
-            "  new since the session started, creator this process or gone "
-            f"(left in place in case a concurrent run owns them): {unattributed}",
-            pytrace=False,
+            f"  made under this run's names (removed now): {ours}\n"
+            "  new since the run started, creator this process or gone "
+            f"(left in place in case a concurrent run owns them): {unattributed}"
         )
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write("\n")  # after the progress line, which ends without one
+            reporter.write_sep("=", "segments left behind", red=True)
+            reporter.write_line(message)
+        else:
+            sys.stderr.write(message + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _unlink_quiet(stream_name: str) -> None:
@@ -205,7 +230,7 @@ def channel_pair(name):
 
 @pytest.fixture
 def shm(name):
-    """The handle tests' stream (tests/test_handle_*.py): 3x3 float32,
+    """The handle tests' stream (tests/streams/test_handle_*.py): 3x3 float32,
     closed after the test. ``support.frame(value)`` is one frame of it."""
     import numpy as np
 

@@ -1,5 +1,5 @@
 """Datasets, collate functions and worker hooks of the loader conformance
-scenarios (tests/test_loader_conformance.py), plus what turns a scenario's
+scenarios (tests/loader/test_loader_conformance.py), plus what turns a scenario's
 result into a plain comparable value.
 
 A module of its own because spawn and forkserver workers unpickle the
@@ -11,6 +11,7 @@ imports shmstream: the same objects go to torch's loader and to ours.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import re
 import signal
@@ -19,6 +20,23 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+# ---------------------------------- what differs between the torch releases
+# The loader supports torch 2.4 to 2.14 (tools/torch_matrix.sh runs these
+# tests on other releases than the suite's): two public features the tests
+# use came in 2.6.
+
+#: ``DataLoader(in_order=...)``: torch 2.6 and later.
+HAS_IN_ORDER = "in_order" in inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+NO_IN_ORDER = f"torch {torch.__version__}'s DataLoader has no in_order (torch 2.6 and later)"
+
+
+def accelerator_available() -> bool:
+    """What torch pins batches for: ``torch.accelerator`` (torch 2.6 and
+    later), CUDA before it (torch's loader checks the same)."""
+    acc = getattr(torch, "accelerator", None)
+    return bool(acc.is_available() if acc is not None else torch.cuda.is_available())
+
 
 # ------------------------------------------------------------------ datasets
 

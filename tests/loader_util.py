@@ -1,6 +1,6 @@
 """Datasets and probes shared by the DataLoader tests
-(tests/test_loader_batches.py, tests/test_loader_pool.py,
-tests/test_loader_failures.py).
+(tests/loader/test_loader_batches.py, tests/loader/test_loader_pool.py,
+tests/loader/test_loader_failures.py).
 
 A module of its own because spawn and forkserver workers unpickle a dataset
 by importing its module: this folder is on their ``sys.path`` (pytest puts
@@ -49,7 +49,7 @@ def slot_backed(t: torch.Tensor) -> bool:
 def states(loader) -> list[int]:
     table = loader._shm_pool.table
     with table.locked():
-        return [int(table.line(k)[lp._STATE]) for k in range(table.nslots)]
+        return [int(table.line(k)[lp.STATE]) for k in range(table.nslots)]
 
 
 def list_of_samples(samples):

@@ -302,9 +302,28 @@ def run_in_private_shm(
     )
 
 
+def purge_sees_only(monkeypatch, names) -> None:
+    """Let ``shmstream.purge`` see only the objects of these user names in
+    the real /dev/shm: others share it (the suite's other workers, other
+    users), and a test's purge must neither remove nor report theirs. A
+    loader pool's slot files are the exception: that kind sweeps every dead
+    pool itself, so a test purging loader pools is marked ``serial``."""
+    from shmstream.registry import _purge
+
+    real, mine = _purge.survey, set(names)
+
+    def survey(kinds=None):
+        entries, _skipped = real(kinds)
+        return [e for e in entries if e.name in mine], []
+
+    monkeypatch.setattr(_purge, "survey", survey)
+
+
 # ---- the C compile recipe (examples, the fake CUDA driver, harnesses) -------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: tests/, where the helper modules are (children that import them put it on sys.path)
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS_DIR)
 
 
 def c_compiler() -> str | None:
@@ -359,31 +378,13 @@ def compile_c(
     return out
 
 
-def _robust_mutex_bytes() -> bytes:
-    """The bytes glibc's pthread_mutex_init gives a process-shared, robust,
-    error-checking mutex: what an older build put in the lock line."""
-    import ctypes
-
-    libc = ctypes.CDLL(None)
-    attr = ctypes.create_string_buffer(64)
-    mutex = ctypes.create_string_buffer(64)
-    libc.pthread_mutexattr_init(attr)
-    libc.pthread_mutexattr_setpshared(attr, 1)  # PTHREAD_PROCESS_SHARED
-    libc.pthread_mutexattr_setrobust(attr, 1)  # PTHREAD_MUTEX_ROBUST
-    libc.pthread_mutexattr_settype(attr, 2)  # PTHREAD_MUTEX_ERRORCHECK
-    assert libc.pthread_mutex_init(mutex, attr) == 0
-    return mutex.raw[:48]
-
-
-def make_legacy_stream(name: str) -> None:
-    """Turn the stream ``name`` (made by this build, layout version 4, no
-    handle to it may lock while this runs) into what an older build makes:
-    layout version 1 (2 with history), an initialised robust mutex, no
-    creator lease (docs/ABI.md, "Stream lock by lease", "Versions").
-    Handles opened afterwards use the robust mutex and pid words."""
-    path = segment_path(name)
-    history = read_u(path, *field("history"))
-    patch_bytes(path, field("mutex")[0], _robust_mutex_bytes())
-    patch_bytes(path, field("lock_lease")[0], bytes(8))
-    patch_identity(path, field("creator_lease")[0], bytes(8))
-    patch_identity(path, field("layout_version")[0], (2 if history else 1).to_bytes(4, "little"))
+def run_c_program(tmp_path: Any, source: str, *args: str) -> list[str]:
+    """Compile ``source``, a C program using the core, in ``tmp_path`` and
+    run it with ``args``; its standard output, line by line (a non-zero
+    exit fails)."""
+    src = os.path.join(str(tmp_path), "program.c")
+    with open(src, "w") as f:
+        f.write(source)
+    exe = compile_c(os.path.join(str(tmp_path), "program"), [src])
+    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=WAIT, check=True)
+    return proc.stdout.splitlines()

@@ -1,4 +1,4 @@
-"""Helpers of the live-view tests (tests/test_view*.py): a headless
+"""Helpers of the live-view tests (tests/viewer/test_view*.py): a headless
 Chromium driven by Selenium, and waits on the page's own counters."""
 
 from __future__ import annotations

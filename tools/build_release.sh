@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a release: the sdist and a manylinux wheel that installs without a
-# compiler (CONTRIBUTING.md "Release build", tests/test_release.py).
+# compiler (CONTRIBUTING.md "Release build", tests/repo/test_release.py).
 #
 #   tools/build_release.sh [OUTDIR]        # default: dist/ in the checkout
 #

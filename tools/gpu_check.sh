@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checklist of docs/gpu.md in one run: build, gpu_available(), the
-# device tests, the fake-driver tests, the benchmark beside pyshmem, and the
-# device memory and /dev/shm before and after. For a GPU machine that may
+# device tests, the fake-driver tests, the benchmark beside pyshmem, the
+# ping-pong floors, and the device memory and /dev/shm before and after. For a GPU machine that may
 # have no network: wheels in .whl/ (pyshmem, nanobind) are installed first.
 #
 #   tools/gpu_check.sh [OUTDIR]      # logs and bench-gpu.json go to OUTDIR
@@ -46,14 +46,14 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   per_test=""  # a hung test fails alone where pytest-timeout is installed
   $py -c 'import pytest_timeout' 2>/dev/null && per_test="--timeout=120"
   timeout 300 $py -m pytest -m gpu -v -p no:cacheprovider $per_test \
-    tests/test_gpu_device.py tests/test_gpu.py >"$out/pytest-gpu.log" 2>&1
+    tests/gpu/test_gpu_device.py tests/gpu/test_gpu.py >"$out/pytest-gpu.log" 2>&1
   echo "rc=$?" >>"$out/pytest-gpu.log"
   grep -E "PASSED|FAILED|ERROR|SKIPPED" "$out/pytest-gpu.log" | sed 's/^tests\///' | cut -c1-150
   tail -3 "$out/pytest-gpu.log"
 fi
 if [ "${SKIP_TESTS:-0}" != 1 ] && [ "${SKIP_FAKE:-0}" != 1 ]; then
   step "fake-driver and attach-rule tests"
-  timeout 240 $py -m pytest -q -p no:cacheprovider tests/test_gpu_fake.py tests/test_gpu_attach_rule.py >"$out/pytest-cpu.log" 2>&1
+  timeout 240 $py -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_fake.py tests/gpu/test_gpu_attach_rule.py >"$out/pytest-cpu.log" 2>&1
   echo "rc=$?" >>"$out/pytest-cpu.log"
   tail -3 "$out/pytest-cpu.log"
 fi
@@ -66,12 +66,18 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  step "round-trip profile (tools/gpu_profile_roundtrip.py)"
-  timeout 120 $py tools/gpu_profile_roundtrip.py >"$out/profile.log" 2>&1
+  step "round-trip profile (benchmarks/gpu_probes/roundtrip_profile.py)"
+  timeout 120 $py benchmarks/gpu_probes/roundtrip_profile.py >"$out/profile.log" 2>&1
   head -6 "$out/profile.log"
-  step "ping-pong floor with torch alone (tools/gpu_pingpong_floor.py)"
-  timeout 120 $py tools/gpu_pingpong_floor.py >"$out/pingpong-floor.log" 2>&1
+  step "ping-pong floor with torch alone (benchmarks/gpu_probes/pingpong_floor.py)"
+  timeout 120 $py benchmarks/gpu_probes/pingpong_floor.py >"$out/pingpong-floor.log" 2>&1
   cat "$out/pingpong-floor.log"
+  if command -v nvcc >/dev/null; then
+    step "ping-pong floor by copy method, driver API (benchmarks/c/gpu_pingpong_engines.c)"
+    nvcc -O2 -o /tmp/gpu_pingpong_engines benchmarks/c/gpu_pingpong_engines.c -lcuda &&
+      timeout 120 /tmp/gpu_pingpong_engines >"$out/engines.log" 2>&1
+    cat "$out/engines.log"
+  fi
 fi
 
 step "after"

@@ -1,10 +1,10 @@
-"""The pieces of the stream benchmark (its command line is ``bench/stream.py``):
+"""The pieces of the stream benchmark (its command line is ``benchmarks/stream.py``):
 
 - ``peer``: the interface every measured implementation provides, the
   records it returns, the protocol constants and the run's names;
-- ``peer_*``: one adapter per implementation (shmstream, pyshmem,
+- ``peers``: the registry, by name, of the adapters, one per
+  implementation (``benchmarks/peers/stream_*.py``: shmstream, pyshmem,
   iceoryx2, the raw ``multiprocessing.shared_memory`` seqlock, os.pipe);
-- ``peers``: the registry, by name;
 - ``roundtrip``, ``pingpong``, ``fanout``: the scenarios, written once
   against the interface: rows, repeats, timing, checks, tables, records.
 

@@ -26,8 +26,8 @@ from .._common import (
     progress,
     render_table,
 )
-from .._rawshm import raw_shm, raw_unlink
 from .._workers import Worker
+from ..peers._rawshm import raw_shm, raw_unlink
 from .peer import ABORT, STOP, WAIT_S, Names, Peer
 from .peers import OURS, Peers, make_peer
 

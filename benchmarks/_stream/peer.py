@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from .._common import BenchError, call_quietly, peer_version
-from .._iceoryx2 import remove as iceoryx2_remove
-from .._iceoryx2 import run_files as iceoryx2_files
-from .._rawshm import raw_unlink
+from ..peers._iceoryx2 import remove as iceoryx2_remove
+from ..peers._iceoryx2 import run_files as iceoryx2_files
+from ..peers._rawshm import raw_unlink
 
 STOP = (1 << 64) - 1  # sequence number that ends a responder / reader
 ABORT = STOP - 1  # fan-out control word: the writer failed

@@ -5,12 +5,12 @@ wake-up reference)."""
 from __future__ import annotations
 
 from .._common import try_import
+from ..peers.stream_iceoryx2 import Iceoryx2Peer
+from ..peers.stream_mpshm import MpshmPeer
+from ..peers.stream_pipe import PipePeer
+from ..peers.stream_pyshmem import PyshmemPeer
+from ..peers.stream_shmstream import ShmstreamPeer
 from .peer import Peer
-from .peer_iceoryx2 import Iceoryx2Peer
-from .peer_mpshm import MpshmPeer
-from .peer_pipe import PipePeer
-from .peer_pyshmem import PyshmemPeer
-from .peer_shmstream import ShmstreamPeer
 
 _CLASSES: dict[str, type[Peer]] = {
     c.name: c for c in (ShmstreamPeer, PyshmemPeer, Iceoryx2Peer, MpshmPeer, PipePeer)

@@ -30,7 +30,8 @@ namespace nb = nanobind;
 // Blocking calls come back to Python this often to honour Ctrl-C.
 constexpr int64_t kSignalCheckNs = 100'000'000;
 
-[[noreturn]] inline void raise(PyObject *type, const std::string &msg) {
+// Raise `type` with `msg`. Not named raise: that is libc's raise(), a signal.
+[[noreturn]] inline void raise_error(PyObject *type, const std::string &msg) {
   PyErr_SetString(type, msg.c_str());
   throw nb::python_error();
 }
@@ -184,7 +185,7 @@ struct StatusRow {
 
 // What opening a channel says for any segment it cannot use (three statuses).
 inline constexpr const char kBadChannelSegment[] =
-    "segment of '$name' is not a valid channel (bad magic, version, checksum or ring size); "
+    "segment of '$name' is not a valid channel (bad magic, checksum or ring size); "
     "remove it with shmstream.unlink_channel('$name')";
 
 // Every error the bindings raise for a status code, in one place. The first
@@ -245,10 +246,6 @@ inline const StatusRow kStatusTable[] = {
      "the header of $kind '$name' was rewritten after it was opened ($detail changed), so $op was "
      "refused and nothing was written; close this handle, remove the segment with "
      "shmstream.unlink('$name') and create it again"},
-    {SS_ECORRUPT, nullptr, "bad lock", &g_corrupt,
-     "the lock of $kind '$name' can never be taken: its mutex is not one shmstream made, or its "
-     "word names thread $detail, which does not exist (another process overwrote it); remove "
-     "the segment with shmstream.unlink('$name') and create it again"},
     // -- names and headers
     {ENODEV, nullptr, "open", nullptr,
      "the /dev/shm entry of $kind '$name' is not a shared-memory segment (a FIFO, directory or "
@@ -269,7 +266,10 @@ inline const StatusRow kStatusTable[] = {
     {SS_EKIND, nullptr, nullptr, &g_value,
      "'$name' is a shared-memory object of another kind (not a $kind)"},
     {SS_ECORRUPT, "channel", "open", &g_corrupt, kBadChannelSegment},
-    {SS_EVERSION, "channel", "open", &g_version, kBadChannelSegment},
+    {SS_EVERSION, "channel", "open", &g_version,
+     "channel segment of '$name' has layout version $detail; another shmstream version made "
+     "it: use the same version on both sides, or remove it with "
+     "shmstream.unlink_channel('$name')"},
     {SS_EBUSY, "channel", "open", &g_corrupt, kBadChannelSegment},
     {SS_ECORRUPT, "channel", nullptr, &g_corrupt,
      "channel '$name' holds an impossible record header or ring position (corrupt ring); "
@@ -278,8 +278,8 @@ inline const StatusRow kStatusTable[] = {
      "segment of '$name' is corrupt or not a shmstream segment (bad magic, checksum or size); "
      "remove it with shmstream.unlink('$name')"},
     {SS_EVERSION, nullptr, nullptr, &g_version,
-     "segment of '$name' has an unknown layout version; it was made by another shmstream version; "
-     "upgrade, or remove it with shmstream.unlink('$name')"},
+     "segment of '$name' has layout version $detail; another shmstream version made it: use "
+     "the same version on both sides, or remove it with shmstream.unlink('$name')"},
     {SS_EBUSY, nullptr, "peek", nullptr,
      "segment $name is still being created (or its creator died while creating it)", Raise::OsWhat},
     {SS_EBUSY, nullptr, nullptr, &g_corrupt,
@@ -316,8 +316,7 @@ inline const StatusRow kStatusTable[] = {
      Raise::OsWhat},
     {ENOENT, "channel", nullptr, nullptr,
      "no channel '$name'; create it with shmstream.channel('$name', capacity=...)", Raise::OsWhat},
-    {EINVAL, "channel", "create", &g_value,
-     "capacity must be a power of two from 4096 to 2**40 bytes"},
+    {EINVAL, "channel", "create", &g_value, "capacity must be a power of two from $detail bytes"},
     // the core's limits of a segment header; shmstream.create checks each
     // first and names the argument, so only a direct caller meets this one
     {EINVAL, nullptr, "create", &g_value,
@@ -334,12 +333,6 @@ inline const StatusRow kStatusTable[] = {
      "shmstream.unlink('$name') and create it again"},
     {SS_EPIDNS, "GPU stream", "map the device buffer", &g_pidns,
      "cannot map the device buffer of GPU stream '$name': $detail"},
-    {SS_EPIDNS, nullptr, nullptr, &g_pidns,
-     "$kind '$name' was created in another PID namespace ($detail): its pids (creator, lock "
-     "owner, writer, channel ends) mean nothing here, so a live peer would look dead. Processes "
-     "that share a segment must share a PID namespace: run the containers with "
-     "`docker run --pid=container:<id>` (or --pid=host), or set `shareProcessNamespace: true` "
-     "in the Kubernetes pod spec"},
     // -- GPU streams
     {SS_EGPUGONE, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
     {SS_EPOISONED, nullptr, nullptr, &g_gone, "GPU stream '$name': $detail"},
@@ -368,9 +361,9 @@ inline const StatusRow kStatusTable[] = {
     {0, "DirectArray", nullptr, nullptr, "$name", Raise::OsPath},  // any other errno
 };
 
-// The $detail of SS_EOWNER and SS_EPIDNS, from the segment that failed to
-// open (ss_segment_open_ex leaves the refused owner in seg.owner_uid); ""
-// for other statuses.
+// The $detail of SS_EOWNER and SS_EVERSION, from the segment that failed to
+// open (ss_segment_open_ex leaves the refused owner in seg.owner_uid and
+// the identity it found); "" for other statuses.
 inline std::string user_text(uint32_t uid) {
   std::string out = "uid " + std::to_string(uid);
   struct passwd pw, *found = nullptr;
@@ -384,21 +377,12 @@ inline std::string open_detail(int rc, const ss_segment *seg) {
   if (rc == SS_EOWNER)
     return user_text(ss_segment_owner_uid(seg)) + ", not by this process's effective " +
            user_text((uint32_t)geteuid());
-  if (rc == SS_EPIDNS) {
-    uint32_t dev = 0;
-    uint64_t ino = 0;
-    ss_pidns_self(&dev, &ino);
-    // The version says why: its liveness is by pid (docs/ABI.md, "Owner
-    // and PID namespace"); a version-3 channel would have opened.
+  if (rc == SS_EVERSION) {
+    // Both versions: the one found, and the one this build makes of that
+    // kind (docs/ABI.md, "Layout versions").
     const ss_identity *id = ss_segment_identity(seg);
-    // A DataLoader pool of layout 1 (docs/ABI.md, "Loader pool by lease"):
-    // the loader that made it runs an older version.
-    std::string pool = (id->kind == SS_KIND_ARRAY && (id->flags & SS_FLAG_LOADER_POOL))
-                           ? " (a DataLoader slot pool made by an older shmstream version; "
-                             "run the loader with this version)"
-                           : "";
-    return "this process is in pid:[" + std::to_string(ino) + "]; its layout version " +
-           std::to_string(id->layout_version) + pool + " judges liveness by pid";
+    return std::to_string(id->layout_version) + "; this shmstream version reads layout " +
+           std::to_string(ss_layout_version(id->kind, id->flags));
   }
   return "";
 }
@@ -443,12 +427,12 @@ inline std::string fill(const char *text, const ErrorContext &c) {
     std::string msg = fill(r.text, c);
     if (r.how == Raise::OsPath) raise_os_path(rc, c.name);
     if (r.how == Raise::OsWhat) raise_os_sentence(rc == SS_EBUSY ? EAGAIN : rc, msg);
-    raise(*r.type, msg);
+    raise_error(*r.type, msg);
   }
   if (rc > 0) raise_os(rc, std::string(c.op) + " " + c.kind + " '" + c.name + "'");
   // A status without a row: the core's one sentence for it (ss_strerror).
-  raise(g_error, std::string(c.op) + " " + c.kind + " '" + c.name + "' failed: " + ss_strerror(rc) +
-                     " (status " + std::to_string(rc) + ")");
+  raise_error(g_error, std::string(c.op) + " " + c.kind + " '" + c.name +
+                           "' failed: " + ss_strerror(rc) + " (status " + std::to_string(rc) + ")");
 }
 
 // An explicit count the core refused (ss_publish_count_check: ERANGE above
@@ -457,11 +441,11 @@ inline std::string fill(const char *text, const ErrorContext &c) {
 [[noreturn]] inline void raise_count(int rc, uint64_t count, uint64_t now,
                                      const std::string &name) {
   if (rc == ERANGE)
-    raise(g_value, "count must be in [1, 2**63), got " + std::to_string(count) +
-                       ": the count must still grow after it");
+    raise_error(g_value, "count must be in [1, 2**63), got " + std::to_string(count) +
+                             ": the count must still grow after it");
   if (rc == EINVAL)
-    raise(g_value, "count " + std::to_string(count) + " does not exceed the count of '" + name +
-                       "' (" + std::to_string(now) + "): a mirror's counts only grow");
+    raise_error(g_value, "count " + std::to_string(count) + " does not exceed the count of '" +
+                             name + "' (" + std::to_string(now) + "): a mirror's counts only grow");
   raise_os(rc, "write '" + name + "'");
 }
 
@@ -498,12 +482,13 @@ inline int64_t to_ns(nb::handle timeout, const char *what = "timeout") {
     }
   }
   if (!real)
-    raise(g_type, std::string(what) +
-                      " must be a number of seconds, math.inf or None, "
-                      "not " +
-                      Py_TYPE(o)->tp_name);
+    raise_error(g_type, std::string(what) +
+                            " must be a number of seconds, math.inf or None, "
+                            "not " +
+                            Py_TYPE(o)->tp_name);
   if (std::isinf(t) && t > 0) return -1;
-  if (!(t >= 0)) raise(g_value, std::string(what) + " must be >= 0 seconds, math.inf or None");
+  if (!(t >= 0))
+    raise_error(g_value, std::string(what) + " must be >= 0 seconds, math.inf or None");
   double ns = t * 1e9;
   return ns >= 9.2e18 ? -1 : (int64_t)ns;
 }

@@ -7,10 +7,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,15 +45,15 @@ NB_MODULE(_channel, m) {
     // memoryview of the whole tensor that keeps it alive, or None when it
     // is not C-contiguous.
         if (a.device_type() != nb::device::cpu::value)
-          raise(g_value,
-                "send takes tensors in CPU memory; copy a device tensor to the host first "
-                "(e.g. t.cpu())");
+          raise_error(g_value,
+                      "send takes tensors in CPU memory; copy a device tensor to the host first "
+                      "(e.g. t.cpu())");
         std::string text = dl_text(a.dtype());
         if (text.empty())
-          raise(g_value, "a tensor of DLPack dtype (code " + std::to_string(a.dtype().code) + ", " +
-                             std::to_string(a.dtype().bits) + " bits, " +
-                             std::to_string(a.dtype().lanes) +
-                             " lanes) cannot be sent: its elements are not whole bytes");
+          raise_error(g_value, "a tensor of DLPack dtype (code " + std::to_string(a.dtype().code) +
+                                   ", " + std::to_string(a.dtype().bits) + " bits, " +
+                                   std::to_string(a.dtype().lanes) +
+                                   " lanes) cannot be sent: its elements are not whole bytes");
         nb::list shape;
         bool contiguous = true;  // C order (a dim of 1 any stride; no elements: any)
         int64_t step = 1;
@@ -81,6 +81,38 @@ NB_MODULE(_channel, m) {
       "text"_a, nb::sig("def dlpack_dtype(text: str) -> tuple[int, int] | None"),
       "(code, bits) of a 'dlpack:<code>:<bits>' dtype text, or None.");
 
+  // A message's array metadata, encoded and parsed by the core (one copy of
+  // the format: docs/ABI.md, "Channels").
+  m.def(
+      "encode_meta",
+      [](const std::string &dtype, const std::vector<uint64_t> &shape) -> nb::object {
+        ss_msg_meta meta{};
+        meta.ndim = (uint32_t)std::min<size_t>(shape.size(), SS_MAX_NDIM + 1);
+        if (meta.ndim > SS_MAX_NDIM) return nb::none();
+        for (uint32_t i = 0; i < meta.ndim; i++) meta.shape[i] = shape[i];
+        meta.dtype = dtype.data();
+        meta.dtype_len = (uint32_t)std::min<size_t>(dtype.size(), SS_MSG_MAX_META + 1);
+        char out[SS_MSG_MAX_META];
+        size_t n = ss_msg_meta_encode(&meta, out, sizeof out);
+        if (n == 0) return nb::none();
+        return nb::bytes(out, n);
+      },
+      "dtype"_a, "shape"_a,
+      nb::sig("def encode_meta(dtype: str, shape: tuple[int, ...]) -> bytes | None"),
+      "An array message's metadata for dtype text and shape; None if it does not fit "
+      "(more than MAX_NDIM dimensions, or more than MAX_META bytes).");
+  m.def(
+      "parse_meta",
+      [](nb::bytes meta) -> nb::object {
+        ss_msg_meta m;
+        if (ss_msg_meta_parse(meta.c_str(), meta.size(), &m) != SS_OK) return nb::none();
+        nb::list shape;
+        for (uint32_t i = 0; i < m.ndim; i++) shape.append(m.shape[i]);
+        return nb::make_tuple(nb::bytes(m.dtype, m.dtype_len), nb::tuple(shape));
+      },
+      "meta"_a, nb::sig("def parse_meta(meta: bytes) -> tuple[bytes, tuple[int, ...]] | None"),
+      "(dtype text bytes, shape) of an array message's metadata; None if malformed.");
+
   load_error_types();
   m.def("set_decoder", [](nb::handle decode) {
     Py_XINCREF(decode.ptr());
@@ -106,11 +138,10 @@ NB_MODULE(_channel, m) {
         d["tail"] = w.tail;
         d["producer"] = end_info(w, SS_ROLE_PRODUCER);
         d["consumer"] = end_info(w, SS_ROLE_CONSUMER);
-        d["leases"] = w.leases != 0;
         return d;
       },
       "segname"_a,
-      "capacity, head, tail, leases (liveness by lease: layout 3) and both ends (pid, state, "
+      "capacity, head, tail and both ends (pid, state, "
       "attaches, takeovers, alive, pidns_ino).");
 
   nb::class_<Message>(m, "Message",
@@ -266,20 +297,19 @@ NB_MODULE(_channel, m) {
       .def_prop_ro("head", [](Channel &c) { return ring_words(c).head; })
       .def_prop_ro("tail", [](Channel &c) { return ring_words(c).tail; })
       .def_prop_ro("pending", [](Channel &c) { return ss_channel_pending(c.ch); })
-      .def_prop_ro("pinned", [](Channel &c) { return c.pins.size(); })
       .def(
           "end_info",
           [](Channel &c, int role) {
             // (pid, state, attaches, takeovers, alive, pidns_ino) of one end, for stat and tests.
             if (!ss_segment_mapped(ss_channel_segment(c.ch)))
-              raise(g_handle_closed, "channel is closed");
+              raise_error(g_handle_closed, "channel is closed");
             return end_info(ring_words(c), role);
           },
           "role"_a)
       .def("peer_status",
            [](Channel &c) {
              // 0 ok, or the negative status (dead / closed), and the peer's pid.
-             if (!c.attached()) raise(g_handle_closed, "channel is closed");
+             if (!c.attached()) raise_error(g_handle_closed, "channel is closed");
              int32_t pid = 0;
              int rc = ss_channel_peer_status(c.ch, &pid);
              return nb::make_tuple(rc, pid);
@@ -305,7 +335,7 @@ NB_MODULE(_channel, m) {
       .def(
           "commit",
           [](Channel &c, size_t nbytes, uint32_t type_id, bool array) {
-            if (!ss_channel_tx_open(c.ch)) raise(g_loan, "no zero-copy send is open");
+            if (!ss_channel_tx_open(c.ch)) raise_error(g_loan, "no zero-copy send is open");
             ss_channel_commit_tx(c.ch, nbytes, type_id, array ? SS_MSG_ARRAY : 0);
           },
           "nbytes"_a, "type_id"_a = 0, "array"_a = false)

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -125,38 +124,12 @@ std::string dl_text(nb::dlpack::dtype dt) {
   return std::string(kDLTextPrefix) + std::to_string(dt.code) + ":" + std::to_string(dt.bits);
 }
 
-// Array metadata (docs/ABI.md): u32 ndim, u32 dtype_len, u64 shape[ndim],
-// dtype text. Returns false if it is malformed.
-struct ArrayMeta {
-  uint32_t ndim = 0;
-  size_t shape[SS_MAX_NDIM]{};
-  const char *dtype = nullptr;
-  uint32_t dtype_len = 0;
-};
-
-bool parse_meta(const uint8_t *m, uint32_t len, ArrayMeta *out) {
-  if (len < 8) return false;
-  uint32_t ndim, dlen;
-  std::memcpy(&ndim, m, 4);
-  std::memcpy(&dlen, m + 4, 4);
-  if (ndim > SS_MAX_NDIM || 8ull + 8ull * ndim + dlen > len) return false;
-  out->ndim = ndim;
-  for (uint32_t i = 0; i < ndim; i++) {
-    uint64_t d;
-    std::memcpy(&d, m + 8 + 8 * i, 8);
-    out->shape[i] = (size_t)d;
-  }
-  out->dtype = (const char *)m + 8 + 8 * ndim;
-  out->dtype_len = dlen;
-  return true;
-}
-
 // Bytes the shape and item size describe equal the payload's, without
 // overflow: a view built from the metadata stays inside the record.
-bool meta_fits(const ArrayMeta &am, size_t itemsize, size_t size) {
-  size_t n = itemsize;
+bool meta_fits(const ss_msg_meta &am, size_t itemsize, size_t size) {
+  uint64_t n = itemsize;
   for (uint32_t i = 0; i < am.ndim; i++) {
-    if (am.shape[i] && n > SIZE_MAX / am.shape[i]) return false;
+    if (am.shape[i] && n > UINT64_MAX / am.shape[i]) return false;
     n *= am.shape[i];
   }
   return n == size;
@@ -175,10 +148,11 @@ struct DLLayout {
 int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t size, DLLayout *out) {
   out->shape[0] = size;
   if (!(flags & SS_MSG_ARRAY)) return 0;
-  ArrayMeta am;
-  if (!parse_meta(meta, meta_len, &am) || !dl_dtype(am.dtype, am.dtype_len, &out->dt, &out->numpy))
+  ss_msg_meta am;
+  if (ss_msg_meta_parse(meta, meta_len, &am) != SS_OK ||
+      !dl_dtype(am.dtype, am.dtype_len, &out->dt, &out->numpy))
     return 1;
-  for (uint32_t i = 0; i < am.ndim; i++) out->shape[i] = am.shape[i];
+  for (uint32_t i = 0; i < am.ndim; i++) out->shape[i] = (size_t)am.shape[i];
   out->ndim = (int32_t)am.ndim;
   // The metadata is the producer's word: a shape that claims more bytes
   // than the record carries would make a view past it (fuzz_py_recv finding).
@@ -186,13 +160,14 @@ int dl_layout(uint32_t flags, const uint8_t *meta, uint32_t meta_len, size_t siz
 }
 
 [[noreturn]] void raise_layout(int why, size_t size) {
-  if (why == 1) raise(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
-  raise(g_corrupt,
-        "a received array message is corrupt: its shape and dtype describe "
-        "another size than its " +
-            std::to_string(size) +
-            " payload bytes; "
-            "the producer wrote a bad record");
+  if (why == 1)
+    raise_error(g_buffer, "this message's dtype has no DLPack equivalent; use np.asarray");
+  raise_error(g_corrupt,
+              "a received array message is corrupt: its shape and dtype describe "
+              "another size than its " +
+                  std::to_string(size) +
+                  " payload bytes; "
+                  "the producer wrote a bad record");
 }
 
 // A DLPack capsule of a message's bytes, pinned by `pin`.
@@ -224,9 +199,9 @@ struct RxMessage {
 
   void check() const {
     if (!pin.is_valid() || pin.is_none())
-      raise(g_handle_closed,
-            "this zero-copy message was released at the end of its 'with' "
-            "block; keep what you need (np.array(msg) copies) inside the block");
+      raise_error(g_handle_closed,
+                  "this zero-copy message was released at the end of its 'with' "
+                  "block; keep what you need (np.array(msg) copies) inside the block");
   }
   nb::object bytes_view() const {
     check();
@@ -235,7 +210,7 @@ struct RxMessage {
                                                      nb::dtype<uint8_t>(), nb::device::cpu::value));
   }
   // A typed, read-only view, or None when the dtype has no DLPack code or
-  // no NumPy one (channel.py's decoder says what to do then).
+  // no NumPy one (channels/_messages.py's decoder says what to do then).
   nb::object typed_view() const {
     check();
     DLLayout l;
@@ -247,7 +222,7 @@ struct RxMessage {
   }
   // The payload as a read-only ndarray view (uint8 for a bytes message);
   // a dtype without a DLPack code (structured, strings, ...) is viewed by
-  // channel.py's decoder (set_decoder).
+  // channels/_messages.py's decoder (set_decoder).
   nb::object array_view() const {
     nb::object asarray = nb::module_::import_("numpy").attr("asarray");
     nb::object typed = typed_view();
@@ -279,9 +254,6 @@ class Channel {
  public:
   ss_channel *ch = new_handle();  // the C API's opaque handle
   std::string name_;
-  // Records read but not yet released, in ring order: (end, released).
-  std::deque<std::pair<uint64_t, bool>> pins;
-  uint64_t unreleased = 0;  // freed by views but not yet published as tail
 
   Channel() = default;
   Channel(const Channel &) = delete;
@@ -297,25 +269,27 @@ class Channel {
   bool attached() const { return ss_channel_attached(ch) != 0; }
   void check_open(const char *what) const {
     if (!attached())
-      raise(g_handle_closed, std::string(what) + " on channel '" + name_ +
-                                 "', which is closed; attach again with shmstream.open_channel('" +
-                                 name_ + "')");
+      raise_error(g_handle_closed,
+                  std::string(what) + " on channel '" + name_ +
+                      "', which is closed; attach again with shmstream.open_channel('" + name_ +
+                      "')");
   }
   bool producer() const { return ss_channel_role(ch) == SS_ROLE_PRODUCER; }
 
   // A send while this end's zero-copy send is open: the loan's state, not
   // the end's role, is wrong (LoanStateError).
   [[noreturn]] void raise_loan_open(const char *op) const {
-    raise(g_loan, std::string(op) + " on channel '" + name_ +
-                      "': a zero-copy send on it is already open; end its 'with "
-                      "send_zero_copy(...)' block first");
+    raise_error(g_loan, std::string(op) + " on channel '" + name_ +
+                            "': a zero-copy send on it is already open; end its 'with "
+                            "send_zero_copy(...)' block first");
   }
 
   // What every send checks first: an open producer end with no zero-copy
   // send in progress.
   void check_sender(const char *op) {
     check_open(op);
-    if (!producer()) raise(g_role, std::string(op) + " on the consumer end of '" + name_ + "'");
+    if (!producer())
+      raise_error(g_role, std::string(op) + " on the consumer end of '" + name_ + "'");
     if (ss_channel_tx_open(ch)) raise_loan_open(op);
   }
 
@@ -382,17 +356,17 @@ class Channel {
 
   void check_size(size_t size, size_t meta_len) {
     if (meta_len > SS_MSG_MAX_META)
-      raise(g_value, "array description of " + std::to_string(meta_len) +
-                         " bytes is too long for a message header");
+      raise_error(g_value, "array description of " + std::to_string(meta_len) +
+                               " bytes is too long for a message header");
     uint64_t max = ss_channel_max_message(ch, (uint32_t)meta_len);
     if (size > max)
-      raise(g_value, "message of " + std::to_string(size) +
-                         " bytes is larger than the "
-                         "ring of '" +
-                         name_ + "' can hold (at most " + std::to_string(max) +
-                         " bytes per message with capacity " +
-                         std::to_string(ss_channel_capacity(ch)) +
-                         "); create the channel with a larger capacity");
+      raise_error(g_value, "message of " + std::to_string(size) +
+                               " bytes is larger than the "
+                               "ring of '" +
+                               name_ + "' can hold (at most " + std::to_string(max) +
+                               " bytes per message with capacity " +
+                               std::to_string(ss_channel_capacity(ch)) +
+                               "); create the channel with a larger capacity");
   }
 
   // One message; its size is checked by the core (send_failed says why).
@@ -488,16 +462,15 @@ class Channel {
 
   void check_consumer(const char *what) {
     check_open(what);
-    if (producer()) raise(g_role, std::string(what) + " on the producer end of '" + name_ + "'");
+    if (producer())
+      raise_error(g_role, std::string(what) + " on the producer end of '" + name_ + "'");
   }
 
-  // After copying a message out: release it now unless views pin earlier ones.
+  // After copying a message out: released now unless views pin earlier
+  // ones (the core's rule: ss_channel_done_rx).
   void done_copied() {
     ss_channel_skip_rx(ch);
-    if (pins.empty())
-      ss_channel_release_rx(ch, ss_channel_rx_cursor(ch));
-    else
-      pins.emplace_back(ss_channel_rx_cursor(ch), true);
+    ss_channel_done_rx(ch);
   }
 
   static nb::object copy_out(const ss_msg &m, nb::object *meta) {
@@ -558,16 +531,17 @@ class Channel {
       ss_channel_skip_rx(ch);
       if (out.size() >= max || ss_channel_acquire_rx(ch, 0, &m) != SS_OK) break;
     }
-    if (pins.empty())
-      ss_channel_release_rx(ch, ss_channel_rx_cursor(ch));
-    else
-      pins.emplace_back(ss_channel_rx_cursor(ch), true);
+    ss_channel_done_rx(ch);  // the batch at once: one tail publication
     return out;
   }
 
+  // Move past m, holding its bytes until its Pin is gone (ss_channel_hold_rx).
+  void hold(const ss_msg &m) {
+    if (ss_channel_hold_rx(ch) != SS_OK) throw std::bad_alloc();  // released: no view
+  }
+
   RxMessage pinned(const ss_msg &m) {
-    ss_channel_skip_rx(ch);
-    pins.emplace_back(m.end, false);
+    hold(m);
     Pin *p = new Pin{nb::borrow(nb::find(this)), this, m.end};
     RxMessage r;
     r.pin = nb::cast(p, nb::rv_policy::take_ownership);
@@ -609,8 +583,7 @@ class Channel {
         if (out.size() == 0) raise_layout(why, m.size);
         break;
       }
-      ss_channel_skip_rx(ch);
-      pins.emplace_back(m.end, false);
+      hold(m);
       nb::object pin = nb::cast(new Pin{nb::borrow(self), this, m.end},
                                 nb::rv_policy::take_ownership);
       out.append(dl_message(m.data, l, pin, false));
@@ -619,27 +592,10 @@ class Channel {
     return out;
   }
 
-  // A pin died: release the longest prefix of records nobody refers to.
-  void unpin(uint64_t end) {
-    for (auto &p : pins)
-      if (p.first == end && !p.second) {
-        p.second = true;
-        break;
-      }
-    while (!pins.empty() && pins.front().second) {
-      unreleased = pins.front().first;
-      pins.pop_front();
-    }
-    // Publish the tail when nothing is pinned any more or an eighth of the
-    // ring is free to give back: not once per view (each publish may wake
-    // the producer), and always before this end waits (flush_release).
-    if (pins.empty() || unreleased - ss_channel_rx_released(ch) >= ss_channel_capacity(ch) / 8)
-      flush_release();
-  }
+  // A pin died: the core releases the longest prefix nobody holds.
+  void unpin(uint64_t end) { ss_channel_unhold_rx(ch, end); }
 
-  void flush_release() {
-    if (unreleased > ss_channel_rx_released(ch)) ss_channel_release_rx(ch, unreleased);
-  }
+  void flush_release() { ss_channel_flush_rx(ch); }
 
   void close() {
     if (ss_channel_role(ch) == SS_ROLE_CONSUMER) flush_release();
@@ -669,11 +625,20 @@ ss_ring_words ring_words(const Channel &c) {
   return w;
 }
 
+// The capacities a ring may have, from the core's limits (one copy:
+// include/shmstream_channel.h): "4096 to 2**40".
+inline std::string capacity_rule() {
+  int max_log2 = 0;
+  while ((1ull << (max_log2 + 1)) <= SS_CHANNEL_MAX_CAPACITY) max_log2++;
+  return std::to_string(SS_CHANNEL_MIN_CAPACITY) + " to 2**" + std::to_string(max_log2);
+}
+
 void check_create_rc(Channel *c, int rc, const std::string &name, bool creating) {
   if (rc == SS_OK) return;
-  std::string detail = rc == SS_ENAME       ? name_rule()
-                       : rc == SS_EATTACHED ? (creating ? "end" : "end of that role")
-                                            : ssb::open_detail(rc, ss_channel_segment(c->ch));
+  std::string detail = rc == SS_ENAME             ? name_rule()
+                       : rc == SS_EATTACHED       ? (creating ? "end" : "end of that role")
+                       : rc == EINVAL && creating ? capacity_rule()
+                                                  : ssb::open_detail(rc, ss_channel_segment(c->ch));
   delete c;
   ssb::raise_status(rc, {"channel", name, creating ? "create" : "open", "", detail});
 }

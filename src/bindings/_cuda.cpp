@@ -70,7 +70,8 @@ class GpuStream {
   }
 
   ss_gpu *g(const char *op) {
-    if (!gpu) raise(g_handle_closed, std::string("cannot ") + op + " a closed GPU stream handle");
+    if (!gpu)
+      raise_error(g_handle_closed, std::string("cannot ") + op + " a closed GPU stream handle");
     return gpu;
   }
 
@@ -142,7 +143,7 @@ class DLImport {
     t = nullptr;
   }
   DLTensor &dl() {
-    if (!t) raise(g_handle_closed, "DLPack tensor already released");
+    if (!t) raise_error(g_handle_closed, "DLPack tensor already released");
     return t->dl_tensor;
   }
 };
@@ -185,7 +186,7 @@ NB_MODULE(_cuda, m) {
     return nb::bytes((const char *)u, 16);
   });
   m.def("device_by_uuid", [](nb::bytes uuid) {
-    if (uuid.size() != 16) raise(g_value, "a device uuid is 16 bytes");
+    if (uuid.size() != 16) raise_error(g_value, "a device uuid is 16 bytes");
     return ss_cuda_device_by_uuid((const uint8_t *)uuid.c_str());
   });
 
@@ -237,7 +238,7 @@ NB_MODULE(_cuda, m) {
               delete s;
               ssb::raise_status(rc, {"GPU stream", name, "map the device buffer", "", detail});
             }
-            if (rc == SS_EOWNER || rc == SS_EPIDNS) {
+            if (rc == SS_EOWNER || rc == SS_EVERSION) {
               std::string detail = ssb::open_detail(rc, s->seg);
               delete s;
               ssb::raise_status(rc, {"GPU stream", name, "attach", "", detail});
@@ -298,8 +299,8 @@ NB_MODULE(_cuda, m) {
               throw nb::python_error();
             if ((uint64_t)view.len != s.id().payload_bytes) {
               PyBuffer_Release(&view);
-              raise(g_value, "source buffer of " + std::to_string(view.len) +
-                                 " bytes does not match the payload of '" + s.name + "'");
+              raise_error(g_value, "source buffer of " + std::to_string(view.len) +
+                                       " bytes does not match the payload of '" + s.name + "'");
             }
             ss_publish_meta meta{frame_id ? &*frame_id : nullptr, write_time_ns, count};
             int64_t t = to_ns(timeout);
@@ -456,7 +457,7 @@ NB_MODULE(_cuda, m) {
           "take",
           [](nb::handle capsule) {
             if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
-              raise(g_type, "expected an unconsumed DLPack capsule ('dltensor')");
+              raise_error(g_type, "expected an unconsumed DLPack capsule ('dltensor')");
             auto *t = static_cast<DLManagedTensor *>(
                 PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
             if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw nb::python_error();

@@ -1,6 +1,6 @@
 // Thin binding over the direct reader (src/core/direct.c): converts
 // arguments, releases the GIL around every open, read and close, and turns
-// status codes into exceptions. Index handling lives in shmstream/direct.py.
+// status codes into exceptions. Index handling lives in shmstream/arrays/direct.py.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -75,7 +75,7 @@ class Reader {
   void read_units(nb::handle units, uint64_t unit_bytes, nb::handle out) {
     Buffer idx(units, false), dst(out, true);
     if (idx.view.itemsize != 8 || idx.view.len % 8 != 0) {
-      raise(g_type, "units must be a contiguous int64 array");
+      raise_error(g_type, "units must be a contiguous int64 array");
     }
     size_t n = (size_t)idx.view.len / 8;
     int rc;

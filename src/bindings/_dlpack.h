@@ -122,16 +122,17 @@ nb::object dl_capsule(void *data, int32_t ndim, const size_t *shape, uint8_t cod
 inline bool dl_check_kwargs(nb::handle max_version, nb::handle dl_device, nb::handle copy) {
   if (copy.ptr() == Py_True) {
     // ShmstreamBufferError: a BufferError, as the array API asks of __dlpack__.
-    raise(g_buffer,
-          "__dlpack__(): copy=True is not supported (a message is a view of ring bytes).");
+    raise_error(g_buffer,
+                "__dlpack__(): copy=True is not supported (a message is a view of ring bytes).");
   }
   if (!dl_device.is_none() && !dl_device.equal(nb::make_tuple(1, 0))) {
-    raise(g_buffer,
-          "__dlpack__(): unsupported dl_device (a channel message lives on the CPU, (1, 0)).");
+    raise_error(
+        g_buffer,
+        "__dlpack__(): unsupported dl_device (a channel message lives on the CPU, (1, 0)).");
   }
   if (max_version.is_none()) return false;
   if (!PyTuple_Check(max_version.ptr()) || PyTuple_GET_SIZE(max_version.ptr()) != 2) {
-    raise(g_type, "__dlpack__(): max_version must be None or tuple[int, int]");
+    raise_error(g_type, "__dlpack__(): max_version must be None or tuple[int, int]");
   }
   long major = PyLong_AsLong(PyTuple_GET_ITEM(max_version.ptr(), 0));
   if (major == -1 && PyErr_Occurred()) throw nb::python_error();

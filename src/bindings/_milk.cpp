@@ -57,46 +57,50 @@ nb::str text(const char *p, size_t n) {
 [[noreturn]] void raise_milk(int rc, const std::string &what, const ss_milk_layout *l = nullptr) {
   switch (rc) {
     case SS_EVERSION:
-      raise(g_version, what + ": milk stream of version '" +
-                           (l ? shown(l->version, sizeof l->version) : "?") +
-                           "'; shmstream reads version '" SS_MILK_VERSION
-                           "' (ImageStreamIO 2.x): recreate the stream with a current milk");
+      raise_error(g_version, what + ": milk stream of version '" +
+                                 (l ? shown(l->version, sizeof l->version) : "?") +
+                                 "'; shmstream reads version '" SS_MILK_VERSION
+                                 "' (ImageStreamIO 2.x): recreate the stream with a current milk");
     case SS_ECORRUPT:
-      raise(g_corrupt, what +
-                           ": the metadata block is not a valid milk stream (a size, axis count "
-                           "or datatype milk refuses, or stored sizes that disagree), or the "
-                           "file shrank under the mapping; recreate the stream");
+      raise_error(g_corrupt,
+                  what +
+                      ": the metadata block is not a valid milk stream (a size, axis count "
+                      "or datatype milk refuses, or stored sizes that disagree), or the "
+                      "file shrank under the mapping; recreate the stream");
     case EMSGSIZE:
-      raise(g_corrupt, what +
-                           ": the file's size is not the size its metadata describes (truncated, "
-                           "or written by another build of milk); recreate the stream");
+      raise_error(g_corrupt,
+                  what +
+                      ": the file's size is not the size its metadata describes (truncated, "
+                      "or written by another build of milk); recreate the stream");
     case SS_EKIND:
-      raise(g_value, what +
-                         ": the stream's pixels live in GPU memory (location >= 0); shmstream "
-                         "reads CPU-located milk streams only");
+      raise_error(g_value,
+                  what +
+                      ": the stream's pixels live in GPU memory (location >= 0); shmstream "
+                      "reads CPU-located milk streams only");
     case SS_EINCONSISTENT:
-      raise(g_inconsistent, what +
-                                ": the write flag stayed set for the whole read budget: a writer "
-                                "is in the middle of a frame or died there; read again, or "
-                                "restart the writer");
+      raise_error(g_inconsistent,
+                  what +
+                      ": the write flag stayed set for the whole read budget: a writer "
+                      "is in the middle of a frame or died there; read again, or "
+                      "restart the writer");
     case SS_EBUSY:
       raise_os_sentence(EBUSY, what +
                                    ": every semaphore of the stream is claimed by a live "
                                    "reader; create the stream with more semaphores (nsem=) or "
                                    "close a reader");
     case SS_ECANCELLED:
-      raise(g_cancelled, what + ": the handle was closed by another thread while waiting");
-    case SS_ETIMEDOUT: raise(g_timeout, what + ": no new frame before the timeout");
-    case SS_ENAME: raise(g_value, what + ": a milk name is 1 to 79 bytes");
+      raise_error(g_cancelled, what + ": the handle was closed by another thread while waiting");
+    case SS_ETIMEDOUT: raise_error(g_timeout, what + ": no new frame before the timeout");
+    case SS_ENAME: raise_error(g_value, what + ": a milk name is 1 to 79 bytes");
     case EINVAL:
-      raise(g_value, what +
-                         ": invalid shape or datatype for a milk stream (1 to 3 axes of at "
-                         "least 1, datatype codes 1 to 13)");
-    case EOVERFLOW: raise(g_value, what + ": the stream would be too big");
-    case ERANGE: raise(g_index, what + ": keyword index out of range");
+      raise_error(g_value, what +
+                               ": invalid shape or datatype for a milk stream (1 to 3 axes of at "
+                               "least 1, datatype codes 1 to 13)");
+    case EOVERFLOW: raise_error(g_value, what + ": the stream would be too big");
+    case ERANGE: raise_error(g_index, what + ": keyword index out of range");
     default:
       if (rc > 0) raise_os(rc, what);
-      raise(g_error, what + " failed: status " + std::to_string(rc));
+      raise_error(g_error, what + " failed: status " + std::to_string(rc));
   }
 }
 
@@ -186,8 +190,8 @@ class Stream {
 
   ss_milk *live(const char *op) {
     if (!m_ || closing_.load(std::memory_order_relaxed))
-      raise(g_handle_closed,
-            std::string(op) + ": the milk stream handle '" + path_ + "' is closed; open it again");
+      raise_error(g_handle_closed, std::string(op) + ": the milk stream handle '" + path_ +
+                                       "' is closed; open it again");
     return m_;
   }
 
@@ -282,9 +286,9 @@ class Stream {
                               (int64_t)(budget_s * 1e9));
     }
     if (rc == EINVAL)
-      raise(g_value, "read_since on milk stream '" + path_ +
-                         "': it keeps no circular buffer of 2 frames or more; create it with "
-                         "cb_size >= 2");
+      raise_error(g_value, "read_since on milk stream '" + path_ +
+                               "': it keeps no circular buffer of 2 frames or more; create it with "
+                               "cb_size >= 2");
     if (rc) raise_milk(rc, "read_since from milk stream '" + path_ + "'");
     return nb::make_tuple(n, last);
   }

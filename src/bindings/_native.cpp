@@ -40,7 +40,6 @@ ss_segment_words words(const Segment &s) {
 
 NB_MODULE(_native, m) {
   m.doc() = "shmstream C core binding (internal; use the shmstream package)";
-  m.attr("LAYOUT_VERSION") = SS_LAYOUT_VERSION;
   bind_file_mapping(m);
   m.attr("HEADER_BYTES") = SS_HEADER_BYTES;
   m.attr("MAX_NAME_BYTES") = SS_MAX_NAME_BYTES;
@@ -50,10 +49,11 @@ NB_MODULE(_native, m) {
   m.attr("DEFAULT_SLOTS") = SS_DEFAULT_SLOTS;
   m.attr("MAX_HISTORY") = SS_MAX_HISTORY;
   m.attr("MAX_COUNT") = SS_MAX_COUNT;
-  m.attr("LAYOUT_VERSION_HISTORY") = SS_LAYOUT_VERSION_HISTORY;
-  m.attr("LAYOUT_VERSION_LEASES") = SS_LAYOUT_VERSION_LEASES;
-  m.attr("LAYOUT_VERSION_STREAM_LEASES") = SS_LAYOUT_VERSION_STREAM_LEASES;
-  m.attr("LAYOUT_VERSION_POOL_LEASES") = SS_LAYOUT_VERSION_POOL_LEASES;
+  // The one layout version of each kind (docs/ABI.md, "Layout versions").
+  m.attr("LAYOUT_VERSION_ARRAY") = SS_LAYOUT_VERSION_ARRAY;
+  m.attr("LAYOUT_VERSION_CHANNEL") = SS_LAYOUT_VERSION_CHANNEL;
+  m.attr("LAYOUT_VERSION_STREAM") = SS_LAYOUT_VERSION_STREAM;
+  m.attr("LAYOUT_VERSION_LOADER_POOL") = SS_LAYOUT_VERSION_LOADER_POOL;
   m.attr("SEGMENT_PREFIX") = SS_SEGMENT_PREFIX;
   m.def(
       "pidns_self",
@@ -113,7 +113,7 @@ NB_MODULE(_native, m) {
       "segment_bytes",
       [](uint64_t payload, uint32_t slots, uint32_t history) {
         uint64_t n = ss_segment_bytes(payload, slots, history);
-        if (n == 0) raise(g_value, "a segment of that size cannot be addressed");
+        if (n == 0) raise_error(g_value, "a segment of that size cannot be addressed");
         return n;
       },
       nb::arg("payload"), nb::arg("slots"), nb::arg("history") = 0,
@@ -216,8 +216,7 @@ NB_MODULE(_native, m) {
       // this process's: 1 yes, 0 no, -1 unknown (docs/ABI.md).
       .def_prop_ro("pidns_ino", [](Segment &s) { return s.id().pidns_ino; })
       .def_prop_ro("pidns_match", [](Segment &s) { return ss_pidns_match(&s.id()); })
-      // 1, 2 (a stream with history), 3 (a channel judged by leases), 4 (a
-      // stream judged by leases) or 5 (a loader pool judged by leases).
+      // The kind's one layout version (LAYOUT_VERSION_*): an open refuses others.
       .def_prop_ro("layout_version", [](Segment &s) { return s.id().layout_version; })
       .def_prop_ro("instance_id",
                    [](Segment &s) {
@@ -250,9 +249,6 @@ NB_MODULE(_native, m) {
       .def_prop_ro("aborted", [](Segment &s) { return words(s).aborted; })
       .def_prop_ro("owner_pid", [](Segment &s) { return words(s).owner_pid; })
       .def_prop_ro("owner_tid", [](Segment &s) { return words(s).owner_tid; })
-      .def_prop_ro(
-          "lock_word_tid", [](Segment &s) { return ss_lock_word_tid(s.seg); },
-          "The thread the lock's mutex word names as its owner (0: free).")
       .def_prop_ro("acquisitions", [](Segment &s) { return words(s).acquisitions; })
       .def(
           "leases",
@@ -261,12 +257,12 @@ NB_MODULE(_native, m) {
             ss_stream_leases_get(s.seg, &l);
             return nb::make_tuple(l.creator_alive, l.lock_holder_alive, l.any_held);
           },
-          "A version-4 stream's (creator, lock holder, any handle) leases: 1 alive, 0 gone, -1 "
-          "cannot tell (another layout, a free lock). One F_OFD_GETLK each.")
+          "A stream's or loader pool's (creator, lock holder, any handle) leases: 1 alive, 0 "
+          "gone, -1 cannot tell (another kind, a free lock). One F_OFD_GETLK each.")
       .def_prop_ro(
           "lease", [](Segment &s) { return ss_segment_lease(s.seg); },
           "This handle's lease (0: none), for a payload table that names holders by lease (a "
-          "loader pool's slot lines, layout 5).")
+          "loader pool's slot lines).")
       .def(
           "lease_alive",
           [](Segment &s, uint64_t word) {
@@ -384,7 +380,7 @@ NB_MODULE(_native, m) {
       .def(
           "view_valid",
           [](Segment &s, uint32_t slot, uint64_t slot_seq) {
-            if (slot >= s.id().slot_count) raise(g_index, "no such slot");
+            if (slot >= s.id().slot_count) raise_error(g_index, "no such slot");
             ss_frame f{slot, slot_seq};
             bool valid = ss_view_valid(s.seg, &f);
             s.check_mapping("read_view");  // a shrunk file is not an overwrite
@@ -402,7 +398,7 @@ NB_MODULE(_native, m) {
           [](Segment &s, uint32_t slot) {
         // A writable byte view of one slot; it keeps this Segment (and so
         // the mapping) alive for as long as the view exists.
-            if (slot >= s.id().slot_count) raise(g_index, "no such slot");
+            if (slot >= s.id().slot_count) raise_error(g_index, "no such slot");
             nb::handle owner = nb::find(&s);
             size_t shape[1] = {s.payload_bytes()};
             return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(ss_slot(s.seg, slot), 1, shape,
@@ -453,7 +449,7 @@ NB_MODULE(_native, m) {
             auto *row = (const uint64_t *)b.view.buf;
             nb::list out;
             for (size_t i = 0; i < n; i++, row += 5) {
-              if (row[3] >= s.id().slot_count) raise(g_index, "no such slot");
+              if (row[3] >= s.id().slot_count) raise_error(g_index, "no such slot");
               ss_frame f{(uint32_t)row[3], row[4]};
               out.append((bool)ss_view_valid(s.seg, &f));
             }

@@ -88,9 +88,6 @@ class Segment {
       rc = chunked(timeout_ns, [&](int64_t chunk) { return ss_lock(seg, chunk); });
     if (rc == SS_OK) return false;
     if (rc == SS_EOWNERDEAD) return true;
-    if (rc == SS_ECORRUPT && !*corrupt_when(seg, nullptr))
-      ssb::raise_status(
-          rc, {kind_name(), name(), "lock", "bad lock", std::to_string(ss_lock_word_tid(seg))});
     ss_segment_words w;
     ss_segment_words_get(seg, &w);
     raise_status(rc, "lock", std::to_string(w.owner_pid));
@@ -109,9 +106,9 @@ class Segment {
 
   void check_len(const Buffer &b, const char *what) {
     if ((size_t)b.view.len != payload_bytes())
-      raise(g_value, std::string(what) + " buffer of " + std::to_string(b.view.len) +
-                         " bytes does not match the payload of '" + name() + "' (" +
-                         std::to_string(payload_bytes()) + " bytes)");
+      raise_error(g_value, std::string(what) + " buffer of " + std::to_string(b.view.len) +
+                               " bytes does not match the payload of '" + name() + "' (" +
+                               std::to_string(payload_bytes()) + " bytes)");
   }
 
   // count (0: count + 1) and write_time_ns (0: now) are a mirror's or a
@@ -290,8 +287,8 @@ class Segment {
   // Bytes of `frames` (a C-contiguous writable buffer), checked to hold n frames.
   void check_room(const Buffer &b, size_t n) {
     if ((size_t)b.view.len < n * payload_bytes())
-      raise(g_value, "out holds " + std::to_string(b.view.len) + " bytes, not the " +
-                         std::to_string(n) + " frame(s) of '" + name() + "' it must take");
+      raise_error(g_value, "out holds " + std::to_string(b.view.len) + " bytes, not the " +
+                               std::to_string(n) + " frame(s) of '" + name() + "' it must take");
   }
 
   // (count, frame_id, write_time_ns) of each kept frame, as a (n, 3) uint64 array.

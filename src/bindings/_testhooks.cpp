@@ -1,7 +1,7 @@
 // shmstream._testhooks: the suite's hooks into the core, built beside the
 // production extensions from a checkout (CMake option SHMSTREAM_TEST_HOOKS,
 // on by default) and left out of a build from the sdist, so the release
-// wheel carries none of them (pyproject.toml, tests/test_release.py). Crash
+// wheel carries none of them (pyproject.toml, tests/repo/test_release.py). Crash
 // points, the wait policy's injected wake-up cost and the compiled offsets
 // of the shared layout (docs/ABI.md), which the ABI tests compare with the
 // document and with live segments.
@@ -30,7 +30,7 @@ NB_MODULE(_testhooks, m) {
       "fault_arm",
       [](const std::string &point, uint32_t nth, bool exit) {
         if (ss_fault_arm(point.c_str(), nth, exit ? SS_FAULT_EXIT : SS_FAULT_SIGKILL) != SS_OK)
-          raise(g_value, "unknown crash point '" + point + "'; see fault_points()");
+          raise_error(g_value, "unknown crash point '" + point + "'; see fault_points()");
       },
       nb::arg("point"), nb::arg("nth") = 1, nb::arg("exit") = false,
       "Die (SIGKILL, or _exit(86) with exit=True) the nth time this process passes the point.");
@@ -80,7 +80,7 @@ NB_MODULE(_testhooks, m) {
     F(id.creator_lease, creator_lease);
     F(id.reserved, identity_reserved);
     F(id.checksum, checksum);
-    F(lock.m, mutex);
+    F(lock.reserved, lock_reserved);
     F(lock.owner_pid, owner_pid);
     F(lock.owner_tid, owner_tid);
     F(lock.acquisitions, acquisitions);

@@ -3,7 +3,7 @@
 #include <sched.h>
 #include <time.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 int64_t ss_monotonic_ns(void) {
   struct timespec ts;

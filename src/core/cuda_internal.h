@@ -4,7 +4,7 @@
 #ifndef SS_CUDA_INTERNAL_H
 #define SS_CUDA_INTERNAL_H
 
-#include "internal.h"
+#include "core_helpers.h"
 #include "shmstream_cuda.h"
 
 /* ---- the driver API, declared here (cuda.h is not needed) -------------- */

@@ -56,6 +56,10 @@ struct ss_gpu {
   CUevent ipc_event;      /* "written": recorded after every writer's copy */
   CUevent ev_user;        /* local: marks the caller's stream */
   CUevent ev_done;        /* local: marks our own copy, polled on the host */
+  CUevent ev_stage;       /* local: the staging buffer's last copy out */
+  void *stage;            /* pinned host buffer of payload_bytes (device_copy) */
+  CUstream stage_on;      /* the stream of the staging buffer's last use */
+  int stage_state;        /* 0 unused, 1 used (ev_stage recorded), -1 unavailable */
   CUstream stream;        /* private, non-blocking */
   pthread_mutex_t mu;     /* one GPU operation at a time per attachment */
 };
@@ -80,6 +84,8 @@ static void destroy(ss_gpu *g) {
   if (g->stream) cu.StreamDestroy(g->stream);
   if (g->ev_user) cu.EventDestroy(g->ev_user);
   if (g->ev_done) cu.EventDestroy(g->ev_done);
+  if (g->ev_stage) cu.EventDestroy(g->ev_stage);
+  if (g->stage) cu.MemFreeHost(g->stage);
   if (g->ipc_event) cu.EventDestroy(g->ipc_event);
   if (g->base) {
     if (g->owner)
@@ -96,6 +102,7 @@ static int make_locals(ss_gpu *g) {
   CU_TRY(cu.StreamCreate(&g->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   CU_TRY(cu.EventCreate(&g->ev_user, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   CU_TRY(cu.EventCreate(&g->ev_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  CU_TRY(cu.EventCreate(&g->ev_stage, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   return SS_OK;
 }
 
@@ -484,6 +491,51 @@ static int after_written(ss_gpu *g, const ss_segment *seg, CUstream on, int64_t 
   return poll_event(g, g->ipc_event, deadline, seg);
 }
 
+/* Payloads up to this many bytes move between two device buffers through
+ * the attachment's pinned staging buffer (device to host, then host to
+ * device): copy-engine work only. A device-to-device copy, whichever driver
+ * call queues it, is compute-engine work, and when two processes take turns
+ * at the compute engine each hand-over between their contexts costs about
+ * 150 us on an H200; copy engines hand over in a few (docs/gpu.md,
+ * "Staging small payloads"). Larger payloads keep
+ * the device copy, where bandwidth wins. SHMSTREAM_GPU_STAGE_MAX (bytes)
+ * overrides the limit; 0 never stages. */
+#define SS_GPU_STAGE_MAX_DEFAULT ((int64_t)256 << 10)
+
+static uint64_t stage_max(void) {
+  static _Atomic int64_t cached = -1; /* read the environment once */
+  int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v >= 0) return (uint64_t)v;
+  const char *env = getenv("SHMSTREAM_GPU_STAGE_MAX");
+  char *end = NULL;
+  long long x = env && *env ? strtoll(env, &end, 10) : -1;
+  v = (end && *end == '\0' && x >= 0) ? (int64_t)x : SS_GPU_STAGE_MAX_DEFAULT;
+  atomic_store_explicit(&cached, v, memory_order_relaxed);
+  return (uint64_t)v;
+}
+
+/* Queue a copy of n bytes from device buffer src to device buffer dst on
+ * `on` (g->mu held). Staged when n <= stage_max() and the pinned buffer
+ * could be had (else the device copy, as for large payloads). The staging
+ * buffer is reused only after its last copy out: stream order covers the
+ * same stream, a local event another stream (a write from a device source
+ * on its own stream returns before its copy ran). */
+static CUresult device_copy(ss_gpu *g, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream on) {
+  if (n > stage_max() || g->stage_state < 0) return cu.MemcpyDtoDAsync(dst, src, n, on);
+  CUresult r;
+  if (!g->stage && cu.MemHostAlloc(&g->stage, n, CU_MEMHOSTALLOC_PORTABLE)) {
+    g->stage = NULL;
+    g->stage_state = -1; /* pinned memory refused: never ask again */
+    return cu.MemcpyDtoDAsync(dst, src, n, on);
+  }
+  if (g->stage_state && g->stage_on != on && (r = cu.StreamWaitEvent(on, g->ev_stage, 0))) return r;
+  if ((r = cu.MemcpyDtoHAsync(g->stage, src, n, on))) return r;
+  if ((r = cu.MemcpyHtoDAsync(dst, g->stage, n, on))) return r;
+  g->stage_on = on;
+  g->stage_state = 1;
+  return cu.EventRecord(g->ev_stage, on);
+}
+
 /* After the device copy into `dst_slot` was queued: record the IPC event,
  * refresh the CPU mirror, publish. */
 static int finish_write(ss_gpu *g, ss_segment *seg, CUstream on, uint32_t dst_slot,
@@ -538,7 +590,7 @@ int ss_gpu_write_locked_ex(ss_gpu *g, ss_segment *seg, uint64_t src, int src_kin
   CUresult r = CUDA_SUCCESS;
   if (n) {
     if (device)
-      r = cu.MemcpyDtoDAsync(dst, (CUdeviceptr)src, n, on);
+      r = device_copy(g, dst, (CUdeviceptr)src, n, on);
     else
       r = cu.MemcpyHtoDAsync(dst, (const void *)(uintptr_t)src, n, on);
   }
@@ -601,7 +653,7 @@ static int copy_slot(ss_gpu *g, const ss_segment *seg, CUstream on, uint32_t slo
   int rc = after_written(g, seg, on, deadline);
   if (rc) return rc;
   if (g->payload_bytes &&
-      (r = cu.MemcpyDtoDAsync((CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot), g->payload_bytes, on)))
+      (r = device_copy(g, (CUdeviceptr)dst, ss_gpu_slot_ptr(g, slot), g->payload_bytes, on)))
     return ss_cu_fail("copying the payload from the stream's device buffer", r);
   if ((r = cu.EventRecord(g->ev_done, on))) return ss_cu_fail("cuEventRecord", r);
   return poll_event(g, g->ev_done, deadline, seg);

@@ -100,7 +100,9 @@ int ss_direct_open(ss_direct **out, const char *path, uint64_t offset, uint64_t 
                    int use_page_cache, uint64_t cache_bytes) {
   *out = NULL;
   if (offset + nbytes < offset) return EOVERFLOW;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO or a device must not block the open before fstat
+   * can refuse it; a regular file's reads ignore the flag, cleared below. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno;
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -112,6 +114,7 @@ int ss_direct_open(ss_direct **out, const char *path, uint64_t offset, uint64_t 
     close(fd);
     return SS_DIRECT_ENOTREG;
   }
+  fcntl(fd, F_SETFL, 0);
   if ((uint64_t)st.st_size < offset + nbytes) {
     close(fd);
     return SS_DIRECT_ESHORT;
@@ -515,7 +518,7 @@ int ss_direct_read_strided(ss_direct *d, uint64_t unit_bytes, int64_t first, int
 /* ---- page-cache tools -------------------------------------------------- */
 
 int ss_file_evict(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
   if (fd < 0) return errno;
   int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   close(fd);
@@ -524,7 +527,7 @@ int ss_file_evict(const char *path) {
 
 int ss_file_resident(const char *path, uint64_t *resident_pages, uint64_t *total_pages) {
   *resident_pages = *total_pages = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
   if (fd < 0) return errno;
   struct stat st;
   if (fstat(fd, &st) != 0) {

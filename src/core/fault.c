@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* The one list of crash points; docs/ABI.md's table names the same ones
  * (a test compares them). */
@@ -69,7 +69,7 @@ void ss_fault_hit(const char *point) {
   if (++hits < armed_nth) return;
   if (armed_action == SS_FAULT_EXIT) _exit(SS_FAULT_EXIT_CODE);
   /* SIGKILL cannot be caught: the process ends here, mid-protocol, and the
-   * kernel releases its robust mutexes exactly as for an external kill. */
+   * kernel drops its leases exactly as for an external kill. */
   raise(SIGKILL);
   _exit(SS_FAULT_EXIT_CODE); /* not reached */
 }

@@ -6,7 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 void ss_futex_wait(SS_ATOMIC(uint32_t) *addr, uint32_t val, int64_t timeout_ns) {
   struct timespec ts = {(time_t)(timeout_ns / SS_NS_PER_S), (long)(timeout_ns % SS_NS_PER_S)};

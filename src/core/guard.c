@@ -30,7 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 #define SS_GUARDS_PER_BLOCK 256
 

@@ -8,7 +8,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* A walk that finds nothing because the writer lapped its first slot
  * starts again from a newer publication this many times at most. */

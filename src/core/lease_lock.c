@@ -1,4 +1,4 @@
-/* The lock of a version-4 stream, judged by lease instead of by tid, so
+/* The lock of a stream (or loader pool), judged by lease, not by tid, so
  * that holders and waiters in different PID namespaces (two pid-1
  * processes that share /dev/shm) never take each other's lock for their
  * own, and a holder that dies in another namespace is taken over.
@@ -9,13 +9,12 @@
  * one CAS to lock, one exchange to unlock, no system call. Contended:
  * waiters sleep on lock_wake in chunks of at most SS_LEASE_LOCK_CHUNK_NS and
  * test the holder's lease between them; a dead lease is taken over by CAS,
- * and the caller repairs (SS_EOWNERDEAD) exactly as after a robust mutex's
- * owner death. This file knows nothing about streams beyond the two words
- * and the owner words of the lock line. */
+ * and the caller repairs (SS_EOWNERDEAD). This file knows nothing about
+ * streams beyond the two words and the owner words of the lock line. */
 #define _GNU_SOURCE
 #include <errno.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 #define SS_LOCK_WAITERS (1ull << 63)
 /* How long a waiter sleeps before it tests the holder's lease again: the

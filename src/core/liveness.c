@@ -18,7 +18,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* ---- the fds of this process's leases, for the fork child --------------- */
 

@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* ---- the layout, pinned (docs/milk.md's table says the same) ------------- */
 

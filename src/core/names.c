@@ -1,7 +1,7 @@
 /* User names -> segment names. A C producer computes the same name. */
 #include <string.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 uint64_t ss_fnv1a64(const void *data, size_t n, uint64_t h) {
   const uint8_t *p = (const uint8_t *)data;

@@ -1,14 +1,11 @@
-/* Who may open a segment (docs/ABI.md, "Owner and PID namespace"):
- *
- * - its file's owner must be the caller's effective uid, or a uid the caller
- *   allows (ss_open_opts, or SHMSTREAM_ALLOW_OWNERS): another user's
- *   segment is that user's channel into this process;
- * - its creator's PID namespace, recorded at create, must be the caller's
- *   where liveness is judged by pid (lock owner, writer, sleepers, creator,
- *   a version-1 channel's ends): a pid from another namespace means nothing
- *   here. A version-3 channel, a version-4 stream and a version-5 loader
- *   pool judge theirs by leases (liveness.c); a
- *   shared array has no word judged by pid after create.
+/* Who may open a segment (docs/ABI.md, "Owner and PID namespace"): its
+ * file's owner must be the caller's effective uid, or a uid the caller
+ * allows (ss_open_opts, or SHMSTREAM_ALLOW_OWNERS): another user's segment
+ * is that user's channel into this process. The creator's PID namespace
+ * is recorded at create: every kind judges liveness by lease (liveness.c),
+ * right from any namespace, and a GPU stream maps its device buffer only in
+ * the creator's (cuda_stream.c). A shared array has no word judged by pid
+ * after create.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 #define SS_ALLOW_OWNERS_ENV "SHMSTREAM_ALLOW_OWNERS"
 
@@ -33,7 +30,7 @@ int ss_pidns_self(uint32_t *dev, uint64_t *ino) {
 }
 
 int ss_pidns_match(const ss_identity *id) {
-  if (id->pidns_ino == 0) return -1; /* an older build made it: unknown */
+  if (id->pidns_ino == 0) return -1; /* the creator had no /proc: unknown */
   uint32_t dev;
   uint64_t ino;
   if (ss_pidns_self(&dev, &ino) != 0 || ino == 0) return -1;
@@ -43,20 +40,6 @@ int ss_pidns_match(const ss_identity *id) {
 }
 
 void ss_pidns_record(ss_identity *id) { ss_pidns_self(&id->pidns_dev, &id->pidns_ino); }
-
-/* A lease segment needs no pid: any namespace that shares /dev/shm may
- * open it (docs/ABI.md, "Liveness leases"). */
-int ss_pidns_check(const ss_identity *id) {
-  if (ss_uses_leases(id)) return SS_OK;
-  /* A shared array has no shared word judged by pid after create (its
-   * creator's pid serves stat and purge only, which say "unknown" for
-   * another namespace): nothing a peer there could misjudge. A loader
-   * pool's root of version 1 (an older build's) is an array whose slot
-   * table is judged by pids: refused; version 5 is judged by leases and
-   * passed above (docs/ABI.md, "Loader pool by lease"). */
-  if (id->kind == SS_KIND_ARRAY && !(id->flags & SS_FLAG_LOADER_POOL)) return SS_OK;
-  return ss_pidns_match(id) == 0 ? SS_EPIDNS : SS_OK;
-}
 
 /* Is uid named in SHMSTREAM_ALLOW_OWNERS (uids or user names, separated by
  * commas or blanks)? Tokens that are neither are ignored. */

@@ -11,7 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* Reads /proc/<pid>/stat: state letter and starttime (field 22). */
 static int proc_stat(int32_t pid, char *state, uint64_t *ticks) {
@@ -98,12 +98,4 @@ uint64_t ss_self_start_ticks(void) {
     atomic_store_explicit(&self_ticks, t, memory_order_relaxed);
   }
   return t;
-}
-
-uint64_t ss_self_owner_word(void) {
-  return (ss_self_start_ticks() & 0xffffffffull) << 32 | (uint32_t)ss_self_pid();
-}
-
-int ss_owner_word_alive(uint64_t word) {
-  return ss_proc_alive((int32_t)(word & 0xffffffffull), word >> 32);
 }

@@ -13,7 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 static uint32_t slot_count(const ss_segment *seg) { return seg->id.slot_count; }
 

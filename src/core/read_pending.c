@@ -1,4 +1,4 @@
-/* A reader's turn at the lock of a version-4 stream: a snapshot reader
+/* A reader's turn at a stream's lock: a snapshot reader
  * whose optimistic copies keep being lapped names its lease in
  * read_pending, and writers do not take the lock while a live reader's
  * claim stands, so the reader gets the lock after at most one write per
@@ -7,7 +7,7 @@
  * "Reader's turn". Sleepers share lock_wake with the lock's own waiters
  * (lease_lock.c): a wake meant for the other is one more loop. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "core_helpers.h"
 
 #define SS_TURN_WAITERS (1ull << 63)
 /* How long a sleeper waits before it tests the claim's lease again: the
@@ -53,9 +53,6 @@ static void nap(ss_segment *seg, uint64_t p, uint32_t s, int64_t left) {
 }
 
 int ss_turn_gate_slow(ss_segment *seg, int64_t timeout_ns) {
-  /* Versions 1 and 2 have no leases: the word is reserved there, and bytes
-   * someone wrote into it hold nobody up. */
-  if (!ss_lease_locked(&seg->id)) return SS_OK;
   int64_t deadline = ss_deadline_ns(timeout_ns);
   for (;;) {
     uint32_t s;

@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* The documented offsets (docs/ABI.md); a change here is a layout bump. */
 static_assert(offsetof(ss_header, kind_area) == SS_RING_CONTROL_OFFSET, "ring control offset");
@@ -113,19 +113,15 @@ static int map_mirror(ss_channel *ch) {
 
 /* ---- ownership ------------------------------------------------------------ */
 
-/* Whether the owner an end's word names is alive: by lease (layout 3, any
- * PID namespace; one that cannot be tested counts as alive), or by pid
- * and start time (layout 1, same namespace only). */
+/* Whether the owner an end's word names is alive: by lease, from any PID
+ * namespace; one that cannot be tested counts as alive. */
 static int word_alive(const ss_segment *seg, uint64_t word) {
-  if (!word) return 0;
-  if (ss_uses_leases(&seg->id)) return ss_lease_alive(seg, word) != 0;
-  return ss_owner_word_alive(word);
+  return word && ss_lease_alive(seg, word) != 0;
 }
 
 static int claim(ss_channel *ch, int role) {
   ss_ring_end_line *e = own_end(ch, role);
-  int leases = ss_uses_leases(&ch->seg.id);
-  uint64_t mine = leases ? ss_lease_self(&ch->seg) : ss_self_owner_word();
+  uint64_t mine = ss_lease_self(&ch->seg);
   if (!mine) return EINVAL; /* no lease: ss_lease_take was not called */
   uint64_t cur = atomic_load_explicit(&e->owner, memory_order_acquire);
   int takeover;
@@ -138,7 +134,7 @@ static int claim(ss_channel *ch, int role) {
   } while (!atomic_compare_exchange_strong_explicit(&e->owner, &cur, mine, memory_order_acq_rel,
                                                     memory_order_acquire));
   atomic_fetch_add_explicit(&e->attaches, 1, memory_order_relaxed);
-  if (leases) {
+  {
     /* For humans only (stat, messages): nothing decides by them. */
     uint32_t dev;
     uint64_t ino;
@@ -175,9 +171,7 @@ static int peer_check(ss_channel *ch, int deep, int32_t *peer_pid) {
   /* SYNC POINT (o4): owner then state, both acquire; detach stores state before
    * clearing the owner, so an empty owner with CLOSED means a clean close. */
   uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
-  if (peer_pid)
-    *peer_pid = ss_uses_leases(&ch->seg.id) ? atomic_load_explicit(&e->pid, memory_order_relaxed)
-                                            : (int32_t)(o & 0xffffffffull);
+  if (peer_pid) *peer_pid = atomic_load_explicit(&e->pid, memory_order_relaxed);
   if (o) {
     if (o == ch->peer_dead) return SS_EPEERDEAD;
     if (!deep || word_alive(&ch->seg, o)) return SS_OK;
@@ -401,6 +395,10 @@ void ss_channel_detach(ss_channel *ch) {
 
 void ss_channel_close(ss_channel *ch) {
   ss_channel_detach(ch);
+  /* The zero-copy holds (rx_holds.c) name bytes of the ring unmapped now. */
+  free(ch->holds);
+  ch->holds = NULL;
+  ch->holds_cap = ch->holds_first = ch->holds_n = 0;
   ss_segment_close(&ch->seg);
   ch->ctl = NULL;
   ch->ring = NULL;
@@ -591,15 +589,8 @@ uint64_t ss_channel_rx_released(const ss_channel *ch) { return ch->tail; }
 
 static void end_words(const ss_segment *seg, const ss_ring_end_line *e, ss_ring_end_words *out) {
   uint64_t o = atomic_load_explicit(&e->owner, memory_order_acquire);
-  if (ss_uses_leases(&seg->id)) {
-    out->pid = o ? atomic_load_explicit(&e->pid, memory_order_relaxed) : 0;
-    out->start_ticks_low = 0;
-    out->pidns_ino = o ? atomic_load_explicit(&e->pidns_ino, memory_order_relaxed) : 0;
-  } else {
-    out->pid = (int32_t)(o & 0xffffffffu);
-    out->start_ticks_low = o >> 32;
-    out->pidns_ino = 0;
-  }
+  out->pid = o ? atomic_load_explicit(&e->pid, memory_order_relaxed) : 0;
+  out->pidns_ino = o ? atomic_load_explicit(&e->pidns_ino, memory_order_relaxed) : 0;
   out->owner = o;
   out->alive = word_alive(seg, o);
   out->state = atomic_load_explicit(&e->state, memory_order_relaxed);
@@ -614,7 +605,6 @@ void ss_ring_words_get(const ss_segment *seg, ss_ring_words *out) {
   out->tail = atomic_load_explicit(&ctl->tail.pos, memory_order_relaxed);
   end_words(seg, &ctl->producer, &out->producer);
   end_words(seg, &ctl->consumer, &out->consumer);
-  out->leases = ss_uses_leases(&seg->id);
 }
 
 void ss_channel_free(ss_channel *ch) {

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* How long open() waits for a creator that has made the file but not yet
  * stored the magic. Creation takes microseconds; this is generous. */
@@ -36,23 +36,19 @@ uint64_t ss_segment_bytes(uint64_t payload, uint32_t slots, uint32_t history) {
   return SS_HEADER_BYTES + stride * slots + records_bytes(history, slots);
 }
 
-/* A stream locked by lease: layout version 4 (docs/ABI.md, "Stream lock
- * by lease"), a CPU stream with or without history, or a GPU stream. */
-static int stream_leases_valid(const ss_identity *id) {
-  return id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES && id->kind == SS_KIND_STREAM;
+uint32_t ss_layout_version(uint32_t kind, uint32_t flags) {
+  switch (kind) {
+    case SS_KIND_STREAM: return SS_LAYOUT_VERSION_STREAM;
+    case SS_KIND_CHANNEL: return SS_LAYOUT_VERSION_CHANNEL;
+    case SS_KIND_ARRAY:
+      return flags & SS_FLAG_LOADER_POOL ? SS_LAYOUT_VERSION_LOADER_POOL : SS_LAYOUT_VERSION_ARRAY;
+    default: return 0;
+  }
 }
 
-/* A loader pool's root locked by lease: layout version 5 (docs/ABI.md,
- * "Loader pool by lease"), an array with the loader-pool flag. */
-static int pool_leases_valid(const ss_identity *id) {
-  return id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES && id->kind == SS_KIND_ARRAY &&
-         (id->flags & SS_FLAG_LOADER_POOL);
-}
-
-/* A history stream: layout version 2 or 4, a CPU stream, history + 1 slots
- * (docs/ABI.md, "History"). */
+/* A history stream: a CPU stream, history + 1 slots (docs/ABI.md,
+ * "History"). */
 static int history_valid(const ss_identity *id) {
-  if (id->layout_version != SS_LAYOUT_VERSION_HISTORY && !stream_leases_valid(id)) return 0;
   return id->history <= SS_MAX_HISTORY && id->kind == SS_KIND_STREAM &&
          !(id->flags & SS_FLAG_GPU) && id->slot_count == id->history + 1;
 }
@@ -63,23 +59,15 @@ static int identity_validate(const ss_identity *id, size_t file_bytes) {
   uint64_t magic = atomic_load_explicit(&id->magic, memory_order_relaxed);
   if (magic == 0) return SS_EBUSY;
   if (magic != SS_MAGIC) return SS_ECORRUPT;
-  if (id->layout_version != SS_LAYOUT_VERSION && id->layout_version != SS_LAYOUT_VERSION_HISTORY &&
-      id->layout_version != SS_LAYOUT_VERSION_LEASES &&
-      id->layout_version != SS_LAYOUT_VERSION_STREAM_LEASES &&
-      id->layout_version != SS_LAYOUT_VERSION_POOL_LEASES)
-    return SS_EVERSION;
+  /* The kind picks the one version it may have: any other is a layout
+   * this build does not read (docs/ABI.md, "Layout versions"). */
+  uint32_t wanted = ss_layout_version(id->kind, id->flags);
+  if (wanted == 0) return SS_ECORRUPT;
+  if (id->layout_version != wanted) return SS_EVERSION;
   if (id->checksum != ss_identity_checksum(id)) return SS_ECORRUPT;
   if (id->header_bytes != SS_HEADER_BYTES || id->payload_offset != SS_HEADER_BYTES)
     return SS_ECORRUPT;
-  /* Version 3 is a channel's (docs/ABI.md, "Liveness leases"), 4 a
-   * stream's, CPU or GPU ("Stream lock by lease"), 5 a loader pool's
-   * ("Loader pool by lease"). */
-  int plain_version = id->layout_version == SS_LAYOUT_VERSION ||
-                      (id->layout_version == SS_LAYOUT_VERSION_LEASES &&
-                       id->kind == SS_KIND_CHANNEL) ||
-                      stream_leases_valid(id) || pool_leases_valid(id);
-  if (id->history ? !history_valid(id) : !plain_version || id->slot_count > SS_MAX_SLOTS)
-    return SS_ECORRUPT;
+  if (id->history ? !history_valid(id) : id->slot_count > SS_MAX_SLOTS) return SS_ECORRUPT;
   if (id->ndim > SS_MAX_NDIM || id->slot_count == 0 || id->name_len == 0 ||
       id->name_len > SS_MAX_NAME_BYTES || id->name[id->name_len] != '\0' ||
       id->dtype_len > SS_MAX_DTYPE_BYTES || id->dtype[id->dtype_len] != '\0')
@@ -237,10 +225,8 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
    * device buffer is mapped only in its creator's PID namespace
    * (ss_gpu_attach), where the creator's pid still tells whether the
    * process that exported it runs. */
-  int stream_leases = a->kind == SS_KIND_STREAM;
-  int pool_leases = a->kind == SS_KIND_ARRAY && (a->flags & SS_FLAG_LOADER_POOL);
-  int lease_locked = stream_leases || pool_leases;
-  int leases = a->kind == SS_KIND_CHANNEL || lease_locked;
+  int lease_locked = ss_kind_lease_locked(a->kind, a->flags);
+  int leases = ss_kind_uses_leases(a->kind, a->flags);
   if (base != MAP_FAILED && leases) {
     err = ss_lease_take(seg, fd, 1);
     if (err) munmap(base, total);
@@ -253,11 +239,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   }
   ss_header *h = (ss_header *)base;
   ss_identity *id = &h->id;
-  id->layout_version = stream_leases ? SS_LAYOUT_VERSION_STREAM_LEASES
-                       : pool_leases ? SS_LAYOUT_VERSION_POOL_LEASES
-                       : a->history  ? SS_LAYOUT_VERSION_HISTORY
-                       : leases      ? SS_LAYOUT_VERSION_LEASES
-                                     : SS_LAYOUT_VERSION;
+  id->layout_version = ss_layout_version(a->kind, a->flags);
   id->kind = a->kind;
   id->header_bytes = SS_HEADER_BYTES;
   id->flags = a->flags;
@@ -280,10 +262,7 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   if (a->gpu_area) memcpy(id->gpu, a->gpu_area, sizeof id->gpu);
   id->history = a->history; /* its slot records are zero: no publication yet */
   ss_pidns_record(id);
-  if (lease_locked)
-    id->creator_lease = seg->lease; /* taken above (l1), before it is stored */
-  else
-    ss_mutex_init(&h->lock.m.mutex); /* a version-4 or -5 segment leaves it zero */
+  if (lease_locked) id->creator_lease = seg->lease; /* taken above (l1), before it is stored */
   id->checksum = ss_identity_checksum(id);
   /* SYNC POINT (m): the magic is stored last with release order, so an opener
    * that acquire-loads a valid magic sees the whole initialised header. */
@@ -394,7 +373,6 @@ int ss_segment_open_ex(ss_segment *seg, const char *name, size_t len, uint32_t e
     ss_segment_close(seg);
     return SS_EKIND;
   }
-  if ((rc = ss_pidns_check(id)) != SS_OK) return ss_segment_close(seg), rc;
   seg->readonly = !writable ? SS_ACCESS_FOREIGN : readonly ? SS_ACCESS_READONLY : SS_ACCESS_WRITE;
   return SS_OK;
 }

@@ -1,26 +1,24 @@
 /* Who sleeps on a stream: the sleeper table (docs/ABI.md, "Sleeper table"
  * and "Wait"). A reader about to sleep takes a slot holding its identity
- * (pid and start time, or its lease) and sets the slot's bit in notify.sleepers; the
+ * (its handle's lease) and sets the slot's bit in notify.sleepers; the
  * writer wakes only when a bit (or the slot-less `waiters` count) is set.
  * A reader killed while asleep leaves its bit set: the writer, finding that
  * FUTEX_WAKE woke nobody, checks the owners of the set bits and clears the
  * dead ones, so writes go back to making no syscall. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "core_helpers.h"
 
-/* A version-4 stream's slots hold the sleeper handle's lease instead of pid
- * and start time (docs/ABI.md, "Stream lock by lease"), judged by l2, so
- * sleepers in another PID namespace are judged rightly. */
-static uint64_t my_word(ss_segment *seg) {
-  return ss_lease_locked(&seg->id) ? ss_lease_mine(seg) : ss_self_owner_word();
-}
+/* A slot holds the sleeper handle's lease (docs/ABI.md, "Stream lock by
+ * lease"), judged by l2, so sleepers in another PID namespace are judged
+ * rightly. */
+static uint64_t my_word(ss_segment *seg) { return ss_lease_mine(seg); }
 
 static int word_alive(const ss_segment *seg, uint64_t word) {
-  return ss_lease_locked(&seg->id) ? ss_lease_alive(seg, word) != 0 : ss_owner_word_alive(word);
+  return ss_lease_alive(seg, word) != 0;
 }
 
 /* A heal checks /proc (or a lease) for each set bit: at most once per
- * SS_HEAL_INTERVAL_NS (src/core/internal.h) per handle. */
+ * SS_HEAL_INTERVAL_NS (src/core/core_helpers.h) per handle. */
 
 /* Clear slot i if its owner word is still `word` (dead): the bit first
  * (z3), then the word (z4), as a reader that leaves. */

@@ -6,7 +6,7 @@
 #include <sched.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* A torn copy is retried this many times before the reader takes its turn
  * at the lock: a writer that laps every copy cannot lap the lock, and while
@@ -130,7 +130,6 @@ static int snapshot(ss_segment *seg, int64_t timeout_ns, const ss_snapshot_args 
     }
     return SS_ETIMEDOUT;
   }
-  if (!ss_lease_locked(&seg->id)) return locked_copy(seg, deadline, a, info, frame);
   /* The reader's turn (docs/ABI.md, "Reader's turn"): writers stop taking
    * the lock while it stands, so the lock comes after at most one write per
    * writer thread. Another reader's turn holds the writers back too: read

@@ -1,40 +1,21 @@
-/* The stream lock: the lock line's robust mutex (mutex.c; layout versions 1
- * and 2) or the lock by lease (lease_lock.c; version 4, which works across
- * PID namespaces), plus what is stream-specific about it: the takeover after a dead owner repairs the
- * stream (publish.c) before anything else, and writers step aside for
- * readers that fell back to the lock. */
+/* The stream lock: the lock by lease (lease_lock.c, which works across PID
+ * namespaces), plus what is stream-specific about it: the takeover after a
+ * dead owner repairs the stream (publish.c) before anything else, and
+ * writers wait while a reader that fell back to it has its turn: a writer
+ * that never pauses would win the lock back every time (it is not fair)
+ * and starve that reader (read_pending.c, docs/ABI.md "Reader's turn"). */
 #define _GNU_SOURCE
-#include <sched.h>
-
-#include "internal.h"
-
-/* A writer that never pauses would win the lock back every time (it is not
- * fair), starving a reader that fell back to it. Writers of a version-4
- * stream wait while a live reader's turn stands (read_pending.c); those of
- * versions 1 and 2 step aside while a reader waits, for at most this long. */
-#define SS_READER_PRIORITY_NS 2000000
-
-/* Which lock is decided by the layout version of the handle's private
- * copy of the identity, never by the shared header. */
-static int raw_lock(ss_segment *seg, int64_t timeout_ns) {
-  return ss_lease_locked(&seg->id) ? ss_lease_lock(seg, timeout_ns)
-                                   : ss_mutex_lock(&seg->hdr->lock, timeout_ns);
-}
-
-static int raw_unlock(ss_segment *seg) {
-  return ss_lease_locked(&seg->id) ? ss_lease_unlock(seg) : ss_mutex_unlock(&seg->hdr->lock);
-}
+#include "core_helpers.h"
 
 static int lock_and_repair(ss_segment *seg, int64_t timeout_ns) {
-  int rc = raw_lock(seg, timeout_ns);
+  int rc = ss_lease_lock(seg, timeout_ns);
   if (rc == SS_EOWNERDEAD) {
     /* The previous owner died holding the lock, maybe mid-write: repair
      * before anyone reads (docs/ABI.md, "Repair after a death"). A death
-     * during the repair leaves the mutex owner-dead (or the word naming a
-     * dead lease) for the next one. */
+     * during the repair leaves the word naming a dead lease for the next
+     * one. */
     SS_CRASH_POINT("lock.takeover");
     ss_stream_repair(seg);
-    if (!ss_lease_locked(&seg->id)) ss_mutex_consistent(&seg->hdr->lock);
   }
   return rc;
 }
@@ -47,8 +28,7 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
   if (ss_mapping_lost(seg)) return SS_ECORRUPT;
   /* SYNC POINT (rp2): the gate, seq_cst: in one total order with a reader's
    * claim (rp1), so a writer passes it at most once after the claim
-   * (docs/ABI.md, "Reader's turn"). Uncontended: this one plain load. Zero
-   * in versions 1 and 2 (reserved bytes; the slow path ignores it there). */
+   * (docs/ABI.md, "Reader's turn"). Uncontended: this one plain load. */
   if (__builtin_expect(
           atomic_load_explicit(&seg->hdr->stream.read_pending, memory_order_seq_cst) != 0, 0)) {
     int64_t deadline = ss_deadline_ns(timeout_ns);
@@ -56,40 +36,18 @@ int ss_lock(ss_segment *seg, int64_t timeout_ns) {
     if (rc != SS_OK) return rc;
     timeout_ns = ss_remaining_ns(deadline); /* the lock gets what the gate left */
   }
-  /* Versions 1 and 2: their readers announce themselves here instead (a
-   * version-4 reader never does). */
-  SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
-  if (atomic_load_explicit(readers, memory_order_relaxed) > 0) {
-    if (timeout_ns == 0) return SS_ETIMEDOUT; /* a trylock defers to them */
-    int64_t until = ss_monotonic_ns() + SS_READER_PRIORITY_NS;
-    while (atomic_load_explicit(readers, memory_order_relaxed) > 0 && ss_monotonic_ns() < until)
-      sched_yield();
-    /* Still announced after a whole step-aside: a live reader waiting for
-     * a free lock would have taken it by now, so this is a reader that died
-     * while waiting. Forget it, or every write would pay the step-aside. */
-    if (atomic_load_explicit(readers, memory_order_relaxed) > 0)
-      atomic_store_explicit(readers, 0, memory_order_relaxed);
-  }
   int rc = lock_and_repair(seg, timeout_ns);
   if ((rc == SS_OK || rc == SS_EOWNERDEAD) && !ss_identity_same(seg)) {
     /* A header rewritten after open: nothing is written into a segment
      * whose other users may size it differently (docs/ABI.md, "The header
      * is trusted once"). */
-    raw_unlock(seg);
+    ss_lease_unlock(seg);
     return SS_ECORRUPT;
   }
   return rc;
 }
 
-int32_t ss_lock_word_tid(const ss_segment *seg) {
-  /* A lease word names no thread: the owner words say who holds it. */
-  return ss_lease_locked(&seg->id) ? 0 : ss_mutex_word_tid(&seg->hdr->lock);
-}
-
-static int owner_died(const ss_segment *seg) {
-  return ss_lease_locked(&seg->id) ? ss_lease_lock_holder_alive(seg) == 0
-                                   : ss_mutex_owner_died(&seg->hdr->lock);
-}
+static int owner_died(const ss_segment *seg) { return ss_lease_lock_holder_alive(seg) == 0; }
 
 uint32_t ss_read_state(const ss_segment *seg) {
   uint32_t state = atomic_load_explicit(&seg->hdr->pub.state, memory_order_acquire);
@@ -102,19 +60,10 @@ uint32_t ss_read_state(const ss_segment *seg) {
 }
 
 int ss_lock_for_read(ss_segment *seg, int64_t timeout_ns) {
-  /* Version 4: the reader's turn (read_pending.c) holds writers back. */
-  if (ss_lease_locked(&seg->id)) return lock_and_repair(seg, timeout_ns);
-  SS_ATOMIC(uint32_t) *readers = &seg->hdr->notify.lock_readers;
-  atomic_fetch_add_explicit(readers, 1, memory_order_relaxed);
-  int rc = lock_and_repair(seg, timeout_ns);
-  /* Saturating: a writer may have reset the word meanwhile (see ss_lock). */
-  uint32_t v = atomic_load_explicit(readers, memory_order_relaxed);
-  while (v > 0 && !atomic_compare_exchange_weak_explicit(readers, &v, v - 1, memory_order_relaxed,
-                                                         memory_order_relaxed)) {
-  }
-  return rc;
+  /* No gate: the reader's turn (read_pending.c) holds the writers back. */
+  return lock_and_repair(seg, timeout_ns);
 }
 
 /* A write under the lock that ran into a truncated file (src/core/guard.c)
  * is reported when the lock is released: every write ends here. */
-int ss_unlock(ss_segment *seg) { return ss_guarded(seg, raw_unlock(seg)); }
+int ss_unlock(ss_segment *seg) { return ss_guarded(seg, ss_lease_unlock(seg)); }

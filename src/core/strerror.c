@@ -5,10 +5,10 @@
 #define _GNU_SOURCE
 #include <string.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* Indexed by -status (enum ss_status in include/shmstream.h). A code added
- * there gets its line here; tests/test_strerror.py checks every code of the
+ * there gets its line here; tests/core/test_strerror.py checks every code of the
  * enum has a distinct text. */
 static const char *const kStatusText[] = {
     [0] = "success",
@@ -42,7 +42,8 @@ static const char *const kStatusText[] = {
     [-SS_DIRECT_ETRUNCATED] = "the file shrank under a read",
     [-SS_DIRECT_ENOTREG] = "the path is not a regular file",
     [-SS_EOWNER] = "the segment belongs to another user, who is not allowed",
-    [-SS_EPIDNS] = "the segment's creator is in another PID namespace: liveness cannot be judged",
+    [-SS_EPIDNS] =
+        "the GPU stream's creator is in another PID namespace: its buffer cannot be mapped",
 };
 
 const char *ss_strerror(int status) {

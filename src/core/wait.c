@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* The spin cap of waits that name none: SHMSTREAM_SPIN_US if set, else -1
  * (the policy's own cap, docs/waiting.md). */

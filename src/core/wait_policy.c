@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core_helpers.h"
 
 /* The price of a nanosecond of spinning relative to one of the waiter's
  * latency is 1/SS_SPIN_IDLE_PRICE while a core is spare (the spin takes a

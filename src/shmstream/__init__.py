@@ -17,7 +17,6 @@ from . import (
 )
 from .arrays import DirectArray, SharedArray, SharedRecArray, direct_mmap, share
 from .channels import ChannelConsumer, ChannelProducer, channel, open_channel, unlink_channel
-from .common import _moved
 from .errors import *  # noqa: F403  (every public exception; errors.__all__)
 from .errors import __all__ as _error_names
 from .gpu import GPU_SUPPORTED_DTYPES, gpu_available
@@ -34,13 +33,6 @@ from .streams import (
     unlink_quiet,
 )
 from .streams._locked_many import locked_many
-
-# Old module paths, still attributes of the package as they were before the
-# one folder per kind (``shmstream.direct.DirectArray``): each is the moved module
-# itself. The others that moved raise an ImportError naming the new place.
-from . import direct, publication, recorder, shared_array  # noqa: F401  isort: skip
-
-_moved.install()
 
 try:
     __version__ = _version("shmstream")

@@ -29,11 +29,21 @@ def dlpack_import(tensor: Annotated[NDArray, dict(writable=False)]) -> tuple: ..
 def dlpack_dtype(text: str) -> tuple[int, int] | None:
     """(code, bits) of a 'dlpack:<code>:<bits>' dtype text, or None."""
 
+def encode_meta(dtype: str, shape: tuple[int, ...]) -> bytes | None:
+    """
+    An array message's metadata for dtype text and shape; None if it does not fit (more than MAX_NDIM dimensions, or more than MAX_META bytes).
+    """
+
+def parse_meta(meta: bytes) -> tuple[bytes, tuple[int, ...]] | None:
+    """
+    (dtype text bytes, shape) of an array message's metadata; None if malformed.
+    """
+
 def set_decoder(arg: object, /) -> None: ...
 
 def peek(segname: str) -> dict:
     """
-    capacity, head, tail, leases (liveness by lease: layout 3) and both ends (pid, state, attaches, takeovers, alive, pidns_ino).
+    capacity, head, tail and both ends (pid, state, attaches, takeovers, alive, pidns_ino).
     """
 
 class Message:
@@ -166,9 +176,6 @@ class Channel:
 
     @property
     def pending(self) -> int: ...
-
-    @property
-    def pinned(self) -> int: ...
 
     def end_info(self, role: int) -> tuple: ...
 

@@ -7,8 +7,6 @@ import numpy
 from numpy.typing import NDArray
 
 
-LAYOUT_VERSION: int = 1
-
 class FileMapping:
     def __init__(self, fd: int, size: int, populate: bool = False) -> None:
         """
@@ -50,13 +48,13 @@ MAX_HISTORY: int = 1048576
 
 MAX_COUNT: int = 9223372036854775807
 
-LAYOUT_VERSION_HISTORY: int = 2
+LAYOUT_VERSION_ARRAY: int = 1
 
-LAYOUT_VERSION_LEASES: int = 3
+LAYOUT_VERSION_CHANNEL: int = 3
 
-LAYOUT_VERSION_STREAM_LEASES: int = 4
+LAYOUT_VERSION_STREAM: int = 4
 
-LAYOUT_VERSION_POOL_LEASES: int = 5
+LAYOUT_VERSION_LOADER_POOL: int = 5
 
 SEGMENT_PREFIX: str = '/shmstream-'
 
@@ -227,21 +225,17 @@ class Segment:
     def owner_tid(self) -> int: ...
 
     @property
-    def lock_word_tid(self) -> int:
-        """The thread the lock's mutex word names as its owner (0: free)."""
-
-    @property
     def acquisitions(self) -> int: ...
 
     def leases(self) -> tuple:
         """
-        A version-4 stream's (creator, lock holder, any handle) leases: 1 alive, 0 gone, -1 cannot tell (another layout, a free lock). One F_OFD_GETLK each.
+        A stream's or loader pool's (creator, lock holder, any handle) leases: 1 alive, 0 gone, -1 cannot tell (another kind, a free lock). One F_OFD_GETLK each.
         """
 
     @property
     def lease(self) -> int:
         """
-        This handle's lease (0: none), for a payload table that names holders by lease (a loader pool's slot lines, layout 5).
+        This handle's lease (0: none), for a payload table that names holders by lease (a loader pool's slot lines).
         """
 
     def lease_alive(self, word: int) -> int:

@@ -34,6 +34,7 @@ __all__ = [
     "ShmstreamIndexError",
     "ShmstreamBufferError",
     "MissingExtraError",
+    "ExtraVersionError",
     "NoPeerError",
     "InsecureBridgeError",
     "HandleClosedError",
@@ -52,6 +53,7 @@ __all__ = [
     "InconsistentStreamError",
     "StaleStreamError",
     "FrameOverwrittenError",
+    "ViewEndedError",
     "CorruptStreamError",
     "LayoutVersionError",
     "ChannelClosedError",
@@ -139,6 +141,13 @@ class ShmstreamBufferError(ShmstreamError, BufferError):
 class MissingExtraError(ShmstreamError, ModuleNotFoundError):
     """An optional dependency is not installed (``zenoh`` for the bridge);
     the message names the extra to install."""
+
+
+class ExtraVersionError(ShmstreamError, RuntimeError):
+    """An optional dependency is installed in a version shmstream does not
+    support: ``shmstream.torch.DataLoader`` with a torch outside the range it
+    is tested with (the message names the installed version and the range).
+    Install a supported version, or use the dependency's own API."""
 
 
 class NoPeerError(ShmstreamError, ConnectionError):
@@ -251,6 +260,13 @@ class FrameOverwrittenError(ShmstreamError, RuntimeError):
     stream with more ``slots``, or use ``read()`` for a copy."""
 
 
+class ViewEndedError(ShmstreamError, RuntimeError):
+    """The ``payload`` of a zero-copy read view (``read_view``,
+    ``read_new_view``; ``frames`` of ``read_since_view``) was used after its
+    block: the slot it showed may hold a newer frame by then. Copy out what
+    you keep inside the block (``np.array(pub.payload)``), or use ``read()``."""
+
+
 class CorruptStreamError(ShmstreamError, RuntimeError):
     """A segment's header failed validation (magic, layout version, checksum or
     sizes): it is corrupt, unfinished, or made by another shmstream version."""
@@ -294,13 +310,12 @@ class SegmentOwnerError(ShmstreamPermissionError):
 
 
 class PidNamespaceError(ShmstreamError, RuntimeError):
-    """The segment was created in another PID namespace (another container
-    sharing /dev/shm) and its kind judges liveness by pid (a GPU stream; a
-    stream, loader pool or channel made by an older build): its pids cannot be
-    judged from here, so a live peer would look dead. Peers must share a
-    PID namespace (``docker run --pid=container:<id>``, Kubernetes
-    ``shareProcessNamespace: true``). Channels and shared arrays are not
-    refused (docs/containers.md).
+    """A GPU stream was created in another PID namespace (another container
+    sharing /dev/shm): its device buffer (CUDA IPC memory) is mapped only
+    where its creator's pid can be judged. Peers of a GPU stream must share
+    a PID namespace (``docker run --pid=container:<id>``, Kubernetes
+    ``shareProcessNamespace: true``). CPU streams, channels, shared arrays
+    and loader pools are not refused (docs/containers.md).
 
     A RuntimeError, not an OSError: the call and the file are fine, the
     deployment is not; code that catches OSError around ``open`` to create

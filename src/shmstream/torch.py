@@ -1,13 +1,8 @@
-"""Old path of ``shmstream.loader.torch`` (the DataLoader), kept for code that imports
-``shmstream.torch``: this name is that module itself, so its attributes (and
-patches of them) are one."""
+"""The PyTorch DataLoader that carries batches through reused shared-memory
+slots (docs/loader.md): ``shmstream.torch.DataLoader``. Importing this
+module imports torch (``import shmstream`` alone never does); the
+implementation lives in ``shmstream.loader``."""
 
-import sys
-from typing import TYPE_CHECKING
+from .loader.torch import DataLoader, ShmTransportWarning
 
-from .loader import torch as _impl
-
-if TYPE_CHECKING:  # what a type checker sees here
-    from .loader.torch import *  # noqa: F403
-
-sys.modules[__name__] = _impl
+__all__ = ["DataLoader", "ShmTransportWarning"]

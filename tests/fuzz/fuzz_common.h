@@ -17,7 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h" /* src/core: ss_slotless, the slot records */
+#include "core_helpers.h" /* src/core: ss_slotless, the slot records */
 
 enum {
   FZ_FIX_CHECKSUM = 1u << 0, /* store the checksum the identity block needs */

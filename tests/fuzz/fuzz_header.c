@@ -1,8 +1,8 @@
 /* libFuzzer harness: the segment header validators on arbitrary bytes.
  *
  * Input: [control byte][file size, u64 LE][header bytes...] (zero-padded to
- * 4096). ss_header_validate decides every kind and layout (streams with
- * and without history, channels, arrays, GPU streams); a header it accepts
+ * 4096). ss_header_validate decides every kind (streams with and
+ * without history, channels, arrays, loader pools, GPU streams); a header it accepts
  * must keep what the rest of the core relies on (the oracle below), and a
  * GPU stream's area then goes through ss_gpu_area_validate, the check
  * ss_gpu_attach makes before it imports any handle. */
@@ -21,13 +21,14 @@ static void check_accepted(const ss_header *h, uint64_t file_bytes) {
   FZ_CHECK(id->ndim <= SS_MAX_NDIM);
   int slotless = (id->flags & SS_FLAG_GPU) && !(id->flags & SS_FLAG_CPU_MIRROR);
   if (!slotless || id->slot_stride) FZ_CHECK(id->payload_bytes <= id->slot_stride);
-  if (id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES) /* locked by lease: CPU streams */
-    FZ_CHECK(id->kind == SS_KIND_STREAM && !(id->flags & SS_FLAG_GPU));
-  if (id->layout_version == SS_LAYOUT_VERSION_POOL_LEASES) /* a loader pool's root */
-    FZ_CHECK(id->kind == SS_KIND_ARRAY && (id->flags & SS_FLAG_LOADER_POOL));
+  /* One layout version per kind (docs/ABI.md, "Layout versions"). */
+  if (id->kind == SS_KIND_STREAM) FZ_CHECK(id->layout_version == SS_LAYOUT_VERSION_STREAM);
+  if (id->kind == SS_KIND_CHANNEL) FZ_CHECK(id->layout_version == SS_LAYOUT_VERSION_CHANNEL);
+  if (id->kind == SS_KIND_ARRAY)
+    FZ_CHECK(id->layout_version == (id->flags & SS_FLAG_LOADER_POOL ? SS_LAYOUT_VERSION_LOADER_POOL
+                                                                    : SS_LAYOUT_VERSION_ARRAY));
   if (id->history) {
-    FZ_CHECK(id->layout_version == SS_LAYOUT_VERSION_HISTORY ||
-             id->layout_version == SS_LAYOUT_VERSION_STREAM_LEASES);
+    FZ_CHECK(id->kind == SS_KIND_STREAM && !(id->flags & SS_FLAG_GPU));
     FZ_CHECK(id->slot_count == id->history + 1);
   }
   if (id->kind == SS_KIND_STREAM || id->kind == SS_KIND_ARRAY) {

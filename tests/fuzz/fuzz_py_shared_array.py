@@ -22,7 +22,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shmstream import _native, shared_array
+from shmstream import _native
+from shmstream.arrays import shared_array
 
 import fuzzlib as fl
 

@@ -118,6 +118,7 @@ class DirectArray:
             "cache_bytes (0 turns the block cache off)", cache_bytes, minimum=0
         )
         self._path = _checks.check_path("path", path)
+        use_page_cache = _checks.check_bool("use_page_cache", use_page_cache)
         self._nbytes = math.prod(self._shape) * dt.itemsize
         if self._offset + self._nbytes > _MAX_FILE_BYTES:
             raise ShmstreamValueError(
@@ -131,7 +132,7 @@ class DirectArray:
             self._path,
             self._offset,
             self._nbytes,
-            bool(use_page_cache),
+            use_page_cache,
             min(cache_bytes, 2**64 - 1),
         )
         if not self._reader.direct:

@@ -327,6 +327,7 @@ class SharedArray(np.ndarray):
         unless ``allow_owner`` (a uid, a user name or a collection of them)
         or SHMSTREAM_ALLOW_OWNERS names that user."""
         _checks.check_name(name, "shared array")
+        writable = _checks.check_bool("writable", writable)
         owners = _checks.check_allow_owner(allow_owner)
         try:
             seg = _native.Segment.open(name, _native.KIND_ARRAY, not writable, owners)
@@ -407,6 +408,7 @@ def share(
     /dev/shm is full.
     """
     mode = _checks.check_mode(mode)
+    writable = _checks.check_bool("writable", writable)
     if isinstance(array, np.ma.MaskedArray):
         raise ShmstreamTypeError(
             "share() does not share masked arrays (the mask would be lost); "

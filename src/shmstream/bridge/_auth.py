@@ -17,9 +17,11 @@ import errno
 import json
 import logging
 import os
+import ssl
 import stat
 from typing import Any
 
+from ..common import _checks
 from ..errors import (
     InsecureBridgeError,
     ShmstreamFileNotFoundError,
@@ -112,15 +114,16 @@ def read_password_file(path: Any) -> tuple[str, str]:
     return entries[0]
 
 
-def endpoints(cfg: Any) -> list[str]:
-    """Every listen and connect endpoint of ``cfg``. Zenoh may key them by
+def endpoints(cfg: Any, which: tuple[str, ...] = ("listen", "connect")) -> list[str]:
+    """Every listen and connect endpoint of ``cfg`` (``which``: only
+    those). Zenoh may key them by
     mode ({router: [...], peer: [...]}, as its defaults do, which listen on
     tcp/[::]:0 in peer mode when a file says nothing): those of ``cfg``'s
     mode."""
     node_mode = json.loads(cfg.get_json("mode")) or "peer"
     found: list[str] = []
-    for which in ("listen/endpoints", "connect/endpoints"):
-        value = json.loads(cfg.get_json(which))
+    for part in which:
+        value = json.loads(cfg.get_json(f"{part}/endpoints"))
         if isinstance(value, dict):
             value = value.get(node_mode)
         found.extend(str(e) for e in value or ())
@@ -182,6 +185,64 @@ def apply(
         cfg.insert_json5(which, json.dumps(eps))
 
 
+def _pem_has(path: str, marker: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return marker.encode() in f.read(1 << 20)
+    except OSError:
+        return False
+
+
+def check_own_tls(cfg: Any) -> None:
+    """Our own certificate, key and CA of ``cfg`` (the --tls-* flags' or a
+    Zenoh file's), loaded here as a TLS library does when a session opens:
+    a file that is not PEM, or a key that is not the certificate's, is
+    refused naming the file. Zenoh would only fail each handshake, and the
+    peers would see nobody answering (issue 47)."""
+
+    def setting(name: str) -> Any:
+        try:
+            return json.loads(cfg.get_json(f"transport/link/tls/{name}"))
+        except Exception:  # noqa: BLE001 - a key this Zenoh does not know
+            return None
+
+    cert, key, ca = (
+        setting(n) for n in ("listen_certificate", "listen_private_key", "root_ca_certificate")
+    )
+    if not (isinstance(cert, str) and isinstance(key, str) and isinstance(ca, str)):
+        return  # not set as files: Zenoh's own checks
+    for flag, path, marker, what in (
+        ("--tls-cert", cert, "-----BEGIN CERTIFICATE-----", "a PEM certificate"),
+        ("--tls-key", key, "PRIVATE KEY-----", "a PEM private key"),
+        ("--tls-ca", ca, "-----BEGIN CERTIFICATE-----", "a PEM CA certificate"),
+    ):
+        if not _pem_has(path, marker):
+            raise ShmstreamValueError(
+                f"{flag} {path!r} is not {what} (no '{marker}' line): our own TLS files are "
+                "unusable; give the PEM files (openssl x509 -outform PEM converts DER)"
+            )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        ctx.load_verify_locations(cafile=ca)
+    except (ssl.SSLError, OSError) as exc:
+        raise ShmstreamValueError(
+            f"--tls-ca {ca!r} cannot be loaded as a CA certificate ({exc}): our own TLS files "
+            "are unusable"
+        ) from None
+    try:
+        ctx.load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, OSError) as exc:
+        if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+            raise ShmstreamValueError(
+                f"--tls-key {key!r} is not the private key of --tls-cert {cert!r}: our own TLS "
+                "files are unusable; give the key the certificate was made for"
+            ) from None
+        raise ShmstreamValueError(
+            f"--tls-cert {cert!r} with --tls-key {key!r} cannot be loaded ({exc}): our own TLS "
+            "files are unusable (an encrypted key is not supported)"
+        ) from None
+
+
 def _tls_endpoints(eps: list[str]) -> list[str]:
     out = []
     for e in eps:
@@ -227,8 +288,7 @@ def require(cfg: Any, insecure: Any, who: str) -> str:
     """The authentication mode of ``cfg``; InsecureBridgeError when it is
     "none" and the session would listen, connect or scout, unless
     ``insecure``."""
-    if not isinstance(insecure, bool):
-        raise ShmstreamTypeError(f"insecure must be True or False, not {insecure!r}")
+    insecure = _checks.check_bool("insecure", insecure)
     found = mode(cfg)
     if found == "none" and reaches_out(cfg) and not insecure:
         where = ", ".join(endpoints(cfg)) or "multicast scouting"

@@ -19,15 +19,31 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from typing import Any
 
 from ..errors import AlreadyStartedError, ShmstreamTimeoutError, WaitCancelledError
 from . import _auth, _keys, _thread
 from ._export_side import ExportSide
 from ._import_side import QUERY_TIMEOUT_S, ImportSide
-from ._session import close_session, open_session, peer_count, undeclare_all
+from ._remote_exports import why_nobody_answered
+from ._session import at_exit, close_session, open_session, peer_count, undeclare_all
 
 log = logging.getLogger("shmstream.bridge")
+
+#: Started bridges not closed yet: closed at the interpreter's exit.
+_started: weakref.WeakSet[Bridge] = weakref.WeakSet()
+
+
+@at_exit
+def _close_started() -> None:
+    """A script that ends (or raises) with a bridge started must exit: its
+    bridges are closed before the interpreter waits for Zenoh's threads."""
+    for bridge in list(_started):
+        try:
+            bridge.close()
+        except Exception:
+            log.exception("bridge %s: closing at exit failed", bridge.id)
 
 
 class Bridge(ExportSide, ImportSide):
@@ -69,6 +85,7 @@ class Bridge(ExportSide, ImportSide):
         if self.auth == "none" and _auth.reaches_out(self._config):
             _auth.warn_insecure("the bridge", self._config)
         self._session = open_session(self._config)
+        _started.add(self)
         try:
             self.id = str(self._session.zid())
             s, k = self._session, self.keys
@@ -89,6 +106,9 @@ class Bridge(ExportSide, ImportSide):
                 if reply.ok is not None:
                     self._token(str(reply.ok.key_expr), True)
             self._scan(strict=True)
+            connect = _auth.endpoints(self._config, ("connect",))
+            if connect and peer_count(s) == 0:  # Zenoh keeps trying; say why none yet
+                log.warning("bridge %s: %s", self.id, why_nobody_answered(connect, timeout))
             self._starting = False
             self._thread = _thread.start(self._control, "bridge control")
         except BaseException:
@@ -109,6 +129,7 @@ class Bridge(ExportSide, ImportSide):
     def close(self) -> None:
         """Stop exporting and importing and close the Zenoh session. Mirrors
         stay (their readers keep the last frame) unless ``unlink_on_close``."""
+        _started.discard(self)
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(10)

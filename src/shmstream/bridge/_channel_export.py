@@ -94,7 +94,6 @@ class ChannelExport(Export):
         self._refused: set[str] = set()
         self._stop = threading.Event()
         self._eof = False
-        self.messages_sent = 0
         self._thread = _thread.start(self._run, f"export {name}")
 
     # -- called by the bridge from zenoh callbacks --------------------------------
@@ -227,7 +226,6 @@ class ChannelExport(Export):
             _wire.pack_records(out, [(end, m.type_id, m.meta, data)])
             data.release()
         self._put_batch(bytes(out), records[-1][0], len(records) - first, 0)
-        self.messages_sent += len(records)
 
     def _put_batch(self, payload: bytes, end: int, n: int, flags: int) -> None:
         self._pub.put(payload, attachment=_wire.pack_batch_head(self._generation, end, n, flags))

@@ -94,7 +94,6 @@ class ChannelImport(MirrorSide):
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._ack_now = threading.Event()
-        self.messages_delivered = 0
         self._ack_key = keys.ack(self.remote, ns)
         self._ack_pub = session.declare_publisher(
             self._ack_key, congestion_control=zenoh.CongestionControl.BLOCK
@@ -243,7 +242,6 @@ class ChannelImport(MirrorSide):
             if not self._send(obj, type_id):
                 return False
             self._delivered = end
-            self.messages_delivered += 1
         if not self.tx.closed:
             self.tx.flush()
         if head.flags & _wire.EOF and head.end <= self._delivered and not self.tx.closed:

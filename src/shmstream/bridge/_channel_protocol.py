@@ -18,7 +18,7 @@ counts above what this exporter has sent, so no ack can release a message
 that was not put on the wire. The importer takes the source generation from
 the export's metadata only, closes its mirror only on an end of stream that
 the exporter confirms when asked (``verify``), decodes every batch under a
-guard (bad ones are counted), and queues at most ``queue_bytes``: what a
+guard (bad ones are counted), and queues at most ``_queue_bytes``: what a
 full queue drops is counted in ``dropped_samples`` and sent again by the
 exporter on request (the ack's RESEND flag).
 

@@ -32,7 +32,6 @@ DEFAULT_PREFIX = "shmstream"
 KINDS = ("stream", "channel")
 
 _SAFE = "._-~"  # quote() keeps letters and digits; these too
-_GLOB_CHARS = re.compile(r"[*?\[]")
 _PREFIX_OK = re.compile(r"^[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*$")
 
 
@@ -100,9 +99,6 @@ class Keys:
     def importer(self, ns: str, bridge_id: str, name: str) -> str:
         return f"{self.prefix}/@imp/{ns}/{bridge_id}/{encode_name(name)}"
 
-    def importers_of(self, name: str) -> str:
-        return f"{self.prefix}/@imp/{self.ns}/*/{encode_name(name)}"
-
     def parse_live(self, key: str) -> tuple[str, str, str, str] | None:
         """(namespace chunk, bridge id, kind, name) of an export token, or
         None for a key that is not one."""
@@ -129,10 +125,6 @@ class Keys:
             return parts[0], decode(parts[1])
         except UnicodeDecodeError:
             return None
-
-
-def is_glob(pattern: str) -> bool:
-    return bool(_GLOB_CHARS.search(pattern))
 
 
 def matches(name: str, pattern: str) -> bool:

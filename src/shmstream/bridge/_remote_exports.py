@@ -7,10 +7,13 @@ Separate from the Bridge: it makes no bridge, exports and imports nothing
 
 from __future__ import annotations
 
+import math
+import socket
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import NoPeerError
+from ..common import _checks
+from ..errors import NoPeerError, ShmstreamValueError
 from . import _auth, _keys
 from ._session import close_session, make_config, open_session, peer_count
 
@@ -35,6 +38,13 @@ def remote_exports(
     (nothing is reachable with these endpoints, or none let us in).
     Authentication as for :class:`Bridge`: InsecureBridgeError without it
     unless ``insecure=True``."""
+    seconds = _checks.check_timeout(timeout)
+    if seconds is None or math.isinf(seconds):
+        raise ShmstreamValueError(
+            f"timeout must be a finite number of seconds (how long to wait for answers), "
+            f"got {timeout!r}"
+        )
+    timeout = seconds
     keys = _keys.Keys(key_prefix, "-")
     cfg = make_config(
         config,
@@ -68,12 +78,51 @@ def remote_exports(
                 }
             )
         if not found and peer_count(session) == 0:
-            where = ", ".join(connect) if connect else "multicast scouting"
-            raise NoPeerError(
-                f"nobody answered within {timeout:g} s ({where}): no Zenoh peer or router is "
-                "reachable, or none let us in; is a bridge running there, the port open, and "
-                "are the password file or TLS certificates the bridge's? (see docs/bridge.md)"
-            )
+            raise NoPeerError(why_nobody_answered(connect, timeout))
     finally:
         close_session(session)
     return sorted(found, key=lambda e: (e["namespace"], e["name"], e["kind"], e["bridge"]))
+
+
+def why_nobody_answered(connect: Sequence[str], timeout: float) -> str:
+    """Why no peer answered: nothing listens at the endpoints (unreachable),
+    or something accepts connections there but its Zenoh did not let this
+    session in (our credentials refused). A plain TCP connect tells them
+    apart; UDP endpoints (quic/, udp/) and scouting cannot be probed."""
+    if not connect:
+        return (
+            f"nobody answered within {timeout:g} s (multicast scouting): no Zenoh peer or "
+            "router was found; give the bridge's address (connect=, --connect)"
+        )
+    listening: list[str] = []
+    silent: list[str] = []
+    for endpoint in connect:
+        why = _tcp_probe(endpoint)
+        (silent if why else listening).append(f"{endpoint} ({why})" if why else endpoint)
+    if listening:
+        return (
+            f"nobody let us in within {timeout:g} s: {', '.join(listening)} accepts "
+            "connections, but its Zenoh did not accept this session: it refused our "
+            "credentials (a password not in its password file, a certificate its CA did not "
+            "sign, TLS on one side only), or it is no bridge (see docs/bridge.md, 'Who can "
+            "connect')"
+        )
+    return (
+        f"nobody answered within {timeout:g} s: nothing accepts connections at "
+        f"{', '.join(silent)}; is a bridge running there, and the port open?"
+    )
+
+
+def _tcp_probe(endpoint: str) -> str:
+    """'' if a TCP connection to ``endpoint`` (tcp/, tls/, ws/) is accepted,
+    else why not; an endpoint of another protocol is not probed."""
+    proto, _, rest = endpoint.partition("/")
+    if proto.lower() not in ("tcp", "tls", "ws"):
+        return "not probed: not a TCP endpoint"
+    address = rest.split("#", 1)[0].split("?", 1)[0]
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return ""
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

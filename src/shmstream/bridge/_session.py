@@ -127,6 +127,7 @@ def open_session(cfg: Any) -> Any:
     """zenoh.open(cfg), closed at interpreter exit if its owner forgot (a
     session with Python callbacks that is still open hangs the exit)."""
     zenoh = import_zenoh()
+    _auth.check_own_tls(cfg)
     try:
         session = zenoh.open(cfg)
     except zenoh.ZError as exc:
@@ -162,7 +163,22 @@ def undeclare_all(objs: Any) -> None:
             pass
 
 
-@atexit.register
+def at_exit(func: Any) -> Any:
+    """Run ``func`` when the interpreter exits, before it waits for the
+    threads that are not daemons: Zenoh's callback threads end only when
+    their session closes, so a session still open then (a script that
+    raised with a bridge started) would hang the exit for ever, and
+    ``atexit`` runs too late (after that wait). concurrent.futures uses the
+    same hook."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # not CPython: atexit, the best there is
+        atexit.register(func)
+    else:
+        register(func)
+    return func
+
+
+@at_exit
 def _close_all() -> None:
     for session in list(_open_sessions.values()):
         close_session(session)

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..common import _checks
 from ..errors import ShmstreamTypeError, ShmstreamValueError
 from . import _auth, _keys
 from ._session import import_zenoh, make_config
@@ -119,7 +120,7 @@ class BridgeState:
         self.remote_namespace = remote_namespace
         self.local_prefix = local_prefix
         self.scan_interval = float(scan_interval)
-        self.unlink_on_close = bool(unlink_on_close)
+        self.unlink_on_close = _checks.check_bool("unlink_on_close", unlink_on_close)
         self._config = make_config(  # ModuleNotFoundError without zenoh
             config,
             listen,

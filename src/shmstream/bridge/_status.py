@@ -104,7 +104,9 @@ def mirror_status(name: str) -> dict[str, Any]:
     """The bridge's view of the source of mirror ``name``.
 
     Keys: ``source_alive`` (the exporting bridge is reachable and the
-    source's producer runs), ``exporter_alive``, ``producer_alive``,
+    source's ``producer_alive``), ``exporter_alive``, ``producer_alive``
+    (for a stream: its CREATOR process runs, not necessarily its writer,
+    as ``creator_alive()``; for a channel: its producer end is held),
     ``importer_alive`` (the bridge that writes the mirror runs, and its
     import of this mirror has not ``failed``: stopped on an unexpected
     error, logged; restart the bridge), ``bad_samples`` (refused and

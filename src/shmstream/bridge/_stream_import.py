@@ -74,7 +74,6 @@ class StreamImport(MirrorSide):
             self._last = max(0, self.h.count - self._offset)
         else:
             self._adopt(meta["generation"])
-        self.frames_written = 0
         self._key = keys.data(self.remote, ns)
         self._session = session
         self._subs = [
@@ -177,7 +176,6 @@ class StreamImport(MirrorSide):
                 write_time_ns=write_time_ns or None,
             )
             self._last = count
-            self.frames_written += 1
 
     def _other_generation(self, generation: int) -> None:
         """A frame of a generation the export's metadata did not give (under

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _native
+from .. import _channel, _native
 from ..channels.ends import DLPackDtype, describe
 from ..common import _dtypes
 from ..errors import CorruptStreamError
@@ -61,8 +61,9 @@ RESEND = 1  # ack flag
 #: above this (2**62: 146 years at a billion writes a second) is bad input,
 #: so a mirror's own count (source count + offset) can never wrap.
 MAX_COUNT = 1 << 62
-#: Largest channel ring an export may announce (the mirror is made as large).
-MAX_CAPACITY = 1 << 40
+#: Largest channel ring an export may announce (the mirror is made as large):
+#: the core's own limit.
+MAX_CAPACITY = _channel.MAX_CAPACITY
 _BRIDGE_ID_CHARS = frozenset("0123456789abcdef")
 
 #: Most bytes the exporter packs into one channel sample (a larger message

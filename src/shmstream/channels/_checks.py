@@ -33,12 +33,14 @@ def check_batch(batch: Any) -> int:
 
 
 def check_capacity(capacity: Any) -> int:
-    """A ring's ``capacity`` in bytes: a power of two the core accepts."""
+    """A ring's ``capacity`` in bytes: a power of two the core accepts (its
+    limits come from the core: include/shmstream_channel.h)."""
     capacity = check_int("capacity", capacity)
-    if not _channel.MIN_CAPACITY <= capacity <= _channel.MAX_CAPACITY or capacity & (capacity - 1):
+    low, high = _channel.MIN_CAPACITY, _channel.MAX_CAPACITY
+    if not low <= capacity <= high or capacity & (capacity - 1):
         raise ShmstreamValueError(
-            f"capacity must be a power of two from {_channel.MIN_CAPACITY} to 2**40 bytes, "
-            f"not {capacity}"
+            f"capacity must be a power of two from {low} to 2**{high.bit_length() - 1} "
+            f"bytes, not {capacity}"
         )
     return capacity
 

@@ -1,13 +1,13 @@
 """What travels in a channel record: the ``Message`` types, the array
 metadata of a record (docs/ABI.md: u32 ndim, u32 dtype_len, u64 shape[ndim],
-dtype text) and its decoding, DLPack dtypes, and the zero-copy loan and batch
-objects that the two ends (``ends.py``) hand out.
+dtype text; the core encodes and parses it) and what it describes, DLPack
+dtypes, and the zero-copy loan and batch objects that the two ends
+(``ends.py``) hand out.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -58,9 +58,8 @@ _DLPACK_NAMES = {(4, 16): "bfloat16"}
 
 def _meta_of(text: str, shape: tuple) -> bytes:
     _checks.check_ndim(shape)
-    raw = text.encode()
-    meta = struct.pack(f"<II{len(shape)}Q", len(shape), len(raw), *shape) + raw
-    if len(meta) > _channel.MAX_META:
+    meta = _channel.encode_meta(text, tuple(shape))  # the core's encoder
+    if meta is None:
         raise ShmstreamValueError(f"dtype {text} is too complex to describe in a message header")
     return meta
 
@@ -90,15 +89,20 @@ def describe(meta: bytes) -> tuple[np.dtype | DLPackDtype, tuple[int, ...]]:
     CorruptStreamError."""
     desc = _desc_cache.get(meta)
     if desc is None:
+        parsed = _channel.parse_meta(bytes(meta))  # the core's parser: counts checked
+        if parsed is None:
+            raise CorruptStreamError(
+                "message carries an unreadable array description: its dimensions or text "
+                "do not fit in it"
+            )
+        text, shape = parsed
         try:
-            ndim, dlen = struct.unpack_from("<II", meta)
-            shape = struct.unpack_from(f"<{ndim}Q", meta, 8)
-            dtype = _dtype_of_text(bytes(meta[8 + 8 * ndim : 8 + 8 * ndim + dlen]).decode())
+            dtype = _dtype_of_text(text.decode())
         except Exception as exc:  # noqa: BLE001 - written by another process: untrusted
             raise CorruptStreamError(
                 f"message carries an unreadable array description: {exc}"
             ) from None
-        desc = (dtype, tuple(shape))
+        desc = (dtype, shape)
         if len(_desc_cache) < _CACHE_LIMIT:
             _desc_cache[bytes(meta)] = desc
     return desc

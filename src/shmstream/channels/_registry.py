@@ -18,11 +18,6 @@ def _recognise(header: Any) -> str | None:
 def _stat(header: Any, kind: str) -> dict[str, Any]:
     d = stat_of_segment(header.name, header.segname)
     d.pop("name", None)
-    # A layout-3 channel's ends are judged by their leases, right from any PID
-    # namespace; a layout-1 channel's by pid, which mean nothing outside its own.
-    if int(header.pidns_match) == 0 and int(header.layout_version) != _native.LAYOUT_VERSION_LEASES:
-        for end in ("producer", "consumer"):
-            d[end]["alive"] = None
     return d
 
 

@@ -463,8 +463,7 @@ def open_channel(
     is refused (SegmentOwnerError) unless ``allow_owner`` (a uid, a user
     name or a collection of them) or SHMSTREAM_ALLOW_OWNERS names that
     user. It opens from another PID namespace (its ends are judged by
-    lease); only a channel made there by an older build raises
-    PidNamespaceError."""
+    lease)."""
     _checks.check_name(name, "channel")
     owners = _checks.check_allow_owner(allow_owner)
     ch = _wrap(_channel.Channel.open(name, _role(role), owners))
@@ -474,5 +473,17 @@ def open_channel(
 
 
 def unlink_channel(name: str) -> bool:
-    """Remove the channel's name. True if it existed."""
-    return _native.unlink_segname(_native.segment_name(_checks.check_name(name, "channel")))
+    """Remove the channel ``name``: True if it existed, False if nothing
+    has that name. It removes channels only: a name that is another kind's
+    (a stream, a shared array; a corrupt or unfinished segment) is a
+    ShmstreamValueError naming what it is, and stays."""
+    segname = _native.segment_name(_checks.check_name(name, "channel"))
+    from .. import registry  # here: the registry imports every kind
+
+    found = registry.entry(segname)
+    if found is not None and found.kind != "channel":
+        raise ShmstreamValueError(
+            f"{name!r} is a {found.kind} segment, not a channel: unlink_channel removes only "
+            f"channels; to remove it anyway, shmstream.unlink({name!r}) (any kind)"
+        )
+    return _native.unlink_segname(segname)

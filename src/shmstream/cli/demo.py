@@ -144,16 +144,18 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
     name = f"shmstream-demo-{os.getpid()}"
     nbytes = int(np.prod(shape))
     tty = sys.stdout.isatty()
-    with create_progress(name, tty=tty):
-        handle = pkg.create(name, shape=shape, dtype=np.uint8, notify=True)
-    previous: dict[int, Any] = {}
+    handle: Any = None
     procs: list[Any] = []
     stop = ctx.Event()
     ready = ctx.Barrier(3)
     report = ctx.Array("d", 4, lock=False)
     interrupted = ""
+    # Before the create: a signal while a large stream is created (seconds)
+    # must remove it too, not leave it behind.
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+        with create_progress(name, tty=tty):
+            handle = pkg.create(name, shape=shape, dtype=np.uint8, notify=True)
         print(
             f"demo: stream {name!r}, frames {'x'.join(map(str, shape))} uint8 "
             f"({nbytes / 1e6:.2f} MB), producer "
@@ -208,12 +210,18 @@ def run_demo(seconds: float, shape: tuple[int, ...], rate: float) -> int:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-        if tty:
+        if tty and handle is not None:
             sys.stdout.write("\n")
-        handle.close()
-        pkg.unlink(name)
+        if handle is not None:
+            handle.close()
+        if handle is not None or interrupted:
+            # By name: a signal may come between the create and the assignment.
+            pkg.unlink(name)
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if handle is None:
+        print(f"demo: {interrupted} while creating stream {name!r}; stream removed")
+        return 0
     print(
         f"demo: {interrupted + '; ' if interrupted else ''}consumer read "
         f"{int(report[_FRAMES])} frames, missed {int(report[_MISSED])}; stream {name!r} removed"

@@ -70,9 +70,16 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
 
     purge_p = sub.add_parser(
         "purge",
-        help="remove ALL streams (pyshmem's purge), and the channels, shared arrays and "
-        "DataLoader slot pools nobody uses any more (creator dead); print what was removed, "
-        "and on stderr what was skipped and why (not a regular file, unreadable)",
+        help="'purge --abandoned' removes only what dead processes left (channels, shared "
+        "arrays, DataLoader slot pools nobody uses; never a stream). Plain 'purge' removes "
+        "EVERY STREAM you may remove, IN USE OR NOT, other jobs' too (pyshmem's purge), and "
+        "the abandoned objects; it prints what was removed, and on stderr what was skipped "
+        "and why (not a regular file, unreadable)",
+    )
+    purge_p.add_argument(
+        "--abandoned",
+        action="store_true",
+        help="the safe choice: only what dead processes left, never a stream",
     )
     purge_p.add_argument(
         "--include-cuda-orphans",
@@ -184,7 +191,11 @@ def cmd_unlink(args: argparse.Namespace) -> int:
 def cmd_purge(args: argparse.Namespace) -> int:
     # Through the public function, looked up at call time (pyshmem's CLI
     # contract: a test may patch shmstream.purge with one returning a list).
-    result = package().purge(include_cuda_orphans=args.include_cuda_orphans)
+    purge = package().purge
+    if args.abandoned:
+        result = purge(include_cuda_orphans=args.include_cuda_orphans, kinds=ABANDONABLE)
+    else:
+        result = purge(include_cuda_orphans=args.include_cuda_orphans)
     entries = getattr(result, "removed", None)
     shown = (e.shown for e in entries) if entries is not None else map(printable, result)
     removed = sorted(shown)
@@ -196,4 +207,31 @@ def cmd_purge(args: argparse.Namespace) -> int:
     _report_skipped(getattr(result, "skipped", []))
     count = len(removed) + len(orphans)
     print(f"removed {count} object(s)" if count else "nothing to purge", file=sys.stderr)
+    if not args.abandoned and any(e.kind in ("stream", "gpu-stream") for e in entries or ()):
+        print(
+            f"{PROG}: purge removed streams in use or not (pyshmem's meaning); "
+            f"'{PROG} purge --abandoned' removes only what dead processes left",
+            file=sys.stderr,
+        )
+    _report_kept_in_use()
     return 0
+
+
+#: What ``purge --abandoned`` removes: the kinds judged abandoned when nobody uses them.
+ABANDONABLE = ("channel", "array", "loader-pool")
+
+
+def _report_kept_in_use() -> None:
+    """Objects whose creator is dead that purge kept, because live processes
+    still use them: ``list`` shows them "(dead)", so say why they stay."""
+    kept = [e for e in survey(ABANDONABLE)[0] if e.creator_alive is False]
+    if kept:
+        print(
+            f"{PROG}: kept {len(kept)} object(s) whose creator is dead but that live processes "
+            "still use (a channel while an end is open; a DataLoader's slot pool while its "
+            "workers hold their leases, about 5 s after its parent died): "
+            + ", ".join(e.shown for e in kept[:5])
+            + (", ..." if len(kept) > 5 else "")
+            + f"; '{PROG} purge' again once they are gone",
+            file=sys.stderr,
+        )

@@ -1,5 +1,5 @@
 """``shmstream watch NAME``: follow a stream live (count, write rate, missed
-writes, age, producer liveness)."""
+writes, age, creator liveness)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from ._common import fmt_age, fmt_rate, number, package, status_line
 def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     watch_p = sub.add_parser(
         "watch",
-        help="follow a stream live: count, write rate, missed writes, age, producer "
-        "liveness (Ctrl-C to stop)",
+        help="follow a stream live: count, write rate, missed writes, age, whether "
+        "the stream's creator (not its writer) runs (Ctrl-C to stop)",
     )
     watch_p.add_argument("name", metavar="NAME", help="stream name")
     watch_p.add_argument(
@@ -29,10 +29,10 @@ def register(sub: Any) -> dict[str, Callable[[argparse.Namespace], int]]:
     )
     watch_p.add_argument(
         "--count",
-        type=number(above=False, kind=int),
-        default=0,
+        type=number(kind=int),
+        default=None,
         metavar="N",
-        help="stop after N refreshes (default: run until Ctrl-C)",
+        help="stop after N refreshes, N >= 1 (default: run until Ctrl-C)",
     )
     watch_p.add_argument(
         "--no-read",
@@ -82,7 +82,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             now = time.monotonic()
             count = handle.count
             rate = (count - prev_count) / (now - prev_t) if now > prev_t else 0.0
-            alive = handle.producer_alive()
+            alive = handle.creator_alive()
             parts = [
                 f"{args.name}",
                 f"count {count}",
@@ -92,12 +92,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 parts.append(f"read {seen}")
                 parts.append(f"missed {handle.total_missed_writes - missed_base}")
             parts.append(f"age {fmt_age(handle.age)}")
-            parts.append(f"producer {'alive' if alive else 'dead'}")
+            parts.append(f"creator {'alive' if alive else 'dead'}")
             line = "  ".join(parts)
             status_line(line, tty)
             prev_count, prev_t = count, now
             refreshes += 1
-            if args.count and refreshes >= args.count:
+            if args.count is not None and refreshes >= args.count:
                 break
     except KeyboardInterrupt:
         pass

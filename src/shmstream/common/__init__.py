@@ -1,4 +1,4 @@
 """What every kind shares: the argument checks two kinds or more use and
 their wording (``_checks``; a kind's own are in its folder),
-dtype codes (``_dtypes``), the /dev/shm directory (``_space``), process
-liveness (``_proc``) and the old module names that moved (``_moved``)."""
+dtype codes (``_dtypes``), the /dev/shm directory (``_space``) and
+process liveness (``_proc``)."""

@@ -3,7 +3,7 @@ dtypes, modes, timeouts, owners, and the errors for a missing or existing
 name. One rule and one message for each, so the kinds cannot drift apart.
 A check that belongs to one kind lives in its folder with its wording
 (``streams/_checks.py``, ``channels/_checks.py``; the loader, arrays and
-recordings keep theirs beside their code); tests/test_layers.py holds
+recordings keep theirs beside their code); tests/repo/test_layers.py holds
 that each check here is used by two kinds at least.
 
 Each check returns the normalised value or raises the exception a Python
@@ -17,6 +17,8 @@ import math
 import numbers
 import operator
 import os
+import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -91,6 +93,14 @@ def check_unsigned(what: str, value: Any, bits: int, minimum: int = 0) -> int:
 def check_u64(what: str, value: Any, minimum: int = 0) -> int:
     """An integer in [minimum, 2**64): the type of every shared counter."""
     return check_unsigned(what, value, 64, minimum)
+
+
+def check_bool(what: str, value: Any) -> bool:
+    """A flag: True or False (NumPy's bool too). Anything else, a string
+    such as "no" or an int included, is a TypeError, not read as true."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ShmstreamTypeError(f"{what} must be True or False, not {type(value).__name__} {value!r}")
 
 
 def check_path(what: str, path: Any) -> str:
@@ -169,7 +179,10 @@ def check_timeout(timeout: Any, what: str = "timeout") -> float | None:
 
 def check_mode(mode: Any) -> int:
     if isinstance(mode, bool) or not isinstance(mode, (int, np.integer)) or not 0 < mode <= 0o777:
-        raise ShmstreamValueError(f"mode must be permission bits like 0o600, got {mode!r}")
+        shown = oct(mode) if isinstance(mode, (int, np.integer)) and mode > 0 else repr(mode)
+        raise ShmstreamValueError(
+            f"mode must be permission bits from 0o1 to 0o777 like 0o600, got {shown}"
+        )
     return int(mode)
 
 
@@ -200,6 +213,7 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
     another uid than the caller's effective uid unless it is listed here or
     in the environment variable SHMSTREAM_ALLOW_OWNERS (docs/ABI.md, "Owner
     and PID namespace")."""
+    _check_allow_owners_env()
     if allow_owner is None:
         return []
     items = [allow_owner] if isinstance(allow_owner, (int, str)) else allow_owner
@@ -228,6 +242,38 @@ def check_allow_owner(allow_owner: Any) -> list[int]:
             raise ShmstreamValueError(f"allow_owner: {item} is not a uid (0 to 2**32 - 2)")
         uids.append(int(item))
     return uids
+
+
+#: The SHMSTREAM_ALLOW_OWNERS value last checked (each value is warned about once).
+_env_checked: list[str | None] = [None]
+
+
+def _check_allow_owners_env() -> None:
+    """A SHMSTREAM_ALLOW_OWNERS entry that is neither a uid nor a user name
+    here is ignored by the core's rule: say so once, naming it, rather than
+    refuse other users' segments with no hint why."""
+    value = os.environ.get("SHMSTREAM_ALLOW_OWNERS")
+    if value is None or value == _env_checked[0]:
+        return
+    _env_checked[0] = value
+    import pwd
+
+    bad = []
+    for entry in re.split(r"[,\s]+", value):
+        if not entry or (entry.isascii() and entry.isdigit() and int(entry) < 2**32 - 1):
+            continue
+        try:
+            pwd.getpwnam(entry)
+        except KeyError:
+            bad.append(entry)
+    if bad:
+        warnings.warn(
+            f"SHMSTREAM_ALLOW_OWNERS: {', '.join(map(repr, bad))} is neither a uid (0 to "
+            "2**32 - 2) nor a user name here, so it is ignored; list uids or user names, "
+            "separated by commas or blanks",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def spin_ns(spin_us: Any) -> int:

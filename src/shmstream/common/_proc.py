@@ -7,12 +7,6 @@ from __future__ import annotations
 from .. import _native
 
 
-def start_ticks(pid: int) -> int:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat
-    field 22), or 0 if it is unknown."""
-    return int(_native.proc_start_ticks(pid))
-
-
 def alive(pid: int, ticks: int = 0) -> bool:
     """True if ``pid`` runs and, when ``ticks`` is known, started at ``ticks``."""
     if pid <= 0 or pid > 0x7FFFFFFF:

@@ -63,13 +63,6 @@ class GpuSharedMemory(SharedMemory):
             f"shmstream.open({n!r}, gpu_device='cuda:N') (or gpu_device=True)"
         )
 
-    def _gpu_for(self, operation: str) -> Any:
-        self._check_open(operation)
-        gs = self._gs
-        if gs is None:
-            raise self._unattached(operation)
-        return gs
-
     def _cpu_reads(self) -> bool:
         """An unattached handle of a mirrored stream reads the mirror."""
         return self._gs is None and self.cpu_mirror
@@ -267,7 +260,7 @@ class GpuSharedMemory(SharedMemory):
             return super().read(safe=safe, out=out, timeout=timeout)
         if self._gs is None:
             raise self._unattached("read from")
-        if not safe:
+        if not _checks.check_bool("safe", safe):
             return self._read_unsafe(safe, out)
         dst, count, _, _ = self._gpu_read(out, timeout)
         self._record(count)
@@ -282,7 +275,7 @@ class GpuSharedMemory(SharedMemory):
         timeout: float | None = None,
     ) -> Publication:
         self._check_open("read a publication from")
-        if self._cpu_reads() or not safe:
+        if self._cpu_reads() or not _checks.check_bool("safe", safe):
             if self._gs is None and not self.cpu_mirror:
                 raise self._unattached("read a publication from")
             return super().read_publication(safe=safe, out=out, timeout=timeout)
@@ -335,7 +328,7 @@ class GpuSharedMemory(SharedMemory):
         out: Any = None,
         spin_us: float | None = None,
     ) -> Any:
-        if self._cpu_reads() or not safe:
+        if self._cpu_reads() or not _checks.check_bool("safe", safe):
             return await super().read_new_async(
                 timeout=timeout, safe=safe, out=out, spin_us=spin_us
             )

@@ -1,8 +1,9 @@
 """The slot pool of a ``shmstream.torch.DataLoader``: shared memory that the
 loader (the main process) owns and its workers fill, kept across epochs and
 worker restarts. No torch here: ``shmstream purge`` imports this module.
-This file is the pool's bookkeeping (its table, the main process's
-``Pool``, a worker's ``PoolClient``); ``_slot_files`` holds the files.
+This file is the main process's ``Pool`` and the pool's one name for its
+callers: ``_slot_table`` holds the table, ``_pool_client`` a worker's
+``PoolClient``, ``_slot_files`` the files; their names are re-exported.
 
 Layout (docs/loader.md, "The pool in shared memory", is the reference)
   root   a KIND_ARRAY segment named ``loader-<token>``, created by the main
@@ -34,134 +35,98 @@ stay under the pool's bound (``max_bytes``).
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import secrets
 import threading
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from .. import _native
-from ..common._space import SHM_DIR
-from ..errors import (
-    BatchLostError,
-    CorruptStreamError,
-    ShmstreamFileNotFoundError,
-    ShmstreamOSError,
-)
-
-# Its slot files' names are re-exported: callers know this module as the pool.
+from ..errors import BatchLostError, CorruptStreamError
+from ._pool_client import PoolClient
 from ._slot_files import (
-    DEFAULT_MAX_BYTES,  # noqa: F401
-    ROOT_PREFIX,  # noqa: F401
-    SLOT_FILE_PREFIX,  # noqa: F401
+    DEFAULT_MAX_BYTES,
+    ROOT_PREFIX,
+    SLOT_FILE_PREFIX,
     Mapped,
     Taken,
     capacity_for,
     check_whole,
-    check_written,  # noqa: F401
+    check_written,
     create_slot_file,
-    default_max_bytes,  # noqa: F401
+    default_max_bytes,
     list_slot_files,
     map_slot_file,
-    purge_dead_loader_pools,  # noqa: F401
+    purge_dead_loader_pools,
     root_name,
     slot_path,
     unlink_quiet,
 )
+from ._slot_table import (
+    CAP,
+    EMPTY,
+    FILLING,
+    FREE,
+    GEN,
+    H_MAGIC,
+    H_MAX,
+    H_NSLOTS,
+    H_TOTAL,
+    HEAD,
+    HELD,
+    LEASE,
+    LINE,
+    PID,
+    READY,
+    SEQ,
+    STATE,
+    TABLE_MAGIC,
+    SlotTable,
+)
 
-TABLE_MAGIC = 0x324C4F4F50534C53  # "SLSPOOL2", little-endian: lines name leases
-_HEAD = 8  # words of the head line: magic, nslots, max_bytes, total_bytes
-_H_MAGIC, _H_NSLOTS, _H_MAX, _H_TOTAL = 0, 1, 2, 3
-_LINE = 8  # words per slot line
-# _PID is the worker's pid, for humans only; _LEASE its root handle's lease
-_STATE, _SEQ, _GEN, _CAP, _PID, _LEASE, _READY = range(7)
-EMPTY, FREE, FILLING, HELD = 0, 1, 2, 3
-_LEASE_MASK = (1 << 64) - 1  # a line's lease word as unsigned: a negative one is no lease
-
-# ------------------------------------------------------------------ table
-
-
-class _Table:
-    """The root segment and its table. Every method that reads or changes
-    slot lines runs with the root's lock held (``locked()``)."""
-
-    def __init__(self, seg: Any, token: str) -> None:
-        self.seg = seg
-        self.token = token
-        self.words = seg.payload().view(np.int64)
-        self.nslots = int(self.words[_H_NSLOTS])
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[np.ndarray]:
-        # SYNC POINT pool-lock: every change of the table, and each hand-over
-        # of a slot's bytes (FILLING -> HELD -> FREE -> FILLING), happens under
-        # the root's lock (by lease, layout 5); it orders one side's writes
-        # of the bytes before the other side's reads.
-        if self.seg.lock():
-            self._repair()  # the previous holder died, maybe mid-update
-        try:
-            yield self.words
-        finally:
-            self.seg.unlock()
-
-    def line(self, k: int) -> np.ndarray:
-        return self.words[_HEAD + k * _LINE : _HEAD + (k + 1) * _LINE]
-
-    def _repair(self) -> None:
-        self.reclaim_dead()
-        self.words[_H_TOTAL] = sum(
-            int(self.line(k)[_CAP]) for k in range(self.nslots) if self.line(k)[_STATE] != EMPTY
-        )
-
-    def reclaim_dead(self) -> int:
-        """Slots taken by workers that died: FREE again if their file was
-        complete, EMPTY (file removed) if the worker died creating it. A
-        worker is dead when the lease its line names is gone (l2, through
-        this process's root handle: right in any PID namespace); "cannot
-        tell" keeps its slot."""
-        n = 0
-        for k in range(self.nslots):
-            e = self.line(k)
-            if e[_STATE] != FILLING or self.seg.lease_alive(int(e[_LEASE]) & _LEASE_MASK) != 0:
-                continue
-            if e[_READY]:
-                e[_STATE] = FREE
-            else:
-                self.drop(k)
-            n += 1
-        return n
-
-    def drop(self, k: int) -> None:
-        """Slot k becomes EMPTY and its file goes (mappings stay valid)."""
-        e = self.line(k)
-        unlink_quiet(slot_path(self.token, k, int(e[_GEN])))
-        if e[_STATE] != EMPTY:
-            self.words[_H_TOTAL] -= e[_CAP]
-        e[_STATE], e[_CAP], e[_READY] = EMPTY, 0, 0
-
-    def forget_retired(self, maps: dict[int, Mapped]) -> None:
-        """Drop this process's mappings of slot files that were removed or
-        replaced, so their pages go back to /dev/shm (held batches keep
-        theirs), and those a truncation cut from their file."""
-        for k, m in list(maps.items()):
-            e = self.line(k)
-            if e[_STATE] == EMPTY or e[_GEN] != m.gen or m.mapping.lost:
-                del maps[k]
-
-    def free(self, k: int, seq: int) -> None:
-        e = self.line(k)
-        if e[_SEQ] == seq and e[_STATE] in (FILLING, HELD):
-            e[_STATE] = FREE
-
-    def counts(self) -> tuple[int, int]:
-        slots = sum(1 for k in range(self.nslots) if self.line(k)[_STATE] != EMPTY)
-        return slots, int(self.words[_H_TOTAL])
-
-
-# ------------------------------------------------------------ main process
+# Callers know this module as the pool: the names of its table, its
+# worker's side and its files are this module's too.
+__all__ = [
+    "CAP",
+    "DEFAULT_MAX_BYTES",
+    "EMPTY",
+    "FILLING",
+    "FREE",
+    "GEN",
+    "H_MAGIC",
+    "H_MAX",
+    "H_NSLOTS",
+    "H_TOTAL",
+    "HEAD",
+    "HELD",
+    "LEASE",
+    "LINE",
+    "PID",
+    "READY",
+    "ROOT_PREFIX",
+    "SEQ",
+    "SLOT_FILE_PREFIX",
+    "STATE",
+    "TABLE_MAGIC",
+    "Mapped",
+    "Pool",
+    "PoolClient",
+    "SlotTable",
+    "Taken",
+    "capacity_for",
+    "check_whole",
+    "check_written",
+    "create_slot_file",
+    "default_max_bytes",
+    "list_slot_files",
+    "map_slot_file",
+    "purge_dead_loader_pools",
+    "root_name",
+    "slot_path",
+    "unlink_quiet",
+]
 
 
 class Pool:
@@ -173,7 +138,7 @@ class Pool:
         self.token = secrets.token_hex(8)
         self.owner_pid = os.getpid()
         self.max_bytes = max_bytes
-        self.table: _Table | None = None
+        self.table: SlotTable | None = None
         self.instance_id: str | None = None
         #: Why the pool could not be made (its batches take torch's path).
         self.broken: str | None = None
@@ -183,7 +148,7 @@ class Pool:
         self.fresh = self.reused = 0
         self.fallbacks: dict[str, int] = {"bound": 0, "busy": 0, "error": 0}
         self.warned = False
-        nbytes = (_HEAD + nslots * _LINE) * 8
+        nbytes = (HEAD + nslots * LINE) * 8
         try:
             seg = _native.Segment.create(
                 root_name(self.token),
@@ -200,13 +165,13 @@ class Pool:
             self.broken = f"{type(exc).__name__}: {exc}"
             return
         words = seg.payload().view(np.int64)
-        words[_H_NSLOTS], words[_H_MAX] = nslots, max_bytes
-        words[_H_MAGIC] = TABLE_MAGIC  # before any worker exists: no ordering needed
+        words[H_NSLOTS], words[H_MAX] = nslots, max_bytes
+        words[H_MAGIC] = TABLE_MAGIC  # before any worker exists: no ordering needed
         self.instance_id = seg.instance_id
-        self.table = _Table(seg, self.token)
+        self.table = SlotTable(seg, self.token)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[_Table]:
+    def _locked(self) -> Iterator[SlotTable]:
         assert self.table is not None
         tls = self._tls
         tls.inside = True
@@ -236,10 +201,10 @@ class Pool:
                     f"{t.nslots} slots (corrupt descriptor); restart the epoch"
                 )
             e = t.line(k)
-            ok = e[_SEQ] == seq and e[_GEN] == gen and e[_STATE] == FILLING
+            ok = e[SEQ] == seq and e[GEN] == gen and e[STATE] == FILLING
             if ok:
-                e[_STATE] = HELD
-            cap = int(e[_CAP])
+                e[STATE] = HELD
+            cap = int(e[CAP])
             t.forget_retired(self.maps)
         if not ok:
             raise BatchLostError(
@@ -257,7 +222,7 @@ class Pool:
                 check_whole(path, cap, cached.mapping)
         except CorruptStreamError:  # truncated: the batch is lost, the slot goes
             with self._locked() as t:
-                if t.line(k)[_SEQ] == seq:
+                if t.line(k)[SEQ] == seq:
                     t.drop(k)
             raise
         except BaseException:
@@ -325,175 +290,3 @@ class Pool:
                 _native.unlink_segname(self.table.seg.segname)
         for path in list_slot_files(self.token).get(self.token, []):
             unlink_quiet(path)
-
-
-# ----------------------------------------------------------------- worker
-
-
-class _Choice(NamedTuple):
-    """The slot ``PoolClient._choose`` picked: a free one that fits
-    (``fresh`` False) or a line it set up for a new file (``fresh`` True)."""
-
-    k: int
-    fresh: bool
-
-
-class _NoSlot(enum.Enum):
-    """Why ``PoolClient._choose`` found no slot; the value is the reason
-    ``PoolClient.take`` returns (and the loader counts)."""
-
-    BUSY = "busy"  # every slot is in use
-    BOUND = "bound"  # a new slot would pass the pool's bound
-    ERROR = "error"  # creating a slot failed before (create_error)
-
-
-class PoolClient:
-    """A worker's side: takes a slot for each batch (reusing a free one,
-    creating one, or growing a free one that is too small), maps it once per
-    generation, gives it back if the batch fails."""
-
-    def __init__(self, token: str, instance_id: str, wrap: Any = None) -> None:
-        seg = _native.Segment.open(root_name(token), _native.KIND_ARRAY, False)
-        if seg.instance_id != instance_id:
-            raise ShmstreamFileNotFoundError(f"loader pool {root_name(token)!r} was replaced")
-        words = seg.payload().view(np.int64)
-        if words.size < _HEAD or int(words[_H_MAGIC]) != TABLE_MAGIC:
-            raise ShmstreamOSError(f"loader pool {root_name(token)!r} has no slot table")
-        self.token = token
-        self.table = _Table(seg, token)
-        self.pid = os.getpid()  # for humans (stat, a debugger)
-        self.lease = int(seg.lease)  # what this worker's slot lines name
-        if not self.lease:
-            raise ShmstreamOSError(
-                f"loader pool {root_name(token)!r} gave this worker no lease (layout "
-                f"{int(seg.layout_version)}); its batches take torch's path"
-            )
-        self.maps: dict[int, Mapped] = {}  # k -> its mapping, buf: wrap(the bytes)
-        #: What the caller writes through (the mmap itself by default).
-        self.wrap = wrap or (lambda mm: mm)
-        #: Why this worker creates no more slots (None: it may).
-        self.create_error: str | None = None
-
-    def take(self, need: int, _retry: bool = True) -> Taken | str:
-        """A slot of at least ``need`` bytes, FILLING for this worker; or the
-        reason there is none ('bound': the pool's bytes would pass its bound;
-        'busy': every slot is in use; 'error': creating a slot failed before,
-        see ``create_error``).
-        OSError if creating its file fails (the slot is EMPTY again). A slot
-        whose file another process truncated is dropped and another taken."""
-        with self.table.locked() as w:
-            got = self._choose(w, need)
-            if got in (_NoSlot.BUSY, _NoSlot.BOUND) and self.table.reclaim_dead():
-                got = self._choose(w, need)
-            if isinstance(got, _NoSlot):
-                return got.value
-            k, fresh = got
-            e = self.table.line(k)
-            if not fresh:
-                # Owner first: a holder that dies between these stores
-                # leaves a FREE slot, or a FILLING one that names it.
-                e[_PID], e[_LEASE] = self.pid, self.lease
-                e[_SEQ] += 1
-                e[_STATE] = FILLING
-            gen, seq, cap = int(e[_GEN]), int(e[_SEQ]), int(e[_CAP])
-            self.table.forget_retired(self.maps)
-        path = slot_path(self.token, k, gen)
-        try:
-            if fresh:
-                self.maps.pop(k, None)
-                mm = create_slot_file(path, cap)
-                buf = self.wrap(mm.buffer())
-                if not os.path.exists(SHM_DIR + self.table.seg.segname):
-                    unlink_quiet(path)  # the loader is gone: no orphan file
-                    raise ShmstreamFileNotFoundError(
-                        f"loader pool {root_name(self.token)!r} was removed"
-                    )
-                with self.table.locked():
-                    self.table.line(k)[_READY] = 1
-            else:
-                cached = self.maps.get(k)
-                if cached is not None and cached.gen == gen and not cached.mapping.lost:
-                    buf, mm = cached.buf, cached.mapping
-                    check_whole(path, cap, mm)
-                else:  # map_slot_file checks the file's size as it maps it
-                    owner = int(self.table.seg.owner_uid)
-                    mm = map_slot_file(path, cap, populate=True, owner_uid=owner)
-                    buf = self.wrap(mm.buffer())
-        except BaseException as exc:
-            with self.table.locked():
-                if self.table.line(k)[_SEQ] == seq:
-                    self.table.drop(k)
-            if fresh:  # /dev/shm is full: reuse what exists, create nothing
-                self.create_error = f"{type(exc).__name__}: {exc}"
-            elif _retry and isinstance(exc, CorruptStreamError):
-                # Truncated before this batch was written into it: nothing is
-                # lost yet, and the dropped slot is EMPTY for a fresh file.
-                return self.take(need, _retry=False)
-            raise
-        self.maps[k] = Mapped(gen, buf, mm)
-        return Taken(k, gen, seq, cap, buf, fresh, mm)
-
-    def _choose(self, w: np.ndarray, need: int) -> _Choice | _NoSlot:
-        """The slot for a batch of ``need`` bytes, or why there is none.
-        A fresh slot's line is taken and set up here (FILLING, generation,
-        capacity, total); slots evicted to make room are removed."""
-        t = self.table
-        fit: int | None = None
-        fit_key = (True, 1 << 62)
-        empty: int | None = None
-        small: list[int] = []
-        for k in range(t.nslots):
-            e = t.line(k)
-            st = e[_STATE]
-            if st == FREE:
-                if e[_CAP] >= need:
-                    # Best fit, among the slots this worker has mapped first
-                    # (a new mapping maps every page of the slot).
-                    m = self.maps.get(k)
-                    mapped = m is not None and m.gen == e[_GEN]
-                    key = (not mapped, int(e[_CAP]))
-                    if key < fit_key:
-                        fit, fit_key = k, key
-                else:
-                    small.append(k)
-            elif st == EMPTY and empty is None:
-                empty = k
-        if fit is not None:
-            return _Choice(fit, fresh=False)
-        if empty is None and not small:
-            return _NoSlot.BUSY
-        if self.create_error is not None:
-            return _NoSlot.ERROR
-        # Room: a free slot too small for this batch is replaced (grow);
-        # more of them go, biggest first, if the bound needs their bytes.
-        small.sort(key=lambda j: int(t.line(j)[_CAP]), reverse=True)
-        target = empty if empty is not None else small.pop(0)
-        cap = capacity_for(need, grow=target != empty)
-        total = int(w[_H_TOTAL]) - (int(t.line(target)[_CAP]) if target != empty else 0)
-        evict = []
-        while total + cap > w[_H_MAX] and small:
-            j = small.pop(0)
-            evict.append(j)
-            total -= int(t.line(j)[_CAP])
-        if total + cap > w[_H_MAX]:
-            return _NoSlot.BOUND
-        for j in evict:
-            t.drop(j)
-        if target != empty:
-            t.drop(target)
-        # FILLING, not ready, owned by this worker before anything else
-        # changes: a holder that dies in between leaves a line that repair
-        # drops (its file, if any, removed; total recomputed).
-        e = t.line(target)
-        e[_PID], e[_LEASE], e[_READY] = self.pid, self.lease, 0
-        e[_STATE] = FILLING
-        e[_SEQ] += 1
-        e[_GEN] += 1
-        e[_CAP] = cap
-        w[_H_TOTAL] = total + cap
-        return _Choice(target, fresh=True)
-
-    def give_back(self, taken: Taken) -> None:
-        """The batch failed before it was sent: the slot is FREE again."""
-        with self.table.locked():
-            self.table.free(taken.k, taken.seq)

@@ -26,14 +26,12 @@ def _files(root: str) -> list[str]:
 
 
 def _in_use(name: str, segname: str) -> bool:
-    """Does any handle hold a lease on a layout-5 root (its loader's or a
+    """Does any handle hold a lease on the root (its loader's or a
     worker's)? Right from any PID namespace (docs/ABI.md, "Loader pool by
-    lease"); an older root says no (its creator's pid decides)."""
+    lease")."""
     try:
         seg = _native.Segment.peek(segname)
     except Exception:  # noqa: BLE001 - gone or unreadable: nobody uses it through us
-        return False
-    if int(seg.layout_version) != _native.LAYOUT_VERSION_POOL_LEASES:
         return False
     return int(seg.leases()[2]) != 0
 

@@ -14,7 +14,6 @@ import stat
 from typing import Any, NamedTuple
 
 from .. import _native
-from ..common import _proc
 from ..common._space import SHM_DIR
 from ..errors import (
     CorruptStreamError,
@@ -90,17 +89,11 @@ def list_slot_files(token: str | None = None) -> dict[str, list[str]]:
 
 
 def _owner_alive(seg: Any) -> bool:
-    """Is the pool in use? A layout-5 root (docs/ABI.md, "Loader pool by
-    lease"): while its owner's lease or any handle's lease on it (a
-    worker's) is held, or this cannot be told; from any PID namespace. An
-    older root: while its creator's pid lives, or always when it was made in
-    another PID namespace (its pid cannot be judged here)."""
-    if int(seg.layout_version) == _native.LAYOUT_VERSION_POOL_LEASES:
-        creator, _holder, anyone = (int(v) for v in seg.leases())
-        return creator != 0 or anyone != 0
-    if int(seg.pidns_match) == 0:
-        return True
-    return _proc.alive(seg.creator_pid, seg.creator_start_ticks)
+    """Is the pool in use? While its owner's lease or any handle's lease on
+    its root (a worker's) is held, or this cannot be told; from any PID
+    namespace (docs/ABI.md, "Loader pool by lease")."""
+    creator, _holder, anyone = (int(v) for v in seg.leases())
+    return creator != 0 or anyone != 0
 
 
 def purge_dead_loader_pools() -> list[str]:

@@ -23,10 +23,11 @@ from torch.utils.data._utils.collate import (
     default_collate_fn_map,
 )
 
-from . import _loader_pool
+from . import _loader_pool, _torch_compat
 from ._batch import Descriptor, Fallback
 
 _ALIGN = 64
+_STORAGES = (torch.UntypedStorage, torch.TypedStorage)
 
 
 def _align(n: int, a: int = _ALIGN) -> int:
@@ -148,6 +149,13 @@ class _Packer(pickle.Pickler):
         self.keep: list[torch.Tensor] = []
         # storage data_ptr -> (position in the slot of the storage's byte lo, lo)
         self.placed = placed
+
+    def reducer_override(self, obj: Any) -> Any:
+        # a storage pickled by value (a tensor the slot does not carry):
+        # torch's reduction, loaded back as torch 2.6 and later load it
+        if isinstance(obj, _STORAGES):
+            return _torch_compat.reduce_storage(obj)
+        return NotImplemented
 
     def persistent_id(self, obj: Any) -> Any:
         if not isinstance(obj, torch.Tensor) or not _eligible(obj):

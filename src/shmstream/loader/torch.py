@@ -59,13 +59,19 @@ import torch.utils.data
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..common import _checks
-from . import _loader_pool
+from . import _loader_pool, _torch_compat
 from ._batch import ShmTransportWarning, pools, unwrap
 from ._worker import SlotCollate
 
 __all__ = ["DataLoader", "ShmTransportWarning"]
 
 _T_co = TypeVar("_T_co", covariant=True)  # what torch's DataLoader is generic in
+
+#: Whether the installed torch is one the loader supports, and the
+#: _process_data override that fits its iterator (_torch_compat).
+_TORCH = _torch_compat.check(
+    torch.__version__, torch.utils.data.DataLoader, _MultiProcessingDataLoaderIter, unwrap
+)
 
 
 class _PoolLife:
@@ -105,10 +111,12 @@ class _ShmIter(_MultiProcessingDataLoaderIter):
     def _collate_fn(self, fn: Any) -> None:
         self._shm_collate = SlotCollate(fn, self._shm_pool)
 
-    def _process_data(self, data: Any, worker_idx: int) -> Any:
-        # torch's: bookkeeping, the next index out, a worker's exception
-        # re-raised (the iterator goes on with the next batch, as torch's does).
-        return unwrap(super()._process_data(data, worker_idx))
+    # torch's, then the batch built from its slot (``unwrap``). torch's does
+    # the bookkeeping, sends the next index out and re-raises a worker's
+    # exception (the iterator goes on with the next batch, as torch's does).
+    # Its signature differs between torch releases: _torch_compat picks the
+    # override that fits the installed one.
+    _process_data = _TORCH.process_data
 
     def _shutdown_workers(self) -> None:
         """torch's, then the slots that the stopped workers held are taken
@@ -135,7 +143,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     reports the pool. Generic like torch's (``DataLoader[torch.Tensor]``);
     ``iter()`` returns a subclass of torch's multi-process iterator. See the
     module documentation for how batches travel and what falls back to
-    torch's default path.
+    torch's default path. Needs torch 2.4 to 2.14: with another,
+    construction raises ``ExtraVersionError`` (docs/loader.md, "torch
+    versions").
     """
 
     def __init__(
@@ -146,6 +156,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         shm_max_bytes: int | None = None,
         **kwargs: Any,
     ) -> None:
+        _TORCH.require()  # ExtraVersionError outside the supported torch releases
         super().__init__(dataset, *args, **kwargs)
         self._shm_pool: _loader_pool.Pool | None = None
         self._shm_life: _PoolLife | None = None

@@ -3,7 +3,7 @@
 Every code milk's library creates streams with: the integers, half, float,
 double and the two complex types (milk's ``complex_float`` is two float32,
 re then im: NumPy's complex64). The element sizes come from the C core
-(``_milk.itemsize``); tests/test_milk_layout.py checks they agree.
+(``_milk.itemsize``); tests/milk/test_milk_layout.py checks they agree.
 """
 
 from __future__ import annotations

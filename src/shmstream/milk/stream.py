@@ -15,7 +15,6 @@ import errno
 import math
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -29,8 +28,11 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from ..streams.publication import FrameBatch, Publication
+from ..streams.publication import Publication
 from . import _errors
+from ._checks import check_create
+from ._history import MilkHistory
+from ._keywords import MilkKeywords
 from ._unlink import unlink
 from ._views import MilkReadView
 from .dtypes import code_of
@@ -41,7 +43,7 @@ from .layout import Layout, instance_id, path_of, shm_dir, unix_ns
 BUSY_TIMEOUT = 0.1
 
 
-class MilkStream:
+class MilkStream(MilkHistory, MilkKeywords):
     """An open milk stream: ``read``, ``read_new``, ``read_publication``,
     ``write``, ``count``, ``missed_writes``, ``shape``, ``dtype``, keywords.
 
@@ -100,10 +102,12 @@ class MilkStream:
         ``cb_size - 1`` (0 without one)."""
         return self.layout.cbsize - 1 if self.layout.cbsize >= 2 else 0
 
-    def producer_alive(self) -> bool:
-        """Whether the stream's creator (milk's creatorPID) still runs,
-        judged by pid alone (milk records no start time)."""
+    def creator_alive(self) -> bool:
+        """Whether the stream's CREATOR (milk's creatorPID), not its writer,
+        still runs, judged by pid alone (milk records no start time)."""
         return _proc.alive(int(self._live().identity()[2]))
+
+    producer_alive = creator_alive  # a stream's name, for the tools and the bridge
 
     def to_config(self) -> dict[str, Any]:
         """The stream's configuration as a shmstream stream's (what a bridge
@@ -265,88 +269,6 @@ class MilkStream:
         info = self._live().read_new_info(arr, self._last, timeout, self._busy_ns, self._spin)
         return self._publication(arr, info)
 
-    def read_since(
-        self,
-        count: int,
-        max_frames: int | None = None,
-        *,
-        timeout: float | None = None,
-        out: np.ndarray | None = None,
-    ) -> FrameBatch:
-        """Every frame after ``count`` that milk's circular buffer still
-        holds, oldest first (at most ``max_frames``; None: the buffer's
-        depth), as a :class:`~shmstream.FrameBatch`. ``missed`` counts the
-        frames after ``count`` already overwritten; pass ``last_count`` as
-        ``count`` to go on. The slot the next write goes to is never read,
-        so a buffer of ``cb_size`` keeps ``cb_size - 1`` frames; a stream
-        without one (``cb_size`` < 2) gives its current frame, as a stream
-        without history does. ``frame_ids`` and ``write_times_ns`` are 0:
-        milk's writers do not record them per frame. ``timeout`` None (the
-        default) returns an empty batch when nothing is newer than
-        ``count``; a number of seconds waits that long for a newer frame,
-        then TimeoutError. ``out=`` fills an array of shape ``(m, *shape)``
-        (at most m frames) instead of allocating one."""
-        native = self._live()
-        depth = max(1, self.history)
-        cap = depth if max_frames is None else max(1, min(int(max_frames), depth))
-        if out is not None:
-            cap = min(cap, self._batch_out(out))
-        if timeout is not None and native.count() <= int(count):
-            self._wait_newer(timeout, int(count))
-        frames = np.empty((cap, *self.shape), self.dtype) if out is None else out[:cap]
-        counts = np.zeros(cap, np.uint64)
-        if self.history:
-            n, last = native.read_since_into(frames, counts, int(count), self._busy)
-        else:  # one frame: the current one, if newer
-            cnt0 = int(native.read_into(frames[0], self._busy)[0])
-            n, last = int(cnt0 > int(count)), cnt0
-            counts[0] = cnt0
-        last = int(counts[n - 1]) if n else max(int(last), int(count))
-        missed = max(0, last - int(count) - n)  # overwritten, or left out (docs/milk.md)
-        zeros = np.zeros(n, np.uint64)
-        return FrameBatch(
-            frames=frames[:n],
-            counts=counts[:n].copy(),
-            frame_ids=zeros,
-            write_times_ns=zeros.copy(),
-            missed=missed,
-            after=int(count),
-            last_count=last,
-        )
-
-    def _batch_out(self, out: Any) -> int:
-        """Frames an ``out=`` array of read_since holds (it is checked)."""
-        if (
-            not isinstance(out, np.ndarray)
-            or out.dtype != self.dtype
-            or out.shape[1:] != self.shape
-            or not len(out)
-            or not out.flags.c_contiguous
-        ):
-            raise ShmstreamValueError(
-                f"out must be a C-contiguous {self.dtype} array of shape (m, *{self.shape})"
-            )
-        return len(out)
-
-    def iter_since(
-        self, count: int | None = None, timeout: float | None = None
-    ) -> Iterator[np.ndarray]:
-        """Every frame after ``count`` (None: the count now), one at a time,
-        waiting up to ``timeout`` seconds for the next one (TimeoutError);
-        frames the circular buffer lost before they were read are counted in
-        :attr:`missed_writes`."""
-        after = self.count if count is None else int(count)
-        while True:
-            batch = self.read_since(after)
-            self._missed += batch.missed
-            yield from batch.frames
-            after = batch.last_count
-            self._last = max(self._last, after)
-            if not len(batch.frames):
-                self._live().read_new_into(
-                    np.empty(self.shape, self.dtype), after, timeout, self._busy_ns, self._spin
-                )
-
     def claim(self, preferred: int | None = None) -> int:
         """Claim a semaphore in the reader PID table now (``read_new`` does it
         on first use): this process's entry, ``preferred`` if free, else the
@@ -363,6 +285,8 @@ class MilkStream:
         """Publish a frame as milk's writers do: write flag, pixels, circular
         buffer, times, cnt0 + 1, flag down, then post every semaphore.
         ``atime`` (seconds, milk's clock) is the acquisition time; None: now."""
+        if not hasattr(array, "__len__") and not hasattr(array, "__array__"):
+            raise ShmstreamTypeError(f"write takes an array, not {type(array).__name__}")
         arr = np.asarray(array)
         if arr.shape != self.shape:
             raise ShmstreamValueError(f"frame of shape {arr.shape}; the stream's is {self.shape}")
@@ -371,45 +295,6 @@ class MilkStream:
         arr = np.ascontiguousarray(arr)
         self._live().write(arr, -1 if atime is None else int(atime * 1e9))
         self._last = max(self._last, self._native.count())
-
-    # -- keywords ------------------------------------------------------------
-
-    @property
-    def keywords(self) -> dict[str, tuple[Any, str]]:
-        """milk's keywords as ``{name: (value, comment)}`` (int, float or str)."""
-        native = self._live()
-        out: dict[str, tuple[Any, str]] = {}
-        for i in range(self.layout.nkw):
-            name, kind, value, comment, _cnt = native.keyword(i)
-            if kind in "LDS" and name:
-                out[name] = (value, comment)
-        return out
-
-    def set_keyword(self, name: str, value: int | float | str, comment: str = "") -> None:
-        """Write keyword ``name`` (up to 15 bytes) in its slot, or the first
-        unused one; int -> 'L', float -> 'D', str (up to 15 bytes) -> 'S'."""
-        native = self._live()
-        if not isinstance(name, str) or not name or len(name.encode()) > 15:
-            raise ShmstreamValueError(f"a milk keyword name is 1 to 15 bytes, not {name!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ShmstreamTypeError(f"a keyword value is an int, float or str, not {value!r}")
-        if isinstance(value, str) and len(value.encode()) > 15:
-            raise ShmstreamValueError("a milk keyword string is at most 15 bytes")
-        kind = "L" if isinstance(value, int) else "D" if isinstance(value, float) else "S"
-        free = None
-        for i in range(self.layout.nkw):
-            kname, kkind, _v, _c, _n = native.keyword(i)
-            if kkind in "LDS" and kname == name:
-                native.set_keyword(i, name, kind, value, comment)
-                return
-            if free is None and kkind not in "LDS":
-                free = i
-        if free is None:
-            raise ShmstreamValueError(
-                f"all {self.layout.nkw} keyword slots of milk stream '{self.name}' are used; "
-                "create it with more (nkw=)"
-            )
-        native.set_keyword(free, name, kind, value, comment)
 
     # -- lifetime ------------------------------------------------------------
 
@@ -472,17 +357,11 @@ def create(
     ``nsem`` reader semaphores (milk's default 10), ``nkw`` keyword slots,
     ``cb_size`` frames of milk's fast circular buffer (0: none). The file is
     created ``mode`` (0600: only this user; milk itself makes 0666)."""
-    shp = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not 1 <= len(shp) <= 3 or any(not isinstance(s, (int, np.integer)) or s < 1 for s in shp):
-        raise ShmstreamValueError(f"a milk stream has 1 to 3 axes of at least 1, not {shape!r}")
-    if any(s >= 2**32 for s in shp):
-        raise ShmstreamValueError(f"a milk axis is below 2**32 elements, not {shape!r}")
+    shp, nsem, nkw, cb_size, mode = check_create(shape, nsem, nkw, cb_size, mode)
     code = code_of(dtype)
     path = path_of(name, dir)
     try:
-        native = _milk.Stream.create(
-            path, name, [int(s) for s in shp[::-1]], code, nsem, nkw, cb_size, mode
-        )
+        native = _milk.Stream.create(path, name, list(shp[::-1]), code, nsem, nkw, cb_size, mode)
     except ShmstreamFileExistsError:
         raise ShmstreamFileExistsError(
             errno.EEXIST,

@@ -36,7 +36,6 @@ class NpyAppender:
         self.dtype = np.dtype(dtype)
         self.row_shape = tuple(row_shape)
         self.rows = 0  # appended
-        self.synced = 0  # in the header on disk
         self._descr = np.lib.format.dtype_to_descr(self.dtype)
         self._header_size = len(self._header(_MAX_ROWS, 0))
         self._file: Any = open(self.path, "xb")  # noqa: SIM115 - closed by close()
@@ -85,7 +84,6 @@ class NpyAppender:
         f.write(self._header(rows, self._header_size))
         f.flush()
         f.seek(end)
-        self.synced = rows
 
     def close(self) -> None:
         if self._file.closed:

@@ -19,8 +19,8 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from ..streams.shared_memory import create as _create
-from ..streams.shared_memory import open as _open
+from ..streams import create as _create
+from ..streams import open as _open
 from ._stopping import CHUNK_S, Stopped, signals_stop
 from .files import Recording, load_recording
 
@@ -74,6 +74,11 @@ def replay(
     _checks.check_name(name)
     path = _checks.check_path("path", path)
     pace = _check_rate(rate)  # the arguments before the files
+    renumber, restamp = (
+        _checks.check_bool("renumber", renumber),
+        _checks.check_bool("restamp", restamp),
+    )
+    handle_signals = _checks.check_bool("handle_signals", handle_signals)
     rec = load_recording(path)
     handle, created = _target(rec, name, history)
     stats = ReplayStats(name, str(path), created=created)

@@ -34,6 +34,8 @@ from ..errors import (
     CorruptStreamError,
     ShmstreamFileExistsError,
     ShmstreamFileNotFoundError,
+    ShmstreamIndexError,
+    ShmstreamOSError,
     ShmstreamValueError,
 )
 from ..streams.publication import FrameBatch, Publication
@@ -160,9 +162,17 @@ def _prepare_directory(path: Path, overwrite: bool) -> None:
                 f"{str(path)!r} exists and is not a shmstream recording (no {DESCRIPTION}); "
                 "refusing to overwrite it"
             )
-        for entry in ["frames.npy", *(f"{c}.npy" for c in COLUMNS), DESCRIPTION]:
-            (path / entry).unlink(missing_ok=True)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        if path.exists():
+            for entry in ["frames.npy", *(f"{c}.npy" for c in COLUMNS), DESCRIPTION]:
+                (path / entry).unlink(missing_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ShmstreamOSError(
+            exc.errno,
+            f"cannot make the recording directory {str(path)!r}: {exc.strerror}; choose a "
+            "path in a directory you can write (e.g. under your home or /tmp)",
+        ) from None
 
 
 class Recording:
@@ -229,6 +239,13 @@ class Recording:
     def frame(self, i: int, out: np.ndarray | None = None) -> np.ndarray:
         """A private copy of frame ``i`` (into ``out`` if given), checked:
         :class:`CorruptStreamError` if frames.npy was cut under it."""
+        n = len(self.frames)
+        i = _checks.check_int("frame index i", i)
+        if not -n <= i < n:
+            raise ShmstreamIndexError(
+                f"frame index i={i} is out of range: the recording has {n} frame(s) "
+                f"(0 to {n - 1}, or negative from the end)"
+            )
         if out is None:
             out = np.empty(self.shape, self.dtype)
         np.copyto(out, self.frames[i])

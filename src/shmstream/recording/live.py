@@ -32,7 +32,7 @@ from ..errors import (
     NoCpuMirrorError,
     ShmstreamFileNotFoundError,
 )
-from ..streams.shared_memory import open as _open
+from ..streams import open as _open
 from ._replaying import ReplayStats, replay
 from ._stopping import CHUNK_S, Stopped, signals_stop
 from .files import RecordingWriter
@@ -231,6 +231,8 @@ def record(
     start_count = None if since is None else _checks.check_u64("since", since)
     buffer_bytes = _checks.check_int("buffer_bytes", buffer_bytes, minimum=1)
     wait_s = _checks.check_timeout(wait, "wait")
+    overwrite = _checks.check_bool("overwrite", overwrite)
+    handle_signals = _checks.check_bool("handle_signals", handle_signals)
     handle = _open_for_reading(name, wait_s, stop)
     try:
         frame_bytes = max(1, handle.size)

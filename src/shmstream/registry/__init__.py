@@ -1,17 +1,16 @@
 """One registry of what shmstream keeps in /dev/shm, over every kind
-(``_survey.py``: find, list, stat and remove segments; ``_purge.py``:
-purge). Each kind's folder owns its entry in the kinds' table
-(``common/_kinds.py``); the registry imports none of them."""
+(``_survey.py``: find and list segments; ``_stat.py``: stat;
+``_remove.py``: remove by any listed name; ``_purge.py``: purge). Each
+kind's folder owns its entry in the kinds' table (``common/_kinds.py``);
+the registry imports none of them."""
 
 from ._purge import (
     UNFINISHED_ORPHAN_S,
-    PurgeReport,
     PurgeResult,
     purge,
-    purge_abandoned,
-    purge_entries,
-    purge_report,
 )
+from ._remove import remove
+from ._stat import readable, stat
 from ._survey import (
     FILE_PREFIX,
     KINDS,
@@ -21,11 +20,8 @@ from ._survey import (
     list_channels,
     list_streams,
     printable,
-    readable,
-    remove,
     scan,
     segment_files,
-    stat,
     survey,
 )
 
@@ -37,16 +33,12 @@ __all__ = [
     "readable",
     "segment_files",
     "KINDS",
-    "PurgeReport",
     "PurgeResult",
     "Skipped",
     "list_channels",
     "list_streams",
     "printable",
     "purge",
-    "purge_abandoned",
-    "purge_entries",
-    "purge_report",
     "remove",
     "scan",
     "stat",

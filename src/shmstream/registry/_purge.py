@@ -1,30 +1,21 @@
 """Purge: remove every stream, and what dead processes left of the other
 kinds (their registry entries say whether a live process still uses an
-object), and say all it removed (:class:`PurgeResult`). The deprecated
-ways in (``purge_report``, ``purge_entries``, ``purge_abandoned``) are thin
-aliases of :func:`purge`."""
+object), and say all it removed (:class:`PurgeResult`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import warnings
 from collections.abc import Iterable
 
-from ..common import _kinds, _proc
+from ..common import _checks, _kinds, _proc
 from ..common._space import SHM_DIR
 from ..errors import ShmstreamValueError
-from ._survey import KINDS, Entry, Skipped, listdir, survey, unlink_file
+from ._remove import listdir, unlink_file
+from ._survey import KINDS, Entry, Skipped, survey
 
-__all__ = [
-    "PurgeReport",
-    "PurgeResult",
-    "purge",
-    "purge_abandoned",
-    "purge_entries",
-    "purge_report",
-]
+__all__ = ["PurgeResult", "purge"]
 
 #: An unfinished segment (magic still 0) whose file is older than this has
 #: lost its creator mid-create: purge removes it.
@@ -152,10 +143,11 @@ class PurgeResult(list[str]):
 
 
 def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = None) -> PurgeResult:
-    """Remove every stream in /dev/shm (pyshmem's meaning: in use or not),
-    and the channels, shared arrays and loader slots that nobody uses any
-    more (their creator is dead, and for a channel no live process holds
-    either end); return the user names removed, sorted, as a
+    """Remove EVERY stream in /dev/shm that the caller may remove, in use or
+    not, other jobs' too (pyshmem's meaning); ``kinds=("channel", "array",
+    "loader-pool")`` is the safe choice, never a stream. Also the channels,
+    shared arrays and loader slots that nobody uses any more (their creator
+    is dead, and for a channel no live process holds either end); return the user names removed, sorted, as a
     :class:`PurgeResult` that also says what it removed without a name,
     what it skipped and why, and which CUDA IPC files it removed.
 
@@ -170,6 +162,7 @@ def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = N
     processes using a removed object keep their mapping, but nobody can
     open it again.
     """
+    include_cuda_orphans = _checks.check_bool("include_cuda_orphans", include_cuda_orphans)
     wanted = set(KINDS) if kinds is None else set(kinds)
     unknown = wanted - set(KINDS)
     if unknown:
@@ -183,47 +176,3 @@ def purge(*, include_cuda_orphans: bool = False, kinds: Iterable[str] | None = N
     removed += _remove_abandoned(entries, wanted & set(_abandonable()), skipped)
     orphans = _remove_orphaned_cuda_ipc_files() if include_cuda_orphans else []
     return PurgeResult(removed, skipped, orphans)
-
-
-# ---- deprecated ways in, each a thin alias of purge --------------------------------
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
-
-
-@dataclasses.dataclass(frozen=True)
-class PurgeReport:
-    """What :func:`purge_report` returns (deprecated: :class:`PurgeResult`
-    has the same ``removed`` and ``skipped``)."""
-
-    removed: list[Entry]
-    skipped: list[Skipped]
-
-
-def purge_report(*, include_cuda_orphans: bool = False) -> PurgeReport:
-    """Deprecated: ``shmstream.purge()``, whose result has ``removed`` and
-    ``skipped``."""
-    _deprecated("shmstream.registry.purge_report()", "shmstream.purge() (.removed, .skipped)")
-    result = purge(include_cuda_orphans=include_cuda_orphans)
-    return PurgeReport(result.removed, result.skipped)
-
-
-def purge_entries(*, include_cuda_orphans: bool = False) -> list[Entry]:
-    """Deprecated: ``shmstream.purge().removed``."""
-    _deprecated("shmstream.registry.purge_entries()", "shmstream.purge().removed")
-    return purge(include_cuda_orphans=include_cuda_orphans).removed
-
-
-def purge_abandoned(
-    kinds: Iterable[str] = ("channel", "array", "loader-pool"),
-    *,
-    skipped: list[Skipped] | None = None,
-) -> list[Entry]:
-    """Deprecated: ``shmstream.purge(kinds=...).removed`` (streams are never
-    removed here, as before)."""
-    _deprecated("shmstream.registry.purge_abandoned()", "shmstream.purge(kinds=...).removed")
-    result = purge(kinds=[k for k in kinds if k in _abandonable()])
-    if skipped is not None:
-        skipped += result.skipped
-    return result.removed

@@ -34,14 +34,13 @@ import dataclasses
 import errno
 import os
 import stat as _stat
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from .. import _native
-from ..common import _checks, _kinds, _proc
+from ..common import _kinds, _proc
 from ..common._space import SHM_DIR
-from ..errors import CorruptStreamError, ShmstreamOSError
+from ..errors import CorruptStreamError
 
 __all__ = [
     "Entry",
@@ -51,15 +50,13 @@ __all__ = [
     "entry",
     "list_channels",
     "list_streams",
-    "listdir",
+    "creator_alive",
+    "examine",
+    "file_prefixes",
     "printable",
-    "readable",
-    "remove",
     "scan",
     "segment_files",
-    "stat",
     "survey",
-    "unlink_file",
 ]
 
 FILE_PREFIX = _native.SEGMENT_PREFIX.lstrip("/")
@@ -155,7 +152,7 @@ def _extra_files(kind: str, name: str | None) -> list[str]:
     return entry.extra_files(name)
 
 
-def _file_prefixes() -> tuple[str, ...]:
+def file_prefixes() -> tuple[str, ...]:
     """The prefixes of the kinds' files beside their segments."""
     return tuple(k.file_prefix for k in _kinds.TABLE if k.file_prefix)
 
@@ -180,11 +177,11 @@ def _file_bytes(segname: str) -> int:
 def entry(segname: str) -> Entry | None:
     """The registry entry of one segment (None if it vanished, or is left
     alone: see :func:`survey`)."""
-    found = _examine(segname)
+    found = examine(segname)
     return found if isinstance(found, Entry) else None
 
 
-def _examine(segname: str) -> Entry | Skipped | None:
+def examine(segname: str) -> Entry | Skipped | None:
     """One ``shmstream-*`` name of /dev/shm: its entry, why it is left
     alone, or None if it vanished. Never raises, never blocks."""
     try:  # the reason, for people; the C core checks the type on the fd it opens
@@ -220,46 +217,25 @@ def _entry_of(segname: str, seg: Any) -> Entry:
     kind = _kind_of(seg)
     size = _file_bytes(segname)
     size += sum(_file_bytes(p[len(SHM_DIR) :]) for p in _extra_files(kind, seg.name))
-    leases = int(seg.layout_version) >= _native.LAYOUT_VERSION_LEASES  # 3, 4 or 5
+    # Every kind but a plain shared array judges liveness by lease.
+    leases = int(seg.layout_version) != _native.LAYOUT_VERSION_ARRAY
     created = seg.created_ns / 1e9
-    return Entry(segname, seg.name, kind, size, pid, _creator_alive(seg), created, leases)
+    return Entry(segname, seg.name, kind, size, pid, creator_alive(seg), created, leases)
 
 
-def _creator_alive(seg: Any) -> bool | None:
+def creator_alive(seg: Any) -> bool | None:
     """Is the creator alive? Made in another PID namespace its pid means
-    nothing here (docs/ABI.md, "Owner and PID namespace"): a layout-4
-    stream's creator is judged by its lease, anything else is None."""
-    if int(seg.pidns_match) == 0:  # leases()[0] is -1 but for a layout-4 stream
+    nothing here (docs/ABI.md, "Owner and PID namespace"): a stream's or
+    loader pool's creator is judged by its lease, anything else is None."""
+    if int(seg.pidns_match) == 0:  # leases()[0] is -1 but for a stream or loader pool
         return {1: True, 0: False}.get(int(seg.leases()[0]))
     return _proc.alive(int(seg.creator_pid), int(seg.creator_start_ticks))
-
-
-def _access(seg: Any) -> dict[str, Any]:
-    """Who owns the file and who may change it, and whether its pids can be
-    judged here: stat's ``owner_uid``, ``owner``, ``writable_by_others`` and
-    ``pid_namespace`` ("same", "other": made in another PID namespace,
-    opened only where judged by lease; "unknown": made by an older version)."""
-    import pwd
-
-    uid = int(seg.owner_uid)
-    try:
-        user: str | None = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = None
-    match = int(seg.pidns_match)
-    return {
-        "owner_uid": uid,
-        "owner": user,
-        "owned_by_caller": uid == os.geteuid(),
-        "writable_by_others": bool(int(seg.file_mode) & 0o002),
-        "pid_namespace": {1: "same", 0: "other"}.get(match, "unknown"),
-    }
 
 
 def _odd_slot_files() -> list[Skipped]:
     """Names with a kind's file prefix (``shmstream.loader-*``) that are not
     regular files: the kind never uses them, nothing removes them."""
-    prefixes = _file_prefixes()
+    prefixes = file_prefixes()
     odd = []
     try:
         with os.scandir(SHM_DIR) as found:
@@ -287,14 +263,14 @@ def survey(kinds: Iterable[str] | None = None) -> tuple[list[Entry], list[Skippe
     found: list[Entry] = []
     skipped: list[Skipped] = []
     for segname in segment_files():
-        e = _examine(segname)
+        e = examine(segname)
         if isinstance(e, Skipped):
             skipped.append(e)
         elif e is not None and (wanted is None or e.kind in wanted):
             found.append(e)
     skipped += _odd_slot_files()
     outside, odd = _kinds.outside_survey(wanted)  # milk's streams, in milk's directory
-    found += [Entry(**r.entry(k), creator_alive=_creator_alive(r)) for k, r in outside]
+    found += [Entry(**r.entry(k), creator_alive=creator_alive(r)) for k, r in outside]
     skipped += [Skipped(path, why) for path, why in odd]
     return (
         sorted(found, key=lambda e: (e.kind, e.name or "", e.segname)),
@@ -318,183 +294,3 @@ def list_streams() -> list[str]:
 def list_channels() -> list[str]:
     """Sorted names of the channels in /dev/shm."""
     return sorted(e.name for e in scan(("channel",)) if e.name is not None)
-
-
-# ---- stat ------------------------------------------------------------------------
-
-
-def _iso(seconds: float) -> str:
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
-        + f".{int(seconds % 1 * 1e3):03d}"
-    )
-
-
-def _stat_of(seg: Any) -> dict[str, Any]:
-    """``stat``'s dict of a peeked header: the keys every kind has, built
-    here once, around the kind's own (from its registry entry)."""
-    kind, entry = _kinds.recognise(seg)
-    own = entry.stat(seg, kind) if entry is not None else {}
-    return {
-        "name": seg.name,
-        "kind": kind,
-        **own,
-        "instance_id": seg.instance_id,
-        "creator_pid": int(seg.creator_pid),
-        "creator_alive": _creator_alive(seg),
-        "created": seg.created_ns / 1e9,
-        "mode": int(seg.mode),
-        "segment": seg.segname,
-        **_access(seg),
-    }
-
-
-def stat(name: str) -> dict[str, Any]:
-    """Metadata of the object ``name`` (any kind), read from its header
-    without mapping the payload. A stream's dict has pyshmem's keys
-    (``name``, ``shape`` as a list, ``dtype`` as a str, ``gpu_enabled``,
-    ``notify``, ``creator_pid``, ``creator_alive``) and ``kind``, ``size``,
-    ``slots``, ``count``, ``write_sequence``, ``write_time``, ``frame_id``,
-    ``state``, ``lock_owner`` (pid holding the lock, or None),
-    ``lock_owner_tid``, ``lock_owner_alive``, ``lock_acquisitions``,
-    ``waiters``, ``aborted_writes``, ``created``, ``mode``, ``instance_id``,
-    ``gpu_device``, ``cpu_mirror`` and ``segment``. A channel's has
-    ``capacity``, ``head``, ``tail``, ``queued_bytes`` and its two ends
-    (pid, state, alive, attaches, takeovers); a shared array's and a loader
-    slot's ``shape``, ``dtype`` and ``size``. Times are UNIX seconds and
-    ``mode`` the permission bits (the command prints them readably).
-
-    Every kind also has ``owner_uid`` and ``owner`` (the file's owner and
-    its user name, None if unknown), ``owned_by_caller``,
-    ``writable_by_others`` (the file's mode lets other users write it) and
-    ``pid_namespace``: "same", "other" (made in another PID namespace: a
-    layout-4 stream's are judged by lease, other kinds' None, and ``open``
-    refuses pid-judged kinds) or "unknown" (made by an older version)."""
-    _checks.check_name(name, "shared-memory object")
-    segname = _native.segment_name(name)
-    try:
-        seg = _native.Segment.peek(segname)
-    except FileNotFoundError:
-        outside = _kinds.outside(name)  # no shmstream object: "milk:NAME" is milk's stream
-        if outside is not None and outside.peek is not None:
-            return _stat_of(outside.peek(name))
-        listed = sorted(_listed(name)) if name.removeprefix("/").startswith(FILE_PREFIX) else []
-        if not listed:
-            raise _checks.missing_name_error(name) from None
-        # The name list shows for a corrupt or skipped entry: say what it is.
-        what = _examine(listed[0])
-        why = (
-            what.reason
-            if isinstance(what, Skipped)
-            else (f"its header is {what.kind}" if isinstance(what, Entry) else "it is gone")
-        )
-        raise CorruptStreamError(
-            f"{name!r} is the segment name of an entry list cannot read ({why}); remove it "
-            f"with shmstream.unlink({name!r}) or 'shmstream unlink {printable(name)}'"
-        ) from None
-    except CorruptStreamError:
-        raise CorruptStreamError(
-            f"{name!r} has a corrupt or foreign header ({SHM_DIR}{segname}: bad magic, "
-            f"checksum, size or an unknown layout version); remove it with "
-            f"shmstream.unlink({name!r}) or 'shmstream unlink {printable(name)}'"
-        ) from None
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.ENODEV):
-            raise
-        what = _examine(segname)
-        raise CorruptStreamError(
-            f"{name!r} is not a shmstream segment: {SHM_DIR}{segname} is "
-            f"{what.reason if isinstance(what, Skipped) else 'not a regular file'}; remove it "
-            f"with shmstream.unlink({name!r}) or 'shmstream unlink {printable(name)}'"
-        ) from None
-    if seg.name != name:  # another name with the same hash: not ours
-        raise _checks.missing_name_error(name)
-    return _stat_of(seg)
-
-
-def readable(info: dict[str, Any]) -> dict[str, Any]:
-    """``stat``'s dict for people: mode as ``0o600``, times as ISO dates."""
-    out = dict(info)
-    if "mode" in out:
-        out["mode"] = oct(int(out["mode"]))
-    for key in ("created", "write_time"):
-        if isinstance(out.get(key), float):
-            out[key] = _iso(out[key]) if out[key] else "never"
-    return out
-
-
-# ---- remove and purge --------------------------------------------------------------
-
-
-def remove(name: str) -> bool:
-    """Destroy the object ``name`` of any kind; True if something was there.
-
-    ``name`` is a user name, or any name ``list`` shows (what
-    :func:`printable` makes of a segment name, a stored name, or a skipped
-    entry's name): a corrupt segment, listed by its segment name, is removed
-    by that name. A user name comes first: ``"a\\\\b"`` removes the object
-    of that name if there is one, else the one ``list`` shows so
-    (``"a\\b"``). A FIFO or link with shmstream's prefix is unlinked (never
-    followed); a directory raises ShmstreamOSError (errno EISDIR) that
-    says so. ``milk:NAME`` is milk's stream file (``shmstream.milk.unlink``)."""
-    if not isinstance(name, str):
-        _checks.check_name(name, "shared-memory object")  # the TypeError
-    try:
-        segname = _native.segment_name(_checks.check_name(name, "shared-memory object"))
-    except ValueError:  # not a user name (a lone surrogate...): maybe a listed one
-        if _remove_listed(name):
-            return True
-        raise
-    return unlink_file(segname) or _remove_listed(name) or _kinds.remove_outside(name)
-
-
-def unlink_file(segname: str) -> bool:
-    """Unlink /dev/shm/<segname> (any name bytes; a link is not followed)."""
-    try:
-        os.unlink(SHM_DIR + segname)
-    except FileNotFoundError:
-        return False
-    except IsADirectoryError:
-        shown = printable(segname)
-        raise ShmstreamOSError(
-            errno.EISDIR,
-            f"{shown} is a directory in {SHM_DIR}, not a shared-memory object (shmstream list "
-            f"skips it); shmstream removes no directories: if nothing uses it, remove it "
-            f"with rmdir or rm -r {SHM_DIR}{shown}",
-        ) from None
-    return True
-
-
-def _remove_listed(name: str) -> bool:
-    """Unlink what ``list`` shows as ``name`` (see :func:`remove`)."""
-    removed = False
-    for segname in sorted(_listed(name)):
-        removed = unlink_file(segname) or removed
-    return removed
-
-
-def _listed(name: str) -> set[str]:
-    """The segment names of what ``list`` shows as ``name``: a corrupt or
-    skipped entry's segment name (with or without the slash, escaped or
-    not), or a stored name shown escaped."""
-
-    def shows(listed: str) -> bool:
-        return name in (listed, printable(listed))
-
-    prefixes = (FILE_PREFIX, *_file_prefixes())
-    hits = set()
-    if name.removeprefix("/").startswith(prefixes):  # a segment or skipped entry's name
-        hits = {
-            "/" + f for f in listdir() if f.startswith(prefixes) and (shows(f) or shows("/" + f))
-        }
-    if not hits and printable(name) != name:
-        # a stored name shown escaped (not UTF-8, control characters): its file
-        hits = {e.segname for e in scan() if e.name is not None and shows(e.name)}
-    return hits
-
-
-def listdir() -> list[str]:
-    try:
-        return os.listdir(SHM_DIR)
-    except OSError:
-        return []

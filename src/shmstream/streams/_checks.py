@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import _native
-from ..common._checks import check_int, check_u64
+from ..common._checks import check_bool, check_int, check_u64
 from ..errors import ShmstreamTypeError, ShmstreamValueError
 
 
@@ -39,6 +39,14 @@ def check_after(after: Any) -> int:
     count argument, :func:`check_u64` (TypeError for a non-integer, as for
     read_since's ``count``; ValueError outside [0, 2**64))."""
     return check_u64("after", after)
+
+
+def check_create_flags(
+    auto_unlink: Any, notify: Any, cpu_mirror: Any
+) -> tuple[bool, bool, bool | None]:
+    """``create``'s flags: True or False (``cpu_mirror`` None too)."""
+    mirror = None if cpu_mirror is None else check_bool("cpu_mirror", cpu_mirror)
+    return check_bool("auto_unlink", auto_unlink), check_bool("notify", notify), mirror
 
 
 def check_slots(slots: Any) -> int:

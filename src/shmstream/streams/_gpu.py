@@ -1,7 +1,7 @@
 """The GPU layer's hook into the stream layer. ``shmstream.gpu`` registers its
 create, open, device slot count and device stat here when it is imported
 (``import shmstream`` imports it), so that the stream layer never imports
-the GPU layer (tests/test_layers.py)."""
+the GPU layer (tests/repo/test_layers.py)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from ..errors import (
     ShmstreamTypeError,
     ShmstreamValueError,
 )
-from .publication import FrameBatch, Publication
+from .publication import FrameBatch, Publication, end_view
 
 if TYPE_CHECKING:
     from .. import _native
@@ -190,7 +190,7 @@ class History(_Handle):
 class HistoryView:
     """Returned by :meth:`SharedMemory.read_since_view`."""
 
-    __slots__ = ("_handle", "_count", "_max", "_timeout", "_spin_us", "_meta")
+    __slots__ = ("_handle", "_count", "_max", "_timeout", "_spin_us", "_meta", "_batch")
 
     def __init__(
         self, handle: Any, count: Any, max_frames: Any, timeout: Any, spin_us: Any
@@ -201,6 +201,7 @@ class HistoryView:
         self._timeout = timeout
         self._spin_us = spin_us
         self._meta: Any = None
+        self._batch: FrameBatch | None = None
 
     def __enter__(self) -> FrameBatch:
         h = self._handle
@@ -219,7 +220,7 @@ class HistoryView:
             )
             view.flags.writeable = False
             views.append(view)
-        return h._book_batch(
+        self._batch = h._book_batch(
             FrameBatch(
                 tuple(views),
                 meta[:, 0],
@@ -230,8 +231,12 @@ class HistoryView:
                 last,
             )
         )
+        return self._batch
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._batch is not None:
+            end_view(self._batch, "frames", repr(self._handle.name))
+            self._batch = None
         seg = self._handle._seg
         if exc_type is not None or seg is None or self._meta is None:
             return

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..common import _checks
 from ..errors import NotLockOwnerError, ShmstreamTypeError, ShmstreamValueError
 from ._scopes import ReadView
 from .publication import STATE_NAMES, Publication
@@ -127,8 +128,8 @@ class Reading(_Handle):
         live shared array; it needs the lock (``with shm.locked():``).
         """
         seg = self._seg
-        if seg is None or not safe:
-            return self._read_unsafe(safe, out)
+        if seg is None or safe is not True:
+            return self._read_unsafe(safe, out, timeout)
         if out is None:
             out = _empty(self.shape, self.dtype)
         if self._lk.owner is None:
@@ -142,10 +143,10 @@ class Reading(_Handle):
         self._record(seg.read(out, timeout, self._holds_lock())[0])
         return out
 
-    def _read_unsafe(self, safe: bool, out: Any) -> Any:
+    def _read_unsafe(self, safe: Any, out: Any, timeout: float | None = None) -> Any:
         seg = self._check_open("read from")
-        if safe:  # pragma: no cover - read() only calls here when unsafe
-            raise AssertionError
+        if _checks.check_bool("safe", safe):  # numpy.True_
+            return self.read(out=out, timeout=timeout)
         self._check_writable("take an unsafe shared view from")
         if out is not None:
             raise ShmstreamValueError(
@@ -167,7 +168,7 @@ class Reading(_Handle):
         """Like :meth:`read`, with the count, frame id and write time of the
         same write, as a :class:`Publication`."""
         seg = self._check_open("read a publication from")
-        if not safe:
+        if not _checks.check_bool("safe", safe):
             self._check_writable("take an unsafe publication view from")
             if out is not None:
                 raise ShmstreamValueError(

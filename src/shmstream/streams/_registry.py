@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _native
-from ..common import _kinds, _proc
+from ..common import _kinds
 from ._gpu import GPU
 from .publication import STATE_NAMES
 
@@ -19,13 +19,10 @@ def _recognise(header: Any) -> str | None:
 
 
 def _lock_owner_alive(header: Any, lock_owner: int) -> bool | None:
-    """A layout-4 stream's lock holder is judged by its lease, in any PID
-    namespace; an older one's by pid, in the creator's namespace only."""
+    """The lock holder is judged by its lease, in any PID namespace."""
     if not lock_owner:
         return None
-    if int(header.layout_version) == _native.LAYOUT_VERSION_STREAM_LEASES:
-        return {1: True, 0: False}.get(int(header.leases()[1]))
-    return _proc.alive(lock_owner) if int(header.pidns_match) != 0 else None
+    return {1: True, 0: False}.get(int(header.leases()[1]))
 
 
 def _stat(header: Any, kind: str) -> dict[str, Any]:
@@ -48,9 +45,7 @@ def _stat(header: Any, kind: str) -> dict[str, Any]:
         # not only the published word: stat changes nothing to learn it.
         "state": STATE_NAMES.get(int(header.read_state), int(header.read_state)),
         "lock_owner": lock_owner or None,
-        # The mutex word's owner when the informational words are empty: a
-        # forged word, or an owner between taking the lock and recording it.
-        "lock_owner_tid": int(header.owner_tid) or int(header.lock_word_tid) or None,
+        "lock_owner_tid": int(header.owner_tid) or None,
         "lock_owner_alive": _lock_owner_alive(header, lock_owner),
         "lock_acquisitions": int(header.acquisitions),
         "waiters": int(header.waiters),

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import FrameOverwrittenError
-from .publication import Publication
+from .publication import Publication, end_view
 
 
 class LockScope:
@@ -32,7 +34,7 @@ class ReadView:
     """Returned by :meth:`SharedMemory.read_view` and
     :meth:`SharedMemory.read_new_view`."""
 
-    __slots__ = ("_handle", "_new", "_timeout", "_spin", "_slot", "_slot_seq")
+    __slots__ = ("_handle", "_new", "_timeout", "_spin", "_slot", "_slot_seq", "_pub")
 
     def __init__(self, handle: Any, new: bool, timeout: float | None, spin: int) -> None:
         self._handle = handle
@@ -41,6 +43,7 @@ class ReadView:
         self._spin = spin
         self._slot = -1
         self._slot_seq = 0
+        self._pub: Publication | None = None
 
     def __enter__(self) -> Publication:
         handle = self._handle
@@ -50,11 +53,15 @@ class ReadView:
             after, self._new, self._timeout, self._spin, handle._holds_lock()
         )
         missed = handle._record(count)
-        return Publication(
+        self._pub = Publication(
             handle._readonly_view(seg, self._slot), count, frame_id, wt / 1e9, missed
         )
+        return self._pub
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._pub is not None:
+            end_view(self._pub, "payload", repr(self._handle.name))
+            self._pub = None
         seg = self._handle._seg
         if exc_type is None and seg is not None and not seg.view_valid(self._slot, self._slot_seq):
             raise FrameOverwrittenError(
@@ -68,7 +75,7 @@ class WriteView:
     """Returned by :meth:`SharedMemory.write_view_locked` and, with
     ``take_lock``, by :meth:`SharedMemory.write_view`."""
 
-    __slots__ = ("_handle", "_frame_id", "_timeout", "_take_lock")
+    __slots__ = ("_handle", "_frame_id", "_timeout", "_take_lock", "_array")
 
     def __init__(
         self,
@@ -81,21 +88,29 @@ class WriteView:
         self._frame_id = frame_id
         self._timeout = timeout
         self._take_lock = take_lock
+        self._array: Any = None
 
     def __enter__(self) -> Any:
         handle = self._handle
         if not self._take_lock:
-            return handle._begin_write_view(self._frame_id, "write_view_locked()")
+            self._array = handle._begin_write_view(self._frame_id, "write_view_locked()")
+            return self._array
         handle._check_writable("write to")
         handle.acquire(timeout=self._timeout)
         try:
-            return handle._begin_write_view(self._frame_id, "write_view()")
+            self._array = handle._begin_write_view(self._frame_id, "write_view()")
         except BaseException:
             handle.release()
             raise
+        return self._array
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         handle = self._handle
+        if isinstance(self._array, np.ndarray):
+            # The block's own array (a view made for it) is read-only from
+            # here on: kept, it must not write into a published frame.
+            self._array.flags.writeable = False
+        self._array = None
         try:
             if exc_type is None:
                 handle._commit_write_view(self._frame_id)

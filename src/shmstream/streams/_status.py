@@ -1,5 +1,5 @@
 """Where a stream stands: its counters (``count``, ``missed_writes``, …),
-the last write's time, id and age, whether its producer lives, and
+the last write's time, id and age, whether its creator lives, and
 ``describe``. A mixin of :class:`shmstream.SharedMemory`; every value comes
 from the segment's published words or from what the handle copied at open.
 """
@@ -102,16 +102,23 @@ class Status(_Handle):
         True before the first write)."""
         return self.age > check_positive_seconds("max_age", max_age)
 
-    def producer_alive(self) -> bool:
-        """Whether the process that created the stream still runs (checked
-        by pid and start time, so a reused pid does not count). From
-        another PID namespace (a container sharing /dev/shm), where that pid
-        means nothing, whether the creator's handle is still open: its
-        lease (docs/ABI.md, "Stream lock by lease")."""
-        seg = self._check_open("check producer liveness for")
+    def creator_alive(self) -> bool:
+        """Whether the process that CREATED the stream still runs: its
+        creator, not whoever writes it now (a stream made by a set-up
+        script and written by another process reads False while frames
+        flow). Checked by pid and start time, so a reused pid does not
+        count. From another PID namespace (a container sharing /dev/shm),
+        where that pid means nothing, whether the creator's handle is still
+        open: its lease (docs/ABI.md, "Stream lock by lease")."""
+        seg = self._check_open("check creator liveness for")
         if int(seg.pidns_match) == 0:
             return int(seg.leases()[0]) == 1
         return _proc.alive(self._creator_pid, self._creator_ticks)
+
+    def producer_alive(self) -> bool:
+        """pyshmem's name for :meth:`creator_alive`: whether the stream's
+        CREATOR runs, not its writer (``describe()``'s ``producer:`` line)."""
+        return self.creator_alive()
 
     def describe(self) -> str:
         """A human-readable, multi-line summary of the stream."""

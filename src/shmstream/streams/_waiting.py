@@ -86,7 +86,7 @@ class Waiting(_Handle):
         if the handle is closed meanwhile. ``spin_us`` overrides how long to
         spin before sleeping."""
         seg = self._seg
-        if seg is None or not safe:
+        if seg is None or safe is not True:
             return self._read_new_slow(timeout, safe, out, spin_us)
         if out is None:
             out = _empty(self.shape, self.dtype)
@@ -117,7 +117,7 @@ class Waiting(_Handle):
     ) -> Any:
         """The checked body of read_new / read_after and their publication
         forms: wait for a count above ``after``, read, book the read."""
-        if not safe:
+        if not _checks.check_bool("safe", safe):
             self.wait_for_count(after=after, timeout=timeout, spin_us=spin_us)
             if publication:
                 return self.read_publication(safe=False)
@@ -139,7 +139,7 @@ class Waiting(_Handle):
         spin_us: float | None = None,
     ) -> Publication:
         """:meth:`read_new` returning a :class:`Publication`."""
-        if not safe:
+        if not _checks.check_bool("safe", safe):
             self._check_open("read a publication from")
         return self._read_above(self._seen, timeout, safe, out, spin_us, True)
 
@@ -206,7 +206,7 @@ class Waiting(_Handle):
         seg = self._seg
         if seg is None:
             raise self._closed_error("read from")
-        if not safe:
+        if not _checks.check_bool("safe", safe):
             await self._wait_async(seg, self._seen, timeout, None, spin_us)
             return self.read(safe=False, out=out)
         self._fail_if_invalid(seg)

@@ -198,7 +198,7 @@ class Writing(_Handle):
             # so in-place updates see what readers see, as with one slot.
             np.copyto(view, published)
         self._writing = True
-        return view
+        return view.view()  # the block's own array: WriteView makes it read-only after it
 
     def _commit_write_view(self, frame_id: int | None) -> None:
         seg = self._seg

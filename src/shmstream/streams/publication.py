@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import _native
+from ..errors import ViewEndedError
 
 #: The published frame's state (docs/ABI.md, publish line ``state``).
 STATE_NAMES = {
@@ -79,3 +80,44 @@ class FrameBatch:
                 count - previous - 1,
             )
             previous = count
+
+
+class EndedView:
+    """What a zero-copy read view's ``payload`` (a batch's ``frames``)
+    becomes when its block ends: the slot it showed may hold a newer frame
+    by then, so every use raises :class:`ViewEndedError` instead of showing
+    it silently. An array taken from the payload inside the block is
+    NumPy's and cannot be revoked: copy what must outlive the block."""
+
+    __slots__ = ("_what",)
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def _ended(self, *args: Any, **kwargs: Any) -> Any:
+        raise ViewEndedError(
+            f"the zero-copy view of {self._what} ended with its block: its slot may hold "
+            "a newer frame now; copy what you keep inside the block "
+            "(np.array(pub.payload)) or use read() for a copy"
+        )
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):  # a protocol probed with hasattr (_repr_html_, ...)
+            raise AttributeError(attr)
+        return self._ended()
+
+    def __repr__(self) -> str:
+        return f"<ended zero-copy view of {self._what}>"
+
+    __getitem__ = __setitem__ = __len__ = __iter__ = __bool__ = __array__ = _ended
+    __array_ufunc__ = __array_function__ = __dlpack__ = __buffer__ = _ended
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _ended  # type: ignore[assignment]
+    __add__ = __sub__ = __mul__ = __truediv__ = __floordiv__ = __mod__ = __pow__ = _ended
+    __radd__ = __rsub__ = __rmul__ = __rtruediv__ = __neg__ = __abs__ = __float__ = _ended
+    __hash__ = None  # type: ignore[assignment]
+
+
+def end_view(result: Any, field: str, what: str) -> None:
+    """Ends a read view's ``result`` (a Publication or FrameBatch): its
+    ``field`` becomes an :class:`EndedView`."""
+    object.__setattr__(result, field, EndedView(what))

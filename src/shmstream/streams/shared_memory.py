@@ -1,9 +1,10 @@
-"""Named latest-value streams: the handle and the module functions that make
-it (the pyshmem-compatible surface).
+"""Named latest-value streams: the handle and ``create``, which makes one
+(the pyshmem-compatible surface; ``open``, ``unlink`` and the temporary
+``stream`` are in ``_lifecycle``).
 
 A stream is one shared-memory segment (``/dev/shm/shmstream-<readable>-<hash>``)
 holding a header and N payload slots (2 by default) of a fixed shape and
-dtype. Writers publish under a robust cross-process lock, filling the slot
+dtype. Writers publish under a cross-process lock, filling the slot
 after the published one; readers take consistent snapshots of the published
 slot without the lock (per-slot seqlocks) and fall back to it after a few
 torn tries. All of that lives in the C core; the Python side checks
@@ -34,10 +35,9 @@ Differences from pyshmem 1.4.0 (a strict superset otherwise):
 
 from __future__ import annotations
 
-import inspect
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -54,7 +54,7 @@ from ..errors import (
     ShmstreamValueError,
     StaleStreamError,
 )
-from ._checks import check_config, check_cpu_open, check_history, check_slots
+from ._checks import check_config, check_create_flags, check_history, check_slots
 from ._gpu import GPU
 from ._history import History
 from ._lockstate import HANDLES, lock_state_for
@@ -63,7 +63,7 @@ from ._status import Status
 from ._waiting import Waiting
 from ._writing import Writing
 
-__all__ = ["SharedMemory", "create", "open", "stream", "unlink", "unlink_quiet"]
+__all__ = ["SharedMemory", "create"]
 
 # Hot-path globals bound once.
 _get_ident = threading.get_ident
@@ -375,6 +375,7 @@ def create(
     if expected >= 2**62:
         raise ShmstreamValueError(f"a payload of {expected} bytes is too large")
     mode = _checks.check_mode(mode)
+    auto_unlink, notify, cpu_mirror = check_create_flags(auto_unlink, notify, cpu_mirror)
     history = check_history(history, slots, gpu_device is not None)
     slots = check_slots(_native.DEFAULT_SLOTS if slots is None else slots)
     if gpu_device is not None:  # CUDA streams: shmstream.gpu (registered)
@@ -385,7 +386,7 @@ def create(
             )
         assert GPU.create is not None, "shmstream.gpu is imported with shmstream"
         handle = GPU.create(name, dims, dt, gpu_device, cpu_mirror, notify, mode)
-        handle._auto_unlink = bool(auto_unlink)
+        handle._auto_unlink = auto_unlink
         return handle
     flags = _native.FLAG_NOTIFY if notify else 0
     try:
@@ -411,88 +412,5 @@ def create(
     except FileExistsError:
         raise _checks.duplicate_name_error(name) from None
     handle = SharedMemory(segment, owner=True)
-    handle._auto_unlink = bool(auto_unlink)
+    handle._auto_unlink = auto_unlink
     return handle
-
-
-def open(
-    name: str,
-    *,
-    gpu_device: str | int | bool | None = None,
-    readonly: bool = False,
-    allow_owner: int | str | Iterable[int | str] | None = None,
-) -> SharedMemory:
-    """Attach to the existing stream ``name`` (shape, dtype and contents
-    come from it). ``readonly=True`` gives a handle that refuses writes,
-    locks and unlink. Raises FileNotFoundError if it does not exist.
-    Another user's stream is refused (SegmentOwnerError) unless that user
-    is in ``allow_owner`` (a uid, a user name, or a collection of them) or
-    in ``SHMSTREAM_ALLOW_OWNERS``; one made in another PID namespace is
-    refused (PidNamespaceError; docs/ABI.md, "Owner and PID namespace")."""
-    _checks.check_name(name)
-    owners = _checks.check_allow_owner(allow_owner)
-    try:
-        segment = _native.Segment.open(name, _native.KIND_STREAM, bool(readonly), owners)
-    except FileNotFoundError:
-        raise _checks.missing_name_error(name) from None
-    if int(segment.flags) & _native.FLAG_GPU:  # CUDA streams: shmstream.gpu (registered)
-        assert GPU.open is not None, "shmstream.gpu is imported with shmstream"
-        return GPU.open(segment, name, gpu_device, bool(readonly), owners)
-    check_cpu_open(name, gpu_device)
-    return SharedMemory(segment, readonly=bool(readonly))
-
-
-def unlink(name: str) -> None:
-    """Destroy the object ``name`` (a stream, or any other kind, or any name
-    ``shmstream list`` shows: a corrupt segment by its segment name); silent
-    if it does not exist (``shmstream.registry.remove`` says whether it did)."""
-    from .. import registry  # here: the registry imports every kind
-
-    registry.remove(name)
-
-
-#: pyshmem's name for :func:`unlink` in cleanup code (silent for a missing
-#: name, as unlink is): the same function.
-unlink_quiet = unlink
-
-
-class _Stream:
-    """Returned by :func:`stream`: creates on enter, unlinks on exit."""
-
-    __slots__ = ("_name", "_options", "_handle")
-
-    def __init__(self, name: str, options: dict[str, Any]) -> None:
-        self._name = name
-        self._options = options
-        self._handle: SharedMemory | None = None
-
-    def __enter__(self) -> SharedMemory:
-        self._handle = create(self._name, **self._options, auto_unlink=True)
-        return self._handle
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.unlink()
-
-
-#: :func:`stream`'s signature: :func:`create`'s keywords (the one place they
-#: are spelled), less ``auto_unlink``, which a temporary stream always has.
-_STREAM_SIGNATURE = inspect.signature(create).replace(
-    parameters=[
-        p for p in inspect.signature(create).parameters.values() if p.name != "auto_unlink"
-    ],
-    return_annotation="_Stream",
-)
-
-
-def stream(name: str, **options: Any) -> _Stream:
-    """``with shmstream.stream(name, shape=...) as shm:`` a temporary stream,
-    unlinked when the block ends (normally or by an exception). The
-    arguments are :func:`create`'s (``auto_unlink`` aside); a missing or
-    unknown one is a TypeError here, as for create."""
-    _STREAM_SIGNATURE.bind(name, **options)
-    return _Stream(name, options)
-
-
-stream.__signature__ = _STREAM_SIGNATURE  # type: ignore[attr-defined]  # help() and IDEs

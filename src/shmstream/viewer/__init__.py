@@ -22,6 +22,7 @@ import threading
 import urllib.parse
 from typing import Any
 
+from ..common import _checks
 from ..errors import MissingExtraError, ShmstreamOSError, ShmstreamValueError
 
 __all__ = ["DEFAULT_FPS", "DEFAULT_MAX_SIDE", "Viewer", "view"]
@@ -196,6 +197,8 @@ def view(
     ``max_side`` are strided down, at most ``max_sockets`` pages get
     pictures at once. ``block=False`` returns the running
     :class:`Viewer` at once; otherwise serves until Ctrl-C."""
+    block = _checks.check_bool("block", block)
+    open_browser = _checks.check_bool("open_browser", open_browser)
     viewer = Viewer(
         name,
         recording=recording,

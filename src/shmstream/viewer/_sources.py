@@ -24,7 +24,7 @@ from ..errors import (
     ShmstreamError,
 )
 from ..recording.files import Recording
-from ..streams.shared_memory import open as open_stream
+from ..streams import open as open_stream
 from ._render import Settings, render, select, why_not_drawn
 
 #: Seconds between attempts to open a stream that is missing or corrupt,
