@@ -313,7 +313,7 @@ def test_a_reader_that_died_waiting_for_the_lock_does_not_slow_writers_down(name
     # A reader in its lock fallback names its lease in read_pending (2384,
     # docs/ABI.md, "Reader's turn") so writers wait for it; if it dies
     # there, the word stays set. The next write finds the lease gone and
-    # clears it (tests/test_reader_turn.py kills a real reader there). The
+    # clears it (tests/streams/test_reader_turn.py kills a real reader there). The
     # version-1 word, lock_readers, is not used by a version-4 stream.
     h = shmstream.create(name, shape=(4,), dtype=np.float32)
     try:

@@ -74,7 +74,7 @@ MODE_POINTS = {
 REPAIR_POINTS = ["lock.takeover", "repair.r1", "repair.r3", "repair.r4"]
 
 SLEEP_POINTS = ["sleep.claim", "sleep.release"]
-#: A reader killed holding its turn at the lock: tests/test_reader_turn.py.
+#: A reader killed holding its turn at the lock: tests/streams/test_reader_turn.py.
 READ_TURN_POINTS = ["read.claimed", "read.locked"]
 
 #: History streams: every stream point of a write, plus the ones only a
