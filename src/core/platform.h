@@ -1,12 +1,14 @@
 /* The core's one platform seam (docs/platforms.md): every call that differs
  * between operating systems is declared here and defined in one file per
  * system: src/core/platform_linux.c (with src/core/platform_linux_uring.c)
- * for Linux, the only one yet. No other file of the core includes a header
- * one system lacks or makes a raw system call (tests/repo/test_platform.py).
+ * and src/core/platform_darwin.c, each compiled on its own system only. No
+ * other file of the core includes a header one system lacks or makes a raw
+ * system call (tests/repo/test_platform.py).
  *
  * Resolved at build time: one definition is compiled, called directly. The
  * wake and wait on a shared word are inline on Linux (a futex wake is on
- * the writer's path when someone sleeps); elsewhere they are functions.
+ * the writer's path when someone sleeps); on macOS they are functions,
+ * since the call they make is chosen once at run time.
  */
 #ifndef SS_PLATFORM_H
 #define SS_PLATFORM_H
