@@ -1,7 +1,8 @@
 /* Helpers shared by the core's source files; not part of the public ABI.
  *
  * The files call each other without a circle:
- *   clock.c, futex.c, proc.c, names.c, fault.c, guard.c   leaves
+ *   clock.c, proc.c, names.c, fault.c, guard.c   leaves (and the platform
+ *                  seam below them all: platform.h, platform_<system>.c)
  *   owner.c        who may open a segment: owner uid, PID namespace (leaf)
  *   liveness.c     leases: is a peer alive, without a pid  (proc, clock)
  *   sleepers.c     who sleeps on a stream                (liveness, proc, clock)
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "internal_api.h"
+#include "platform.h"
 
 #define SS_NS_PER_S 1000000000LL
 
@@ -168,14 +170,6 @@ static inline int ss_identity_same(const ss_segment *seg) {
 static inline int ss_guarded(const ss_segment *seg, int rc) {
   return ss_mapping_lost(seg) ? SS_ECORRUPT : rc;
 }
-
-/* ---- src/core/futex.c ---------------------------------------------------- */
-
-/* Sleep while *addr == val, at most timeout_ns (< 0: no limit). Not
- * FUTEX_PRIVATE: sleepers and wakers live in different processes. */
-void ss_futex_wait(SS_ATOMIC(uint32_t) *addr, uint32_t val, int64_t timeout_ns);
-/* Wake every sleeper; returns how many were woken. */
-int ss_futex_wake(SS_ATOMIC(uint32_t) *addr);
 
 /* ---- src/core/sleepers.c: who sleeps on a stream -------------------------- */
 

@@ -16,17 +16,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "direct_cache.h"
 #include "direct_io.h"
+#include "platform.h"
 
 /* Largest single read: big enough for full disk bandwidth, small enough that
  * a large request keeps several reads in flight. */
@@ -64,25 +63,6 @@ static uint64_t umin(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* ---- open / close ------------------------------------------------------ */
-
-/* Whether O_DIRECT really bypasses the cache here, and its alignment.
- * statx(STATX_DIOALIGN) answers on Linux >= 6.1; tmpfs accepts O_DIRECT but
- * serves it from memory, so it counts as unsupported. */
-static int probe_direct(int fd, uint32_t *align) {
-  uint32_t page = (uint32_t)sysconf(_SC_PAGESIZE);
-  *align = page;
-#ifdef STATX_DIOALIGN
-  struct statx sx;
-  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
-    if (sx.stx_dio_offset_align == 0) return 0;
-    *align = (uint32_t)umax(page, umax(sx.stx_dio_offset_align, sx.stx_dio_mem_align));
-    return 1;
-  }
-#endif
-  struct statfs fs;
-  if (fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) return 0;
-  return 1; /* unknown: try it, and let the probe read decide */
-}
 
 static int probe_read(int fd, uint32_t align, uint64_t file_bytes) {
   if (file_bytes == 0) return 1;
@@ -136,18 +116,18 @@ int ss_direct_open(ss_direct **out, const char *path, uint64_t offset, uint64_t 
   /* One descriptor: opened buffered, switched to O_DIRECT when it works. */
   d->mode = SS_DIRECT_MODE_BUFFERED;
   uint32_t align;
-  if (probe_direct(fd, &align) && fcntl(fd, F_SETFL, O_DIRECT) == 0) {
+  if (ss_plat_direct_probe(fd, &align) && ss_plat_direct_set(fd, 1) == 0) {
     if (probe_read(fd, align, d->file_bytes)) {
       d->mode = SS_DIRECT_MODE_DIRECT;
     } else {
-      fcntl(fd, F_SETFL, 0);
+      ss_plat_direct_set(fd, 0);
     }
   }
   d->block = align;
   d->page = (uint32_t)sysconf(_SC_PAGESIZE);
   if (d->mode == SS_DIRECT_MODE_BUFFERED) {
     /* Random access: read-ahead would only waste I/O and cache. */
-    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    ss_plat_advise_random(fd);
   } else if (use_page_cache && nbytes > 0) {
     d->map_off = align_down(offset, d->block);
     d->map_len = (size_t)(align_up(d->end, d->block) - d->map_off);
@@ -356,7 +336,7 @@ static int do_span(batch *b, uint64_t s, uint64_t e, size_t lo, size_t hi) {
   }
   unsigned char vec[SS_DIRECT_SPAN_BYTES / 4096];
   if (d->use_cache && (e - s) / page <= sizeof vec &&
-      mincore((void *)(d->map + (s - d->map_off)), e - s, vec) == 0) {
+      ss_plat_mincore((void *)(d->map + (s - d->map_off)), e - s, vec) == 0) {
     for (size_t k = 0; k < nblk; k++) {
       if (kind[k] != COLD) continue;
       int cached = 1;
@@ -520,7 +500,7 @@ int ss_direct_read_strided(ss_direct *d, uint64_t unit_bytes, int64_t first, int
 int ss_file_evict(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block */
   if (fd < 0) return errno;
-  int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  int rc = ss_plat_evict(fd);
   close(fd);
   return rc;
 }
@@ -552,7 +532,7 @@ int ss_file_resident(const char *path, uint64_t *resident_pages, uint64_t *total
   if (!vec) rc = ENOMEM;
   for (uint64_t p = 0; p < pages && rc == 0; p += STEP) {
     uint64_t k = umin(STEP, pages - p);
-    if (mincore((char *)m + p * page, k * page, vec) != 0) {
+    if (ss_plat_mincore((char *)m + p * page, k * page, vec) != 0) {
       rc = errno;
       break;
     }

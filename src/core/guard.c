@@ -174,7 +174,7 @@ int ss_file_map_open(int fd, size_t bytes, int populate, ss_file_map **out) {
   ss_file_map *m = calloc(1, sizeof *m);
   if (!m) return ENOMEM;
   void *p = mmap(NULL, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-                 MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+                 MAP_SHARED | (populate ? SS_MAP_POPULATE : 0), fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;
     free(m);

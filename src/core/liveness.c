@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -45,32 +44,13 @@ static pthread_once_t lease_once = PTHREAD_ONCE_INIT;
 static void before_fork(void) { pthread_mutex_lock(&lease_fds_lock); }
 static void after_fork_parent(void) { pthread_mutex_unlock(&lease_fds_lock); }
 
-/* "/proc/self/fd/" + the decimal fd, without snprintf (not async-signal-safe). */
-static void fd_path_tail(char *out, int fd) {
-  char digits[12];
-  int n = 0;
-  do digits[n++] = (char)('0' + fd % 10);
-  while ((fd /= 10) > 0 && n < 11);
-  while (n > 0) *out++ = digits[--n];
-  *out = '\0';
-}
-
-/* Runs in the child, alone: only async-signal-safe calls (open, dup3,
- * close, fcntl). */
+/* Runs in the child, alone: only async-signal-safe calls (the seam's
+ * ss_plat_fd_reopen makes only such). */
 static void after_fork_child(void) {
   for (int i = 0; i < n_lease_fds; i++) {
-    int fd = lease_fds[i].fd;
     lease_fds[i].lease = 0; /* the parent's, not this process's */
-    char path[32] = "/proc/self/fd/";
-    fd_path_tail(path + 14, fd);
-    int acc = fcntl(fd, F_GETFL);
-    int fresh = acc < 0 ? -1 : open(path, (acc & O_ACCMODE) | O_CLOEXEC);
-    if (fresh < 0) continue; /* no /proc: the inherited fd stays (documented) */
-    if (dup3(fresh, fd, O_CLOEXEC) < 0) {
-      close(fresh);
-      continue;
-    }
-    close(fresh);
+    /* -1: the system cannot reopen it: the inherited fd stays (documented) */
+    (void)ss_plat_fd_reopen(lease_fds[i].fd);
   }
   pthread_mutex_unlock(&lease_fds_lock);
 }
@@ -145,37 +125,15 @@ int ss_more_fds(void) {
 
 static uint64_t random_lease(void) {
   uint64_t r = 0;
-  size_t got = 0;
-  while (got < sizeof r) {
-    ssize_t n = getrandom((uint8_t *)&r + got, sizeof r - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      /* No entropy syscall: the clock and an address still differ between
-       * processes. */
-      r ^= (uint64_t)ss_realtime_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&r;
-      break;
-    }
-    got += (size_t)n;
+  if (ss_plat_random(&r, sizeof r) != 0) {
+    /* No entropy source: the clock and an address still differ between
+     * processes. */
+    r ^= (uint64_t)ss_realtime_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&r;
   }
   /* 2^62 .. 2^63 - 2: nonzero, and byte L and its length fit off_t. */
   uint64_t low = r & (SS_LEASE_BASE - 1);
   if (low == SS_LEASE_BASE - 1) low--;
   return SS_LEASE_BASE | low;
-}
-
-static int lease_lock(int fd, short type, int cmd, uint64_t lease, struct flock *out) {
-  struct flock fl = {0};
-  fl.l_type = type;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = (off_t)lease;
-  fl.l_len = 1;
-  fl.l_pid = 0; /* must be 0 for the OFD commands */
-  int rc;
-  do rc = fcntl(fd, cmd, &fl);
-  while (rc != 0 && errno == EINTR);
-  if (rc != 0) return errno;
-  if (out) *out = fl;
-  return SS_OK;
 }
 
 int ss_lease_take(ss_segment *seg, int fd, int own) {
@@ -188,9 +146,9 @@ int ss_lease_take(ss_segment *seg, int fd, int own) {
   uint64_t lease = random_lease();
   /* SYNC POINT (l1): the lock on byte L is held before L is stored in any
    * shared word (the caller's claim), so a word naming L names a lease
-   * that was held when it was stored. F_RDLCK: a read-only fd can take it,
-   * and nobody ever takes an exclusive lock there, so this never waits. */
-  rc = lease_lock(fd, F_RDLCK, F_OFD_SETLK, lease, NULL);
+   * that was held when it was stored. A shared lock a read-only fd can
+   * take, that never waits (ss_plat_lease_hold). */
+  rc = ss_plat_lease_hold(fd, lease);
   if (rc) {
     ss_lease_drop(seg);
     return rc; /* EINVAL: a kernel before 3.15, without OFD locks */
@@ -222,13 +180,11 @@ int ss_lease_alive(const ss_segment *seg, uint64_t word) {
   /* Not a lease number (a hostile or corrupt word): nobody can hold it. */
   if (word < SS_LEASE_BASE || word > SS_LEASE_BASE + (SS_LEASE_BASE - 2)) return 0;
   if (!seg->has_fd) return -1;
-  struct flock fl;
   /* SYNC POINT (l2): tested after the word was loaded (acquire, by the
    * caller). A lease found gone stays gone (no number is taken twice), so a
-   * takeover CAS from this word cannot displace a live owner. l_pid is -1
-   * for OFD locks: nothing here reads a pid. */
-  if (lease_lock(seg->fd, F_WRLCK, F_OFD_GETLK, word, &fl) != SS_OK) return -1;
-  return fl.l_type != F_UNLCK;
+   * takeover CAS from this word cannot displace a live owner. Nothing here
+   * reads a pid. */
+  return ss_plat_lease_held(seg->fd, word);
 }
 
 uint64_t ss_lease_mine(ss_segment *seg) {
@@ -243,7 +199,7 @@ uint64_t ss_lease_mine(ss_segment *seg) {
   lease = ss_lease_self(seg);
   if (!lease) {
     uint64_t fresh = random_lease();
-    if (lease_lock(seg->fd, F_RDLCK, F_OFD_SETLK, fresh, NULL) == SS_OK) {
+    if (ss_plat_lease_hold(seg->fd, fresh) == SS_OK) {
       seg->lease = fresh;
       seg->lease_pid = ss_self_pid();
       note_lease(seg->fd, fresh, 1);
@@ -256,17 +212,10 @@ uint64_t ss_lease_mine(ss_segment *seg) {
 
 int ss_lease_any(const ss_segment *seg) {
   if (!seg->has_fd) return -1;
-  struct flock fl = {0};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = (off_t)SS_LEASE_BASE;
-  fl.l_len = (off_t)(SS_LEASE_BASE - 1); /* every lease byte, 2^62 .. 2^63 - 2 */
-  int rc;
-  do rc = fcntl(seg->fd, F_OFD_GETLK, &fl);
-  while (rc != 0 && errno == EINTR);
-  if (rc != 0) return -1;
+  /* every lease byte, 2^62 .. 2^63 - 2 */
+  int held = ss_plat_lease_any(seg->fd, SS_LEASE_BASE, SS_LEASE_BASE - 1);
   /* The handle's own lease, if it has one, never conflicts: a peek has none. */
-  return fl.l_type != F_UNLCK;
+  return held;
 }
 
 /* The public face of the two calls above, for a payload table that names

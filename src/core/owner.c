@@ -19,15 +19,7 @@
 
 #define SS_ALLOW_OWNERS_ENV "SHMSTREAM_ALLOW_OWNERS"
 
-int ss_pidns_self(uint32_t *dev, uint64_t *ino) {
-  struct stat st;
-  *dev = 0;
-  *ino = 0;
-  if (stat("/proc/self/ns/pid", &st) != 0) return errno;
-  *ino = (uint64_t)st.st_ino;
-  *dev = ((uint64_t)st.st_dev >> 32) ? 0 : (uint32_t)st.st_dev;
-  return 0;
-}
+int ss_pidns_self(uint32_t *dev, uint64_t *ino) { return ss_plat_pidns_self(dev, ino); }
 
 int ss_pidns_match(const ss_identity *id) {
   if (id->pidns_ino == 0) return -1; /* the creator had no /proc: unknown */

@@ -85,7 +85,7 @@ static int map_mirror(ss_channel *ch) {
     return err;
   }
   int prot = PROT_READ | PROT_WRITE;
-  int flags = MAP_SHARED | MAP_FIXED | MAP_POPULATE;
+  int flags = MAP_SHARED | MAP_FIXED | SS_MAP_POPULATE;
   if (mmap(va, SS_HEADER_BYTES + cap, prot, flags, fd, 0) == MAP_FAILED ||
       mmap(va + SS_HEADER_BYTES + cap, cap, prot, flags, fd, SS_HEADER_BYTES) == MAP_FAILED) {
     int err = errno;

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,18 +149,10 @@ static void bind_slots(ss_segment *seg) {
 }
 
 static void fill_random(uint8_t *out, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = getrandom(out + got, n - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      /* no entropy syscall: time and pid still make a fresh generation */
-      uint64_t t = ss_realtime_ns() ^ ((uint64_t)getpid() << 32);
-      for (; got < n; got++) out[got] = (uint8_t)(t >> (8 * (got % 8)));
-      return;
-    }
-    got += (size_t)r;
-  }
+  if (ss_plat_random(out, n) == 0) return;
+  /* no entropy source: time and pid still make a fresh generation */
+  uint64_t t = ss_realtime_ns() ^ ((uint64_t)getpid() << 32);
+  for (size_t i = 0; i < n; i++) out[i] = (uint8_t)(t >> (8 * (i % 8)));
 }
 
 /* shm_open, tried once more after raising the fd limit when the process
@@ -210,13 +201,13 @@ int ss_segment_create(ss_segment *seg, const ss_create_args *a) {
   ss_owner_record(fd, seg);
   /* Reserve every page now: a full /dev/shm is ENOSPC here, not a SIGBUS
    * on some later write. */
-  if (ftruncate(fd, (off_t)total) != 0 || (rc = posix_fallocate(fd, 0, (off_t)total)) != 0) {
+  if (ftruncate(fd, (off_t)total) != 0 || (rc = ss_plat_reserve(fd, total)) != 0) {
     int err = rc ? rc : errno;
     close(fd);
     shm_unlink(seg->segname);
     return err;
   }
-  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | SS_MAP_POPULATE, fd, 0);
   int err = base == MAP_FAILED ? errno : 0;
   /* A channel judges its ends by leases, a stream (CPU or GPU) its lock,
    * sleepers and creator: the handle keeps the fd and holds its lease from

@@ -14,9 +14,8 @@ static const char *const kStatusText[] = {
     [0] = "success",
     [-SS_ETIMEDOUT] = "timed out: the deadline passed",
     [-SS_ECANCELLED] = "the wait was cancelled (ss_cancel)",
-    [-SS_EINCONSISTENT] =
-        "the published frame is inconsistent: its write was aborted or its "
-        "writer died mid-write",
+    [-SS_EINCONSISTENT] = ("the published frame is inconsistent: its write was aborted or its "
+                           "writer died mid-write"),
     [-SS_ECORRUPT] = "the segment is corrupt (bad magic, checksum or size, or its file shrank)",
     [-SS_EVERSION] = "the segment has a layout version this build does not read",
     [-SS_EKIND] = "the segment is of another kind (stream, channel, array or GPU stream)",
@@ -48,8 +47,8 @@ static const char *const kStatusText[] = {
 
 const char *ss_strerror(int status) {
   if (status > 0) {
-    /* An errno value: glibc's description, never NULL for a known one. */
-    const char *text = strerrordesc_np(status);
+    /* An errno value: the C library's description (thread-safe). */
+    const char *text = ss_plat_errno_text(status);
     return text ? text : "unknown system error";
   }
   const int count = (int)(sizeof kStatusText / sizeof kStatusText[0]);

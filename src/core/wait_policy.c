@@ -7,7 +7,6 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -85,18 +84,12 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int allowed_cpus(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 2; /* unknown: assume a spare */
-  return CPU_COUNT(&set);
-}
-
 /* W: wake a sleeping helper thread SS_WAKE_SAMPLES times, each after it
  * slept SS_WAKE_NAP_NS, each time spinning until it answers (so it runs on
  * another core, as a woken reader does); the median of the delays. 0 on one CPU (a spinner there
  * sees nothing until it is preempted) or if no thread can be started. */
 static int64_t measure_wake_ns(void) {
-  if (allowed_cpus() < 2) return 0;
+  if (ss_plat_cpus_allowed() < 2) return 0;
   wake_ping p;
   atomic_init(&p.word, 0);
   atomic_init(&p.ack, 0);
@@ -180,21 +173,6 @@ static int64_t wake_ns(void) {
   return 0;
 }
 
-/* The number of runnable tasks now (/proc/loadavg's 4th field, "r/t"),
- * -1 if unknown. */
-static int runnable_tasks(void) {
-  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char buf[128];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return -1;
-  buf[n] = 0;
-  double a, b, c;
-  int r, t;
-  return sscanf(buf, "%lf %lf %lf %d/%d", &a, &b, &c, &r, &t) == 5 ? r : -1;
-}
-
 /* Contended: in two samples in a row (one catches a passing kernel
  * thread), more runnable tasks (the waiter among them) than online CPUs, or
  * a spin that lost its core since the sample before. */
@@ -205,7 +183,7 @@ static int contended(int64_t now) {
     atomic_store_explicit(&g_next_load_ns, now + SS_LOAD_SAMPLE_NS, memory_order_relaxed);
     static int cpus;
     if (!cpus) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int r = runnable_tasks();
+    int r = ss_plat_runnable_tasks();
     int lost = atomic_exchange_explicit(&g_preempted, 0, memory_order_relaxed);
     int over = lost || (r > 0 && cpus > 0 && r > cpus);
     int before = atomic_exchange_explicit(&g_over_before, over, memory_order_relaxed);
@@ -291,7 +269,7 @@ int64_t ss_wait_nap(int64_t low, uint32_t moves, uint32_t total, int64_t best, i
 
 /* The thread's timer slack: how late the kernel may end its timed sleep. */
 static int64_t timer_slack_ns(void) {
-  int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  int64_t slack = ss_plat_timer_slack_ns();
   return slack < 0 ? SS_DEFAULT_SLACK_NS : slack;
 }
 
